@@ -1,0 +1,483 @@
+package exact
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"sync"
+	"time"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/accounts/abi"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/common/hexutil"
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/llm4agents/llm4agents/x402"
+)
+
+// Chain is what verification needs from a node. *ethclient.Client and
+// simulated.Client satisfy it.
+type Chain interface {
+	ethereum.ContractCaller
+	CodeAt(ctx context.Context, account common.Address, blockNumber *big.Int) ([]byte, error)
+}
+
+// Timing constants of the facilitator's time window (x402-v2.md §4.1.4, DECISIONS D6).
+const (
+	// BlockBuffer is how long before validBefore an authorization stops being
+	// accepted, so that it cannot expire while its transaction waits for a block.
+	BlockBuffer = 6 * time.Second
+	// FreshnessSlack is how far past now + maxTimeoutSeconds a validBefore may lie
+	// (clock skew between buyer and us).
+	FreshnessSlack = 30 * time.Second
+)
+
+// SignatureKind says how a signature was verified and so how it is settled.
+type SignatureKind int
+
+// Signature kinds.
+const (
+	SignatureEOA      SignatureKind = iota + 1 // 65-byte ECDSA, settled with (v, r, s)
+	SignatureContract                          // EIP-1271 at a deployed wallet, settled with bytes
+)
+
+// Verified is a payment that passed verification, parsed and ready to settle.
+type Verified struct {
+	Payload   *Payload
+	Network   string
+	Asset     common.Address
+	PayTo     common.Address
+	Domain    Domain
+	Digest    common.Hash
+	Kind      SignatureKind
+	Signature []byte // what goes on chain: the inner signature of an ERC-6492 wrapper
+}
+
+// Payer returns the authorization's from address.
+func (v *Verified) Payer() common.Address { return v.Payload.Authorization.From }
+
+// Verifier checks EIP-3009 exact payments for one chain. The zero value is not
+// usable; set Chain and ChainID.
+type Verifier struct {
+	Chain   Chain
+	ChainID *big.Int
+	// Caller is the from address of simulations: the facilitator's signer.
+	Caller common.Address
+	// Now defaults to time.Now.
+	Now func() time.Time
+
+	deployed sync.Map // common.Address -> struct{}: assets known to have code
+}
+
+func (v *Verifier) now() time.Time {
+	if v.Now != nil {
+		return v.Now()
+	}
+	return time.Now()
+}
+
+func fail(r x402.Reason, payer string, format string, args ...any) *x402.VerifyError {
+	return &x402.VerifyError{Reason: r, Payer: payer, Message: fmt.Sprintf(format, args...)}
+}
+
+// Check runs every verification step that needs no node: scheme, domain, network,
+// accepted against requirements (D7), payload shape, recipient, time window (D6),
+// value, and, for a 65-byte signature, ECDSA recovery. A protocol failure is a
+// *x402.VerifyError.
+//
+// A signature that does not recover to from is not refused here: from may be a
+// contract wallet, which only the node can tell. Verify decides.
+func (v *Verifier) Check(p *x402.PaymentPayload, req x402.PaymentRequirements) (*Verified, bool, error) {
+	accepted, err := p.AcceptedRequirements()
+	if err != nil {
+		return nil, false, fail(x402.ReasonInvalidPayload, "", "%v", err)
+	}
+	if accepted.Scheme != Scheme || req.Scheme != Scheme {
+		return nil, false, fail(x402.ReasonEVMScheme, "", "scheme must be %q", Scheme)
+	}
+	extra, err := ParseExtra(req.Extra)
+	if err != nil {
+		return nil, false, fail(x402.ReasonEVMMissingDomain, "", "%v", err)
+	}
+	if accepted.Network != req.Network {
+		return nil, false, fail(x402.ReasonEVMNetworkMismatch, "", "accepted network %q, required %q", accepted.Network, req.Network)
+	}
+	chainID, err := ChainID(req.Network)
+	if err != nil || (v.ChainID != nil && chainID.Cmp(v.ChainID) != 0) {
+		return nil, false, fail(x402.ReasonEVMNetworkMismatch, "", "network %q is not served here", req.Network)
+	}
+	if err := x402.Match(req, accepted); err != nil {
+		return nil, false, fail(x402.ReasonAcceptedMismatch, "", "%v", err)
+	}
+	asset, err := ParseAddress(req.Asset)
+	if err != nil {
+		return nil, false, fail(x402.ReasonInvalidRequirements, "", "asset: %v", err)
+	}
+	payTo, err := ParseAddress(req.PayTo)
+	if err != nil {
+		return nil, false, fail(x402.ReasonInvalidRequirements, "", "payTo: %v", err)
+	}
+	amount, err := ParseUint256(req.Amount)
+	if err != nil {
+		return nil, false, fail(x402.ReasonInvalidRequirements, "", "amount: %v", err)
+	}
+	pl, err := ParsePayload(p.Payload)
+	if err != nil {
+		return nil, false, fail(x402.ReasonEVMPayload, "", "%v", err)
+	}
+	a := &pl.Authorization
+	payer := a.From.Hex()
+	if len(pl.Signature) == 0 {
+		return nil, false, fail(x402.ReasonEVMMissingSignature, payer, "signature is empty")
+	}
+	vd := &Verified{
+		Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo,
+		Domain: Domain{Name: extra.Name, Version: extra.Version, ChainID: chainID, VerifyingContract: asset},
+	}
+	vd.Digest = Digest(vd.Domain, a)
+
+	if a.To != payTo {
+		return nil, false, fail(x402.ReasonEVMRecipientMismatch, payer, "authorization.to %s is not payTo %s", a.To.Hex(), payTo.Hex())
+	}
+	now := v.now().Unix()
+	if a.ValidBefore.Cmp(big.NewInt(now+int64(BlockBuffer/time.Second))) < 0 {
+		return nil, false, fail(x402.ReasonEVMValidBefore, payer, "validBefore %s is less than %ds away", a.ValidBefore, int64(BlockBuffer/time.Second))
+	}
+	if limit := now + req.MaxTimeoutSeconds + int64(FreshnessSlack/time.Second); a.ValidBefore.Cmp(big.NewInt(limit)) > 0 {
+		return nil, false, fail(x402.ReasonEVMValidBeforeTooFar, payer, "validBefore %s is later than now + maxTimeoutSeconds + %ds", a.ValidBefore, int64(FreshnessSlack/time.Second))
+	}
+	if a.ValidAfter.Cmp(big.NewInt(now)) > 0 {
+		return nil, false, fail(x402.ReasonEVMValidAfter, payer, "validAfter %s is in the future", a.ValidAfter)
+	}
+	if a.Value.Cmp(amount) != 0 {
+		return nil, false, fail(x402.ReasonEVMValueMismatch, payer, "value %s is not the required %s", a.Value, amount)
+	}
+	if len(pl.Signature) == 65 {
+		signer, err := recoverEOA(vd.Digest, pl.Signature)
+		if err == nil && signer == a.From {
+			vd.Kind, vd.Signature = SignatureEOA, normalizeV(pl.Signature)
+			return vd, true, nil
+		}
+	}
+	return vd, false, nil
+}
+
+// Verify runs Check and then the node checks: signature by EIP-1271 when from has
+// code (D8), the asset deployed, and a simulation of the transfer whose failure is
+// diagnosed into the official reasons (balance, authorization state, domain).
+// A protocol failure is a *x402.VerifyError; any other error means no verdict.
+func (v *Verifier) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*Verified, error) {
+	vd, recovered, err := v.Check(p, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.verifySignature(ctx, vd, recovered); err != nil {
+		return nil, err
+	}
+	if err := v.checkAsset(ctx, vd); err != nil {
+		return nil, err
+	}
+	if err := v.Simulate(ctx, vd); err != nil {
+		return nil, err
+	}
+	return vd, nil
+}
+
+func (v *Verifier) verifySignature(ctx context.Context, vd *Verified, recovered bool) error {
+	a := &vd.Payload.Authorization
+	payer := a.From.Hex()
+	code, err := v.Chain.CodeAt(ctx, a.From, nil)
+	if err != nil {
+		return fmt.Errorf("read code at payer: %w", err)
+	}
+	sig := vd.Payload.Signature
+	inner, wrapped, werr := unwrap6492(sig)
+	if len(code) == 0 {
+		switch {
+		case wrapped || werr != nil:
+			return fail(x402.ReasonEVMCounterfactualWallet, payer, "ERC-6492 signature for a wallet that is not deployed")
+		case recovered:
+			return nil
+		default:
+			return fail(x402.ReasonEVMSignature, payer, "signature does not recover to from")
+		}
+	}
+	if werr != nil {
+		return fail(x402.ReasonEVMSignature, payer, "malformed ERC-6492 wrapper: %v", werr)
+	}
+	if wrapped {
+		sig = inner
+	}
+	ok, err := v.isValidSignature(ctx, a.From, vd.Digest, sig)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fail(x402.ReasonEVMSignature, payer, "EIP-1271 wallet refused the signature")
+	}
+	vd.Kind, vd.Signature = SignatureContract, sig
+	return nil
+}
+
+func (v *Verifier) isValidSignature(ctx context.Context, wallet common.Address, digest common.Hash, sig []byte) (bool, error) {
+	data, err := parsedABI.Pack("isValidSignature", digest, sig)
+	if err != nil {
+		return false, fmt.Errorf("pack isValidSignature: %w", err)
+	}
+	out, err := v.Chain.CallContract(ctx, ethereum.CallMsg{To: &wallet, Data: data}, nil)
+	if err != nil {
+		if revertData(err) != nil {
+			return false, nil // the wallet reverted: not a valid signature
+		}
+		return false, fmt.Errorf("call isValidSignature: %w", err)
+	}
+	return len(out) >= 4 && bytes.Equal(out[:4], eip1271Magic[:]), nil
+}
+
+func (v *Verifier) checkAsset(ctx context.Context, vd *Verified) error {
+	if _, ok := v.deployed.Load(vd.Asset); ok {
+		return nil
+	}
+	code, err := v.Chain.CodeAt(ctx, vd.Asset, nil)
+	if err != nil {
+		return fmt.Errorf("read code at asset: %w", err)
+	}
+	if len(code) == 0 {
+		return fail(x402.ReasonAssetNotDeployed, vd.Payer().Hex(), "no contract at %s", vd.Asset.Hex())
+	}
+	v.deployed.Store(vd.Asset, struct{}{})
+	return nil
+}
+
+// Simulate runs the transfer with eth_call and, when it reverts, diagnoses why.
+func (v *Verifier) Simulate(ctx context.Context, vd *Verified) error {
+	data, err := TransferCalldata(vd)
+	if err != nil {
+		return err
+	}
+	_, err = v.Chain.CallContract(ctx, ethereum.CallMsg{From: v.Caller, To: &vd.Asset, Data: data}, nil)
+	if err == nil {
+		return nil
+	}
+	rd := revertData(err)
+	if rd == nil {
+		return fmt.Errorf("simulate transfer: %w", err)
+	}
+	return v.diagnose(ctx, vd, RevertReason(rd))
+}
+
+// diagnose maps a failed simulation to the official reasons, in the official
+// precedence: authorization state, token name, token version, balance.
+func (v *Verifier) diagnose(ctx context.Context, vd *Verified, revert string) error {
+	a := &vd.Payload.Authorization
+	payer := a.From.Hex()
+	used, err := AuthorizationState(ctx, v.Chain, vd.Asset, a.From, a.Nonce)
+	if err != nil {
+		if revertData(err) != nil {
+			return fail(x402.ReasonEVMEIP3009NotSupported, payer, "authorizationState reverted")
+		}
+		return fmt.Errorf("diagnose: %w", err)
+	}
+	if used {
+		return fail(x402.ReasonEVMNonceAlreadyUsed, payer, "%s", revert)
+	}
+	if name, err := v.callString(ctx, vd.Asset, "name"); err == nil && name != vd.Domain.Name {
+		return fail(x402.ReasonEVMTokenNameMismatch, payer, "token name is %q, extra.name is %q", name, vd.Domain.Name)
+	}
+	if ver, err := v.callString(ctx, vd.Asset, "version"); err == nil && ver != vd.Domain.Version {
+		return fail(x402.ReasonEVMTokenVersionMismatch, payer, "token version is %q, extra.version is %q", ver, vd.Domain.Version)
+	}
+	bal, err := BalanceOf(ctx, v.Chain, vd.Asset, a.From)
+	if err == nil && bal.Cmp(a.Value) < 0 {
+		return fail(x402.ReasonEVMInsufficientBalance, payer, "balance %s is less than %s", bal, a.Value)
+	}
+	return fail(x402.ReasonEVMSimulationFailed, payer, "%s", revert)
+}
+
+func (v *Verifier) callString(ctx context.Context, token common.Address, method string) (string, error) {
+	data, err := parsedABI.Pack(method)
+	if err != nil {
+		return "", err
+	}
+	out, err := v.Chain.CallContract(ctx, ethereum.CallMsg{To: &token, Data: data}, nil)
+	if err != nil {
+		return "", err
+	}
+	vals, err := parsedABI.Unpack(method, out)
+	if err != nil || len(vals) != 1 {
+		return "", fmt.Errorf("unpack %s: %v", method, err)
+	}
+	s, _ := vals[0].(string)
+	return s, nil
+}
+
+// AuthorizationState reads token.authorizationState(from, nonce): true once the
+// authorization was used or canceled.
+func AuthorizationState(ctx context.Context, c ethereum.ContractCaller, token, from common.Address, nonce common.Hash) (bool, error) {
+	data, err := parsedABI.Pack("authorizationState", from, nonce)
+	if err != nil {
+		return false, fmt.Errorf("pack authorizationState: %w", err)
+	}
+	out, err := c.CallContract(ctx, ethereum.CallMsg{To: &token, Data: data}, nil)
+	if err != nil {
+		return false, fmt.Errorf("call authorizationState: %w", err)
+	}
+	vals, err := parsedABI.Unpack("authorizationState", out)
+	if err != nil || len(vals) != 1 {
+		return false, fmt.Errorf("unpack authorizationState: %v", err)
+	}
+	used, _ := vals[0].(bool)
+	return used, nil
+}
+
+// BalanceOf reads token.balanceOf(account).
+func BalanceOf(ctx context.Context, c ethereum.ContractCaller, token, account common.Address) (*big.Int, error) {
+	data, err := parsedABI.Pack("balanceOf", account)
+	if err != nil {
+		return nil, fmt.Errorf("pack balanceOf: %w", err)
+	}
+	out, err := c.CallContract(ctx, ethereum.CallMsg{To: &token, Data: data}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("call balanceOf: %w", err)
+	}
+	vals, err := parsedABI.Unpack("balanceOf", out)
+	if err != nil || len(vals) != 1 {
+		return nil, fmt.Errorf("unpack balanceOf: %v", err)
+	}
+	b, _ := vals[0].(*big.Int)
+	return b, nil
+}
+
+// TransferCalldata returns the calldata of transferWithAuthorization for a
+// verified payment: the (v, r, s) overload for an EOA signature, the bytes
+// overload otherwise.
+func TransferCalldata(vd *Verified) ([]byte, error) {
+	a := &vd.Payload.Authorization
+	if vd.Kind == SignatureEOA {
+		sig := vd.Signature
+		var r, s [32]byte
+		copy(r[:], sig[:32])
+		copy(s[:], sig[32:64])
+		data, err := parsedABI.Pack("transferWithAuthorization", a.From, a.To, a.Value, a.ValidAfter, a.ValidBefore, [32]byte(a.Nonce), sig[64], r, s)
+		if err != nil {
+			return nil, fmt.Errorf("pack transferWithAuthorization: %w", err)
+		}
+		return data, nil
+	}
+	data, err := parsedABI.Pack("transferWithAuthorization0", a.From, a.To, a.Value, a.ValidAfter, a.ValidBefore, [32]byte(a.Nonce), vd.Signature)
+	if err != nil {
+		return nil, fmt.Errorf("pack transferWithAuthorization: %w", err)
+	}
+	copy(data[:4], selectorTransferBytes)
+	return data, nil
+}
+
+var secp256k1HalfN = new(big.Int).Rsh(crypto.S256().Params().N, 1)
+
+// recoverEOA recovers the signer of a 65-byte signature with v in {0, 1, 27, 28},
+// refusing high s as USDC's ECRecover does.
+func recoverEOA(digest common.Hash, sig []byte) (common.Address, error) {
+	if len(sig) != 65 {
+		return common.Address{}, errors.New("signature is not 65 bytes")
+	}
+	v := sig[64]
+	if v >= 27 {
+		v -= 27
+	}
+	if v > 1 {
+		return common.Address{}, errors.New("signature v is not 0, 1, 27 or 28")
+	}
+	if new(big.Int).SetBytes(sig[32:64]).Cmp(secp256k1HalfN) > 0 {
+		return common.Address{}, errors.New("signature s is high")
+	}
+	var rsv [65]byte
+	copy(rsv[:], sig)
+	rsv[64] = v
+	pub, err := crypto.SigToPub(digest[:], rsv[:])
+	if err != nil {
+		return common.Address{}, err
+	}
+	return crypto.PubkeyToAddress(*pub), nil
+}
+
+// normalizeV returns a copy of a 65-byte signature with v in {27, 28}, the only
+// form the token's (v, r, s) overload accepts.
+func normalizeV(sig []byte) []byte {
+	out := append([]byte(nil), sig...)
+	if out[64] < 27 {
+		out[64] += 27
+	}
+	return out
+}
+
+// unwrap6492 returns the inner signature of an ERC-6492 wrapper
+// abi.encode(address factory, bytes factoryCalldata, bytes innerSig) ‖ magic.
+func unwrap6492(sig []byte) (inner []byte, wrapped bool, err error) {
+	if len(sig) < 32 || !bytes.Equal(sig[len(sig)-32:], eip6492Suffix) {
+		return nil, false, nil
+	}
+	args := abi.Arguments{{Type: mustType("address")}, {Type: mustType("bytes")}, {Type: mustType("bytes")}}
+	vals, err := args.Unpack(sig[:len(sig)-32])
+	if err != nil || len(vals) != 3 {
+		return nil, true, fmt.Errorf("decode ERC-6492 wrapper: %v", err)
+	}
+	inner, _ = vals[2].([]byte)
+	return inner, true, nil
+}
+
+func mustType(t string) abi.Type {
+	ty, err := abi.NewType(t, "", nil)
+	if err != nil {
+		panic(err)
+	}
+	return ty
+}
+
+// revertData returns the revert payload carried by an eth_call or gas estimation
+// error, or nil when the error is not a revert (a node that is down, a timeout).
+func revertData(err error) []byte {
+	var de interface{ ErrorData() any }
+	if !errors.As(err, &de) {
+		return nil
+	}
+	switch d := de.ErrorData().(type) {
+	case string:
+		b, derr := hexutil.Decode(d)
+		if derr != nil {
+			return []byte{}
+		}
+		return b
+	case []byte:
+		return d
+	default:
+		return []byte{}
+	}
+}
+
+// IsRevert reports whether err is an execution revert rather than a transport or
+// node failure.
+func IsRevert(err error) bool { return revertData(err) != nil }
+
+// RevertReason decodes an Error(string) revert payload; other payloads are shown
+// as hex.
+func RevertReason(data []byte) string {
+	if len(data) == 0 {
+		return "execution reverted"
+	}
+	if s, err := abi.UnpackRevert(data); err == nil {
+		return s
+	}
+	return "execution reverted: " + hexutil.Encode(data)
+}
+
+// RevertReasonOf is RevertReason for an error; "" when err is not a revert.
+func RevertReasonOf(err error) string {
+	d := revertData(err)
+	if d == nil {
+		return ""
+	}
+	return RevertReason(d)
+}

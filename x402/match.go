@@ -1,0 +1,82 @@
+package x402
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// Match reports whether accepted, the requirement a client echoed, is the offer
+// (DECISIONS D7): scheme, network, amount and maxTimeoutSeconds equal; asset and
+// payTo equal ignoring case; every key of the offer's extra present in accepted's
+// extra with the same JSON value. The client may add keys to extra. The error names
+// the first field that differs.
+func Match(offer, accepted PaymentRequirements) error {
+	switch {
+	case offer.Scheme != accepted.Scheme:
+		return fmt.Errorf("accepted scheme %q is not the offered %q", accepted.Scheme, offer.Scheme)
+	case offer.Network != accepted.Network:
+		return fmt.Errorf("accepted network %q is not the offered %q", accepted.Network, offer.Network)
+	case offer.Amount != accepted.Amount:
+		return fmt.Errorf("accepted amount %q is not the offered %q", accepted.Amount, offer.Amount)
+	case !strings.EqualFold(offer.Asset, accepted.Asset):
+		return fmt.Errorf("accepted asset %q is not the offered %q", accepted.Asset, offer.Asset)
+	case !strings.EqualFold(offer.PayTo, accepted.PayTo):
+		return fmt.Errorf("accepted payTo %q is not the offered %q", accepted.PayTo, offer.PayTo)
+	case offer.MaxTimeoutSeconds != accepted.MaxTimeoutSeconds:
+		return fmt.Errorf("accepted maxTimeoutSeconds %d is not the offered %d", accepted.MaxTimeoutSeconds, offer.MaxTimeoutSeconds)
+	}
+	return extraSubset(offer.Extra, accepted.Extra)
+}
+
+func extraSubset(offer, accepted json.RawMessage) error {
+	if len(bytes.TrimSpace(offer)) == 0 || string(bytes.TrimSpace(offer)) == "null" {
+		return nil
+	}
+	var want map[string]any
+	if err := json.Unmarshal(offer, &want); err != nil {
+		return fmt.Errorf("offered extra is not an object: %w", err)
+	}
+	var got map[string]any
+	if len(bytes.TrimSpace(accepted)) > 0 {
+		if err := json.Unmarshal(accepted, &got); err != nil {
+			return fmt.Errorf("accepted extra is not an object: %w", err)
+		}
+	}
+	if got == nil && len(want) > 0 {
+		return fmt.Errorf("accepted has no extra")
+	}
+	for k, v := range want {
+		gv, ok := got[k]
+		if !ok {
+			return fmt.Errorf("accepted extra lacks %q", k)
+		}
+		if !reflect.DeepEqual(v, gv) {
+			return fmt.Errorf("accepted extra %q differs from the offer", k)
+		}
+	}
+	return nil
+}
+
+// FindMatch returns the index of the offer that accepted matches, or -1.
+func FindMatch(offers []PaymentRequirements, accepted PaymentRequirements) int {
+	for i, o := range offers {
+		if Match(o, accepted) == nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// Facilitator verifies and settles payments. It is implemented in-process and by
+// an HTTP client of a remote facilitator; both answer protocol failures as
+// responses (isValid or success false, with a Reason) and return an error only when
+// they could not reach a verdict (a node that is down, a cancelled context).
+type Facilitator interface {
+	Verify(ctx context.Context, p *PaymentPayload, req PaymentRequirements) (*VerifyResponse, error)
+	Settle(ctx context.Context, p *PaymentPayload, req PaymentRequirements) (*SettleResponse, error)
+	Supported(ctx context.Context) (*SupportedResponse, error)
+}

@@ -133,7 +133,10 @@ func ParsePaymentPayload(b []byte) (*PaymentPayload, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrHeaderJSON, err)
 	}
-	return &p, p.validate()
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 func (p *PaymentPayload) validate() error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"reflect"
 	"strings"
 )
@@ -37,12 +38,12 @@ func extraSubset(offer, accepted json.RawMessage) error {
 		return nil
 	}
 	var want map[string]any
-	if err := json.Unmarshal(offer, &want); err != nil {
+	if err := decodeExact(offer, &want); err != nil {
 		return fmt.Errorf("offered extra is not an object: %w", err)
 	}
 	var got map[string]any
 	if len(bytes.TrimSpace(accepted)) > 0 {
-		if err := json.Unmarshal(accepted, &got); err != nil {
+		if err := decodeExact(accepted, &got); err != nil {
 			return fmt.Errorf("accepted extra is not an object: %w", err)
 		}
 	}
@@ -54,11 +55,73 @@ func extraSubset(offer, accepted json.RawMessage) error {
 		if !ok {
 			return fmt.Errorf("accepted extra lacks %q", k)
 		}
-		if !reflect.DeepEqual(v, gv) {
+		if !jsonEqual(v, gv) {
 			return fmt.Errorf("accepted extra %q differs from the offer", k)
 		}
 	}
 	return nil
+}
+
+// decodeExact decodes JSON keeping numbers as their decimal text, so that large
+// integers in extra compare exactly rather than as float64.
+func decodeExact(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// jsonEqual compares decoded JSON values; numbers compare by exact value, so 1,
+// 1.0 and 1e0 are equal and large integers do not collide as they would in float64.
+func jsonEqual(a, b any) bool {
+	switch av := a.(type) {
+	case json.Number:
+		bv, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		if hugeExponent(string(av)) || hugeExponent(string(bv)) {
+			return av == bv // refuse to expand 1e999999999 into a number
+		}
+		ar, aok := new(big.Rat).SetString(string(av))
+		br, bok := new(big.Rat).SetString(string(bv))
+		return aok && bok && ar.Cmp(br) == 0
+	case map[string]any:
+		bv, ok := b.(map[string]any)
+		if !ok || len(av) != len(bv) {
+			return false
+		}
+		for k, x := range av {
+			y, ok := bv[k]
+			if !ok || !jsonEqual(x, y) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			return false
+		}
+		for i := range av {
+			if !jsonEqual(av[i], bv[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return reflect.DeepEqual(a, b)
+	}
+}
+
+// hugeExponent reports whether a JSON number has an exponent of more than three
+// digits, which exact arithmetic would expand at great cost.
+func hugeExponent(n string) bool {
+	i := strings.IndexAny(n, "eE")
+	if i < 0 {
+		return false
+	}
+	exp := strings.TrimLeft(n[i+1:], "+-0")
+	return len(exp) > 3
 }
 
 // FindMatch returns the index of the offer that accepted matches, or -1.

@@ -65,9 +65,6 @@ const (
 	// ReasonEVMCounterfactualWallet: an ERC-6492 wrapper for a wallet that is not
 	// deployed yet; refused for now (DECISIONS D8).
 	ReasonEVMCounterfactualWallet Reason = "invalid_exact_evm_counterfactual_wallet_not_supported"
-	// ReasonEVMAuthorizationCanceled: the payer canceled the authorization on chain.
-	// The official facilitators fold this into nonce_already_used.
-	ReasonEVMAuthorizationCanceled Reason = "invalid_exact_evm_authorization_canceled"
 )
 
 // reasonAliases maps the spec's and legacy spellings to what the official

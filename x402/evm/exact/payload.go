@@ -77,7 +77,7 @@ var (
 	errNotNonce   = errors.New("nonce is not 0x-prefixed 32-byte hex")
 	errSignature  = errors.New("signature is not 0x-prefixed hex")
 
-	decimalRE = regexp.MustCompile(`^(0|[1-9][0-9]{0,77})$`)
+	decimalRE  = regexp.MustCompile(`^(0|[1-9][0-9]{0,77})$`)
 	maxUint256 = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
 )
 

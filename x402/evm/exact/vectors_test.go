@@ -13,12 +13,12 @@ import (
 // The vectors of x402-v2.md §4.1.6, checked there against viem.
 func TestVectors(t *testing.T) {
 	tests := []struct {
-		name                      string
-		domain                    Domain
-		auth                      Authorization
+		name                       string
+		domain                     Domain
+		auth                       Authorization
 		separator, struct_, digest string
-		signature                 string
-		signer                    string
+		signature                  string
+		signer                     string
 	}{
 		{
 			name:   "base sepolia spec example",

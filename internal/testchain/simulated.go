@@ -140,10 +140,17 @@ func NewSimulated(tb testing.TB) *Simulated {
 	s.requireSuccess(tb, "deploy EIP3009Token", tx)
 	s.Token, s.TokenContract = addr, token
 
-	// Send every mint before sealing, so they share one block.
+	// Send every mint before sealing, so they share one block. Nonces are set
+	// here: the node's pending nonce may lag behind transactions just sent, which
+	// made two mints share a nonce.
 	opts := s.Transactor(tb, 0)
+	nonce, err := s.Client.NonceAt(ctx, s.Addr(0), nil)
+	if err != nil {
+		tb.Fatalf("nonce of dev account 0: %v", err)
+	}
 	txs := make([]*types.Transaction, 0, SimulatedPayers)
 	for i := 1; i <= SimulatedPayers; i++ {
+		opts.Nonce = new(big.Int).SetUint64(nonce + uint64(i-1))
 		tx, err := token.Mint(opts, s.Addr(i), big.NewInt(SimulatedPayerBalance))
 		if err != nil {
 			tb.Fatalf("mint to dev account %d: %v", i, err)

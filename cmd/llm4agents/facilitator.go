@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ethereum/go-ethereum/accounts/abi/bind"
+	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/ethereum/go-ethereum/ethclient"
+	"github.com/ethereum/go-ethereum/params"
+
+	"github.com/llm4agents/llm4agents/contracts"
+	"github.com/llm4agents/llm4agents/internal/chain"
+	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/store/sqlite"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// facilitatorKeyEnv names the environment variable that may hold the signer key.
+const facilitatorKeyEnv = "LLM4AGENTS_FACILITATOR_KEY"
+
+// assetFlags collects repeated --asset values: 0xTOKEN, or 0xTOKEN:NAME:VERSION to
+// override the EIP-712 domain read from the token.
+type assetFlags []string
+
+func (a *assetFlags) String() string     { return strings.Join(*a, ",") }
+func (a *assetFlags) Set(s string) error { *a = append(*a, s); return nil }
+
+type facilitatorFlags struct {
+	listen         string
+	rpc            string
+	network        string
+	assets         assetFlags
+	keyFile        string
+	storePath      string
+	maxFeeWei      string
+	settleTimeout  time.Duration
+	reconcileEvery time.Duration
+}
+
+func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
+	fs := flag.NewFlagSet("facilitator", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var f facilitatorFlags
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:4022", "address to serve on")
+	fs.StringVar(&f.rpc, "rpc", "", "JSON-RPC URL of the chain's node (required)")
+	fs.StringVar(&f.network, "network", "", "CAIP-2 network to serve, eip155:<chain id> (required; must match the node)")
+	fs.Var(&f.assets, "asset", "EIP-3009 token to settle, 0xTOKEN or 0xTOKEN:NAME:VERSION (repeatable; required)")
+	fs.StringVar(&f.keyFile, "key-file", "", "file holding the signer's hex private key (or set "+facilitatorKeyEnv+")")
+	fs.StringVar(&f.storePath, "store", "llm4agents-facilitator.db", "SQLite file for settlement records")
+	fs.StringVar(&f.maxFeeWei, "max-fee-per-gas", "200000000000", "cap on the fee per gas of any settlement transaction, in wei")
+	fs.DurationVar(&f.settleTimeout, "settle-timeout", facilitator.DefaultSettleTimeout, "how long /settle waits for a receipt before answering settlement_pending")
+	fs.DurationVar(&f.reconcileEvery, "reconcile-every", 30*time.Second, "how often unresolved settlements are resolved from the chain")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("facilitator: unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case f.rpc == "":
+		return nil, errors.New("facilitator: --rpc is required")
+	case f.network == "":
+		return nil, errors.New("facilitator: --network is required")
+	case len(f.assets) == 0:
+		return nil, errors.New("facilitator: at least one --asset is required")
+	case f.settleTimeout <= 0:
+		return nil, errors.New("facilitator: --settle-timeout must be positive")
+	case f.reconcileEvery <= 0:
+		return nil, errors.New("facilitator: --reconcile-every must be positive")
+	}
+	if _, err := exact.ChainID(f.network); err != nil {
+		return nil, fmt.Errorf("facilitator: --network: %w", err)
+	}
+	return &f, nil
+}
+
+// loadKey reads the signer key from a file or the environment, never a flag
+// value. Errors never repeat the key material.
+func loadKey(path string, getenv func(string) string) (*ecdsa.PrivateKey, error) {
+	var raw string
+	switch {
+	case path != "":
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read key file: %w", err)
+		}
+		raw = string(b)
+	case getenv(facilitatorKeyEnv) != "":
+		raw = getenv(facilitatorKeyEnv)
+	default:
+		return nil, fmt.Errorf("no signer key: use --key-file or set %s", facilitatorKeyEnv)
+	}
+	raw = strings.TrimPrefix(strings.TrimSpace(raw), "0x")
+	key, err := crypto.HexToECDSA(raw)
+	if err != nil {
+		return nil, errors.New("signer key is not a 32-byte hex private key")
+	}
+	return key, nil
+}
+
+func parseMaxFee(s string) (*big.Int, error) {
+	n, err := exact.ParseUint256(s)
+	if err != nil || n.Sign() == 0 {
+		return nil, fmt.Errorf("--max-fee-per-gas %q is not a positive integer of wei", s)
+	}
+	return n, nil
+}
+
+// resolveAssets reads each token's EIP-712 name and version unless overridden.
+func resolveAssets(ctx context.Context, specs []string, caller bind.ContractCaller) ([]facilitator.Asset, error) {
+	out := make([]facilitator.Asset, 0, len(specs))
+	for _, s := range specs {
+		parts := strings.SplitN(s, ":", 3)
+		addr, err := exact.ParseAddress(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("--asset %q: %w", s, err)
+		}
+		a := facilitator.Asset{Address: addr}
+		switch len(parts) {
+		case 3:
+			a.Name, a.Version = parts[1], parts[2]
+			if a.Name == "" || a.Version == "" {
+				return nil, fmt.Errorf("--asset %q: empty name or version", s)
+			}
+		case 2:
+			return nil, fmt.Errorf("--asset %q: give both NAME and VERSION, or neither", s)
+		default:
+			tok, err := contracts.NewEIP3009TokenCaller(addr, caller)
+			if err != nil {
+				return nil, err
+			}
+			opts := &bind.CallOpts{Context: ctx}
+			if a.Name, err = tok.Name(opts); err != nil {
+				return nil, fmt.Errorf("--asset %s: read name(): %w", addr.Hex(), err)
+			}
+			if a.Version, err = tok.Version(opts); err != nil {
+				return nil, fmt.Errorf("--asset %s: read version() (is it an EIP-3009 token?): %w", addr.Hex(), err)
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func runFacilitator(ctx context.Context, args []string, e env) error {
+	f, err := parseFacilitatorFlags(args, e)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	key, err := loadKey(f.keyFile, e.getenv)
+	if err != nil {
+		return err
+	}
+	maxFee, err := parseMaxFee(f.maxFeeWei)
+	if err != nil {
+		return err
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	client, err := ethclient.DialContext(dialCtx, f.rpc)
+	if err != nil {
+		return fmt.Errorf("dial node: %w", err)
+	}
+	defer client.Close()
+	chainID, err := client.ChainID(dialCtx)
+	if err != nil {
+		return fmt.Errorf("read chain id: %w", err)
+	}
+	if want, _ := exact.ChainID(f.network); want.Cmp(chainID) != 0 {
+		return fmt.Errorf("--network %s does not match the node's chain id %s", f.network, chainID)
+	}
+	assets, err := resolveAssets(dialCtx, f.assets, client)
+	if err != nil {
+		return err
+	}
+	db, err := sqlite.Open(ctx, f.storePath, log)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	sender, err := chain.NewSender(client, key, chainID, chain.SenderConfig{MaxFeePerGas: maxFee}, log)
+	if err != nil {
+		return err
+	}
+	warnLowBalance(dialCtx, sender, log)
+	fac, err := facilitator.New(facilitator.Config{Network: f.network, Assets: assets, SettleTimeout: f.settleTimeout}, client, sender, db, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	rec := fac.StartReconciler(f.reconcileEvery)
+	defer rec.Close()
+	for _, a := range assets {
+		log.Info("serving asset", "asset", a.Address.Hex(), "name", a.Name, "version", a.Version)
+	}
+	log.Info("facilitator listening", "addr", ln.Addr().String(), "network", f.network, "signer", sender.Address().Hex())
+	fmt.Fprintf(e.stdout, "facilitator listening on http://%s\n", ln.Addr())
+	return serve(ctx, ln, facilitator.NewHandler(fac, log), f.settleTimeout+10*time.Second)
+}
+
+// serve runs h until ctx ends, then lets in-flight requests (settles waiting for
+// a receipt) finish within grace.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// lowBalance is the signer balance under which the facilitator warns at start
+// (D19): 0.01 ETH pays for roughly a hundred settlements at mainnet prices.
+var lowBalance = new(big.Int).Div(big.NewInt(params.Ether), big.NewInt(100))
+
+func warnLowBalance(ctx context.Context, s *chain.Sender, log *slog.Logger) {
+	bal, err := s.Balance(ctx)
+	if err != nil {
+		log.Warn("read signer balance", "err", err)
+		return
+	}
+	if bal.Cmp(lowBalance) < 0 {
+		log.Warn("signer balance is low; settlements may fail for lack of gas", "signer", s.Address().Hex(), "wei", bal.String())
+	}
+}

@@ -1,0 +1,64 @@
+// Command llm4agents is the one binary of the gateway: it runs the paid
+// OpenAI-compatible gateway, a standalone x402 facilitator, the embedded demo, and
+// the buyer tools. Each subcommand parses its own flags, builds its configuration
+// and runs until its context ends.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "llm4agents:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// env gives a subcommand what it may read from its surroundings.
+type env struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+const usage = `usage: llm4agents <command> [flags]
+
+commands:
+  demo          run the embedded demo: a local chain, a facilitator, and a paid call
+  facilitator   serve an x402 facilitator (POST /verify, POST /settle, GET /supported)
+
+Run 'llm4agents <command> -h' for the flags of a command.
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	e := env{getenv: getenv, stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "demo":
+		return runDemo(ctx, rest, e)
+	case "facilitator":
+		return runFacilitator(ctx, rest, e)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}

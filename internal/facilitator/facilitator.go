@@ -1,0 +1,570 @@
+// Package facilitator is the in-process x402 facilitator for the EVM exact scheme:
+// it verifies payments and settles them on chain exactly once, keeping its
+// settlement records in a store so that the guarantee survives restarts and is
+// shared by every process on the same store. The package also serves the
+// facilitator over HTTP (Handler) and talks to a remote one (Client).
+//
+// Exactly-once rests on three things. The settlement record's key is the
+// authorization's on-chain identity (DECISIONS D4), claimed atomically before any
+// broadcast, so one authorization is broadcast by at most one caller. A record that
+// reached "broadcast" is only ever resolved from the chain, never re-sent. And the
+// one success:true an authorization may produce is decided by an atomic mark in the
+// store (DECISIONS D5).
+package facilitator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"sync"
+	"time"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
+
+	"github.com/llm4agents/llm4agents/internal/chain"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// Backend is what the facilitator reads from a node. *ethclient.Client and
+// simulated.Client satisfy it.
+type Backend interface {
+	exact.Chain
+	ethereum.LogFilterer
+	TransactionReceipt(ctx context.Context, hash common.Hash) (*types.Receipt, error)
+	TransactionByHash(ctx context.Context, hash common.Hash) (*types.Transaction, bool, error)
+	BlockNumber(ctx context.Context) (uint64, error)
+}
+
+// Sender broadcasts transactions from the facilitator's account. internal/chain's
+// Sender implements it.
+type Sender interface {
+	Address() common.Address
+	// Send broadcasts a transaction calling to with data. A nil transaction with an
+	// error means nothing was broadcast; a transaction with an error means it may
+	// have been.
+	Send(ctx context.Context, to common.Address, data []byte) (*types.Transaction, error)
+	// Wait returns the receipt of tx (or of a replacement of it) once mined. When
+	// ctx ends first it returns a *chain.PendingError carrying the hash of the
+	// latest transaction broadcast for it.
+	Wait(ctx context.Context, tx *types.Transaction) (*types.Receipt, error)
+}
+
+// Asset is a token the facilitator settles.
+type Asset struct {
+	Address common.Address
+	Name    string // EIP-712 domain name
+	Version string // EIP-712 domain version
+}
+
+// Config tunes a Facilitator.
+type Config struct {
+	Network string // eip155:<chain id>
+	Assets  []Asset
+	// SettleTimeout bounds the wait for a receipt; past it the answer is
+	// settlement_pending (DECISIONS D3). Default 30 s.
+	SettleTimeout time.Duration
+	// ClaimLease is how long a claim without a broadcast blocks others before it
+	// may be taken over. Default 2 min.
+	ClaimLease time.Duration
+	// LookbackBlocks bounds the log search for who used an authorization.
+	// Default 100,000.
+	LookbackBlocks uint64
+	// Owner names this process in claims.
+	Owner string
+}
+
+// Defaults of Config.
+const (
+	DefaultSettleTimeout  = 30 * time.Second
+	DefaultClaimLease     = 2 * time.Minute
+	DefaultLookbackBlocks = 100_000
+)
+
+// Facilitator verifies and settles EVM exact payments on one network.
+type Facilitator struct {
+	cfg      Config
+	chainID  *big.Int
+	backend  Backend
+	sender   Sender
+	store    store.Settlements
+	verifier *exact.Verifier
+	log      *slog.Logger
+	assets   map[common.Address]Asset
+
+	// sent maps the hashes of transactions this process broadcast (and of their
+	// replacements) to the transaction, so resolve can keep waiting on them.
+	// Entries are dropped once their settlement concludes.
+	sent sync.Map
+}
+
+// New returns a Facilitator for cfg.Network.
+func New(cfg Config, backend Backend, sender Sender, st store.Settlements, log *slog.Logger) (*Facilitator, error) {
+	chainID, err := exact.ChainID(cfg.Network)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Assets) == 0 {
+		return nil, errors.New("facilitator: no assets configured")
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = DefaultSettleTimeout
+	}
+	if cfg.ClaimLease <= 0 {
+		cfg.ClaimLease = DefaultClaimLease
+	}
+	if cfg.LookbackBlocks == 0 {
+		cfg.LookbackBlocks = DefaultLookbackBlocks
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = sender.Address().Hex()
+	}
+	f := &Facilitator{
+		cfg: cfg, chainID: chainID, backend: backend, sender: sender, store: st,
+		verifier: &exact.Verifier{Chain: backend, ChainID: chainID, Caller: sender.Address()},
+		log:      log.With("component", "facilitator", "network", cfg.Network),
+		assets:   make(map[common.Address]Asset, len(cfg.Assets)),
+	}
+	for _, a := range cfg.Assets {
+		f.assets[a.Address] = a
+	}
+	return f, nil
+}
+
+// SetNow replaces the verifier's clock (tests).
+func (f *Facilitator) SetNow(now func() time.Time) { f.verifier.Now = now }
+
+// Supported lists the one kind this facilitator serves and its signer.
+func (f *Facilitator) Supported(context.Context) (*x402.SupportedResponse, error) {
+	return &x402.SupportedResponse{
+		Kinds:      []x402.SupportedKind{{X402Version: x402.Version, Scheme: exact.Scheme, Network: f.cfg.Network}},
+		Extensions: []string{},
+		Signers:    map[string][]string{"eip155:*": {f.sender.Address().Hex()}},
+	}, nil
+}
+
+// route refuses requirements this facilitator does not serve.
+func (f *Facilitator) route(req x402.PaymentRequirements) *x402.VerifyError {
+	if req.Scheme != exact.Scheme {
+		return &x402.VerifyError{Reason: x402.ReasonUnsupportedScheme, Message: fmt.Sprintf("scheme %q is not supported", req.Scheme)}
+	}
+	if req.Network != f.cfg.Network {
+		return &x402.VerifyError{Reason: x402.ReasonInvalidNetwork, Message: fmt.Sprintf("network %q is not supported", req.Network)}
+	}
+	asset, err := exact.ParseAddress(req.Asset)
+	if err != nil {
+		return &x402.VerifyError{Reason: x402.ReasonInvalidRequirements, Message: "asset is not an address"}
+	}
+	if _, ok := f.assets[asset]; !ok {
+		return &x402.VerifyError{Reason: x402.ReasonEVMAssetNotSupported, Message: fmt.Sprintf("asset %s is not supported", asset.Hex())}
+	}
+	return nil
+}
+
+// Verify checks a payment without changing chain state.
+func (f *Facilitator) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.VerifyResponse, error) {
+	if verr := f.route(req); verr != nil {
+		return verr.Response(), nil
+	}
+	vd, err := f.verifier.Verify(ctx, p, req)
+	var verr *x402.VerifyError
+	switch {
+	case errors.As(err, &verr):
+		return verr.Response(), nil
+	case err != nil:
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	return &x402.VerifyResponse{IsValid: true, Payer: vd.Payer().Hex()}, nil
+}
+
+// Settle verifies a payment and settles it on chain, at most once per
+// authorization. It answers protocol outcomes as responses; an error means no
+// verdict could be reached and nothing was broadcast.
+func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	if verr := f.route(req); verr != nil {
+		return settleFailure(req.Network, verr), nil
+	}
+	vd, _, err := f.verifier.Check(p, req)
+	var verr *x402.VerifyError
+	if errors.As(err, &verr) {
+		return settleFailure(req.Network, verr), nil
+	} else if err != nil {
+		return nil, err
+	}
+	// Work past this point outlives the caller: once a claim is taken the outcome
+	// must be recorded even if the client goes away.
+	ctx = context.WithoutCancel(ctx)
+	key := vd.Key()
+	rec, err := f.store.Settlement(ctx, key)
+	switch {
+	case err == nil:
+		return f.resume(ctx, vd, rec, p, req)
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("settle: %w", err)
+	}
+	full, err := f.verifier.Verify(ctx, p, req)
+	if err != nil {
+		if errors.As(err, &verr) {
+			if verr.Reason == x402.ReasonEVMNonceAlreadyUsed {
+				return f.usedElsewhere(ctx, vd, verr)
+			}
+			return settleFailure(req.Network, verr), nil
+		}
+		return nil, fmt.Errorf("settle: %w", err)
+	}
+	vd = full
+	rec, held, err := f.store.ClaimSettlement(ctx, newRecord(vd, f.cfg.Owner), f.cfg.ClaimLease)
+	if err != nil {
+		return nil, fmt.Errorf("settle: claim: %w", err)
+	}
+	if !held {
+		return f.resume(ctx, vd, rec, p, req)
+	}
+	return f.broadcast(ctx, vd, rec)
+}
+
+func newRecord(vd *exact.Verified, owner string) store.Settlement {
+	a := &vd.Payload.Authorization
+	return store.Settlement{
+		Key: vd.Key(), Network: vd.Network, Asset: vd.Asset.Hex(), Payer: a.From.Hex(),
+		PayTo: a.To.Hex(), Amount: a.Value.String(), Owner: owner,
+	}
+}
+
+// broadcast sends the transfer for a claim this call holds and waits for it.
+func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
+	data, err := exact.TransferCalldata(vd)
+	if err != nil {
+		f.release(ctx, rec)
+		return nil, err
+	}
+	tx, err := f.sender.Send(ctx, vd.Asset, data)
+	if err != nil && tx == nil {
+		// Nothing left this process: give the authorization back. A revert during
+		// gas estimation is a verdict; anything else is not.
+		f.release(ctx, rec)
+		if exact.IsRevert(err) {
+			if verr := f.diagnose(ctx, vd); verr != nil {
+				return settleFailure(vd.Network, verr), nil
+			}
+		}
+		return nil, fmt.Errorf("settle: send: %w", err)
+	}
+	if err != nil {
+		f.log.Warn("broadcast outcome unknown; resolving from chain", "key", rec.Key, "tx", tx.Hash().Hex(), "err", err)
+	}
+	f.remember(tx, tx.Hash())
+	if uerr := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, tx.Hash().Hex(), ""); uerr != nil {
+		// The transaction is out; losing the record would let a later caller think
+		// nothing was sent. Report pending so the reconciler and retries look at
+		// the chain.
+		f.log.Error("record broadcast", "key", rec.Key, "tx", tx.Hash().Hex(), "err", uerr)
+		return pending(vd, tx.Hash()), nil
+	}
+	rec.State, rec.TxHash = store.StateBroadcast, tx.Hash().Hex()
+	f.remember(tx, tx.Hash())
+	waitCtx, cancel := context.WithTimeout(ctx, f.cfg.SettleTimeout)
+	defer cancel()
+	receipt, err := f.sender.Wait(waitCtx, tx)
+	if err != nil {
+		if h, ok := PendingHash(err); ok {
+			f.remember(tx, h)
+			if h != tx.Hash() {
+				_ = f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, h.Hex(), "")
+			}
+			return pending(vd, h), nil
+		}
+		// The nonce was consumed by something else, or the node failed: the chain
+		// decides.
+		f.log.Warn("wait for settlement", "key", rec.Key, "err", err)
+		return f.fromChain(ctx, vd, rec)
+	}
+	return f.conclude(ctx, vd, rec, receipt)
+}
+
+// PendingHash extracts the latest transaction hash from a Sender.Wait error that
+// means "broadcast, not mined yet".
+func PendingHash(err error) (common.Hash, bool) {
+	var p *chain.PendingError
+	if errors.As(err, &p) {
+		return p.Hash, true
+	}
+	return common.Hash{}, false
+}
+
+// conclude records the outcome of a mined transaction.
+func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec store.Settlement, receipt *types.Receipt) (*x402.SettleResponse, error) {
+	a := &vd.Payload.Authorization
+	if receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
+		if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateSettled, receipt.TxHash.Hex(), ""); err != nil && !errors.Is(err, store.ErrFenced) {
+			return nil, fmt.Errorf("record settlement: %w", err)
+		}
+		return f.report(ctx, vd, rec.Key, receipt.TxHash)
+	}
+	if receipt.Status == types.ReceiptStatusSuccessful {
+		// Mined, but the logs do not show this transfer: never call it paid.
+		return f.fail(ctx, vd, rec, x402.ReasonEVMTransferEventMismatch, receipt.TxHash, "transaction succeeded without the expected transfer")
+	}
+	// Reverted. If the authorization is now used, someone else got there first.
+	return f.fromChain(ctx, vd, rec)
+}
+
+// report answers success:true to exactly one caller per authorization (D5) and
+// "already used" with the settling transaction to every other.
+func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string, tx common.Hash) (*x402.SettleResponse, error) {
+	won, err := f.store.MarkSuccessReported(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("mark success: %w", err)
+	}
+	if !won {
+		return alreadySettled(vd, tx), nil
+	}
+	f.log.Info("settled", "key", key, "tx", tx.Hex())
+	return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: vd.Network, Payer: vd.Payer().Hex()}, nil
+}
+
+// resume continues from an existing record, never re-broadcasting what was sent.
+// p and req are the call's own payload and requirements, verified again before a
+// taken-over claim is broadcast.
+func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.Settlement, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	switch rec.State {
+	case store.StateSettled:
+		return f.report(ctx, vd, rec.Key, common.HexToHash(rec.TxHash))
+	case store.StateFailed:
+		return &x402.SettleResponse{
+			Success: false, ErrorReason: x402.Reason(rec.Reason), Transaction: "", Network: vd.Network, Payer: vd.Payer().Hex(),
+		}, nil
+	case store.StateBroadcast:
+		return f.resolve(ctx, vd, rec)
+	case store.StateClaimed:
+		// Another call holds the claim. The store takes it over for us only when
+		// its lease expired (the holder died before or while broadcasting); then
+		// the chain is read before anything else.
+		rec2, held, err := f.store.ClaimSettlement(ctx, newRecord(vd, f.cfg.Owner), f.cfg.ClaimLease)
+		if err != nil {
+			return nil, fmt.Errorf("take over claim: %w", err)
+		}
+		if !held {
+			if rec2.State == store.StateClaimed {
+				return alreadyInFlight(vd), nil
+			}
+			return f.resume(ctx, vd, rec2, p, req)
+		}
+		used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, vd.Payer(), vd.Payload.Authorization.Nonce)
+		if err != nil {
+			f.release(ctx, rec2)
+			return nil, fmt.Errorf("take over claim: %w", err)
+		}
+		if used {
+			return f.resolve(ctx, vd, rec2)
+		}
+		full, err := f.verifier.Verify(ctx, p, req)
+		if err != nil {
+			f.release(ctx, rec2)
+			var verr *x402.VerifyError
+			if errors.As(err, &verr) {
+				return settleFailure(vd.Network, verr), nil
+			}
+			return nil, err
+		}
+		return f.broadcast(ctx, full, rec2)
+	}
+	return nil, fmt.Errorf("settlement %s in unknown state %q", rec.Key, rec.State)
+}
+
+// resolve settles the fate of a record whose transaction may or may not have
+// mined. A transaction this process sent is waited for again (up to the settle
+// timeout), which also re-broadcasts it if the node dropped it and replaces it if
+// it is stuck; everything else is read from the chain.
+func (f *Facilitator) resolve(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
+	if rec.State == store.StateBroadcast && rec.TxHash != "" {
+		if tx := f.knownTx(ctx, common.HexToHash(rec.TxHash)); tx != nil {
+			waitCtx, cancel := context.WithTimeout(ctx, f.cfg.SettleTimeout)
+			receipt, err := f.sender.Wait(waitCtx, tx)
+			cancel()
+			if err == nil {
+				return f.conclude(ctx, vd, rec, receipt)
+			}
+			if h, ok := PendingHash(err); ok {
+				f.remember(tx, h)
+				if h != tx.Hash() {
+					_ = f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, h.Hex(), "")
+				}
+				return pending(vd, h), nil
+			}
+			f.log.Warn("wait for settlement", "key", rec.Key, "err", err)
+		}
+	}
+	return f.fromChain(ctx, vd, rec)
+}
+
+// knownTx returns a transaction we broadcast, from memory or from the node's
+// pool; nil when neither has it (a restart, then a drop).
+func (f *Facilitator) knownTx(ctx context.Context, h common.Hash) *types.Transaction {
+	if tx, ok := f.sent.Load(h); ok {
+		return tx.(*types.Transaction)
+	}
+	tx, isPending, err := f.backend.TransactionByHash(ctx, h)
+	if err != nil || !isPending {
+		return nil
+	}
+	return tx
+}
+
+// remember keeps tx under its own hash and under the hash of its latest
+// replacement, so a later resolve can wait for it.
+func (f *Facilitator) remember(tx *types.Transaction, latest common.Hash) {
+	f.sent.Store(tx.Hash(), tx)
+	f.sent.Store(latest, tx)
+}
+
+// fromChain settles the fate of a record from the chain alone, without waiting.
+func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
+	if rec.TxHash != "" {
+		receipt, err := f.backend.TransactionReceipt(ctx, common.HexToHash(rec.TxHash))
+		if err == nil && receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization) {
+			return f.conclude(ctx, vd, rec, receipt)
+		}
+		if err != nil && !errors.Is(err, ethereum.NotFound) {
+			return nil, fmt.Errorf("read receipt: %w", err)
+		}
+	}
+	used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, vd.Payer(), vd.Payload.Authorization.Nonce)
+	if err != nil {
+		return nil, fmt.Errorf("resolve settlement: %w", err)
+	}
+	if !used {
+		if rec.State == store.StateBroadcast {
+			// Sent and not mined; the sender keeps it alive. Never send again.
+			return pending(vd, common.HexToHash(rec.TxHash)), nil
+		}
+		return nil, fmt.Errorf("settlement %s: authorization unused and nothing broadcast", rec.Key)
+	}
+	ev, receipt, err := f.findUse(ctx, vd)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case ev == nil:
+		// Used, but the event is beyond the lookback: the money did not reach us
+		// through any transaction we can show.
+		return f.fail(ctx, vd, rec, x402.ReasonEVMNonceAlreadyUsed, common.Hash{}, "authorization used; its transaction was not found")
+	case ev.Canceled:
+		return f.fail(ctx, vd, rec, x402.ReasonEVMNonceAlreadyUsed, ev.TxHash, "authorization canceled by the payer")
+	case receipt != nil && f.ours(ctx, ev.TxHash) && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization):
+		if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateSettled, ev.TxHash.Hex(), ""); err != nil && !errors.Is(err, store.ErrFenced) {
+			return nil, fmt.Errorf("record settlement: %w", err)
+		}
+		return f.report(ctx, vd, rec.Key, ev.TxHash)
+	default:
+		// Someone else's transaction used it first. Report it as already settled,
+		// with that transaction, never as a fresh success.
+		return f.fail(ctx, vd, rec, x402.ReasonEVMNonceAlreadyUsed, ev.TxHash, "authorization used by another transaction")
+	}
+}
+
+// usedElsewhere answers a fresh settle whose authorization is already used on
+// chain and of which we hold no record.
+func (f *Facilitator) usedElsewhere(ctx context.Context, vd *exact.Verified, verr *x402.VerifyError) (*x402.SettleResponse, error) {
+	resp := settleFailure(vd.Network, verr)
+	if ev, _, err := f.findUse(ctx, vd); err == nil && ev != nil {
+		resp.Transaction = ev.TxHash.Hex()
+	}
+	return resp, nil
+}
+
+func (f *Facilitator) findUse(ctx context.Context, vd *exact.Verified) (*exact.UseEvent, *types.Receipt, error) {
+	head, err := f.backend.BlockNumber(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read block number: %w", err)
+	}
+	from := uint64(0)
+	if head > f.cfg.LookbackBlocks {
+		from = head - f.cfg.LookbackBlocks
+	}
+	a := &vd.Payload.Authorization
+	ev, err := exact.FindUse(ctx, f.backend, vd.Asset, a.From, a.Nonce, from)
+	if err != nil || ev == nil {
+		return ev, nil, err
+	}
+	receipt, err := f.backend.TransactionReceipt(ctx, ev.TxHash)
+	if err != nil {
+		return ev, nil, fmt.Errorf("read receipt: %w", err)
+	}
+	return ev, receipt, nil
+}
+
+// ours reports whether our signer sent tx (DECISIONS D5: any of our own signers).
+func (f *Facilitator) ours(ctx context.Context, hash common.Hash) bool {
+	tx, _, err := f.backend.TransactionByHash(ctx, hash)
+	if err != nil {
+		return false
+	}
+	from, err := types.Sender(types.LatestSignerForChainID(f.chainID), tx)
+	return err == nil && from == f.sender.Address()
+}
+
+func (f *Facilitator) fail(ctx context.Context, vd *exact.Verified, rec store.Settlement, reason x402.Reason, tx common.Hash, msg string) (*x402.SettleResponse, error) {
+	if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateFailed, txHex(tx), string(reason)); err != nil && !errors.Is(err, store.ErrFenced) {
+		return nil, fmt.Errorf("record failure: %w", err)
+	}
+	return &x402.SettleResponse{
+		Success: false, ErrorReason: reason, ErrorMessage: msg, Transaction: txHex(tx), Network: vd.Network, Payer: vd.Payer().Hex(),
+	}, nil
+}
+
+func (f *Facilitator) diagnose(ctx context.Context, vd *exact.Verified) *x402.VerifyError {
+	err := f.verifier.Simulate(ctx, vd)
+	var verr *x402.VerifyError
+	if errors.As(err, &verr) {
+		return verr
+	}
+	return nil
+}
+
+func (f *Facilitator) release(ctx context.Context, rec store.Settlement) {
+	if err := f.store.ReleaseSettlement(ctx, rec.Key, rec.Fence); err != nil {
+		f.log.Warn("release claim", "key", rec.Key, "err", err)
+	}
+}
+
+func txHex(h common.Hash) string {
+	if h == (common.Hash{}) {
+		return ""
+	}
+	return h.Hex()
+}
+
+func settleFailure(network string, verr *x402.VerifyError) *x402.SettleResponse {
+	return &x402.SettleResponse{
+		Success: false, ErrorReason: verr.Reason, ErrorMessage: verr.Message, Payer: verr.Payer, Transaction: "", Network: network,
+	}
+}
+
+func pending(vd *exact.Verified, tx common.Hash) *x402.SettleResponse {
+	return &x402.SettleResponse{
+		Success: false, ErrorReason: x402.ReasonSettlementPending, ErrorMessage: "transaction broadcast, not yet mined",
+		Transaction: tx.Hex(), Network: vd.Network, Payer: vd.Payer().Hex(),
+	}
+}
+
+func alreadySettled(vd *exact.Verified, tx common.Hash) *x402.SettleResponse {
+	return &x402.SettleResponse{
+		Success: false, ErrorReason: x402.ReasonEVMNonceAlreadyUsed, ErrorMessage: "authorization already settled",
+		Transaction: txHex(tx), Network: vd.Network, Payer: vd.Payer().Hex(),
+	}
+}
+
+func alreadyInFlight(vd *exact.Verified) *x402.SettleResponse {
+	return &x402.SettleResponse{
+		Success: false, ErrorReason: x402.ReasonEVMNonceAlreadyUsed, ErrorMessage: "authorization is being settled by another request",
+		Transaction: "", Network: vd.Network, Payer: vd.Payer().Hex(),
+	}
+}
+
+var _ Sender = (*chain.Sender)(nil)

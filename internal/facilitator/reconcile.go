@@ -1,0 +1,131 @@
+package facilitator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// Reconcile resolves unresolved settlement records from the chain: a broadcast
+// whose outcome was never recorded (a crash, a settle that answered pending), or a
+// claim whose holder died. It never broadcasts; a record whose transaction is still
+// unmined stays as it is. It returns how many records reached a final state.
+func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
+	recs, err := f.store.UnresolvedSettlements(ctx, 100)
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: %w", err)
+	}
+	done := 0
+	var errs []error
+	for _, rec := range recs {
+		if rec.Network != f.cfg.Network {
+			continue
+		}
+		vd, err := recordToVerified(rec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		switch rec.State {
+		case store.StateBroadcast:
+			resp, err := f.resolve(ctx, vd, rec)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if resp.ErrorReason != "settlement_pending" {
+				done++
+			}
+		case store.StateClaimed:
+			if time.Now().Before(rec.LeaseUntil) {
+				continue
+			}
+			used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, vd.Payer(), vd.Payload.Authorization.Nonce)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if !used {
+				// Nothing was mined for it: give the authorization back.
+				f.release(ctx, rec)
+				done++
+				continue
+			}
+			if _, err := f.resolve(ctx, vd, rec); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			done++
+		}
+	}
+	return done, errors.Join(errs...)
+}
+
+// recordToVerified rebuilds what resolve needs from a stored record.
+func recordToVerified(rec store.Settlement) (*exact.Verified, error) {
+	parts := strings.Split(rec.Key, "/")
+	if len(parts) != 4 {
+		return nil, fmt.Errorf("settlement key %q is malformed", rec.Key)
+	}
+	value, err := exact.ParseUint256(rec.Amount)
+	if err != nil {
+		return nil, fmt.Errorf("settlement %s amount: %w", rec.Key, err)
+	}
+	return &exact.Verified{
+		Network: rec.Network,
+		Asset:   common.HexToAddress(parts[1]),
+		PayTo:   common.HexToAddress(rec.PayTo),
+		Payload: &exact.Payload{Authorization: exact.Authorization{
+			From: common.HexToAddress(parts[2]), To: common.HexToAddress(rec.PayTo), Value: value,
+			ValidAfter: new(big.Int), ValidBefore: new(big.Int), Nonce: common.HexToHash(parts[3]),
+		}},
+	}, nil
+}
+
+// Reconciler runs Reconcile at start and then periodically until Close.
+type Reconciler struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// StartReconciler starts the loop. Errors are logged, never fatal.
+func (f *Facilitator) StartReconciler(every time.Duration) *Reconciler {
+	r := &Reconciler{stop: make(chan struct{})}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), every+30*time.Second)
+			n, err := f.Reconcile(ctx)
+			cancel()
+			if err != nil {
+				f.log.Warn("reconcile", "err", err)
+			} else if n > 0 {
+				f.log.Info("reconciled settlements", "resolved", n)
+			}
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return r
+}
+
+// Close stops the loop and waits for it.
+func (r *Reconciler) Close() {
+	close(r.stop)
+	r.wg.Wait()
+}

@@ -1,0 +1,493 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/migrations"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+const (
+	// busyTimeoutMs is how long a connection waits for another connection's
+	// write lock before the statement fails with SQLITE_BUSY.
+	busyTimeoutMs = 5000
+	// maxReaders bounds the read pool; WAL readers never block each other.
+	maxReaders = 4
+	// openTimeout bounds Open, migrations included, when ctx has no earlier
+	// deadline.
+	openTimeout = 30 * time.Second
+)
+
+// Connection parameters (modernc.org/sqlite DSN keys, validated by the driver
+// before it applies any). The writer takes the write lock at BEGIN
+// (_txlock=immediate), so a read-modify-write transaction never has to upgrade
+// a read snapshot another connection has meanwhile made stale.
+var (
+	writerParams = fmt.Sprintf("_txlock=immediate&_busy_timeout=%d&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1", busyTimeoutMs)
+	readerParams = fmt.Sprintf("_busy_timeout=%d&_foreign_keys=1&_query_only=1", busyTimeoutMs)
+)
+
+// DB is a SQLite store. Its methods are safe for concurrent use, and several
+// DB values may be open on one file at once, in one process or in several.
+type DB struct {
+	// Now is the clock leases are judged by and records are stamped with,
+	// to the millisecond. Open sets it to time.Now (nil means the same);
+	// tests replace it before the first call and must not change the field
+	// afterwards (the time it returns may change).
+	Now func() time.Time
+
+	rw  *sql.DB // exactly one connection: every write, in IMMEDIATE transactions
+	ro  *sql.DB // read-only connections
+	log *slog.Logger
+}
+
+// Open opens the SQLite database file at path, creating it if needed, and
+// brings its schema up to date. path is a plain file path: ":memory:" is
+// refused, because every connection would get a database of its own.
+// A nil log discards log output.
+func Open(ctx context.Context, path string, log *slog.Logger) (_ *DB, err error) {
+	defer wrap(&err, "open %q", path)
+	switch {
+	case path == "", path == ":memory:", strings.HasPrefix(path, "file:"), strings.ContainsAny(path, "?#"):
+		return nil, errors.New("want a plain file path (no URI, query or in-memory database)")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "store/sqlite")
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+
+	rw, err := sql.Open("sqlite", path+"?"+writerParams)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	// One writer connection, kept open: writers of this DB queue in
+	// database/sql instead of polling SQLite's lock, and the WAL stays open.
+	rw.SetMaxOpenConns(1)
+	rw.SetMaxIdleConns(1)
+	rw.SetConnMaxLifetime(0)
+	rw.SetConnMaxIdleTime(0)
+	db := &DB{Now: time.Now, rw: rw, log: log}
+	defer func() {
+		if err != nil {
+			_ = db.Close()
+		}
+	}()
+
+	var mode string
+	if err := rw.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return nil, fmt.Errorf("journal_mode is %q, want wal", mode)
+	}
+	if err := migrate(ctx, rw, log); err != nil {
+		return nil, err
+	}
+
+	ro, err := sql.Open("sqlite", path+"?"+readerParams)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	ro.SetMaxOpenConns(maxReaders)
+	db.ro = ro
+	if err := ro.PingContext(ctx); err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return db, nil
+}
+
+// Close closes the database. Calls in progress may fail.
+func (db *DB) Close() error {
+	var errs []error
+	if db.ro != nil {
+		errs = append(errs, db.ro.Close())
+	}
+	// The writer closes last: closing the last connection checkpoints the WAL.
+	errs = append(errs, db.rw.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sqlite: close: %w", err)
+	}
+	return nil
+}
+
+// migrate applies every migration the file lacks, all in one transaction,
+// and refuses a file whose schema is newer than this binary's.
+func migrate(ctx context.Context, rw *sql.DB, log *slog.Logger) (err error) {
+	defer wrap(&err, "migrate")
+	all, err := migrations.All()
+	if err != nil {
+		return err
+	}
+	tx, err := rw.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr(ctx, err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after Commit
+
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+    version       BIGINT NOT NULL PRIMARY KEY,
+    name          TEXT   NOT NULL,
+    applied_at_ms BIGINT NOT NULL
+)`); err != nil {
+		return mapErr(ctx, err)
+	}
+	applied, err := appliedMigrations(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for i, name := range applied {
+		switch v := i + 1; {
+		case v > len(all):
+			return fmt.Errorf("database schema version %d is newer than this binary's %d", len(applied), len(all))
+		case all[i].Name != name:
+			return fmt.Errorf("database has migration %04d_%s, this binary has %04d_%s", v, name, v, all[i].Name)
+		}
+	}
+	for _, m := range all[len(applied):] {
+		if _, err := tx.ExecContext(ctx, m.Up); err != nil {
+			return fmt.Errorf("%04d_%s: %w", m.Version, m.Name, mapErr(ctx, err))
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES (?, ?, ?)`,
+			m.Version, m.Name, time.Now().UnixMilli()); err != nil {
+			return mapErr(ctx, err)
+		}
+		log.InfoContext(ctx, "applied migration", "version", m.Version, "name", m.Name)
+	}
+	return mapErr(ctx, tx.Commit())
+}
+
+// appliedMigrations returns the names of the applied migrations, index i
+// holding version i+1; it fails if the versions have a gap.
+func appliedMigrations(ctx context.Context, tx *sql.Tx) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT version, name FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var v int
+		var name string
+		if err := rows.Scan(&v, &name); err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		if v != len(names)+1 {
+			return nil, fmt.Errorf("schema_migrations has version %d where %d was expected", v, len(names)+1)
+		}
+		names = append(names, name)
+	}
+	return names, mapErr(ctx, rows.Err())
+}
+
+const columns = `settlement_key, network, asset, payer, pay_to, amount, state, tx_hash, reason, owner,
+    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms`
+
+const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_key = ?`
+
+// ClaimSettlement implements store.Settlements. It reads and writes in one
+// IMMEDIATE transaction, so of any number of concurrent callers, on any number
+// of DB values, exactly one creates or takes over the record.
+func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
+	defer wrap(&err, "claim settlement %q", s.Key)
+	if s.Key == "" {
+		return store.Settlement{}, false, errors.New("empty key")
+	}
+	if lease <= 0 {
+		return store.Settlement{}, false, fmt.Errorf("lease %v is not positive", lease)
+	}
+	// Round the lease up, so it is never shorter than asked.
+	leaseMs := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	var rec store.Settlement
+	var won bool
+	err = db.write(ctx, func(tx *sql.Tx) error {
+		now := db.nowMs()
+		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, s.Key))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			fence, err := nextFence(ctx, tx)
+			if err != nil {
+				return err
+			}
+			rec, err = scan(tx.QueryRowContext(ctx, `INSERT INTO settlements (
+    settlement_key, network, asset, payer, pay_to, amount, state, owner,
+    fence, lease_until_ms, created_at_ms, updated_at_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+RETURNING `+columns,
+				s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, store.StateClaimed, s.Owner,
+				fence, now+leaseMs, now, now))
+			won = err == nil
+			return err
+		case err != nil:
+			return err
+		case cur.State == store.StateClaimed && now >= cur.LeaseUntil.UnixMilli():
+			fence, err := nextFence(ctx, tx)
+			if err != nil {
+				return err
+			}
+			rec, err = scan(tx.QueryRowContext(ctx, `UPDATE settlements
+SET owner = ?, fence = ?, lease_until_ms = ?, updated_at_ms = ?
+WHERE settlement_key = ?
+RETURNING `+columns,
+				s.Owner, fence, now+leaseMs, now, s.Key))
+			if err != nil {
+				return err
+			}
+			won = true
+			db.log.InfoContext(ctx, "took over expired settlement claim",
+				"key", s.Key, "previous_owner", cur.Owner, "owner", s.Owner, "fence", fence)
+			return nil
+		default:
+			rec = cur
+			return nil
+		}
+	})
+	if err != nil {
+		return store.Settlement{}, false, err
+	}
+	return rec, won, nil
+}
+
+// nextFence draws the next fencing token from the one counter, so a token is
+// never handed out twice, not even for a key released and claimed again.
+func nextFence(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var fence int64
+	err := tx.QueryRowContext(ctx, `UPDATE settlement_fences SET last = last + 1 WHERE id = 1 RETURNING last`).Scan(&fence)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, errors.New("fence counter row missing")
+	}
+	return fence, err
+}
+
+// UpdateSettlement implements store.Settlements.
+//
+// Beyond the interface's contract it refuses, with an error that is not a
+// sentinel, a state the store does not know or StateClaimed (a record never
+// goes back to claimed, where it could be released or taken over and its
+// authorization broadcast again), StateBroadcast or StateSettled without a
+// transaction hash, and StateFailed without a reason. StateSettled and
+// StateFailed are terminal: writing the values the record already holds
+// succeeds and changes nothing, anything else is ErrFenced (someone else
+// resolved the record; the caller must stop and read it).
+func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
+	defer wrap(&err, "update settlement %q to %s", key, state)
+	switch state {
+	case store.StateBroadcast, store.StateSettled:
+		if txHash == "" {
+			return errors.New("no transaction hash")
+		}
+	case store.StateFailed:
+		if reason == "" {
+			return errors.New("no reason")
+		}
+	case store.StateClaimed:
+		return errors.New("a record never goes back to claimed")
+	default:
+		return errors.New("unknown state")
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	return db.write(ctx, func(tx *sql.Tx) error {
+		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
+		if err != nil {
+			return err
+		}
+		if cur.Fence != fence {
+			return fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
+		}
+		if cur.State == store.StateSettled || cur.State == store.StateFailed {
+			if cur.State == state && cur.TxHash == txHash && cur.Reason == reason {
+				return nil
+			}
+			return fmt.Errorf("record is already %s: %w", cur.State, store.ErrFenced)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE settlements SET state = ?, tx_hash = ?, reason = ?, updated_at_ms = ? WHERE settlement_key = ?`,
+			state, txHash, reason, db.nowMs(), key)
+		return err
+	})
+}
+
+// ReleaseSettlement implements store.Settlements.
+func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (err error) {
+	defer wrap(&err, "release settlement %q", key)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	return db.write(ctx, func(tx *sql.Tx) error {
+		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
+		if err != nil {
+			return err
+		}
+		if cur.Fence != fence {
+			return fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
+		}
+		if cur.State != store.StateClaimed {
+			return fmt.Errorf("record is %s, past claimed: %w", cur.State, store.ErrFenced)
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM settlements WHERE settlement_key = ?`, key)
+		return err
+	})
+}
+
+// MarkSuccessReported implements store.Settlements. The mark is one
+// conditional UPDATE; only the call that changed the row gets true. It
+// returns ErrNotFound if there is no record for key.
+func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
+	defer wrap(&err, "mark success reported %q", key)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	var set bool
+	err = db.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE settlements SET success_reported = 1, updated_at_ms = ?
+WHERE settlement_key = ? AND state = 'settled' AND success_reported = 0`, db.nowMs(), key)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if set = n == 1; set {
+			return nil
+		}
+		// Not settled, already reported, or absent: only the last is an error.
+		var one int
+		return tx.QueryRowContext(ctx, `SELECT 1 FROM settlements WHERE settlement_key = ?`, key).Scan(&one)
+	})
+	if err != nil {
+		return false, err
+	}
+	return set, nil
+}
+
+// Settlement implements store.Settlements.
+func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, err error) {
+	defer wrap(&err, "settlement %q", key)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	s, err := scan(db.ro.QueryRowContext(ctx, selectByKey, key))
+	if err != nil {
+		return store.Settlement{}, mapErr(ctx, err)
+	}
+	return s, nil
+}
+
+// UnresolvedSettlements implements store.Settlements. Records created in the
+// same millisecond come in key order. limit must be positive.
+func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
+	defer wrap(&err, "unresolved settlements")
+	if limit <= 0 {
+		return nil, fmt.Errorf("limit %d is not positive", limit)
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	rows, err := db.ro.QueryContext(ctx, `SELECT `+columns+` FROM settlements
+WHERE state IN ('claimed', 'broadcast')
+ORDER BY created_at_ms, settlement_key
+LIMIT ?`, limit)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	defer rows.Close()
+	var out []store.Settlement
+	for rows.Next() {
+		s, err := scan(rows)
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return out, nil
+}
+
+// write runs fn in an IMMEDIATE transaction on the writer connection and
+// commits it if fn returns nil.
+func (db *DB) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := db.rw.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr(ctx, err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	if err := fn(tx); err != nil {
+		return mapErr(ctx, err)
+	}
+	return mapErr(ctx, tx.Commit())
+}
+
+func (db *DB) nowMs() int64 {
+	if db.Now == nil {
+		return time.Now().UnixMilli()
+	}
+	return db.Now().UnixMilli()
+}
+
+// scan reads one row of columns.
+func scan(row interface{ Scan(...any) error }) (store.Settlement, error) {
+	var s store.Settlement
+	var state string
+	var leaseUntil, created, updated int64
+	err := row.Scan(&s.Key, &s.Network, &s.Asset, &s.Payer, &s.PayTo, &s.Amount, &state, &s.TxHash, &s.Reason, &s.Owner,
+		&s.Fence, &leaseUntil, &s.SuccessReported, &created, &updated)
+	if err != nil {
+		return store.Settlement{}, err
+	}
+	s.State = store.SettlementState(state)
+	s.LeaseUntil = time.UnixMilli(leaseUntil).UTC()
+	s.CreatedAt = time.UnixMilli(created).UTC()
+	s.UpdatedAt = time.UnixMilli(updated).UTC()
+	return s, nil
+}
+
+// mapErr turns what database/sql and the driver return into errors callers
+// may inspect: sql.ErrNoRows becomes store.ErrNotFound, the store's own
+// sentinels and context errors pass through wrapped, and a driver error keeps
+// only its text, so that no driver type leaves this package.
+func mapErr(ctx context.Context, err error) error {
+	var se *sqlite.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return store.ErrNotFound
+	case !errors.As(err, &se):
+		return err
+	case ctx.Err() != nil:
+		// The busy handler and the interrupt give up once ctx is done.
+		return fmt.Errorf("%w (%s)", ctx.Err(), se.Error())
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		// After busy_timeout, or at once where waiting could not help.
+		return fmt.Errorf("database busy: another connection holds the lock (busy_timeout %d ms): %s", busyTimeoutMs, se.Error())
+	default:
+		return errors.New(se.Error())
+	}
+}
+
+// wrap prefixes a non-nil *errp with the package and the operation.
+func wrap(errp *error, format string, args ...any) {
+	if *errp != nil {
+		*errp = fmt.Errorf("sqlite: %s: %w", fmt.Sprintf(format, args...), *errp)
+	}
+}
+
+var _ store.Settlements = (*DB)(nil)

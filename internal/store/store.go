@@ -1,0 +1,96 @@
+// Package store declares the business-level storage contracts of llm4agents and
+// their sentinel errors. Backends live in subpackages (sqlite, and later postgres
+// and redis) and all pass the same conformance suite in storetest.
+//
+// Contracts name operations, never SQL, so that a key-value backend can implement
+// them with one atomic script per operation.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Backends map driver errors to these; nothing above store/*
+// sees a driver error type.
+var (
+	ErrNotFound = errors.New("store: not found")
+	// ErrFenced means a write carried a stale fencing token, or the record moved
+	// on (out of StateClaimed, or into a terminal state with other values): the
+	// writer lost its claim or its view is out of date, and must stop.
+	ErrFenced = errors.New("store: stale fencing token")
+)
+
+// SettlementState is where the settlement of one authorization stands.
+type SettlementState string
+
+// Settlement states. Only StateClaimed may be released or taken over; a record that
+// reached StateBroadcast is resolved from the chain, never re-broadcast blindly.
+const (
+	StateClaimed   SettlementState = "claimed"   // held for broadcast; nothing sent yet
+	StateBroadcast SettlementState = "broadcast" // a transaction was sent; outcome not known yet
+	StateSettled   SettlementState = "settled"   // mined, status 1, the transfer is in its logs
+	StateFailed    SettlementState = "failed"    // terminal: will never settle
+)
+
+// Settlement is the record of settling one authorization, keyed by its on-chain
+// replay identity (DECISIONS D4).
+type Settlement struct {
+	Key     string
+	Network string
+	Asset   string
+	Payer   string
+	PayTo   string
+	Amount  string // decimal atomic units
+	State   SettlementState
+	TxHash  string // the transaction that settled it, or the latest one broadcast
+	Reason  string // failure reason when State is StateFailed
+	Owner   string // the process holding the claim
+	// Fence is new on every claim or takeover and is never reused for a key,
+	// even after a release; writes carry it. Times are kept to the millisecond.
+	Fence int64
+	// LeaseUntil is when a StateClaimed record may be taken over, judged by the
+	// store's clock.
+	LeaseUntil time.Time
+	// SuccessReported is set once, by the one caller that answered success:true
+	// (DECISIONS D5).
+	SuccessReported bool
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// Settlements stores facilitator settlement records.
+type Settlements interface {
+	// ClaimSettlement creates s in StateClaimed with a new fence and a lease of
+	// the given length (> 0), unless a record for s.Key (non-empty) exists. An
+	// existing record in StateClaimed whose lease expired is taken over (Owner,
+	// Fence and LeaseUntil replaced; the authorization details kept). Only Key,
+	// Network, Asset, Payer, PayTo, Amount and Owner of s are read. It returns the
+	// record as it now stands and whether the caller holds the claim.
+	ClaimSettlement(ctx context.Context, s Settlement, lease time.Duration) (Settlement, bool, error)
+	// UpdateSettlement sets state, tx hash and reason of the record, if fence is
+	// still the record's fence; otherwise ErrFenced. ErrNotFound if absent. A
+	// record never moves back to StateClaimed; StateBroadcast and StateSettled
+	// need a tx hash, StateFailed a reason; StateSettled and StateFailed are
+	// terminal (writing the same values again is a no-op, anything else
+	// ErrFenced). UpdatedAt changes on every write.
+	UpdateSettlement(ctx context.Context, key string, fence int64, state SettlementState, txHash, reason string) error
+	// ReleaseSettlement deletes a record still in StateClaimed under fence, so the
+	// authorization can be tried again. ErrFenced if the fence is stale or the
+	// record moved past StateClaimed; ErrNotFound if absent.
+	ReleaseSettlement(ctx context.Context, key string, fence int64) error
+	// MarkSuccessReported atomically sets SuccessReported on a StateSettled record
+	// and reports whether this call set it. Exactly one call ever gets true.
+	// ErrNotFound if absent.
+	MarkSuccessReported(ctx context.Context, key string) (bool, error)
+	// Settlement returns the record for key, or ErrNotFound.
+	Settlement(ctx context.Context, key string) (Settlement, error)
+	// UnresolvedSettlements lists up to limit (> 0) records in StateClaimed or
+	// StateBroadcast, oldest first, for the reconciler.
+	UnresolvedSettlements(ctx context.Context, limit int) ([]Settlement, error)
+}
+
+// DefaultTimeout bounds one store operation when the caller's context has no
+// earlier deadline.
+const DefaultTimeout = 5 * time.Second

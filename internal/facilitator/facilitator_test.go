@@ -34,10 +34,10 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 
 // env is a simulated chain with a facilitator on a temporary SQLite store.
 type env struct {
-	chain *testchain.Simulated
-	store *sqlite.DB
-	path  string
-	fac   *facilitator.Facilitator
+	chain  *testchain.Simulated
+	store  *sqlite.DB
+	path   string
+	fac    *facilitator.Facilitator
 	sender *chain.Sender
 }
 

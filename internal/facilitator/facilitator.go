@@ -249,9 +249,18 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 		// gas estimation is a verdict; anything else is not.
 		f.release(ctx, rec)
 		if exact.IsRevert(err) {
-			if verr := f.diagnose(ctx, vd); verr != nil {
-				return settleFailure(vd.Network, verr), nil
+			// The node's pending state may differ from the latest block (a third
+			// party's transaction for the same authorization waiting in the pool):
+			// diagnose on the latest state, else trust the revert message.
+			verr := f.diagnose(ctx, vd)
+			if verr == nil {
+				msg := exact.RevertReasonOf(err)
+				verr = &x402.VerifyError{Reason: exact.ReasonForRevert(msg), Payer: vd.Payer().Hex(), Message: msg}
 			}
+			if verr.Reason == x402.ReasonEVMNonceAlreadyUsed {
+				return f.usedElsewhere(ctx, vd, verr)
+			}
+			return settleFailure(vd.Network, verr), nil
 		}
 		return nil, fmt.Errorf("settle: send: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strings"
 	"sync"
 	"time"
 
@@ -480,4 +481,24 @@ func RevertReasonOf(err error) string {
 		return ""
 	}
 	return RevertReason(d)
+}
+
+// ReasonForRevert maps a token's revert message to the official reason, as the
+// official facilitator does when a transaction or its gas estimation reverts.
+func ReasonForRevert(msg string) x402.Reason {
+	m := strings.ToLower(msg)
+	switch {
+	case strings.Contains(m, "expired"):
+		return x402.ReasonEVMValidBefore
+	case strings.Contains(m, "not yet valid"):
+		return x402.ReasonEVMValidAfter
+	case strings.Contains(m, "used or canceled"), strings.Contains(m, "already used"):
+		return x402.ReasonEVMNonceAlreadyUsed
+	case strings.Contains(m, "exceeds balance"):
+		return x402.ReasonEVMInsufficientBalance
+	case strings.Contains(m, "invalid signature"):
+		return x402.ReasonEVMSignature
+	default:
+		return x402.ReasonEVMTransactionFailed
+	}
 }

@@ -297,18 +297,6 @@ func TestAnvilStuckIsReplaced(t *testing.T) {
 func TestAnvilThirdPartyFirst(t *testing.T) {
 	e := newAnvilEnv(t, time.Hour)
 	p := e.pay(t, 1)
-	var w exact.PayloadJSON
-	if err := json.Unmarshal(p.Payload, &w); err != nil {
-		t.Fatal(err)
-	}
-	pl, err := w.Parse()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := pl.Authorization
-	var r, s [32]byte
-	copy(r[:], pl.Signature[:32])
-	copy(s[:], pl.Signature[32:64])
 	auth, err := bind.NewKeyedTransactorWithChainID(testchain.DevKey(7), e.node.ChainID)
 	if err != nil {
 		t.Fatal(err)
@@ -316,10 +304,7 @@ func TestAnvilThirdPartyFirst(t *testing.T) {
 	auth.GasTipCap = big.NewInt(500e9) // ahead of ours in the block
 	auth.GasFeeCap = big.NewInt(900e9)
 	auth.GasLimit = 200_000
-	theirs, err := e.tok.TransferWithAuthorization(auth, a.From, a.To, a.Value, a.ValidAfter, a.ValidBefore, a.Nonce, pl.Signature[64], r, s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	theirs := submitDirectly(t, e.tok, auth, p)
 	// Verify passes (nothing is mined yet). Our broadcast either joins theirs
 	// in the pool or is refused at gas estimation against the pending state.
 	if ours := e.settle(t, p); ours.ErrorReason != x402.ReasonSettlementPending {

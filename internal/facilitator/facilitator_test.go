@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/accounts/abi/bind"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
@@ -285,22 +288,7 @@ func TestThirdPartyUsedFirst(t *testing.T) {
 	ctx := context.Background()
 	req := e.requirements("10000")
 	p := e.pay(t, 4, req)
-	var w exact.PayloadJSON
-	if err := json.Unmarshal(p.Payload, &w); err != nil {
-		t.Fatal(err)
-	}
-	pl, err := w.Parse()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := pl.Authorization
-	var r, sv [32]byte
-	copy(r[:], pl.Signature[:32])
-	copy(sv[:], pl.Signature[32:64])
-	tx, err := e.chain.TokenContract.TransferWithAuthorization(e.chain.Transactor(t, 7), a.From, a.To, a.Value, a.ValidAfter, a.ValidBefore, a.Nonce, pl.Signature[64], r, sv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := submitDirectly(t, e.chain.TokenContract, e.chain.Transactor(t, 7), p)
 	e.chain.Mine(t, tx)
 
 	resp, err := e.fac.Settle(ctx, p, req)
@@ -325,4 +313,27 @@ func TestSupported(t *testing.T) {
 			t.Errorf("signers = %v", s.Signers)
 		}
 	})
+}
+
+// submitDirectly sends p's authorization to the token from someone else's
+// account, as a third party who saw the payment header could.
+func submitDirectly(t *testing.T, tok *contracts.EIP3009Token, auth *bind.TransactOpts, p *x402.PaymentPayload) *types.Transaction {
+	t.Helper()
+	var w exact.PayloadJSON
+	if err := json.Unmarshal(p.Payload, &w); err != nil {
+		t.Fatal(err)
+	}
+	pl, err := w.Parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := pl.Authorization
+	var r, s [32]byte
+	copy(r[:], pl.Signature[:32])
+	copy(s[:], pl.Signature[32:64])
+	tx, err := tok.TransferWithAuthorization(auth, a.From, a.To, a.Value, a.ValidAfter, a.ValidBefore, a.Nonce, pl.Signature[64], r, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }

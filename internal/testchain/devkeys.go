@@ -6,6 +6,8 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/llm4agents/llm4agents/internal/devchain"
 )
 
 // DevMnemonic is the well-known mnemonic whose first ten accounts
@@ -13,22 +15,7 @@ import (
 const DevMnemonic = "test test test test test test test test test test test junk"
 
 // NumDevKeys is how many dev keys DevKey and DevAddress know.
-const NumDevKeys = 10
-
-// devKeys are the private keys of DevMnemonic's first accounts, in order.
-// They are public test keys: anything sent to them on a real network is lost.
-var devKeys = [NumDevKeys]string{
-	"ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
-	"59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
-	"5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
-	"7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
-	"47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
-	"8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
-	"92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e",
-	"4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356",
-	"dbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97",
-	"2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
-}
+const NumDevKeys = devchain.NumKeys
 
 // DevKey returns a fresh copy of dev key i (0 to NumDevKeys-1) of
 // DevMnemonic; DevKey(0) controls 0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266,
@@ -37,11 +24,7 @@ func DevKey(i int) *ecdsa.PrivateKey {
 	if i < 0 || i >= NumDevKeys {
 		panic(fmt.Sprintf("testchain: dev key %d out of range [0, %d)", i, NumDevKeys))
 	}
-	key, err := crypto.HexToECDSA(devKeys[i])
-	if err != nil {
-		panic(fmt.Sprintf("testchain: parse dev key %d: %v", i, err))
-	}
-	return key
+	return devchain.Key(i)
 }
 
 // DevAddress returns the address of DevKey(i). It panics if i is out of range.

@@ -834,9 +834,16 @@ func BenchmarkConcurrentSettle(b *testing.B) {
 	c := newChain(b)
 	ours := startOurFacilitator(b, c)
 	ts := startTSFacilitator(b, c.anvil, testchain.DevKey(tsFacilitatorIdx))
-	for _, bc := range []struct{ name, url string }{{"ours", ours.URL}, {"official", ts.URL}} {
+	for _, bc := range []struct {
+		name, url string
+		signer    common.Address
+	}{{"ours", ours.URL, testchain.DevAddress(facilitatorIdx)}, {"official", ts.URL, testchain.DevAddress(tsFacilitatorIdx)}} {
 		b.Run(bc.name, func(b *testing.B) {
 			client := facilitator.NewClient(bc.url, nil)
+			nonceBefore, err := c.anvil.Client.NonceAt(b.Context(), bc.signer, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
 			req := c.requirements("1")
 			payer := testchain.DevKey(payerIdx)
 			for range b.N {
@@ -866,6 +873,13 @@ func BenchmarkConcurrentSettle(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N*settleBatch)/b.Elapsed().Seconds(), "settles/s")
+			// Every settle is one transaction: more means a duplicate broadcast or
+			// a replacement, fewer a lost one.
+			nonceAfter, err := c.anvil.Client.NonceAt(b.Context(), bc.signer, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(int64(nonceAfter-nonceBefore)-int64(b.N*settleBatch)), "extra-txs")
 		})
 	}
 }

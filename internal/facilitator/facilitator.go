@@ -207,7 +207,7 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("settle: %w", err)
 	}
-	full, err := f.verifier.Verify(ctx, p, req)
+	full, err := f.verifier.VerifyForSettle(ctx, p, req)
 	if err != nil {
 		if errors.As(err, &verr) {
 			if verr.Reason == x402.ReasonEVMNonceAlreadyUsed {

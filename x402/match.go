@@ -37,6 +37,9 @@ func extraSubset(offer, accepted json.RawMessage) error {
 	if len(bytes.TrimSpace(offer)) == 0 || string(bytes.TrimSpace(offer)) == "null" {
 		return nil
 	}
+	if o := bytes.TrimSpace(offer); o[0] == '{' && bytes.Equal(o, bytes.TrimSpace(accepted)) {
+		return nil // the usual case: the client echoed the offer's extra verbatim
+	}
 	var want map[string]any
 	if err := decodeExact(offer, &want); err != nil {
 		return fmt.Errorf("offered extra is not an object: %w", err)

@@ -38,6 +38,9 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("demo: unexpected argument #%d (flags go before it; values are not echoed)", fs.NArg())
+	}
 	logOut := io.Discard
 	if *verbose {
 		logOut = e.stderr

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/big"
 	"net"
@@ -46,6 +47,10 @@ type facilitatorFlags struct {
 	maxFeeWei      string
 	settleTimeout  time.Duration
 	reconcileEvery time.Duration
+
+	// Parsed from the flags above, so that every flag is checked before any I/O.
+	assetList []facilitator.Asset // Name and Version empty: read from the token
+	maxFee    *big.Int
 }
 
 func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
@@ -65,7 +70,7 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("facilitator: unexpected argument %q", fs.Arg(0))
+		return nil, fmt.Errorf("facilitator: unexpected argument #%d (flags go before it; values are not echoed)", fs.NArg())
 	}
 	switch {
 	case f.rpc == "":
@@ -82,8 +87,23 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 	if _, err := exact.ChainID(f.network); err != nil {
 		return nil, fmt.Errorf("facilitator: --network: %w", err)
 	}
+	for _, s := range f.assets {
+		a, err := parseAsset(s)
+		if err != nil {
+			return nil, err
+		}
+		f.assetList = append(f.assetList, a)
+	}
+	var err error
+	if f.maxFee, err = parseMaxFee(f.maxFeeWei); err != nil {
+		return nil, err
+	}
 	return &f, nil
 }
+
+// maxKeyFileBytes bounds what loadKey reads: a hex key is 66 bytes, and a path
+// such as /dev/zero must not be read forever.
+const maxKeyFileBytes = 4 << 10
 
 // loadKey reads the signer key from a file or the environment, never a flag
 // value. Errors never repeat the key material.
@@ -91,9 +111,17 @@ func loadKey(path string, getenv func(string) string) (*ecdsa.PrivateKey, error)
 	var raw string
 	switch {
 	case path != "":
-		b, err := os.ReadFile(path)
+		fh, err := os.Open(path) //nolint:gosec // G304: the operator names the key file; reading it is the point.
 		if err != nil {
 			return nil, fmt.Errorf("read key file: %w", err)
+		}
+		b, err := io.ReadAll(io.LimitReader(fh, maxKeyFileBytes+1))
+		_ = fh.Close() // opened read-only: closing cannot lose data
+		if err != nil {
+			return nil, fmt.Errorf("read key file: %w", err)
+		}
+		if len(b) > maxKeyFileBytes {
+			return nil, fmt.Errorf("key file %s is larger than %d bytes", path, maxKeyFileBytes)
 		}
 		raw = string(b)
 	case getenv(facilitatorKeyEnv) != "":
@@ -117,35 +145,42 @@ func parseMaxFee(s string) (*big.Int, error) {
 	return n, nil
 }
 
-// resolveAssets reads each token's EIP-712 name and version unless overridden.
-func resolveAssets(ctx context.Context, specs []string, caller bind.ContractCaller) ([]facilitator.Asset, error) {
-	out := make([]facilitator.Asset, 0, len(specs))
-	for _, s := range specs {
-		parts := strings.SplitN(s, ":", 3)
-		addr, err := exact.ParseAddress(parts[0])
-		if err != nil {
-			return nil, fmt.Errorf("--asset %q: %w", s, err)
+// parseAsset reads one --asset value, 0xTOKEN or 0xTOKEN:NAME:VERSION. Without
+// an override the Asset's Name and Version are empty, for resolveAssets to read.
+func parseAsset(s string) (facilitator.Asset, error) {
+	parts := strings.SplitN(s, ":", 3)
+	addr, err := exact.ParseAddress(parts[0])
+	if err != nil {
+		return facilitator.Asset{}, fmt.Errorf("--asset %q: %w", s, err)
+	}
+	a := facilitator.Asset{Address: addr}
+	switch len(parts) {
+	case 3:
+		a.Name, a.Version = parts[1], parts[2]
+		if a.Name == "" || a.Version == "" {
+			return facilitator.Asset{}, fmt.Errorf("--asset %q: empty name or version", s)
 		}
-		a := facilitator.Asset{Address: addr}
-		switch len(parts) {
-		case 3:
-			a.Name, a.Version = parts[1], parts[2]
-			if a.Name == "" || a.Version == "" {
-				return nil, fmt.Errorf("--asset %q: empty name or version", s)
-			}
-		case 2:
-			return nil, fmt.Errorf("--asset %q: give both NAME and VERSION, or neither", s)
-		default:
-			tok, err := contracts.NewEIP3009TokenCaller(addr, caller)
+	case 2:
+		return facilitator.Asset{}, fmt.Errorf("--asset %q: give both NAME and VERSION, or neither", s)
+	}
+	return a, nil
+}
+
+// resolveAssets reads each token's EIP-712 name and version unless overridden.
+func resolveAssets(ctx context.Context, assets []facilitator.Asset, caller bind.ContractCaller) ([]facilitator.Asset, error) {
+	out := make([]facilitator.Asset, 0, len(assets))
+	for _, a := range assets {
+		if a.Name == "" {
+			tok, err := contracts.NewEIP3009TokenCaller(a.Address, caller)
 			if err != nil {
 				return nil, err
 			}
 			opts := &bind.CallOpts{Context: ctx}
 			if a.Name, err = tok.Name(opts); err != nil {
-				return nil, fmt.Errorf("--asset %s: read name(): %w", addr.Hex(), err)
+				return nil, fmt.Errorf("--asset %s: read name(): %w", a.Address.Hex(), err)
 			}
 			if a.Version, err = tok.Version(opts); err != nil {
-				return nil, fmt.Errorf("--asset %s: read version() (is it an EIP-3009 token?): %w", addr.Hex(), err)
+				return nil, fmt.Errorf("--asset %s: read version() (is it an EIP-3009 token?): %w", a.Address.Hex(), err)
 			}
 		}
 		out = append(out, a)
@@ -163,10 +198,6 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	maxFee, err := parseMaxFee(f.maxFeeWei)
-	if err != nil {
-		return err
-	}
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	client, err := ethclient.DialContext(dialCtx, f.rpc)
@@ -181,7 +212,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	if want, _ := exact.ChainID(f.network); want.Cmp(chainID) != 0 {
 		return fmt.Errorf("--network %s does not match the node's chain id %s", f.network, chainID)
 	}
-	assets, err := resolveAssets(dialCtx, f.assets, client)
+	assets, err := resolveAssets(dialCtx, f.assetList, client)
 	if err != nil {
 		return err
 	}
@@ -190,7 +221,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer db.Close()
-	sender, err := chain.NewSender(client, key, chainID, chain.SenderConfig{MaxFeePerGas: maxFee}, log)
+	sender, err := chain.NewSender(client, key, chainID, chain.SenderConfig{MaxFeePerGas: f.maxFee}, log)
 	if err != nil {
 		return err
 	}

@@ -19,10 +19,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "llm4agents:", err)
-		}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// -h printed the usage; asking for help is not a failure.
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "llm4agents:", err)
 		os.Exit(2)
 	}
 }

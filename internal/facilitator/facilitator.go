@@ -160,8 +160,20 @@ func (f *Facilitator) route(req x402.PaymentRequirements) *x402.VerifyError {
 	if err != nil {
 		return &x402.VerifyError{Reason: x402.ReasonInvalidRequirements, Message: "asset is not an address"}
 	}
-	if _, ok := f.assets[asset]; !ok {
+	a, ok := f.assets[asset]
+	if !ok {
 		return &x402.VerifyError{Reason: x402.ReasonEVMAssetNotSupported, Message: fmt.Sprintf("asset %s is not supported", asset.Hex())}
+	}
+	// The configured EIP-712 domain is the token's: requirements naming another
+	// one would sign over a domain the token rejects. Refuse them without asking
+	// the node, with the reason the official facilitator reaches by simulation.
+	if extra, err := exact.ParseExtra(req.Extra); err == nil {
+		if extra.Name != a.Name {
+			return &x402.VerifyError{Reason: x402.ReasonEVMTokenNameMismatch, Message: fmt.Sprintf("token name is %q, extra.name is %q", a.Name, extra.Name)}
+		}
+		if extra.Version != a.Version {
+			return &x402.VerifyError{Reason: x402.ReasonEVMTokenVersionMismatch, Message: fmt.Sprintf("token version is %q, extra.version is %q", a.Version, extra.Version)}
+		}
 	}
 	return nil
 }

@@ -25,8 +25,9 @@ type Domain struct {
 func (d Domain) Separator() common.Hash {
 	var buf [5 * 32]byte
 	copy(buf[0:], domainTypeHash[:])
-	copy(buf[32:], crypto.Keccak256([]byte(d.Name)))
-	copy(buf[64:], crypto.Keccak256([]byte(d.Version)))
+	name, version := crypto.Keccak256Hash([]byte(d.Name)), crypto.Keccak256Hash([]byte(d.Version))
+	copy(buf[32:], name[:])
+	copy(buf[64:], version[:])
 	d.ChainID.FillBytes(buf[96:128])
 	copy(buf[128+12:], d.VerifyingContract[:])
 	return crypto.Keccak256Hash(buf[:])

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
 )
 
 // Scheme is the scheme name this package implements.
@@ -81,23 +82,69 @@ var (
 	maxUint256 = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
 )
 
-// ParsePayload parses PaymentPayload.payload. Unknown keys are refused, as are
-// Permit2 payloads, which this package does not implement.
+// ParsePayload parses PaymentPayload.payload. Keys must be spelled exactly
+// (Go's decoder alone would accept "Signature" for "signature", which the official
+// facilitators would not read); unknown keys are refused, as are Permit2 payloads,
+// which this package does not implement.
 func ParsePayload(raw json.RawMessage) (*Payload, error) {
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, fmt.Errorf("payload is not a JSON object: %w", err)
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil || top == nil {
+		return nil, errors.New("payload is not a JSON object")
 	}
-	if _, ok := probe["permit2Authorization"]; ok {
+	if _, ok := top["permit2Authorization"]; ok {
 		return nil, errors.New("permit2 payloads are not supported")
 	}
 	var w PayloadJSON
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&w); err != nil {
-		return nil, fmt.Errorf("payload: %w", err)
+	for k, v := range top {
+		switch k {
+		case "signature":
+			if err := json.Unmarshal(v, &w.Signature); err != nil {
+				return nil, errors.New("payload.signature is not a string")
+			}
+		case "authorization":
+			if err := w.Authorization.decodeStrict(v); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("payload has unknown key %q", k)
+		}
+	}
+	if _, ok := top["authorization"]; !ok {
+		return nil, errors.New("payload has no authorization")
 	}
 	return w.Parse()
+}
+
+// decodeStrict decodes an authorization object whose keys are exactly the six of
+// EIP-3009, each a string.
+func (w *AuthorizationJSON) decodeStrict(raw json.RawMessage) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return errors.New("payload.authorization is not a JSON object")
+	}
+	for k, v := range m {
+		var dst *string
+		switch k {
+		case "from":
+			dst = &w.From
+		case "to":
+			dst = &w.To
+		case "value":
+			dst = &w.Value
+		case "validAfter":
+			dst = &w.ValidAfter
+		case "validBefore":
+			dst = &w.ValidBefore
+		case "nonce":
+			dst = &w.Nonce
+		default:
+			return fmt.Errorf("payload.authorization has unknown key %q", k)
+		}
+		if err := json.Unmarshal(v, dst); err != nil {
+			return fmt.Errorf("payload.authorization.%s is not a string", k)
+		}
+	}
+	return nil
 }
 
 // Parse converts the wire form into typed values, refusing anything malformed.
@@ -152,11 +199,45 @@ func ParseAddress(s string) (common.Address, error) {
 	if _, err := hex.Decode(a[:], []byte(s[2:])); err != nil {
 		return common.Address{}, errNotAddress
 	}
-	body := s[2:]
-	if body != strings.ToLower(body) && body != strings.ToUpper(body) && a.Hex()[2:] != body {
+	if body := s[2:]; mixedCase(body) && !checksumMatches(a, body) {
 		return common.Address{}, errChecksum
 	}
 	return a, nil
+}
+
+// mixedCase reports whether hex digits contain both lower- and upper-case letters.
+func mixedCase(hexDigits string) bool {
+	var lower, upper bool
+	for i := 0; i < len(hexDigits); i++ {
+		switch c := hexDigits[i]; {
+		case 'a' <= c && c <= 'f':
+			lower = true
+		case 'A' <= c && c <= 'F':
+			upper = true
+		}
+	}
+	return lower && upper
+}
+
+// checksumMatches reports whether body, the 40 hex digits of a, carries a's EIP-55
+// checksum. It is a.Hex()[2:] == body without the allocations.
+func checksumMatches(a common.Address, body string) bool {
+	var lower [40]byte
+	hex.Encode(lower[:], a[:])
+	h := crypto.Keccak256Hash(lower[:])
+	for i, c := range lower {
+		nibble := h[i/2] >> 4
+		if i%2 == 1 {
+			nibble = h[i/2] & 0xf
+		}
+		if c > '9' && nibble > 7 {
+			c -= 'a' - 'A'
+		}
+		if body[i] != c {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseUint256 parses a canonical decimal string (no sign, no leading zeros) that
@@ -172,7 +253,12 @@ func ParseUint256(s string) (*big.Int, error) {
 	return n, nil
 }
 
+// parseHexBytes decodes 0x-prefixed hex; "" is an empty (missing) signature,
+// which verification reports as such.
 func parseHexBytes(s string) ([]byte, error) {
+	if s == "" {
+		return nil, nil
+	}
 	if !strings.HasPrefix(s, "0x") || len(s)%2 != 0 || len(s) > 2+2*maxSignatureBytes {
 		return nil, errSignature
 	}

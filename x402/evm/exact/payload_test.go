@@ -4,28 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"math/big"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
+	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
-
-// knownBug skips a test that demonstrates a reported, unfixed bug, unless
-// EXACT_KNOWN_BUGS=1, so the suite stays green while the test stays runnable.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("EXACT_KNOWN_BUGS") != "1" {
-		t.Skipf("known bug (run with EXACT_KNOWN_BUGS=1): %s", what)
-	}
-}
 
 // bigComparer compares *big.Int by value.
 var bigComparer = cmp.Comparer(func(a, b *big.Int) bool {
@@ -78,6 +69,36 @@ func TestParseAddress(t *testing.T) {
 	}
 	if a, err := exact.ParseAddress("0x0000000000000000000000000000000000000000"); err != nil || a != (common.Address{}) {
 		t.Errorf("ParseAddress(zero) = %s, %v", a.Hex(), err)
+	}
+}
+
+// TestParseAddressChecksum checks EIP-55 on many addresses: the checksummed form
+// parses, and flipping the case of any one letter is refused.
+func TestParseAddressChecksum(t *testing.T) {
+	for i := range 500 {
+		a := common.BytesToAddress(crypto.Keccak256([]byte{byte(i), byte(i >> 8)}))
+		s := a.Hex()
+		if got, err := exact.ParseAddress(s); err != nil || got != a {
+			t.Fatalf("ParseAddress(%s) = %s, %v", s, got.Hex(), err)
+		}
+		for j := 2; j < len(s); j++ {
+			b := []byte(s)
+			switch {
+			case b[j] >= 'a' && b[j] <= 'f':
+				b[j] -= 'a' - 'A'
+			case b[j] >= 'A' && b[j] <= 'F':
+				b[j] += 'a' - 'A'
+			default:
+				continue
+			}
+			flipped := string(b)
+			_, err := exact.ParseAddress(flipped)
+			body := flipped[2:]
+			uniform := body == strings.ToLower(body) || body == strings.ToUpper(body)
+			if uniform != (err == nil) {
+				t.Fatalf("ParseAddress(%s) error = %v; uniform case %v", flipped, err, uniform)
+			}
+		}
 	}
 }
 
@@ -302,7 +323,6 @@ func TestParsePayload(t *testing.T) {
 // ParsePayload promises to refuse unknown keys and the official facilitators read
 // the exact spelling (they would see the field as missing).
 func TestParsePayloadKeyCase(t *testing.T) {
-	knownBug(t, "ParsePayload accepts keys in any case (payload.go:97-103)")
 	const valid = `{"signature":"0x01","authorization":{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","value":"10000","validAfter":"0","validBefore":"1900000000","nonce":"0x1111111111111111111111111111111111111111111111111111111111111111"}}`
 	for _, k := range []struct{ old, new string }{
 		{`"signature"`, `"Signature"`},
@@ -352,7 +372,9 @@ func TestKey(t *testing.T) {
 	}
 
 	withPayload := func(edit func(string) string) func(*x402.PaymentPayload, *x402.PaymentRequirements) {
-		return func(p *x402.PaymentPayload, _ *x402.PaymentRequirements) { p.Payload = json.RawMessage(edit(string(p.Payload))) }
+		return func(p *x402.PaymentPayload, _ *x402.PaymentRequirements) {
+			p.Payload = json.RawMessage(edit(string(p.Payload)))
+		}
 	}
 	tests := []struct {
 		name      string

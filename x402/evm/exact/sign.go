@@ -49,6 +49,11 @@ func (s *KeySigner) SignDigest(_ context.Context, digest common.Hash) ([]byte, e
 // String never shows the key.
 func (s *KeySigner) String() string { return "KeySigner(" + s.addr.Hex() + ")" }
 
+// MaxSignedTimeout bounds maxTimeoutSeconds on the buyer side: an authorization is
+// spendable by whoever holds it until validBefore, so a server asking for more than
+// a day is refused rather than trusted.
+const MaxSignedTimeout = 24 * 60 * 60
+
 // SignOptions adjust CreatePayload. The zero value is what the official client
 // does: validAfter 0, validBefore now + maxTimeoutSeconds, a random nonce.
 type SignOptions struct {
@@ -81,8 +86,8 @@ func CreatePayload(ctx context.Context, s Signer, req x402.PaymentRequirements, 
 	if err != nil {
 		return nil, fmt.Errorf("amount: %w", err)
 	}
-	if req.MaxTimeoutSeconds <= 0 {
-		return nil, fmt.Errorf("maxTimeoutSeconds %d must be positive", req.MaxTimeoutSeconds)
+	if req.MaxTimeoutSeconds <= 0 || req.MaxTimeoutSeconds > MaxSignedTimeout {
+		return nil, fmt.Errorf("maxTimeoutSeconds %d is outside (0, %d]: refusing to sign an authorization that long-lived", req.MaxTimeoutSeconds, MaxSignedTimeout)
 	}
 	now := time.Now
 	if opts.Now != nil {

@@ -70,7 +70,29 @@ type Verifier struct {
 	// Now defaults to time.Now.
 	Now func() time.Time
 
-	deployed sync.Map // common.Address -> struct{}: assets known to have code
+	deployed   sync.Map // common.Address -> struct{}: assets known to have code
+	separators sync.Map // domainKey -> common.Hash
+}
+
+// domainKey identifies a Domain by value, for the separator cache.
+type domainKey struct {
+	name, version string
+	chainID       uint64
+	contract      common.Address
+}
+
+// separator returns d's domain separator, computed once per domain.
+func (v *Verifier) separator(d Domain) common.Hash {
+	if !d.ChainID.IsUint64() {
+		return d.Separator()
+	}
+	k := domainKey{d.Name, d.Version, d.ChainID.Uint64(), d.VerifyingContract}
+	if h, ok := v.separators.Load(k); ok {
+		return h.(common.Hash)
+	}
+	h := d.Separator()
+	v.separators.Store(k, h)
+	return h
 }
 
 func (v *Verifier) now() time.Time {
@@ -138,7 +160,7 @@ func (v *Verifier) Check(p *x402.PaymentPayload, req x402.PaymentRequirements) (
 		Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo,
 		Domain: Domain{Name: extra.Name, Version: extra.Version, ChainID: chainID, VerifyingContract: asset},
 	}
-	vd.Digest = Digest(vd.Domain, a)
+	vd.Digest = digestWith(v.separator(vd.Domain), a)
 
 	if a.To != payTo {
 		return nil, false, fail(x402.ReasonEVMRecipientMismatch, payer, "authorization.to %s is not payTo %s", a.To.Hex(), payTo.Hex())
@@ -147,7 +169,9 @@ func (v *Verifier) Check(p *x402.PaymentPayload, req x402.PaymentRequirements) (
 	if a.ValidBefore.Cmp(big.NewInt(now+int64(BlockBuffer/time.Second))) < 0 {
 		return nil, false, fail(x402.ReasonEVMValidBefore, payer, "validBefore %s is less than %ds away", a.ValidBefore, int64(BlockBuffer/time.Second))
 	}
-	if limit := now + req.MaxTimeoutSeconds + int64(FreshnessSlack/time.Second); a.ValidBefore.Cmp(big.NewInt(limit)) > 0 {
+	limit := new(big.Int).SetInt64(now)
+	limit.Add(limit, big.NewInt(req.MaxTimeoutSeconds)).Add(limit, big.NewInt(int64(FreshnessSlack/time.Second)))
+	if a.ValidBefore.Cmp(limit) > 0 {
 		return nil, false, fail(x402.ReasonEVMValidBeforeTooFar, payer, "validBefore %s is later than now + maxTimeoutSeconds + %ds", a.ValidBefore, int64(FreshnessSlack/time.Second))
 	}
 	if a.ValidAfter.Cmp(big.NewInt(now)) > 0 {
@@ -183,6 +207,36 @@ func (v *Verifier) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.
 	}
 	if err := v.Simulate(ctx, vd); err != nil {
 		return nil, err
+	}
+	return vd, nil
+}
+
+// VerifyForSettle is Verify without the simulation, for a caller about to send
+// the transfer: gas estimation simulates it anyway, and a revert there is
+// diagnosed with Simulate. It still reads authorizationState, so an
+// authorization already used on chain is refused before anything is sent
+// (MISSION E3).
+func (v *Verifier) VerifyForSettle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*Verified, error) {
+	vd, recovered, err := v.Check(p, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.verifySignature(ctx, vd, recovered); err != nil {
+		return nil, err
+	}
+	if err := v.checkAsset(ctx, vd); err != nil {
+		return nil, err
+	}
+	a := &vd.Payload.Authorization
+	used, err := AuthorizationState(ctx, v.Chain, vd.Asset, a.From, a.Nonce)
+	if err != nil {
+		if IsRevert(err) {
+			return nil, fail(x402.ReasonEVMEIP3009NotSupported, a.From.Hex(), "authorizationState reverted")
+		}
+		return nil, err
+	}
+	if used {
+		return nil, fail(x402.ReasonEVMNonceAlreadyUsed, a.From.Hex(), "authorization is used or canceled")
 	}
 	return vd, nil
 }
@@ -285,13 +339,26 @@ func (v *Verifier) diagnose(ctx context.Context, vd *Verified, revert string) er
 	if used {
 		return fail(x402.ReasonEVMNonceAlreadyUsed, payer, "%s", revert)
 	}
-	if name, err := v.callString(ctx, vd.Asset, "name"); err == nil && name != vd.Domain.Name {
+	// A call that reverts or answers garbage (a token without name() or
+	// version()) skips its check; a node that fails gives no verdict at all.
+	name, err := v.callString(ctx, vd.Asset, "name")
+	if err != nil && !skippable(err) {
+		return fmt.Errorf("diagnose: %w", err)
+	}
+	if err == nil && name != vd.Domain.Name {
 		return fail(x402.ReasonEVMTokenNameMismatch, payer, "token name is %q, extra.name is %q", name, vd.Domain.Name)
 	}
-	if ver, err := v.callString(ctx, vd.Asset, "version"); err == nil && ver != vd.Domain.Version {
+	ver, err := v.callString(ctx, vd.Asset, "version")
+	if err != nil && !skippable(err) {
+		return fmt.Errorf("diagnose: %w", err)
+	}
+	if err == nil && ver != vd.Domain.Version {
 		return fail(x402.ReasonEVMTokenVersionMismatch, payer, "token version is %q, extra.version is %q", ver, vd.Domain.Version)
 	}
 	bal, err := BalanceOf(ctx, v.Chain, vd.Asset, a.From)
+	if err != nil && !skippable(err) {
+		return fmt.Errorf("diagnose: %w", err)
+	}
 	if err == nil && bal.Cmp(a.Value) < 0 {
 		return fail(x402.ReasonEVMInsufficientBalance, payer, "balance %s is less than %s", bal, a.Value)
 	}
@@ -309,7 +376,7 @@ func (v *Verifier) callString(ctx context.Context, token common.Address, method 
 	}
 	vals, err := parsedABI.Unpack(method, out)
 	if err != nil || len(vals) != 1 {
-		return "", fmt.Errorf("unpack %s: %v", method, err)
+		return "", fmt.Errorf("%w: %s", errBadReturn, method)
 	}
 	s, _ := vals[0].(string)
 	return s, nil
@@ -346,7 +413,7 @@ func BalanceOf(ctx context.Context, c ethereum.ContractCaller, token, account co
 	}
 	vals, err := parsedABI.Unpack("balanceOf", out)
 	if err != nil || len(vals) != 1 {
-		return nil, fmt.Errorf("unpack balanceOf: %v", err)
+		return nil, fmt.Errorf("%w: balanceOf", errBadReturn)
 	}
 	b, _ := vals[0].(*big.Int)
 	return b, nil
@@ -376,7 +443,8 @@ func TransferCalldata(vd *Verified) ([]byte, error) {
 	return data, nil
 }
 
-var secp256k1HalfN = new(big.Int).Rsh(crypto.S256().Params().N, 1)
+// secp256k1HalfN is half the curve order as a 32-byte big-endian number.
+var secp256k1HalfN = new(big.Int).Rsh(crypto.S256().Params().N, 1).FillBytes(make([]byte, 32))
 
 // recoverEOA recovers the signer of a 65-byte signature with v in {0, 1, 27, 28},
 // refusing high s as USDC's ECRecover does.
@@ -391,17 +459,18 @@ func recoverEOA(digest common.Hash, sig []byte) (common.Address, error) {
 	if v > 1 {
 		return common.Address{}, errors.New("signature v is not 0, 1, 27 or 28")
 	}
-	if new(big.Int).SetBytes(sig[32:64]).Cmp(secp256k1HalfN) > 0 {
+	if bytes.Compare(sig[32:64], secp256k1HalfN) > 0 {
 		return common.Address{}, errors.New("signature s is high")
 	}
 	var rsv [65]byte
 	copy(rsv[:], sig)
 	rsv[64] = v
-	pub, err := crypto.SigToPub(digest[:], rsv[:])
+	pub, err := crypto.Ecrecover(digest[:], rsv[:]) // 65-byte uncompressed key
 	if err != nil {
 		return common.Address{}, err
 	}
-	return crypto.PubkeyToAddress(*pub), nil
+	h := crypto.Keccak256Hash(pub[1:])
+	return common.BytesToAddress(h[12:]), nil
 }
 
 // normalizeV returns a copy of a 65-byte signature with v in {27, 28}, the only
@@ -482,6 +551,14 @@ func RevertReasonOf(err error) string {
 	}
 	return RevertReason(d)
 }
+
+// errBadReturn marks a call that succeeded with a return value that does not
+// decode: the contract is not what the check expected, the node is fine.
+var errBadReturn = errors.New("contract returned an undecodable value")
+
+// skippable reports whether a diagnosis call failed because of the contract
+// (a revert, a bad return value) rather than the node.
+func skippable(err error) bool { return IsRevert(err) || errors.Is(err, errBadReturn) }
 
 // ReasonForRevert maps a token's revert message to the official reason, as the
 // official facilitator does when a transaction or its gas estimation reverts.

@@ -296,8 +296,7 @@ func (f *fixture) deployWallet(tb testing.TB) common.Address {
 }
 
 func reasonOf(err error) x402.Reason {
-	var ve *x402.VerifyError
-	if errors.As(err, &ve) {
+	if ve, ok := errors.AsType[*x402.VerifyError](err); ok {
 		return ve.Reason
 	}
 	return ""
@@ -689,7 +688,9 @@ func TestVerify(t *testing.T) {
 		},
 		{
 			name: "permit2Authorization",
-			edit: func(t *testing.T, f *fixture) { f.body = replacer(`{"signature"`, `{"permit2Authorization":{},"signature"`) },
+			edit: func(t *testing.T, f *fixture) {
+				f.body = replacer(`{"signature"`, `{"permit2Authorization":{},"signature"`)
+			},
 			want: x402.ReasonEVMPayload,
 		},
 
@@ -814,8 +815,7 @@ func TestVerify(t *testing.T) {
 				t.Fatalf("Verify reason = %q, want %q (err: %v)", got, tc.want, err)
 			}
 			if tc.want != "" {
-				var ve *x402.VerifyError
-				if !errors.As(err, &ve) {
+				if _, ok := errors.AsType[*x402.VerifyError](err); !ok {
 					t.Fatalf("Verify error %v is not a *x402.VerifyError", err)
 				}
 				if vd != nil {
@@ -968,8 +968,7 @@ func TestVerifyNoVerdict(t *testing.T) {
 			if vd != nil || err == nil {
 				t.Fatalf("Verify = %+v, %v; want no verdict", vd, err)
 			}
-			var ve *x402.VerifyError
-			if errors.As(err, &ve) {
+			if _, ok := errors.AsType[*x402.VerifyError](err); ok {
 				t.Fatalf("Verify error is a verdict: %v", err)
 			}
 			if !errors.Is(err, tc.want) {
@@ -1219,4 +1218,44 @@ func sendRaw(tb testing.TB, s *testchain.Simulated, i int, to common.Address, da
 		tb.Fatalf("send transaction: %v", err)
 	}
 	return s.Mine(tb, signed)
+}
+
+// TestDiagnoseNodeDown: when the simulation reverts and the node then fails the
+// diagnosis reads (name, version, balanceOf), Verify should give no verdict, as its
+// doc promises for node failures. It ignores those errors instead and answers
+// transaction_simulation_failed, hiding the real reason.
+func TestDiagnoseNodeDown(t *testing.T) {
+	s := testchain.NewSimulated(t)
+	selectors := map[string]string{"name": "0x06fdde03", "version": "0x54fd4d50", "balanceOf": "0x70a08231"}
+	tests := []struct {
+		name string
+		edit func(f *fixture)
+		fail string // selector whose calls fail
+	}{
+		{"balanceOf down, payer broke", func(f *fixture) { f.auth.From, f.key = f.s.Addr(brokeKey), f.s.Keys[brokeKey] }, "balanceOf"},
+		{"name down, wrong name", func(f *fixture) {
+			f.both(func(r *x402.PaymentRequirements) { r.Extra = json.RawMessage(`{"name":"USDC","version":"2"}`) })
+		}, "name"},
+		{"version down, wrong version", func(f *fixture) {
+			f.both(func(r *x402.PaymentRequirements) { r.Extra = json.RawMessage(`{"name":"USD Coin","version":"1"}`) })
+		}, "version"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, s)
+			tc.edit(f)
+			p := f.payload(t)
+			v := f.verifier()
+			v.Chain = &faultyChain{Chain: s.Client, call: func(ctx context.Context, msg ethereum.CallMsg) ([]byte, error) {
+				if len(msg.Data) >= 4 && hexutil.Encode(msg.Data[:4]) == selectors[tc.fail] {
+					return nil, errNodeDown
+				}
+				return s.Client.CallContract(ctx, msg, nil)
+			}}
+			_, err := v.Verify(t.Context(), p, f.req)
+			if !errors.Is(err, errNodeDown) {
+				t.Errorf("Verify = %v; want no verdict wrapping %v", err, errNodeDown)
+			}
+		})
+	}
 }

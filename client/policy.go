@@ -1,0 +1,288 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// Policy says what a Transport may pay. Its zero value pays nothing: a payment
+// needs its (network, asset) in Assets, an amount at most MaxPerRequest and at
+// most what is left of Budget.
+//
+// Amounts are atomic units of the asset (10000 is 0.01 of a 6-decimal USDC).
+// MaxPerRequest and Budget apply to every listed asset alike, so list assets of
+// one denomination (USDC on several chains, say) or use one Transport per
+// denomination. A Policy must not be changed once its Transport is in use.
+type Policy struct {
+	// MaxPerRequest caps a single payment. Nil pays nothing.
+	MaxPerRequest *big.Int
+	// Budget caps the sum of all payments made through the Transport over its
+	// lifetime, counting payments whose outcome is unknown. Nil pays nothing.
+	Budget *big.Int
+	// Assets lists the tokens that may be paid, each on one network. Empty pays
+	// nothing.
+	Assets []Asset
+}
+
+// Asset is a token on a network, as a requirement names them.
+type Asset struct {
+	// Network is the CAIP-2 id, such as "eip155:8453".
+	Network string
+	// Address is the token contract, in any case.
+	Address string
+}
+
+// ErrInvalidPolicy is returned by RoundTrip, on a 402, when the Transport's
+// Policy cannot allow any payment: a limit is missing or negative, or an asset
+// is malformed. Responses other than 402 pass through regardless.
+var ErrInvalidPolicy = errors.New("client: invalid policy")
+
+// Scheme names this package recognises without paying them (MISSION B2).
+const (
+	SchemeNeverminedERC4337        = "nvm:erc4337"
+	SchemeNeverminedCardDelegation = "nvm:card-delegation"
+)
+
+// LabelNevermined is the label of an option whose scheme needs a Nevermined
+// account (MISSION B2).
+const LabelNevermined = "requires a Nevermined account"
+
+// Refusal says why an option of a 402 was not paid. Callers branch on it; the
+// Option's Label says the same for a person. Kinds are append-only.
+type Refusal string
+
+// Refusals, in the order the checks run: the first failing check names the
+// refusal.
+const (
+	// RefusedNevermined: a Nevermined scheme, recognised by name, never paid
+	// automatically.
+	RefusedNevermined Refusal = "nevermined"
+	// RefusedForeignScheme: a scheme this client does not know; never paid.
+	RefusedForeignScheme Refusal = "foreign_scheme"
+	// RefusedPaymentFlow: extra.paymentFlow is unknown, or one the exact scheme
+	// does not support (x402-v2.md §9.3).
+	RefusedPaymentFlow Refusal = "payment_flow"
+	// RefusedNetwork: not an eip155 chain, or a network the policy does not allow.
+	RefusedNetwork Refusal = "network"
+	// RefusedAsset: a token the policy does not allow on that network.
+	RefusedAsset Refusal = "asset"
+	// RefusedOffer: the requirement is malformed, or uses a variant of exact this
+	// client does not sign (Permit2), or asks for an authorization valid longer
+	// than exact.MaxSignedTimeout.
+	RefusedOffer Refusal = "offer"
+	// RefusedOverMaximum: the amount is over Policy.MaxPerRequest.
+	RefusedOverMaximum Refusal = "over_maximum"
+	// RefusedOverBudget: the amount is over what is left of Policy.Budget.
+	RefusedOverBudget Refusal = "over_budget"
+)
+
+// Option is one entry of a 402's accepts, with the verdict of the policy on it.
+type Option struct {
+	// Index is the entry's position in accepts.
+	Index        int
+	Requirements x402.PaymentRequirements
+	// Refusal is why the option was not paid, or "" for the one chosen.
+	Refusal Refusal
+	// Label says why for a person, such as "requires a Nevermined account".
+	Label string
+}
+
+// String formats the option for a person: scheme, network, amount, asset and the
+// label.
+func (o Option) String() string {
+	r := o.Requirements
+	return fmt.Sprintf("[%d] %s on %s, %s of %s: %s", o.Index, r.Scheme, r.Network, r.Amount, r.Asset, o.Label)
+}
+
+// NoPayableOptionError is what RoundTrip returns when a 402 offers nothing the
+// Transport may pay. Nothing was signed and nothing was sent. Find it with
+// errors.As: an http.Client wraps it in a *url.Error.
+type NoPayableOptionError struct {
+	// Resource is the request's URL without query or user info.
+	Resource string
+	// Options are the 402's accepts in order, each refused.
+	Options []Option
+}
+
+func (e *NoPayableOptionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "client: no payable option in the 402 from %s", e.Resource)
+	for i, o := range e.Options {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(o.String())
+	}
+	return b.String()
+}
+
+// rules is a Policy parsed and checked.
+type rules struct {
+	max, budget *big.Int
+	assets      map[string][]common.Address // network -> allowed tokens
+}
+
+func (p *Policy) rules() (*rules, error) {
+	switch {
+	case p.MaxPerRequest == nil:
+		return nil, fmt.Errorf("%w: MaxPerRequest is not set", ErrInvalidPolicy)
+	case p.MaxPerRequest.Sign() < 0:
+		return nil, fmt.Errorf("%w: MaxPerRequest is negative", ErrInvalidPolicy)
+	case p.Budget == nil:
+		return nil, fmt.Errorf("%w: Budget is not set", ErrInvalidPolicy)
+	case p.Budget.Sign() < 0:
+		return nil, fmt.Errorf("%w: Budget is negative", ErrInvalidPolicy)
+	case len(p.Assets) == 0:
+		return nil, fmt.Errorf("%w: no assets allowed", ErrInvalidPolicy)
+	}
+	r := &rules{max: p.MaxPerRequest, budget: p.Budget, assets: make(map[string][]common.Address, len(p.Assets))}
+	for i, a := range p.Assets {
+		if _, err := exact.ChainID(a.Network); err != nil {
+			return nil, fmt.Errorf("%w: Assets[%d]: %w", ErrInvalidPolicy, i, err)
+		}
+		addr, err := exact.ParseAddress(a.Address)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Assets[%d] address %q: %w", ErrInvalidPolicy, i, a.Address, err)
+		}
+		r.assets[a.Network] = append(r.assets[a.Network], addr)
+	}
+	return r, nil
+}
+
+// Payment flows of extra.paymentFlow (x402-v2.md §9.3). Absent means
+// authorization.
+const (
+	flowAuthorization = "authorization"
+	flowUpfront       = "upfront"
+	flowEscrow        = "escrow"
+)
+
+// verdict is the policy's answer on one requirement, before the budget.
+type verdict struct {
+	amount  *big.Int
+	upfront bool
+	refusal Refusal
+	label   string
+}
+
+func refuse(r Refusal, format string, args ...any) verdict {
+	return verdict{refusal: r, label: fmt.Sprintf(format, args...)}
+}
+
+// judge runs every check of one requirement except the budget, which depends on
+// the other calls in flight.
+func (r *rules) judge(req x402.PaymentRequirements) verdict {
+	switch req.Scheme {
+	case exact.Scheme:
+	case SchemeNeverminedERC4337, SchemeNeverminedCardDelegation:
+		return refuse(RefusedNevermined, LabelNevermined)
+	default:
+		return refuse(RefusedForeignScheme, "foreign scheme %q, never paid", req.Scheme)
+	}
+	flow, err := paymentFlow(req.Extra)
+	if err != nil {
+		return refuse(RefusedOffer, "%v", err)
+	}
+	switch flow {
+	case "", flowAuthorization, flowUpfront:
+	case flowEscrow:
+		return refuse(RefusedPaymentFlow, "payment flow %q is not supported by the exact scheme", flow)
+	default:
+		return refuse(RefusedPaymentFlow, "unknown payment flow %q", flow)
+	}
+	if _, err := exact.ChainID(req.Network); err != nil {
+		return refuse(RefusedNetwork, "network %q is not an eip155 chain this client can sign for", req.Network)
+	}
+	allowed, ok := r.assets[req.Network]
+	if !ok {
+		return refuse(RefusedNetwork, "network %s is not allowed by the policy", req.Network)
+	}
+	asset, err := exact.ParseAddress(req.Asset)
+	if err != nil {
+		return refuse(RefusedOffer, "asset %q: %v", req.Asset, err)
+	}
+	found := false
+	for _, a := range allowed {
+		found = found || a == asset
+	}
+	if !found {
+		return refuse(RefusedAsset, "asset %s is not allowed on %s by the policy", req.Asset, req.Network)
+	}
+	if _, err := exact.ParseExtra(req.Extra); err != nil {
+		return refuse(RefusedOffer, "%v", err)
+	}
+	if _, err := exact.ParseAddress(req.PayTo); err != nil {
+		return refuse(RefusedOffer, "payTo %q: %v", req.PayTo, err)
+	}
+	amount, err := exact.ParseUint256(req.Amount)
+	if err != nil {
+		return refuse(RefusedOffer, "amount %q: %v", req.Amount, err)
+	}
+	if req.MaxTimeoutSeconds <= 0 || req.MaxTimeoutSeconds > exact.MaxSignedTimeout {
+		return refuse(RefusedOffer, "maxTimeoutSeconds %d is outside (0, %d]", req.MaxTimeoutSeconds, exact.MaxSignedTimeout)
+	}
+	if amount.Cmp(r.max) > 0 {
+		return refuse(RefusedOverMaximum, "amount %s is over the per-request maximum %s", amount, r.max)
+	}
+	return verdict{amount: amount, upfront: flow == flowUpfront}
+}
+
+// paymentFlow reads extra.paymentFlow: "" when extra or the key is absent, the
+// value itself when it is a string, and "(not a string)" otherwise, which no
+// check accepts.
+func paymentFlow(extra json.RawMessage) (string, error) {
+	if len(extra) == 0 || string(extra) == "null" {
+		return "", nil
+	}
+	var e struct {
+		PaymentFlow any `json:"paymentFlow"`
+	}
+	if err := json.Unmarshal(extra, &e); err != nil {
+		return "", errors.New("extra is not a JSON object")
+	}
+	switch f := e.PaymentFlow.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return f, nil
+	default:
+		return "(not a string)", nil
+	}
+}
+
+// choose judges every requirement of pr against r and what is left of the
+// budget, and returns the index of the one to pay (-1 for none) with the verdict
+// on each. Like the official client it prefers the authorization flow over
+// upfront, then the server's order.
+func (r *rules) choose(pr *x402.PaymentRequired, remaining *big.Int) (int, *big.Int, []Option) {
+	opts := make([]Option, len(pr.Accepts))
+	best, bestUpfront := -1, false
+	var amount *big.Int
+	for i, req := range pr.Accepts {
+		v := r.judge(req)
+		if v.refusal == "" && v.amount.Cmp(remaining) > 0 {
+			v = refuse(RefusedOverBudget, "amount %s is over the remaining budget %s", v.amount, remaining)
+		}
+		opts[i] = Option{Index: i, Requirements: req, Refusal: v.refusal, Label: v.label}
+		if v.refusal != "" {
+			continue
+		}
+		if best < 0 || (bestUpfront && !v.upfront) {
+			best, bestUpfront, amount = i, v.upfront, v.amount
+		}
+	}
+	if best >= 0 {
+		opts[best].Label = "chosen"
+	}
+	return best, amount, opts
+}

@@ -1,0 +1,360 @@
+package client_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// Test fixtures: the official express server's offer on chain 1337 (x402-v2.md
+// §9.4), and a clock shared by the signer and the server's verifier.
+const (
+	network = "eip155:1337"
+	token   = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+	payTo   = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+	price   = 10000
+)
+
+var testNow = time.Unix(1_800_000_000, 0)
+
+// offer returns an exact requirement for amount atomic units of token, changed
+// by the options.
+func offer(amount int64, opts ...func(*x402.PaymentRequirements)) x402.PaymentRequirements {
+	r := x402.PaymentRequirements{
+		Scheme:            "exact",
+		Network:           network,
+		Amount:            fmt.Sprint(amount),
+		Asset:             token,
+		PayTo:             payTo,
+		MaxTimeoutSeconds: 60,
+		Extra:             json.RawMessage(`{"name":"USD Coin","version":"2"}`),
+	}
+	for _, o := range opts {
+		o(&r)
+	}
+	return r
+}
+
+func withScheme(s string) func(*x402.PaymentRequirements) {
+	return func(r *x402.PaymentRequirements) { r.Scheme = s }
+}
+
+func withNetwork(n string) func(*x402.PaymentRequirements) {
+	return func(r *x402.PaymentRequirements) { r.Network = n }
+}
+
+func withAsset(a string) func(*x402.PaymentRequirements) {
+	return func(r *x402.PaymentRequirements) { r.Asset = a }
+}
+
+func withExtra(e string) func(*x402.PaymentRequirements) {
+	return func(r *x402.PaymentRequirements) { r.Extra = json.RawMessage(e) }
+}
+
+// policy allows token on chain 1337, at most one price per request, within a
+// budget of n prices.
+func policy(n int64) client.Policy {
+	return client.Policy{
+		MaxPerRequest: big.NewInt(price),
+		Budget:        big.NewInt(n * price),
+		Assets:        []client.Asset{{Network: network, Address: token}},
+	}
+}
+
+// afterPay is how the fake server answers a request that carries a valid
+// payment.
+type afterPay int
+
+const (
+	paidOK             afterPay = iota // 200 + PAYMENT-RESPONSE success
+	paidNoSettleHeader                 // 201, no PAYMENT-RESPONSE
+	paidGarbageSettle                  // 200 + an undecodable PAYMENT-RESPONSE
+	paid402Again                       // 402 + PAYMENT-REQUIRED, as after a failed verify
+	paidSettleFailed                   // 402 + PAYMENT-RESPONSE success:false
+	paidSettlePending                  // 402 + PAYMENT-RESPONSE settlement_pending
+	paidHandler500                     // 500, no settlement
+	paidHangUp                         // the connection is closed without an answer
+	paidRedirect                       // 307 to redirectTo + PAYMENT-RESPONSE success
+)
+
+// seen is one request as the fake server received it.
+type seen struct {
+	Method, Path string
+	Body         string
+	Payment      string // PAYMENT-SIGNATURE
+	Legacy       string // X-PAYMENT
+	SignIn       string // SIGN-IN-WITH-X
+}
+
+// server is a small x402 v2 resource server: it answers 402 with a
+// PAYMENT-REQUIRED header listing accepts, and checks a PAYMENT-SIGNATURE as a
+// real one would (decode, match accepted, EIP-712 signature, time window, value)
+// with exact.Verifier.Check, before answering as after says.
+type server struct {
+	tb         testing.TB
+	srv        *httptest.Server
+	accepts    []x402.PaymentRequirements
+	required   *string // PAYMENT-REQUIRED value instead of the encoded accepts; "" for none
+	after      afterPay
+	free       bool              // never ask for payment
+	redirectTo string            // for paidRedirect
+	routes     map[string]string // path -> where it redirects (302), before any payment
+	verifier   *exact.Verifier
+
+	mu       sync.Mutex
+	requests []seen
+	paid     []int           // accepts index of each valid payment received
+	nonces   map[string]bool // distinct authorization nonces
+	headers  []string        // every PAYMENT-SIGNATURE value received
+	sigs     []string        // every signature received, hex without 0x
+}
+
+func newServer(tb testing.TB, accepts ...x402.PaymentRequirements) *server {
+	tb.Helper()
+	s := &server{
+		tb:       tb,
+		accepts:  accepts,
+		verifier: &exact.Verifier{ChainID: big.NewInt(1337), Now: func() time.Time { return testNow }},
+		nonces:   map[string]bool{},
+	}
+	s.srv = httptest.NewServer(s)
+	tb.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *server) URL(path string) string { return s.srv.URL + path }
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.tb.Errorf("server: read body: %v", err)
+	}
+	header := r.Header.Get(x402.HeaderPaymentSignature)
+	s.mu.Lock()
+	s.requests = append(s.requests, seen{
+		Method: r.Method, Path: r.URL.Path, Body: string(body), Payment: header,
+		Legacy: r.Header.Get(x402.HeaderLegacyPayment), SignIn: r.Header.Get(x402.HeaderSignInWithX),
+	})
+	s.mu.Unlock()
+
+	if to, ok := s.routes[r.URL.Path]; ok {
+		http.Redirect(w, r, to, http.StatusFound)
+		return
+	}
+	if s.free {
+		_, _ = io.WriteString(w, "free")
+		return
+	}
+	if header == "" {
+		s.challenge(w, r, "Payment required")
+		return
+	}
+	_, payer, ok := s.check(header)
+	if !ok {
+		s.challenge(w, r, "invalid payment")
+		return
+	}
+	settled := func(success bool, reason x402.Reason, tx string) {
+		v, err := x402.EncodeHeader(x402.SettleResponse{Success: success, ErrorReason: reason, Transaction: tx, Network: network, Payer: payer})
+		if err != nil {
+			s.tb.Errorf("server: encode settle response: %v", err)
+		}
+		w.Header().Set(x402.HeaderPaymentResponse, v)
+	}
+	const tx = "0xabababababababababababababababababababababababababababababababab"
+	switch s.after {
+	case paidOK:
+		settled(true, "", tx)
+		_, _ = io.WriteString(w, "paid")
+	case paidNoSettleHeader:
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "paid")
+	case paidGarbageSettle:
+		w.Header().Set(x402.HeaderPaymentResponse, "not base64 at all!")
+		_, _ = io.WriteString(w, "paid")
+	case paid402Again:
+		s.challenge(w, r, string(x402.ReasonEVMSignature))
+	case paidSettleFailed:
+		settled(false, x402.ReasonInsufficientFunds, "")
+		w.WriteHeader(http.StatusPaymentRequired)
+		_, _ = io.WriteString(w, "{}")
+	case paidSettlePending:
+		settled(false, x402.ReasonSettlementPending, tx)
+		w.WriteHeader(http.StatusPaymentRequired)
+		_, _ = io.WriteString(w, "{}")
+	case paidHandler500:
+		http.Error(w, "upstream failed", http.StatusInternalServerError)
+	case paidHangUp:
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			s.tb.Errorf("server: hijack: %v", err)
+			return
+		}
+		_ = conn.Close()
+	case paidRedirect:
+		settled(true, "", tx)
+		http.Redirect(w, r, s.redirectTo, http.StatusTemporaryRedirect)
+	default:
+		s.tb.Errorf("server: unknown afterPay %d", s.after)
+	}
+}
+
+// challenge answers 402 as the official servers do.
+func (s *server) challenge(w http.ResponseWriter, r *http.Request, reason string) {
+	value := ""
+	if s.required != nil {
+		value = *s.required
+	} else {
+		pr := x402.PaymentRequired{
+			X402Version: x402.Version, Error: reason,
+			Resource: &x402.ResourceInfo{URL: "http://" + r.Host + r.URL.Path, Description: "test", MimeType: "text/plain"},
+			Accepts:  s.accepts,
+		}
+		var err error
+		if value, err = x402.EncodeHeader(pr); err != nil {
+			s.tb.Errorf("server: encode 402: %v", err)
+		}
+	}
+	if value != "" {
+		w.Header().Set(x402.HeaderPaymentRequired, value)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusPaymentRequired)
+	_, _ = io.WriteString(w, `{"error":{"message":"payment required","type":"payment_required","code":"payment_required"}}`)
+}
+
+// check decodes and verifies a PAYMENT-SIGNATURE against the offers. A payment
+// that decodes but does not verify fails the test: the Transport must only send
+// valid ones.
+func (s *server) check(header string) (int, string, bool) {
+	s.mu.Lock()
+	s.headers = append(s.headers, header)
+	s.mu.Unlock()
+	p, err := x402.DecodePaymentPayload(header)
+	if err != nil {
+		// Not from the Transport (tests set such headers by hand): the official
+		// server treats it as no payment (x402-v2.md §2.2).
+		return 0, "", false
+	}
+	accepted, err := p.AcceptedRequirements()
+	if err != nil {
+		s.tb.Errorf("server: payload without accepted: %v", err)
+		return 0, "", false
+	}
+	for i, o := range s.accepts {
+		if x402.Match(o, accepted) != nil {
+			continue
+		}
+		vd, recovered, err := s.verifier.Check(p, o)
+		if err != nil || !recovered {
+			s.tb.Errorf("server: payment for accepts[%d] does not verify: recovered=%v err=%v", i, recovered, err)
+			return 0, "", false
+		}
+		a := vd.Payload.Authorization
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.sigs = append(s.sigs, fmt.Sprintf("%x", vd.Payload.Signature))
+		if !s.nonces[a.Nonce.Hex()] {
+			s.nonces[a.Nonce.Hex()] = true
+			s.paid = append(s.paid, i)
+		}
+		return i, a.From.Hex(), true
+	}
+	s.tb.Errorf("server: accepted %s matches no offer", p.Accepted)
+	return 0, "", false
+}
+
+func (s *server) snapshot() (requests []seen, paid []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]seen(nil), s.requests...), append([]int(nil), s.paid...)
+}
+
+// secrets returns every payment header and signature the server received: none
+// may appear in a log line or an error.
+func (s *server) secrets() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(append([]string(nil), s.headers...), s.sigs...)
+}
+
+// logBuffer collects log output from concurrent goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newTransport returns a Transport paying with dev key 0 under pol, logging at
+// debug level into the returned buffer. At cleanup it checks that no secret the
+// servers received appears in the log.
+func newTransport(tb testing.TB, pol client.Policy, servers ...*server) (*client.Transport, *logBuffer) {
+	tb.Helper()
+	logs := &logBuffer{}
+	base := &http.Transport{}
+	tb.Cleanup(base.CloseIdleConnections)
+	tr := &client.Transport{
+		Base:   base,
+		Signer: exact.NewKeySigner(testchain.DevKey(0)),
+		Policy: pol,
+		Now:    func() time.Time { return testNow },
+		Log:    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	tb.Cleanup(func() {
+		out := logs.String()
+		for _, s := range servers {
+			for _, secret := range s.secrets() {
+				if strings.Contains(out, secret) {
+					tb.Errorf("log contains a payment header or signature: %.40s...", secret)
+				}
+			}
+		}
+		if key := fmt.Sprintf("%x", crypto.FromECDSA(testchain.DevKey(0))); strings.Contains(out, key) {
+			tb.Error("log contains the private key")
+		}
+	})
+	return tr, logs
+}
+
+// checkErrorClean fails if err's text contains a secret the servers received.
+func checkErrorClean(tb testing.TB, err error, servers ...*server) {
+	tb.Helper()
+	if err == nil {
+		return
+	}
+	for _, s := range servers {
+		for _, secret := range s.secrets() {
+			if strings.Contains(err.Error(), secret) {
+				tb.Errorf("error contains a payment header or signature: %v", err)
+			}
+		}
+	}
+}

@@ -3,6 +3,11 @@
 // account for many concurrent callers, manages its nonces, and waits for
 // receipts while re-broadcasting dropped transactions and replacing stuck ones.
 //
+// Concurrent Sends take nonces and sign under a short lock, then broadcast
+// concurrently, so throughput is not bounded by the node's round trip. A nonce
+// the node refuses is handed to the next Send, or filled by a Wait with a
+// 0-value transfer to the account itself, so no gap blocks later nonces.
+//
 // It talks to a node through Backend, the part of *ethclient.Client it needs,
 // so the in-process simulated backend serves as well as a real node.
 package chain

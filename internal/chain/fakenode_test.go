@@ -1,12 +1,15 @@
 package chain
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,27 +19,34 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/ethereum/go-ethereum/params"
+	"github.com/ethereum/go-ethereum/rpc"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llm4agents/llm4agents/internal/testchain"
 )
 
 // fakeNode is a JSON-RPC server for faults a real node will not produce on
 // demand: garbage, hangs, absurd values and refusals. It answers like a healthy
-// idle node unless a test overrides a method.
+// idle node unless a test overrides a method, or, in front of anvil (see
+// newProxyNode), passes on every call a test does not override.
 type fakeNode struct {
 	*httptest.Server
+
+	upstream *rpc.Client // nil: answer from methods only
 
 	mu      sync.Mutex
 	methods map[string]fakeMethod
 	sent    []*types.Transaction // decoded eth_sendRawTransaction arguments
 }
 
-// fakeMethod answers one JSON-RPC method. Returning a rawReply writes that body
+// fakeMethod answers one JSON-RPC method. Returning a rawReplyError writes that body
 // as is; returning hang blocks until the client gives up; any other error
 // becomes a JSON-RPC error object.
 type fakeMethod func(f *fakeNode, params []json.RawMessage) (any, error)
 
-type rawReply string
+type rawReplyError string
 
-func (r rawReply) Error() string { return string(r) }
+func (r rawReplyError) Error() string { return string(r) }
 
 var errHang = errors.New("hang")
 
@@ -53,12 +63,46 @@ func newFakeNode(tb testing.TB, overrides map[string]fakeMethod) *fakeNode {
 		"eth_getBalance":            constant("0x1"),
 	}}
 	f.methods["eth_sendRawTransaction"] = (*fakeNode).sendRaw
-	for name, m := range overrides {
-		f.methods[name] = m
-	}
+	maps.Copy(f.methods, overrides)
 	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
 	tb.Cleanup(f.Close)
 	return f
+}
+
+// newProxyNode returns a fakeNode in front of a: the overrides answer their
+// methods (and may call forward), anvil answers every other.
+func newProxyNode(tb testing.TB, a *testchain.Anvil, overrides map[string]fakeMethod) *fakeNode {
+	tb.Helper()
+	f := &fakeNode{upstream: a.RPC, methods: overrides}
+	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	tb.Cleanup(f.Close)
+	return f
+}
+
+// forward passes a call on to the upstream node and returns its answer.
+func (f *fakeNode) forward(method string, params []json.RawMessage) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	args := make([]any, len(params))
+	for i, p := range params {
+		args[i] = p
+	}
+	var result json.RawMessage
+	if err := f.upstream.CallContext(ctx, &result, method, args...); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// dial returns a client of f, closed when the test ends.
+func (f *fakeNode) dial(tb testing.TB) *ethclient.Client {
+	tb.Helper()
+	c, err := ethclient.Dial(f.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c
 }
 
 func constant(v any) fakeMethod {
@@ -82,11 +126,14 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	m := f.methods[req.Method]
 	f.mu.Unlock()
-	if m == nil {
+	switch {
+	case m == nil && f.upstream != nil:
+		m = func(f *fakeNode, params []json.RawMessage) (any, error) { return f.forward(req.Method, params) }
+	case m == nil:
 		m = fail("method not found: " + req.Method)
 	}
 	result, err := m(f, req.Params)
-	var raw rawReply
+	var raw rawReplyError
 	switch {
 	case errors.As(err, &raw):
 		_, _ = w.Write([]byte(raw))
@@ -154,7 +201,7 @@ func TestSendHostileNode(t *testing.T) {
 	}{
 		{
 			name:    "garbage body",
-			methods: map[string]fakeMethod{"eth_estimateGas": func(*fakeNode, []json.RawMessage) (any, error) { return nil, rawReply("<html>502</html>") }},
+			methods: map[string]fakeMethod{"eth_estimateGas": func(*fakeNode, []json.RawMessage) (any, error) { return nil, rawReplyError("<html>502</html>") }},
 			wantErr: "send tx: ",
 		},
 		{
@@ -340,7 +387,7 @@ func TestSendBroadcastUnknown(t *testing.T) {
 
 func TestWaitHostileReceipts(t *testing.T) {
 	node := newFakeNode(t, map[string]fakeMethod{
-		"eth_getTransactionReceipt": func(*fakeNode, []json.RawMessage) (any, error) { return nil, rawReply("{{{") },
+		"eth_getTransactionReceipt": func(*fakeNode, []json.RawMessage) (any, error) { return nil, rawReplyError("{{{") },
 	})
 	c, err := ethclient.Dial(node.URL)
 	if err != nil {
@@ -356,5 +403,290 @@ func TestWaitHostileReceipts(t *testing.T) {
 	var perr *PendingError
 	if !errors.As(err, &perr) || !strings.Contains(err.Error(), "last node error") {
 		t.Errorf("Wait = %v, want a *PendingError with the node's error", err)
+	}
+}
+
+// awaitBroadcasts receives n broadcasts from arrived, failing the test if they
+// do not come within a few seconds.
+func awaitBroadcasts(tb testing.TB, arrived <-chan *types.Transaction, n int) []*types.Transaction {
+	tb.Helper()
+	timeout := time.After(5 * time.Second)
+	var txs []*types.Transaction
+	for len(txs) < n {
+		select {
+		case tx := <-arrived:
+			txs = append(txs, tx)
+		case <-timeout:
+			tb.Fatalf("%d of %d broadcasts arrived", len(txs), n)
+		}
+	}
+	return txs
+}
+
+// gate returns a channel that blocks handlers until open is called, and
+// opens it when the test ends, before the node (registered earlier) closes.
+func gate(tb testing.TB) (c chan struct{}, open func()) {
+	c = make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(c) }) }
+	tb.Cleanup(open)
+	return c, open
+}
+
+func nonces(txs []*types.Transaction) []uint64 {
+	ns := make([]uint64, len(txs))
+	for i, tx := range txs {
+		ns[i] = tx.Nonce()
+	}
+	slices.Sort(ns)
+	return ns
+}
+
+func seq(from, to uint64) []uint64 {
+	var ns []uint64
+	for n := from; n < to; n++ {
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+const refusal = "insufficient funds for gas * price + value"
+
+func TestSendRefusedNonceReused(t *testing.T) {
+	const (
+		burst   = 32
+		refused = 5 // the nonce the node refuses, once
+		later   = 8 // Sends after the refusal, while the burst is still being broadcast
+	)
+	a := testchain.StartAnvil(t)
+	arrived := make(chan *types.Transaction, 2*(burst+later))
+	var refuseOnce sync.Once
+	var refuseNow, release <-chan struct{}
+	node := newProxyNode(t, a, map[string]fakeMethod{
+		"eth_sendRawTransaction": func(f *fakeNode, params []json.RawMessage) (any, error) {
+			tx, err := decodeRawTx(params)
+			if err != nil {
+				return nil, err
+			}
+			arrived <- tx
+			refuse := false
+			if tx.Nonce() == refused {
+				refuseOnce.Do(func() { refuse = true })
+			}
+			if refuse {
+				<-refuseNow
+				return nil, errors.New(refusal)
+			}
+			<-release
+			return f.forward("eth_sendRawTransaction", params)
+		},
+	})
+	refuseNow, refuse := gate(t)
+	release, open := gate(t)
+	s, _ := newTestSender(t, node.dial(t), 0, testConfig())
+	ctx := testContext(t, 30*time.Second)
+
+	type result struct {
+		tx  *types.Transaction
+		err error
+	}
+	results := make(chan result, burst+later)
+	var wg sync.WaitGroup
+	send := func(n int) {
+		for range n {
+			wg.Go(func() {
+				tx, err := s.Send(ctx, payee, nil)
+				results <- result{tx, err}
+			})
+		}
+	}
+	send(burst)
+	awaitBroadcasts(t, arrived, burst)
+	refuse()
+	// Every other broadcast is held, so the refused Send returns first.
+	if r := <-results; r.tx != nil || r.err == nil || !strings.Contains(r.err.Error(), refusal) {
+		open()
+		t.Fatalf("first Send to return = %v, %v; want the refusal", r.tx, r.err)
+	}
+	send(later)
+	if diff := cmp.Diff(append([]uint64{refused}, seq(burst, burst+later-1)...), nonces(awaitBroadcasts(t, arrived, later))); diff != "" {
+		t.Errorf("nonces sent after the refusal (-want +got):\n%s", diff)
+	}
+	open()
+	wg.Wait()
+	close(results)
+
+	var txs []*types.Transaction
+	for r := range results {
+		if r.err != nil {
+			t.Fatalf("Send: %v", r.err)
+		}
+		txs = append(txs, r.tx)
+	}
+	if diff := cmp.Diff(seq(0, burst+later-1), nonces(txs)); diff != "" {
+		t.Fatalf("nonces of the sent transactions (-want +got):\n%s", diff)
+	}
+	waitAll(t, s, nil, txs)
+	if n, err := a.Client.NonceAt(ctx, s.Address(), nil); err != nil || n != burst+later-1 {
+		t.Errorf("account nonce = %d, %v; want %d", n, err, burst+later-1)
+	}
+}
+
+func TestWaitFillsRefusedNonce(t *testing.T) {
+	a := testchain.StartAnvil(t)
+	oneAccepted := make(chan struct{})
+	var refuseOnce, acceptOnce sync.Once
+	var mu sync.Mutex
+	var sent []*types.Transaction // what anvil accepted
+	node := newProxyNode(t, a, map[string]fakeMethod{
+		"eth_sendRawTransaction": func(f *fakeNode, params []json.RawMessage) (any, error) {
+			tx, err := decodeRawTx(params)
+			if err != nil {
+				return nil, err
+			}
+			refuse := false
+			if tx.Nonce() == 0 {
+				refuseOnce.Do(func() { refuse = true })
+			}
+			if refuse {
+				// Refuse nonce 0 once nonce 1 waits in the pool behind it.
+				select {
+				case <-oneAccepted:
+				case <-time.After(5 * time.Second):
+				}
+				return nil, errors.New(refusal)
+			}
+			res, err := f.forward("eth_sendRawTransaction", params)
+			if err == nil {
+				mu.Lock()
+				sent = append(sent, tx)
+				mu.Unlock()
+			}
+			if tx.Nonce() == 1 {
+				acceptOnce.Do(func() { close(oneAccepted) })
+			}
+			return res, err
+		},
+	})
+	s, logs := newTestSender(t, node.dial(t), 0, testConfig())
+	ctx := testContext(t, 30*time.Second)
+
+	txs := make([]*types.Transaction, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range txs {
+		wg.Go(func() { txs[i], errs[i] = s.Send(ctx, payee, nil) })
+	}
+	wg.Wait()
+	if txs[0] == nil {
+		txs, errs = []*types.Transaction{txs[1], txs[0]}, []error{errs[1], errs[0]}
+	}
+	if txs[0] == nil || errs[0] != nil || txs[0].Nonce() != 1 || txs[1] != nil || errs[1] == nil {
+		t.Fatalf("Sends = %v, %v; want one with nonce 1 and one refused", txs, errs)
+	}
+
+	// No Send takes nonce 0 again: waiting for nonce 1 fills it.
+	r := waitAll(t, s, nil, txs[:1])[0]
+	if r.TxHash != txs[0].Hash() {
+		t.Errorf("receipt for %s, want %s", r.TxHash, txs[0].Hash())
+	}
+	mu.Lock()
+	i := slices.IndexFunc(sent, func(tx *types.Transaction) bool { return tx.Nonce() == 0 })
+	mu.Unlock()
+	if i < 0 {
+		t.Fatal("no transaction with nonce 0 accepted")
+	}
+	filler := sent[i]
+	if to := filler.To(); to == nil || *to != s.Address() || filler.Value().Sign() != 0 || filler.Gas() != params.TxGas || len(filler.Data()) != 0 {
+		t.Errorf("gap filler to %v value %s gas %d data %x; want a 0-value transfer to %s with gas %d",
+			to, filler.Value(), filler.Gas(), filler.Data(), s.Address(), params.TxGas)
+	}
+	if fr, err := a.Client.TransactionReceipt(ctx, filler.Hash()); err != nil || fr.Status != types.ReceiptStatusSuccessful {
+		t.Errorf("receipt of the gap filler: %v, %v", fr, err)
+	}
+	if !strings.Contains(logs.String(), "filled nonce gap") {
+		t.Error(`logs lack "filled nonce gap"`)
+	}
+	next, err := s.Send(ctx, payee, nil)
+	if err != nil || next.Nonce() != 2 {
+		t.Fatalf("next Send = %v, %v; want nonce 2", next, err)
+	}
+}
+
+func TestSendConcurrentResync(t *testing.T) {
+	const (
+		burst   = 32
+		foreign = 3 // the nonces another sender with the same key takes
+	)
+	a := testchain.StartAnvil(t)
+	arrived := make(chan *types.Transaction, 2*burst)
+	var mu sync.Mutex
+	calls := make(map[uint64][]byte) // nonce -> the calls (first data byte) broadcast under it
+	var low, high <-chan struct{}
+	node := newProxyNode(t, a, map[string]fakeMethod{
+		"eth_sendRawTransaction": func(f *fakeNode, params []json.RawMessage) (any, error) {
+			tx, err := decodeRawTx(params)
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			if call := tx.Data()[0]; !bytes.Contains(calls[tx.Nonce()], []byte{call}) {
+				calls[tx.Nonce()] = append(calls[tx.Nonce()], call)
+			}
+			mu.Unlock()
+			arrived <- tx
+			if tx.Nonce() < foreign {
+				<-low
+			} else {
+				<-high
+			}
+			return f.forward("eth_sendRawTransaction", params)
+		},
+	})
+	low, openLow := gate(t)
+	high, openHigh := gate(t)
+	s, _ := newTestSender(t, node.dial(t), 0, testConfig())
+	ctx := testContext(t, 30*time.Second)
+
+	txs := make([]*types.Transaction, burst)
+	errs := make([]error, burst)
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() { txs[i], errs[i] = s.Send(ctx, payee, []byte{byte(i)}) })
+	}
+	awaitBroadcasts(t, arrived, burst)
+	// Another sender with the key takes the lowest nonces while every broadcast
+	// is in flight.
+	for n := range uint64(foreign) {
+		if err := a.Client.SendTransaction(ctx, signTransfer(t, testchain.DevKey(0), n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openLow()
+	// The node refuses nonces 0 to 2 as too low. Their Sends resync while the
+	// node's pending nonce is 3 and the rest of the burst is still in flight,
+	// and must not take those nonces.
+	retries := awaitBroadcasts(t, arrived, foreign)
+	openHigh()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(seq(burst, burst+foreign), nonces(retries)); diff != "" {
+		t.Errorf("nonces of the retries (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(seq(foreign, burst+foreign), nonces(txs)); diff != "" {
+		t.Errorf("nonces of the sent transactions (-want +got):\n%s", diff)
+	}
+	mu.Lock()
+	for n, cs := range calls {
+		if len(cs) != 1 {
+			t.Errorf("nonce %d broadcast for calls %v, want one", n, cs)
+		}
+	}
+	mu.Unlock()
+	waitAll(t, s, nil, txs)
+	if n, err := a.Client.NonceAt(ctx, s.Address(), nil); err != nil || n != burst+foreign {
+		t.Errorf("account nonce = %d, %v; want %d", n, err, burst+foreign)
 	}
 }

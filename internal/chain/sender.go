@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/big"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/ethereum/go-ethereum/params"
 )
 
 const (
@@ -30,8 +32,9 @@ const (
 	maxGasMarginPercent     = 100
 	defaultRPCTimeout       = 10 * time.Second
 
-	// sendAttempts bounds how often Send takes a fresh nonce from the node after
-	// the node said the one it used was taken.
+	// sendAttempts bounds how often Send takes another nonce after the node said
+	// the one it used was taken (not counting free nonces found taken, of which
+	// there are finitely many).
 	sendAttempts = 3
 	// keepSettled is how many nonces below the account's mined nonce the Sender
 	// still remembers, so a late Wait finds which version was mined.
@@ -67,11 +70,22 @@ type SenderConfig struct {
 // Sender signs and broadcasts EIP-1559 transactions from one account. It is
 // safe for concurrent use.
 //
-// It hands out nonces itself, starting from the node's pending nonce, and
-// broadcasts them in order. It remembers every transaction it broadcast for a
-// nonce until that nonce is mined, so Wait can re-broadcast a transaction the
-// node dropped (a dropped nonce would otherwise block all later ones) and
-// replace a stuck one with higher fees.
+// It hands out nonces itself, starting from the node's pending nonce. Taking a
+// nonce and signing happen under a short lock with no call to the node in it
+// (except the pending nonce, when the Sender is not synced); the broadcasts of
+// concurrent Sends run concurrently and may reach the node out of order, which
+// nodes accept: a later nonce waits in the pool until the ones below it arrive.
+//
+// A nonce has at most one owner: a Send's call while it is being broadcast and
+// until it is mined, or a gap filler. When the node definitively refuses a
+// broadcast, the nonce is freed, since a nonce without a transaction blocks
+// every later one: the next Send takes the lowest free nonce before new ones,
+// and if none comes, a Wait on a later nonce fills the gap with a 0-value
+// transfer to the account itself.
+//
+// It remembers every transaction it broadcast for a nonce until that nonce is
+// mined, so Wait can re-broadcast a transaction the node dropped and replace a
+// stuck one with higher fees.
 type Sender struct {
 	backend Backend
 	key     *ecdsa.PrivateKey
@@ -82,32 +96,51 @@ type Sender struct {
 	bumpBP  uint64 // cfg.FeeBumpPercent in basis points
 	log     *slog.Logger
 
-	// sending holds a token while Send takes a nonce and broadcasts, so nonces
-	// reach the node in order and a broadcast the node refuses leaves no gap. It
-	// is a channel rather than a mutex so a caller's ctx bounds the wait for it.
-	sending chan struct{}
-	synced  bool   // guarded by sending; next came from the node
-	next    uint64 // guarded by sending; the nonce of the next new transaction
+	// syncing holds a token while one caller asks the node for the pending
+	// nonce, so the Sends that find the Sender unsynced wait for that one answer.
+	// It is a channel rather than a mutex so a caller's ctx bounds the wait.
+	syncing chan struct{}
 
-	mu      sync.Mutex
-	flights map[uint64]*flight // guarded by mu; by nonce
+	// mu guards the nonce bookkeeping and the flights. It is only held for
+	// short sections without calls to the node; a Send holds it while it takes
+	// a nonce and signs, never while it broadcasts.
+	//
+	// Every nonce below next is in flights (a transaction of ours is or may be
+	// in the pool, or is being broadcast), in free, settled, or known to be used
+	// by a transaction the Sender did not sign. A nonce is handed out only from
+	// free or next, and never while it is in flights.
+	mu     sync.Mutex
+	synced bool   // next is valid: it came from the node, and no refusal since said it was stale
+	gen    uint64 // counts syncs; a refusal of a nonce handed out before the latest one says nothing new
+	next   uint64 // above every nonce handed out; the one for a new transaction when free is empty
+	// free holds nonces below next the Sender has no transaction for, since the
+	// node refused it, with the time they were freed. It is small: the next
+	// Sends take its nonces first.
+	free    map[uint64]time.Time
+	flights map[uint64]*flight // by nonce
 
 	// repairing holds a token while one Wait checks for dropped and stuck
-	// transactions, so concurrent Waits neither queue up behind each other nor
-	// replace the same transaction twice.
+	// transactions and nonce gaps, so concurrent Waits neither queue up behind
+	// each other nor replace the same transaction twice.
 	repairing chan struct{}
 }
 
-// flight is one nonce the Sender broadcast and the transactions it sent for it.
+// flight is one nonce the Sender handed out and the transactions it signed for
+// it.
 type flight struct {
-	nonce uint64
-	to    *common.Address
-	data  []byte
-	gas   uint64
+	nonce  uint64
+	to     *common.Address
+	data   []byte
+	gas    uint64
+	gen    uint64 // Sender.gen when the nonce was handed out
+	reused bool   // the nonce came from Sender.free
 
 	txs     []*types.Transaction // guarded by Sender.mu; every version, oldest first
 	touched time.Time            // guarded by Sender.mu; last broadcast or check by repair
 	capped  bool                 // guarded by Sender.mu; logged that MaxFeePerGas stops replacement
+	// sending is set while the first broadcast is under way: repair leaves the
+	// flight alone, since its owner frees the nonce if the node refuses it.
+	sending bool // guarded by Sender.mu
 }
 
 // NewSender returns a Sender for the account of key on the chain chainID. It
@@ -161,7 +194,8 @@ func NewSender(backend Backend, key *ecdsa.PrivateKey, chainID *big.Int, cfg Sen
 		cfg:       cfg,
 		bumpBP:    uint64(math.Round(cfg.FeeBumpPercent * 100)),
 		log:       log.With("component", "chain", "account", addr),
-		sending:   make(chan struct{}, 1),
+		syncing:   make(chan struct{}, 1),
+		free:      make(map[uint64]time.Time),
 		flights:   make(map[uint64]*flight),
 		repairing: make(chan struct{}, 1),
 	}, nil
@@ -186,10 +220,12 @@ func (s *Sender) Balance(ctx context.Context) (*big.Int, error) {
 // limit is the node's estimate plus GasMarginPercent, so a call that would
 // revert fails here and nothing is broadcast.
 //
-// If the node refuses the transaction, Send returns an error and the nonce is
-// used for the next transaction. If the broadcast's fate is unknown (a transport
-// error or timeout), Send returns the transaction together with a *PendingError:
-// the nonce stays taken, and Wait on the transaction delivers it.
+// Concurrent Sends broadcast concurrently. If the node refuses the transaction,
+// Send returns an error and frees the nonce for the next Send (or a gap filler).
+// If the node says another transaction took the nonce, Send resyncs with the
+// node and tries again under another nonce. If the broadcast's fate is unknown
+// (a transport error or timeout), Send returns the transaction together with a
+// *PendingError: the nonce stays taken, and Wait on the transaction delivers it.
 func (s *Sender) Send(ctx context.Context, to common.Address, data []byte) (*types.Transaction, error) {
 	data = bytes.Clone(data)
 	gas, err := s.estimateGas(ctx, to, data)
@@ -207,71 +243,181 @@ func (s *Sender) Send(ctx context.Context, to common.Address, data []byte) (*typ
 	return tx, nil
 }
 
-// broadcastNew signs and broadcasts a transaction under the next nonce.
+// broadcastNew signs a transaction under a nonce of its own and broadcasts it.
 func (s *Sender) broadcastNew(ctx context.Context, to *common.Address, data []byte, gas uint64, tip, feeCap *big.Int) (*types.Transaction, error) {
-	select {
-	case s.sending <- struct{}{}:
-		defer func() { <-s.sending }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for the nonce: %w", ctx.Err())
-	}
-	if !s.synced {
-		if err := s.resyncLocked(ctx); err != nil {
-			return nil, err
-		}
-	}
-	for attempt := 1; ; attempt++ {
-		f := &flight{nonce: s.next, to: to, data: data, gas: gas}
-		tx, err := s.sign(f, tip, feeCap)
+	for attempt := 1; ; {
+		f, tx, err := s.assign(ctx, to, data, gas, tip, feeCap)
 		if err != nil {
 			return nil, err
 		}
 		err = s.broadcast(ctx, tx)
 		switch {
 		case err == nil || (nodeAnswered(err) && isAlreadyKnown(err)):
-			s.track(f, tx)
-			s.next++
+			s.launched(f)
 			s.log.Debug("sent transaction", "nonce", tx.Nonce(), "hash", tx.Hash(), "to", to,
 				"gas", gas, "tip", tip, "max_fee", feeCap)
 			return tx, nil
 		case !nodeAnswered(err):
 			// The node may hold the transaction: keep the nonce and let Wait
 			// re-broadcast it if the node turns out not to know it.
-			s.track(f, tx)
-			s.next++
+			s.launched(f)
 			s.log.Warn("broadcast outcome unknown", "nonce", tx.Nonce(), "hash", tx.Hash(), "err", err)
 			return tx, &PendingError{Hash: tx.Hash(), Nonce: tx.Nonce(), Err: fmt.Errorf("broadcast: %w", err)}
-		case attempt < sendAttempts && (isNonceTooLow(err) || isReplaceUnderpriced(err)):
-			s.log.Info("nonce taken, resyncing from the node", "nonce", tx.Nonce(), "err", err)
-			if err := s.resyncLocked(ctx); err != nil {
-				return nil, err
-			}
-		default:
+		}
+		s.abandon(f, err)
+		if !isNonceTooLow(err) && !isReplaceUnderpriced(err) {
 			return nil, fmt.Errorf("broadcast nonce %d: %w", tx.Nonce(), err)
 		}
+		if !f.reused {
+			attempt++
+		}
+		if attempt > sendAttempts {
+			return nil, fmt.Errorf("broadcast nonce %d: %w", tx.Nonce(), err)
+		}
+		s.log.Info("nonce taken, trying another", "nonce", tx.Nonce(), "err", err)
 	}
 }
 
-// resyncLocked sets the next nonce to the node's pending nonce, but never to a
-// nonce the Sender already broadcast and may still see mined. The caller holds
-// the sending token.
-func (s *Sender) resyncLocked(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
-	defer cancel()
-	pending, err := s.backend.PendingNonceAt(ctx, s.addr)
-	if err != nil {
-		return fmt.Errorf("pending nonce: %w", err)
-	}
-	next := pending
+// assign hands a nonce to a new transaction for a call of to with data, signs
+// it, and records its flight, all under mu so no other caller can take the
+// nonce: the lowest free nonce, else next. If the Sender is not synced, it
+// first asks the node for the pending nonce.
+func (s *Sender) assign(ctx context.Context, to *common.Address, data []byte, gas uint64, tip, feeCap *big.Int) (*flight, *types.Transaction, error) {
 	s.mu.Lock()
+	for !s.synced {
+		s.mu.Unlock()
+		if err := s.resync(ctx); err != nil {
+			return nil, nil, err
+		}
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	n, reused := s.takeNonceLocked()
+	f := &flight{nonce: n, to: to, data: data, gas: gas, gen: s.gen, reused: reused, sending: true}
+	tx, err := s.sign(f, tip, feeCap)
+	if err != nil {
+		s.freeLocked(n)
+		return nil, nil, err
+	}
+	f.txs = []*types.Transaction{tx}
+	f.touched = s.cfg.Now()
+	s.flights[n] = f
+	return f, tx, nil
+}
+
+// takeNonceLocked removes the lowest free nonce from free, or else next, and
+// returns it, skipping nonces that have a flight (which only a Wait on a
+// transaction the Sender did not send can start). The caller holds mu.
+func (s *Sender) takeNonceLocked() (n uint64, reused bool) {
+	for len(s.free) > 0 {
+		n := slices.Min(slices.Collect(maps.Keys(s.free)))
+		delete(s.free, n)
+		if s.flights[n] == nil {
+			return n, true
+		}
+	}
+	for s.flights[s.next] != nil {
+		s.next++
+	}
+	s.next++
+	return s.next - 1, false
+}
+
+// freeLocked frees nonce n, which has no transaction. The highest nonce handed
+// out goes back to next (with any free ones right below it), others into free.
+// The caller holds mu.
+func (s *Sender) freeLocked(n uint64) {
+	if n+1 != s.next {
+		s.free[n] = s.cfg.Now()
+		return
+	}
+	s.next = n
+	for s.next > 0 {
+		if _, ok := s.free[s.next-1]; !ok {
+			break
+		}
+		delete(s.free, s.next-1)
+		s.next--
+	}
+}
+
+// launched marks f's first broadcast done, successful or of unknown outcome:
+// the nonce is f's until it is mined.
+func (s *Sender) launched(f *flight) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f.sending = false
+	f.touched = s.cfg.Now()
+}
+
+// abandon forgets f after the node answered its first broadcast with err, a
+// refusal. "Nonce too low" means the account used the nonce, and "replacement
+// underpriced" that the pool holds another transaction for it; neither the
+// Sender signed, so next may be stale. Any other refusal leaves the nonce
+// without a transaction: it is freed.
+func (s *Sender) abandon(f *flight, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.flights[f.nonce] == f {
+		delete(s.flights, f.nonce)
+	}
+	switch {
+	case isNonceTooLow(err):
+		// The account's nonce is past every free nonce up to f's as well.
+		for n := range s.free {
+			if n <= f.nonce {
+				delete(s.free, n)
+			}
+		}
+		if f.gen == s.gen {
+			s.synced = false
+		}
+	case isReplaceUnderpriced(err):
+		if f.gen == s.gen {
+			s.synced = false
+		}
+	default:
+		s.freeLocked(f.nonce)
+	}
+}
+
+// resync sets next to the node's pending nonce, but above every nonce with a
+// flight, so a nonce that a concurrent Send is broadcasting or that may still
+// be mined is never handed out again. Until it is done no nonce is handed out;
+// of the callers that find the Sender unsynced, one asks the node.
+func (s *Sender) resync(ctx context.Context) error {
+	select {
+	case s.syncing <- struct{}{}:
+		defer func() { <-s.syncing }()
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the nonce: %w", ctx.Err())
+	}
+	s.mu.Lock()
+	synced := s.synced
+	s.mu.Unlock()
+	if synced {
+		return nil // by the caller before
+	}
+	pending, err := s.pendingNonce(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := pending
 	for n := range s.flights {
 		next = max(next, n+1)
 	}
-	s.mu.Unlock()
-	if s.synced && next != s.next {
+	for n := range s.free {
+		if n >= next {
+			delete(s.free, n) // next hands it out
+		}
+	}
+	if s.gen > 0 && next != s.next {
 		s.log.Info("resynced nonce", "from", s.next, "to", next, "node_pending", pending)
 	}
 	s.next, s.synced = next, true
+	s.gen++
 	return nil
 }
 
@@ -337,8 +483,8 @@ func (s *Sender) Wait(ctx context.Context, tx *types.Transaction) (*types.Receip
 }
 
 // poll looks for a receipt of any version of f. Without one, it reports whether
-// the account's nonce has passed f's, and otherwise repairs dropped and stuck
-// transactions up to f's nonce.
+// the account's nonce has passed f's, and otherwise repairs nonce gaps and
+// dropped and stuck transactions up to f's nonce.
 func (s *Sender) poll(ctx context.Context, f *flight) (r *types.Receipt, used bool, err error) {
 	r, err = s.receipt(ctx, f)
 	if r != nil || err != nil {
@@ -371,11 +517,12 @@ func (s *Sender) receipt(ctx context.Context, f *flight) (*types.Receipt, error)
 	return nil, nil
 }
 
-// repair looks at the flights from nonce mined (the account's next nonce on
-// chain) up to upTo that have waited ReplaceAfter: a flight the node no longer
-// knows is re-broadcast (a dropped nonce blocks every later one), or replaced
-// if the node refuses it as it is, and the one at nonce mined, which nothing
-// else blocks, is replaced with higher fees.
+// repair first fills the nonce gaps from nonce mined (the account's next nonce
+// on chain) up to upTo, then looks at the flights in that range that have
+// waited ReplaceAfter: a flight the node no longer knows is re-broadcast (a
+// dropped nonce blocks every later one), or replaced if the node refuses it as
+// it is, and the one at nonce mined, which nothing else blocks, is replaced
+// with higher fees.
 func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 	select {
 	case s.repairing <- struct{}{}:
@@ -383,12 +530,15 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 	default:
 		return nil // another Wait is repairing; the next poll looks again
 	}
+	if err := s.fillGaps(ctx, mined, upTo); err != nil {
+		return err
+	}
 
 	now := s.cfg.Now()
 	s.mu.Lock()
 	var due []*flight
 	for n, f := range s.flights {
-		if n >= mined && n <= upTo && now.Sub(f.touched) >= s.cfg.ReplaceAfter {
+		if n >= mined && n <= upTo && !f.sending && now.Sub(f.touched) >= s.cfg.ReplaceAfter {
 			due = append(due, f)
 		}
 	}
@@ -421,6 +571,99 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 		}
 	}
 	return nil
+}
+
+// fillGaps sends a gap filler, a 0-value transfer to the account itself at
+// current fees, under each nonce from mined up to (not including) upTo that has
+// no transaction, since upTo waits for all of them. Such a nonce is a free one
+// no Send took within a PollInterval, or mined itself when neither the Sender
+// nor the node's pool has a transaction for it (one the Sender did not sign
+// held it and was dropped, say).
+func (s *Sender) fillGaps(ctx context.Context, mined, upTo uint64) error {
+	if s.orphaned(mined, upTo) {
+		pending, err := s.pendingNonce(ctx)
+		if err != nil {
+			return fmt.Errorf("fill nonce gap %d: %w", mined, err)
+		}
+		s.mu.Lock()
+		if pending == mined && s.orphanedLocked(mined, upTo) {
+			s.free[mined] = time.Time{} // due at once
+		}
+		s.mu.Unlock()
+	}
+
+	now := s.cfg.Now()
+	s.mu.Lock()
+	var gaps []uint64
+	for n, freed := range s.free {
+		if n >= mined && n < upTo && now.Sub(freed) >= s.cfg.PollInterval {
+			gaps = append(gaps, n)
+		}
+	}
+	s.mu.Unlock()
+	if len(gaps) == 0 {
+		return nil
+	}
+	slices.Sort(gaps)
+	tip, feeCap, err := s.fees(ctx)
+	if err != nil {
+		return fmt.Errorf("fill nonce gap %d: %w", gaps[0], err)
+	}
+	for _, n := range gaps {
+		f, tx, err := s.claimGap(n, tip, feeCap)
+		if err != nil {
+			return fmt.Errorf("fill nonce gap %d: %w", n, err)
+		}
+		if f == nil {
+			continue // a Send took it meanwhile
+		}
+		err = s.broadcast(ctx, tx)
+		switch {
+		case err == nil || (nodeAnswered(err) && isAlreadyKnown(err)):
+			s.launched(f)
+			s.log.Info("filled nonce gap", "nonce", n, "hash", tx.Hash(), "tip", tip, "max_fee", feeCap)
+		case !nodeAnswered(err):
+			s.launched(f) // it may be in the pool: repair treats it like any flight
+			return fmt.Errorf("fill nonce gap %d: %w", n, err)
+		default:
+			s.abandon(f, err)
+			return fmt.Errorf("fill nonce gap %d: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// orphaned reports whether nonce mined, below upTo, has neither a flight nor a
+// place in free, though the Sender handed out nonces above it.
+func (s *Sender) orphaned(mined, upTo uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.orphanedLocked(mined, upTo)
+}
+
+func (s *Sender) orphanedLocked(mined, upTo uint64) bool {
+	_, free := s.free[mined]
+	return mined < upTo && s.synced && mined < s.next && s.flights[mined] == nil && !free
+}
+
+// claimGap takes free nonce n for a gap filler, signs the filler and records
+// its flight. It returns a nil flight if n is no longer free.
+func (s *Sender) claimGap(n uint64, tip, feeCap *big.Int) (*flight, *types.Transaction, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.free[n]; !ok || s.flights[n] != nil {
+		return nil, nil, nil
+	}
+	f := &flight{nonce: n, to: &s.addr, gas: params.TxGas, gen: s.gen, sending: true}
+	tx, err := s.sign(f, tip, feeCap)
+	if err != nil {
+		return nil, nil, err
+	}
+	delete(s.free, n)
+	f.txs = []*types.Transaction{tx}
+	f.touched = s.cfg.Now()
+	s.flights[n] = f
+	return f, tx, nil
 }
 
 // known reports whether the node knows any version of f, in its pool or mined.
@@ -562,6 +805,16 @@ func (s *Sender) estimateGas(ctx context.Context, to common.Address, data []byte
 	return gas * (100 + s.cfg.GasMarginPercent) / 100, nil
 }
 
+func (s *Sender) pendingNonce(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	defer cancel()
+	n, err := s.backend.PendingNonceAt(ctx, s.addr)
+	if err != nil {
+		return 0, fmt.Errorf("pending nonce: %w", err)
+	}
+	return n, nil
+}
+
 func (s *Sender) nonceAt(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
 	defer cancel()
@@ -596,15 +849,6 @@ func (s *Sender) sign(f *flight, tip, feeCap *big.Int) (*types.Transaction, erro
 	return tx, nil
 }
 
-// track records f with its first version tx.
-func (s *Sender) track(f *flight, tx *types.Transaction) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f.txs = []*types.Transaction{tx}
-	f.touched = s.cfg.Now()
-	s.flights[f.nonce] = f
-}
-
 // flightFor returns the flight of tx's nonce, starting one if the Sender does
 // not remember it (tx from before a restart of the Sender, or long settled).
 func (s *Sender) flightFor(tx *types.Transaction) *flight {
@@ -615,6 +859,7 @@ func (s *Sender) flightFor(tx *types.Transaction) *flight {
 		f = &flight{nonce: tx.Nonce(), to: tx.To(), data: tx.Data(), gas: tx.Gas(),
 			txs: []*types.Transaction{tx}, touched: s.cfg.Now()}
 		s.flights[f.nonce] = f
+		delete(s.free, f.nonce) // the nonce has a transaction now: not to be handed out
 		return f
 	}
 	if !slices.ContainsFunc(f.txs, func(t *types.Transaction) bool { return t.Hash() == tx.Hash() }) {
@@ -654,13 +899,19 @@ func (s *Sender) hashes(f *flight) []common.Hash {
 	return hs
 }
 
-// prune forgets flights far below the account's mined nonce.
+// prune forgets flights far below the account's mined nonce, and free nonces
+// below it: the account used them.
 func (s *Sender) prune(mined uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for n := range s.flights {
 		if n+keepSettled < mined {
 			delete(s.flights, n)
+		}
+	}
+	for n := range s.free {
+		if n < mined {
+			delete(s.free, n)
 		}
 	}
 }

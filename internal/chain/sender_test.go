@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -114,37 +116,57 @@ func minedNonce(tb testing.TB, c *ethclient.Client, r *types.Receipt) uint64 {
 }
 
 func TestSendConcurrent(t *testing.T) {
-	a := testchain.StartAnvil(t)
-	s, _ := newTestSender(t, a.Client, 0, testConfig())
-	ctx := testContext(t, 60*time.Second)
+	// With mining off, the broadcasts reach the pool out of order and wait for
+	// each other; with automine, anvil mines each as its predecessors arrive.
+	for _, mining := range []bool{true, false} {
+		t.Run(fmt.Sprintf("automine %t", mining), func(t *testing.T) {
+			var opts []testchain.AnvilOption
+			if !mining {
+				opts = append(opts, testchain.WithNoMining())
+			}
+			a := testchain.StartAnvil(t, opts...)
+			s, _ := newTestSender(t, a.Client, 0, testConfig())
+			ctx := testContext(t, 60*time.Second)
 
-	const n = 32
-	txs := make([]*types.Transaction, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { txs[i], errs[i] = s.Send(ctx, payee, nil) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+			const n = 64
+			txs := make([]*types.Transaction, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() { txs[i], errs[i] = s.Send(ctx, payee, nil) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]uint64, n)
+			for i := range want {
+				want[i] = uint64(i)
+			}
+			if diff := cmp.Diff(want, nonces(txs)); diff != "" {
+				t.Fatalf("nonces sent (-want +got):\n%s", diff)
+			}
 
-	receipts := waitAll(t, s, nil, txs)
-	var got, want []uint64
-	for i, r := range receipts {
-		if r.TxHash != txs[i].Hash() {
-			t.Errorf("receipt %d is for %s, want %s", i, r.TxHash, txs[i].Hash())
-		}
-		got = append(got, minedNonce(t, a.Client, r))
-		want = append(want, uint64(i))
-	}
-	slices.Sort(got)
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("mined nonces (-want +got):\n%s", diff)
-	}
-	if nonce, err := a.Client.NonceAt(ctx, s.Address(), nil); err != nil || nonce != n {
-		t.Errorf("account nonce = %d, %v; want %d", nonce, err, n)
+			var miner *testchain.Anvil
+			if !mining {
+				miner = a
+			}
+			receipts := waitAll(t, s, miner, txs)
+			var got []uint64
+			for i, r := range receipts {
+				if r.TxHash != txs[i].Hash() {
+					t.Errorf("receipt %d is for %s, want %s", i, r.TxHash, txs[i].Hash())
+				}
+				got = append(got, minedNonce(t, a.Client, r))
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("mined nonces (-want +got):\n%s", diff)
+			}
+			if nonce, err := a.Client.NonceAt(ctx, s.Address(), nil); err != nil || nonce != n {
+				t.Errorf("account nonce = %d, %v; want %d", nonce, err, n)
+			}
+		})
 	}
 }
 
@@ -375,6 +397,48 @@ func TestNonceGapRefilled(t *testing.T) {
 	}
 	if nonce, err := a.Client.NonceAt(ctx, s.Address(), nil); err != nil || nonce != 3 {
 		t.Errorf("account nonce = %d, %v; want 3", nonce, err)
+	}
+}
+
+func TestWaitFillsOrphanedNonce(t *testing.T) {
+	a := testchain.StartAnvil(t, testchain.WithNoMining())
+	cfg := testConfig()
+	cfg.ReplaceAfter = 100 * time.Millisecond
+	s, logs := newTestSender(t, a.Client, 0, cfg)
+	ctx := testContext(t, 30*time.Second)
+
+	// Another sender with the key holds nonce 0 in the pool, so the Sender
+	// starts at 1; then the node drops the other's transaction (and with it
+	// the Sender's, which depends on it).
+	other := signTransfer(t, testchain.DevKey(0), 0)
+	if err := a.Client.SendTransaction(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.Send(ctx, payee, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx.Nonce() != 1 {
+		t.Fatalf("nonce %d, want 1", tx.Nonce())
+	}
+	if err := a.DropTransaction(ctx, other.Hash()); err != nil {
+		t.Fatal(err)
+	}
+
+	waitAll(t, s, a, []*types.Transaction{tx})
+	block, err := a.Client.BlockByNumber(ctx, big.NewInt(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(block.Transactions(), func(tx *types.Transaction) bool { return tx.Nonce() == 0 })
+	if i < 0 {
+		t.Fatal("nonce 0 not in the first block")
+	}
+	if filler := block.Transactions()[i]; filler.Hash() == other.Hash() || *filler.To() != s.Address() || filler.Value().Sign() != 0 {
+		t.Errorf("nonce 0 mined as %s to %s value %s, want a 0-value transfer to %s", filler.Hash(), filler.To(), filler.Value(), s.Address())
+	}
+	if !strings.Contains(logs.String(), "filled nonce gap") {
+		t.Error(`logs lack "filled nonce gap"`)
 	}
 }
 
@@ -660,4 +724,83 @@ func closedPortURL(tb testing.TB) string {
 	srv := newFakeNode(tb, nil)
 	srv.Close()
 	return srv.URL
+}
+
+// BenchmarkConcurrentSend measures Send under the facilitator's load: 32
+// goroutines sending from one account to an anvil that mines every
+// transaction as it arrives, directly and through a proxy that adds a remote
+// node's round trip to every call. ns/op is the wall time per Send, so it
+// falls as broadcasts overlap.
+func BenchmarkConcurrentSend(b *testing.B) {
+	b.Run("anvil", func(b *testing.B) { benchmarkConcurrentSend(b, 0) })
+	b.Run("rtt=50ms", func(b *testing.B) { benchmarkConcurrentSend(b, 50*time.Millisecond) })
+}
+
+func benchmarkConcurrentSend(b *testing.B, rtt time.Duration) {
+	const workers = 32
+	a := testchain.StartAnvil(b)
+	var backend Backend = a.Client
+	if rtt > 0 {
+		slow := make(map[string]fakeMethod)
+		for _, m := range []string{"eth_estimateGas", "eth_maxPriorityFeePerGas", "eth_getBlockByNumber",
+			"eth_getTransactionCount", "eth_sendRawTransaction"} {
+			slow[m] = func(f *fakeNode, params []json.RawMessage) (any, error) {
+				time.Sleep(rtt)
+				return f.forward(m, params)
+			}
+		}
+		backend = newProxyNode(b, a, slow).dial(b)
+	}
+	s, err := NewSender(backend, testchain.DevKey(0), a.ChainID, testConfig(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := testContext(b, 10*time.Minute)
+	if _, err := s.Send(ctx, payee, nil); err != nil { // sync the nonce outside the timing
+		b.Fatal(err)
+	}
+
+	var (
+		mu   sync.Mutex
+		last *types.Transaction // the highest nonce sent
+		errs = make(chan error, workers)
+		left = int64(b.N)
+		wg   sync.WaitGroup
+	)
+	b.ResetTimer()
+	for range workers {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				left--
+				more := left >= 0
+				mu.Unlock()
+				if !more {
+					return
+				}
+				tx, err := s.Send(ctx, payee, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				if last == nil || tx.Nonce() > last.Nonce() {
+					last = tx
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	if _, err := s.Wait(ctx, last); err != nil {
+		b.Fatal(err)
+	}
+	if n, err := a.Client.NonceAt(ctx, s.Address(), nil); err != nil || n != uint64(b.N)+1 {
+		b.Fatalf("account nonce = %d, %v; want %d", n, err, b.N+1)
+	}
 }

@@ -6,14 +6,22 @@
 // committed transactions on power loss, and a lost "success reported" mark or
 // a lost claim can make the facilitator answer success twice or broadcast an
 // authorization again (DECISIONS D4, D5). An fsync per commit is cheap next to
-// a chain round trip.
+// a chain round trip, and group commit shares it between concurrent writes.
 //
-// Read-modify-write operations run in BEGIN IMMEDIATE transactions
-// (_txlock=immediate), which take the database's write lock before their first
-// read. So several *DB values on one file, in one process or in several,
-// serialize correctly: that is what the two-handle race tests of storetest
-// exercise. Each *DB writes through a single connection, so writers in one
-// process queue in database/sql rather than polling SQLite's lock; reads use a
+// Writes are group-committed (writer.go). Each *DB queues its writes for one
+// writer goroutine, started by Open and waited for by Close, which runs what is
+// queued when it is free (up to 64 writes) in one BEGIN IMMEDIATE transaction,
+// each write in a SAVEPOINT of its own so a failing write rolls back alone, and
+// commits once: one fsync for the batch. A write is answered only after its
+// batch's COMMIT; if that fails, every write of the batch fails. A caller whose
+// context ends while its write is queued gets the context's error and the
+// write never runs; once it has run, the caller waits for the COMMIT.
+//
+// BEGIN IMMEDIATE (_txlock=immediate) takes the database's write lock before
+// the first read, and the writes of a batch run one at a time on the single
+// writer connection, so read-modify-write operations stay atomic, and several
+// *DB values on one file, in one process or in several, serialize correctly:
+// that is what the two-handle race tests of storetest exercise. Reads use a
 // separate read-only pool and, in WAL mode, never wait for a writer.
 //
 // The schema comes from the shared, embedded migrations of

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/store"
@@ -27,7 +28,7 @@ const (
 )
 
 // Connection parameters (modernc.org/sqlite DSN keys, validated by the driver
-// before it applies any). The writer takes the write lock at BEGIN
+// before it applies any). The writer connection takes the write lock at BEGIN
 // (_txlock=immediate), so a read-modify-write transaction never has to upgrade
 // a read snapshot another connection has meanwhile made stale.
 var (
@@ -37,6 +38,9 @@ var (
 
 // DB is a SQLite store. Its methods are safe for concurrent use, and several
 // DB values may be open on one file at once, in one process or in several.
+//
+// Writes go through a queue to one writer goroutine, which commits them in
+// batches (group commit, see writer.go); reads go straight to the read pool.
 type DB struct {
 	// Now is the clock leases are judged by and records are stamped with,
 	// to the millisecond. Open sets it to time.Now (nil means the same);
@@ -47,6 +51,23 @@ type DB struct {
 	rw  *sql.DB // exactly one connection: every write, in IMMEDIATE transactions
 	ro  *sql.DB // read-only connections
 	log *slog.Logger
+
+	// The write queue. mu guards queue and closing; wake (on mu) tells the
+	// writer goroutine that an op was queued or Close was called.
+	mu      sync.Mutex
+	wake    *sync.Cond
+	queue   []*writeOp
+	closing bool
+	// writerDone is closed when the writer goroutine has returned.
+	writerDone chan struct{}
+	// commitWait is how long a caller whose context ended after its op ran
+	// still waits for the batch's outcome (see write). Tests may shorten it
+	// before the first write.
+	commitWait time.Duration
+	// beforeCommit, if not nil, is called by the writer with the number of
+	// ops in a batch just before its COMMIT. Tests set it before the first
+	// write, to count batches or to hold one open.
+	beforeCommit func(ops int)
 }
 
 // Open opens the SQLite database file at path, creating it if needed, and
@@ -70,13 +91,15 @@ func Open(ctx context.Context, path string, log *slog.Logger) (_ *DB, err error)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
-	// One writer connection, kept open: writers of this DB queue in
-	// database/sql instead of polling SQLite's lock, and the WAL stays open.
+	// One writer connection, kept open, used by the writer goroutine (and by
+	// migrate before any write is queued), and the WAL stays open.
 	rw.SetMaxOpenConns(1)
 	rw.SetMaxIdleConns(1)
 	rw.SetConnMaxLifetime(0)
 	rw.SetConnMaxIdleTime(0)
-	db := &DB{Now: time.Now, rw: rw, log: log}
+	db := &DB{Now: time.Now, rw: rw, log: log, writerDone: make(chan struct{}), commitWait: store.DefaultTimeout}
+	db.wake = sync.NewCond(&db.mu)
+	go db.runWriter() // Close stops it and waits for it, on every return path
 	defer func() {
 		if err != nil {
 			_ = db.Close()
@@ -106,8 +129,20 @@ func Open(ctx context.Context, path string, log *slog.Logger) (_ *DB, err error)
 	return db, nil
 }
 
-// Close closes the database. Calls in progress may fail.
+// Close closes the database. Writes already queued are still run and
+// answered: Close waits for them, for the writer goroutine to return, and
+// then closes the connections. Writes called after Close fail with an error
+// saying the database is closed; reads in progress may fail.
+//
+// If another connection holds the write lock, the wait can last up to
+// busy_timeout for BEGIN plus store.DefaultTimeout for the batch.
 func (db *DB) Close() error {
+	db.mu.Lock()
+	db.closing = true
+	db.mu.Unlock()
+	db.wake.Broadcast()
+	<-db.writerDone
+
 	var errs []error
 	if db.ro != nil {
 		errs = append(errs, db.ro.Close())
@@ -194,9 +229,10 @@ const columns = `settlement_key, network, asset, payer, pay_to, amount, state, t
 
 const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_key = ?`
 
-// ClaimSettlement implements store.Settlements. It reads and writes in one
-// IMMEDIATE transaction, so of any number of concurrent callers, on any number
-// of DB values, exactly one creates or takes over the record.
+// ClaimSettlement implements store.Settlements. It reads and writes as one op
+// of a write batch, inside the batch's IMMEDIATE transaction, so of any number
+// of concurrent callers, on any number of DB values, exactly one creates or
+// takes over the record.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
 	defer wrap(&err, "claim settlement %q", s.Key)
 	if s.Key == "" {
@@ -210,9 +246,9 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 
-	var rec store.Settlement
-	var won bool
-	err = db.write(ctx, func(tx *sql.Tx) error {
+	var rec, prev store.Settlement
+	var won, tookOver bool
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := db.nowMs()
 		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, s.Key))
 		switch {
@@ -245,9 +281,7 @@ RETURNING `+columns,
 			if err != nil {
 				return err
 			}
-			won = true
-			db.log.InfoContext(ctx, "took over expired settlement claim",
-				"key", s.Key, "previous_owner", cur.Owner, "owner", s.Owner, "fence", fence)
+			won, tookOver, prev = true, true, cur
 			return nil
 		default:
 			rec = cur
@@ -256,6 +290,10 @@ RETURNING `+columns,
 	})
 	if err != nil {
 		return store.Settlement{}, false, err
+	}
+	if tookOver { // logged once committed, with the caller's context
+		db.log.InfoContext(ctx, "took over expired settlement claim",
+			"key", s.Key, "previous_owner", prev.Owner, "owner", s.Owner, "fence", rec.Fence)
 	}
 	return rec, won, nil
 }
@@ -300,7 +338,7 @@ func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, sta
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 
-	return db.write(ctx, func(tx *sql.Tx) error {
+	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
 		if err != nil {
 			return err
@@ -326,7 +364,7 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 
-	return db.write(ctx, func(tx *sql.Tx) error {
+	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
 		if err != nil {
 			return err
@@ -351,7 +389,7 @@ func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err 
 	defer cancel()
 
 	var set bool
-	err = db.write(ctx, func(tx *sql.Tx) error {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE settlements SET success_reported = 1, updated_at_ms = ?
 WHERE settlement_key = ? AND state = 'settled' AND success_reported = 0`, db.nowMs(), key)
 		if err != nil {
@@ -417,20 +455,6 @@ LIMIT ?`, limit)
 		return nil, mapErr(ctx, err)
 	}
 	return out, nil
-}
-
-// write runs fn in an IMMEDIATE transaction on the writer connection and
-// commits it if fn returns nil.
-func (db *DB) write(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := db.rw.BeginTx(ctx, nil)
-	if err != nil {
-		return mapErr(ctx, err)
-	}
-	defer func() { _ = tx.Rollback() }() // no-op after Commit
-	if err := fn(tx); err != nil {
-		return mapErr(ctx, err)
-	}
-	return mapErr(ctx, tx.Commit())
 }
 
 func (db *DB) nowMs() int64 {

@@ -1,0 +1,726 @@
+// Package config is the gateway's configuration: a plain Config struct that
+// mirrors the YAML file key for key (docs/CONFIG.md), its defaults, and
+// Validate, which says what is wrong and where (a YAML path such as
+// models[2].price.input).
+//
+// Parse decodes a YAML document strictly (an unknown or duplicate key is an
+// error), fills the defaults and validates; reading the file is the command's
+// job. The Config holds the names of environment variables and the paths of
+// files that hold secrets, never a secret itself (DECISIONS D23): ReadSecret
+// and the accessors built on it read them when the caller asks.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// Config is the whole configuration of `llm4agents serve`. Its zero value is
+// not valid; Parse and Demo return one with the defaults filled in.
+type Config struct {
+	// Listen is the address the gateway serves on. Default DefaultListen.
+	Listen string `yaml:"listen"`
+	// PublicURL is the origin (and optional path prefix) clients reach the
+	// gateway at; the 402's resource URL is PublicURL + the route. Default
+	// http://<Listen>, with 127.0.0.1 for an unspecified host. No trailing slash.
+	PublicURL   string      `yaml:"public_url"`
+	Network     Network     `yaml:"network"`
+	Facilitator Facilitator `yaml:"facilitator"`
+	Store       Store       `yaml:"store"`
+	Limits      Limits      `yaml:"limits"`
+	Upstreams   []Upstream  `yaml:"upstreams"`
+	Models      []Model     `yaml:"models"`
+
+	// demo marks the embedded demo configuration, whose chain and facilitator
+	// signer are in-process: it needs no RPC URL and no key source.
+	demo bool
+}
+
+// Network is the payment network and asset a 402 offers (MISSION P1).
+type Network struct {
+	// ID is the CAIP-2 network, eip155:<chain id> (eip155:8453 is Base).
+	ID string `yaml:"id"`
+	// RPCURL is the node's JSON-RPC URL, or RPCURLEnv names the environment
+	// variable that holds it (use that when the URL carries an API key). The
+	// in-process facilitator needs one of them.
+	RPCURL    string `yaml:"rpc_url"`
+	RPCURLEnv string `yaml:"rpc_url_env"`
+	// Asset is the EIP-3009 token contract; AssetName and AssetVersion are its
+	// EIP-712 domain name and version, sent in the 402's extra.
+	Asset        string `yaml:"asset"`
+	AssetName    string `yaml:"asset_name"`
+	AssetVersion string `yaml:"asset_version"`
+	// Decimals is the asset's decimals (6 for USDC). Required in a file: a
+	// wrong value misprices every call by powers of ten.
+	Decimals uint8 `yaml:"decimals"`
+	// PayTo receives the payments.
+	PayTo string `yaml:"pay_to"`
+	// MaxTimeoutSeconds is the 402's maxTimeoutSeconds: how long a payment the
+	// buyer signs may stay valid. Default DefaultMaxTimeoutSeconds.
+	MaxTimeoutSeconds int `yaml:"max_timeout_seconds"`
+}
+
+// Facilitator says who verifies and settles payments.
+type Facilitator struct {
+	// Mode is ModeInProcess (default) or ModeRemote.
+	Mode string `yaml:"mode"`
+	// URL is the remote facilitator's base URL (ModeRemote only).
+	URL string `yaml:"url"`
+	// KeyFile or KeyEnv is where the in-process facilitator's signer key is:
+	// exactly one of them in ModeInProcess, neither in ModeRemote.
+	KeyFile string `yaml:"key_file"`
+	KeyEnv  string `yaml:"key_env"`
+	// MaxFeePerGas caps the fee per gas of a settlement transaction, in wei,
+	// as a decimal string (DECISIONS D19). Default DefaultMaxFeePerGas.
+	MaxFeePerGas string `yaml:"max_fee_per_gas"`
+	// SettleTimeout is how long a request waits for its settlement before the
+	// answer is settlement_pending (DECISIONS D3). Default DefaultSettleTimeout.
+	SettleTimeout time.Duration `yaml:"settle_timeout"`
+}
+
+// Store says where claims and settlement records live.
+type Store struct {
+	// DSN is sqlite://PATH (sqlite:///abs/path.db or sqlite://relative.db).
+	// PostgreSQL and Redis come later. Required.
+	DSN string `yaml:"dsn"`
+}
+
+// Limits bound requests.
+type Limits struct {
+	// MaxBodyBytes bounds a request body. Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// UpstreamTimeout is the default Upstream.Timeout. Default
+	// DefaultUpstreamTimeout.
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// MaxStreamDuration bounds how long a stream is read after its settlement
+	// (DECISIONS D2). Default DefaultMaxStreamDuration.
+	MaxStreamDuration time.Duration `yaml:"max_stream_duration"`
+}
+
+// Upstream is a provider the gateway forwards to.
+type Upstream struct {
+	// Name is what models refer to; unique.
+	Name string `yaml:"name"`
+	// Type is UpstreamOpenAI (default: any OpenAI-compatible API) or
+	// UpstreamDemo (the built-in deterministic demo model).
+	Type string `yaml:"type"`
+	// BaseURL is the API's base, such as https://api.openai.com/v1 (openai
+	// only, required there).
+	BaseURL string `yaml:"base_url"`
+	// APIKeyEnv or APIKeyFile is where the upstream's API key is: at most one
+	// (none for a local server that wants no key).
+	APIKeyEnv  string `yaml:"api_key_env"`
+	APIKeyFile string `yaml:"api_key_file"`
+	// Timeout bounds a call to this upstream. Default Limits.UpstreamTimeout.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Model is a model the gateway sells.
+type Model struct {
+	// ID is the public model name clients send; unique.
+	ID string `yaml:"id"`
+	// Upstream names the Upstream that serves it.
+	Upstream string `yaml:"upstream"`
+	// UpstreamModel is the upstream's name for it. Default ID.
+	UpstreamModel string `yaml:"upstream_model"`
+	// Price is in atomic units of the asset per million tokens.
+	Price Price `yaml:"price"`
+	// MaxOutputTokens is the output cap injected upstream when the client
+	// gives none, and the most a client may ask for (DECISIONS D13). Default
+	// DefaultMaxOutputTokens.
+	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// Encoding is the tiktoken encoding prompts are counted with. Default
+	// pricing.EncodingFor(UpstreamModel).
+	Encoding string `yaml:"encoding"`
+	Settle   Settle `yaml:"settle"`
+}
+
+// Price is a model's price as written in the file: whole atomic units of the
+// asset per million tokens, as decimal strings (a YAML integer is read as its
+// digits; '_' may separate digit groups). A decimal such as 0.15 is refused:
+// an atomic unit is the smallest amount there is. Use Parse to get a
+// pricing.Price.
+type Price struct {
+	Input  string `yaml:"input"`
+	Output string `yaml:"output"`
+}
+
+// Settle is a model's settle policy (MISSION P3).
+type Settle struct {
+	// NonStreaming is SettleBuffered (default; DECISIONS D1).
+	NonStreaming string `yaml:"non_streaming"`
+	// Streaming is SettleAfterFirstChunk (default; DECISIONS D2).
+	Streaming string `yaml:"streaming"`
+}
+
+// Defaults.
+const (
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultMaxTimeoutSeconds = 300
+	DefaultMaxFeePerGas      = "200000000000" // 200 gwei
+	DefaultSettleTimeout     = 30 * time.Second
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultUpstreamTimeout   = 120 * time.Second
+	DefaultMaxStreamDuration = 10 * time.Minute
+	DefaultMaxOutputTokens   = 4096
+)
+
+// Values of the enumerated keys.
+const (
+	ModeInProcess = "in-process"
+	ModeRemote    = "remote"
+
+	UpstreamOpenAI = "openai"
+	UpstreamDemo   = "demo"
+
+	SettleBuffered        = "buffered"
+	SettleAfterFirstChunk = "after_first_chunk"
+)
+
+// Bounds Validate enforces.
+const (
+	// MaxDecimals bounds Network.Decimals: 10^36 atomic units per token is
+	// beyond any real asset, and keeps amounts far inside uint256.
+	MaxDecimals = 36
+	// maxTimeoutSecondsCap bounds Network.MaxTimeoutSeconds to a day.
+	maxTimeoutSecondsCap = 24 * 60 * 60
+	// deliveryMargin is what Validate leaves, inside a payment's validity, for
+	// the buyer to sign and send it: a paid request refuses a payment that
+	// would expire before its upstream call and settlement could finish
+	// (DECISIONS D6), so Upstream.Timeout + SettleTimeout + deliveryMargin must
+	// fit in MaxTimeoutSeconds, or no payment could ever be accepted.
+	deliveryMargin = 30 * time.Second
+)
+
+// SetDefaults fills every unset field that has a default. It is idempotent.
+// PublicURL is derived from Listen only when empty: a caller that binds port
+// 0 sets PublicURL itself once it knows the port.
+func (c *Config) SetDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = defaultPublicURL(c.Listen)
+	}
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	if c.Network.MaxTimeoutSeconds == 0 {
+		c.Network.MaxTimeoutSeconds = DefaultMaxTimeoutSeconds
+	}
+	f := &c.Facilitator
+	if f.Mode == "" {
+		f.Mode = ModeInProcess
+	}
+	if f.MaxFeePerGas == "" {
+		f.MaxFeePerGas = DefaultMaxFeePerGas
+	}
+	if f.SettleTimeout == 0 {
+		f.SettleTimeout = DefaultSettleTimeout
+	}
+	l := &c.Limits
+	if l.MaxBodyBytes == 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if l.UpstreamTimeout == 0 {
+		l.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if l.MaxStreamDuration == 0 {
+		l.MaxStreamDuration = DefaultMaxStreamDuration
+	}
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		if u.Type == "" {
+			u.Type = UpstreamOpenAI
+		}
+		if u.Timeout == 0 {
+			u.Timeout = l.UpstreamTimeout
+		}
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.UpstreamModel == "" {
+			m.UpstreamModel = m.ID
+		}
+		if m.MaxOutputTokens == 0 {
+			m.MaxOutputTokens = DefaultMaxOutputTokens
+		}
+		if m.Encoding == "" {
+			m.Encoding = pricing.EncodingFor(m.UpstreamModel)
+		}
+		if m.Settle.NonStreaming == "" {
+			m.Settle.NonStreaming = SettleBuffered
+		}
+		if m.Settle.Streaming == "" {
+			m.Settle.Streaming = SettleAfterFirstChunk
+		}
+	}
+}
+
+func defaultPublicURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "" // Validate reports listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// FieldError is one problem in a configuration: where it is and what is
+// wrong. Validate and Parse return them joined (errors.Join); errors.As finds
+// the first.
+type FieldError struct {
+	// Path is the YAML path of the key, such as models[2].price.input; empty
+	// for the document as a whole.
+	Path string
+	// Line is the 1-based line in the YAML source, 0 when unknown (a Config
+	// built in code, or a key that is missing).
+	Line int
+	// Msg says what is wrong. It never contains a secret, a URL or a DSN.
+	Msg string
+}
+
+func (e *FieldError) Error() string {
+	switch {
+	case e.Path != "" && e.Line > 0:
+		return fmt.Sprintf("%s (line %d): %s", e.Path, e.Line, e.Msg)
+	case e.Path != "":
+		return e.Path + ": " + e.Msg
+	case e.Line > 0:
+		return fmt.Sprintf("line %d: %s", e.Line, e.Msg)
+	}
+	return e.Msg
+}
+
+// problems collects FieldErrors in the order they are found.
+type problems []*FieldError
+
+func (p *problems) add(path, format string, args ...any) {
+	*p = append(*p, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (p problems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	errs := make([]error, len(p))
+	for i, e := range p {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem of c, each a *FieldError with its YAML path,
+// joined with errors.Join; nil means c is usable as is. It does no I/O: it
+// checks that secret sources are named, not that they hold anything. Run
+// SetDefaults first (Parse does).
+func (c *Config) Validate() error {
+	return c.validate().err()
+}
+
+func (c *Config) validate() problems {
+	var p problems
+	c.validateServer(&p)
+	c.validateNetwork(&p)
+	c.validateFacilitator(&p)
+	c.validateStore(&p)
+	c.validateLimits(&p)
+	c.validateUpstreams(&p)
+	c.validateModels(&p)
+	return p
+}
+
+func (c *Config) validateServer(p *problems) {
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		p.add("listen", "must be host:port, such as 127.0.0.1:8080 or :8080")
+		if c.PublicURL == "" {
+			return // its default comes from listen: one error is enough
+		}
+	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || strconv.FormatUint(n, 10) != port {
+		p.add("listen", "port must be a number from 0 to 65535")
+	}
+	if msg := checkURL(c.PublicURL, "http", "https"); msg != "" {
+		p.add("public_url", "%s", msg)
+	} else if u, _ := url.Parse(c.PublicURL); u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(c.PublicURL, "#") {
+		p.add("public_url", "must have no query or fragment: routes are appended to it")
+	}
+}
+
+func (c *Config) validateNetwork(p *problems) {
+	n := &c.Network
+	if n.ID == "" {
+		p.add("network.id", "is required: the CAIP-2 network, eip155:<chain id> (eip155:8453 for Base)")
+	} else if _, err := exact.ChainID(n.ID); err != nil {
+		p.add("network.id", "%q is not eip155:<chain id> (eip155:8453 for Base); only EVM networks are supported", truncate(n.ID))
+	}
+	switch {
+	case n.RPCURL != "" && n.RPCURLEnv != "":
+		p.add("network.rpc_url_env", "set rpc_url or rpc_url_env, not both")
+	case n.RPCURL != "":
+		if msg := checkURL(n.RPCURL, "http", "https", "ws", "wss"); msg != "" {
+			p.add("network.rpc_url", "%s", msg)
+		}
+	case n.RPCURLEnv != "":
+		checkEnvName(p, "network.rpc_url_env", n.RPCURLEnv)
+	}
+	asset := checkAddress(p, "network.asset", n.Asset, "the EIP-3009 token contract")
+	if n.AssetName == "" {
+		p.add("network.asset_name", "is required: the token's EIP-712 domain name (USD Coin for USDC)")
+	}
+	if n.AssetVersion == "" {
+		p.add("network.asset_version", "is required: the token's EIP-712 domain version (2 for USDC)")
+	}
+	if n.Decimals > MaxDecimals {
+		p.add("network.decimals", "%d is more than %d", n.Decimals, MaxDecimals)
+	}
+	payTo := checkAddress(p, "network.pay_to", n.PayTo, "the address that receives payments")
+	if payTo != (common.Address{}) && payTo == asset {
+		p.add("network.pay_to", "is the asset's own contract: payments sent there are lost")
+	}
+	if n.MaxTimeoutSeconds <= 0 || n.MaxTimeoutSeconds > maxTimeoutSecondsCap {
+		p.add("network.max_timeout_seconds", "%d must be from 1 to %d", n.MaxTimeoutSeconds, maxTimeoutSecondsCap)
+	}
+}
+
+func (c *Config) validateFacilitator(p *problems) {
+	f := &c.Facilitator
+	switch f.Mode {
+	case ModeInProcess:
+		if !c.demo {
+			if c.Network.RPCURL == "" && c.Network.RPCURLEnv == "" {
+				p.add("network.rpc_url", "is required with facilitator.mode %s (or set network.rpc_url_env)", ModeInProcess)
+			}
+			switch {
+			case f.KeyFile == "" && f.KeyEnv == "":
+				p.add("facilitator.key_file", "is required with mode %s: the signer key's file (or set key_env)", ModeInProcess)
+			case f.KeyFile != "" && f.KeyEnv != "":
+				p.add("facilitator.key_env", "set key_file or key_env, not both")
+			case f.KeyEnv != "":
+				checkEnvName(p, "facilitator.key_env", f.KeyEnv)
+			}
+		}
+		if f.URL != "" {
+			p.add("facilitator.url", "is only for mode %s", ModeRemote)
+		}
+		if n, err := exact.ParseUint256(f.MaxFeePerGas); err != nil || n.Sign() == 0 {
+			p.add("facilitator.max_fee_per_gas", "%q is not a positive whole number of wei (a decimal string such as \"200000000000\")", truncate(f.MaxFeePerGas))
+		}
+	case ModeRemote:
+		if f.URL == "" {
+			p.add("facilitator.url", "is required with mode %s", ModeRemote)
+		} else if msg := checkURL(f.URL, "http", "https"); msg != "" {
+			p.add("facilitator.url", "%s", msg)
+		}
+		if f.KeyFile != "" || f.KeyEnv != "" {
+			p.add("facilitator.key_file", "is only for mode %s: a remote facilitator holds its own key", ModeInProcess)
+		}
+	default:
+		p.add("facilitator.mode", "%q is not %s or %s", truncate(f.Mode), ModeInProcess, ModeRemote)
+	}
+	if f.SettleTimeout <= 0 {
+		p.add("facilitator.settle_timeout", "%s must be positive", f.SettleTimeout)
+	}
+}
+
+func (c *Config) validateStore(p *problems) {
+	dsn := c.Store.DSN
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	switch {
+	case dsn == "":
+		p.add("store.dsn", "is required: sqlite://PATH, such as sqlite:///var/lib/llm4agents/llm4agents.db")
+	case !ok:
+		p.add("store.dsn", "must be sqlite://PATH")
+	case scheme == "sqlite" && rest == "":
+		p.add("store.dsn", "sqlite:// needs a file path, such as sqlite:///var/lib/llm4agents/llm4agents.db")
+	case scheme == "sqlite":
+	case scheme == "postgres", scheme == "postgresql", scheme == "redis", scheme == "rediss":
+		p.add("store.dsn", "%s is not supported yet: use sqlite://PATH", scheme)
+	default:
+		p.add("store.dsn", "scheme %q is not supported: use sqlite://PATH", truncate(scheme))
+	}
+}
+
+// SQLitePath returns the file path of a sqlite:// DSN.
+func (s Store) SQLitePath() (string, bool) {
+	return strings.CutPrefix(s.DSN, "sqlite://")
+}
+
+func (c *Config) validateLimits(p *problems) {
+	l := &c.Limits
+	if l.MaxBodyBytes <= 0 {
+		p.add("limits.max_body_bytes", "%d must be positive", l.MaxBodyBytes)
+	}
+	if l.UpstreamTimeout <= 0 {
+		p.add("limits.upstream_timeout", "%s must be positive", l.UpstreamTimeout)
+	}
+	if l.MaxStreamDuration <= 0 {
+		p.add("limits.max_stream_duration", "%s must be positive", l.MaxStreamDuration)
+	}
+}
+
+var (
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+)
+
+func (c *Config) validateUpstreams(p *problems) {
+	if len(c.Upstreams) == 0 {
+		p.add("upstreams", "at least one upstream is required")
+	}
+	seen := map[string]int{}
+	validity := time.Duration(c.Network.MaxTimeoutSeconds) * time.Second
+	for i, u := range c.Upstreams {
+		at := fmt.Sprintf("upstreams[%d]", i)
+		switch j, dup := seen[u.Name]; {
+		case u.Name == "":
+			p.add(at+".name", "is required")
+		case !nameRE.MatchString(u.Name):
+			p.add(at+".name", "%q must be letters, digits, '.', '_' or '-' (at most 64)", truncate(u.Name))
+		case dup:
+			p.add(at+".name", "%q is already the name of upstreams[%d]", u.Name, j)
+		default:
+			seen[u.Name] = i
+		}
+		switch u.Type {
+		case UpstreamOpenAI:
+			if u.BaseURL == "" {
+				p.add(at+".base_url", "is required for type %s, such as https://api.openai.com/v1", UpstreamOpenAI)
+			} else if msg := checkURL(u.BaseURL, "http", "https"); msg != "" {
+				p.add(at+".base_url", "%s", msg)
+			}
+			switch {
+			case u.APIKeyEnv != "" && u.APIKeyFile != "":
+				p.add(at+".api_key_file", "set api_key_env or api_key_file, not both")
+			case u.APIKeyEnv != "":
+				checkEnvName(p, at+".api_key_env", u.APIKeyEnv)
+			}
+		case UpstreamDemo:
+			if u.BaseURL != "" {
+				p.add(at+".base_url", "is not used by type %s: remove it", UpstreamDemo)
+			}
+			if u.APIKeyEnv != "" || u.APIKeyFile != "" {
+				p.add(at+".api_key_env", "type %s takes no API key: remove api_key_env and api_key_file", UpstreamDemo)
+			}
+		default:
+			p.add(at+".type", "%q is not %s or %s", truncate(u.Type), UpstreamOpenAI, UpstreamDemo)
+		}
+		switch settle := c.Facilitator.SettleTimeout; {
+		case u.Timeout <= 0:
+			p.add(at+".timeout", "%s must be positive", u.Timeout)
+		case validity > 0 && settle > 0 && u.Timeout+settle+deliveryMargin > validity:
+			p.add(at+".timeout", "%s + facilitator.settle_timeout %s + %s to deliver the payment exceeds network.max_timeout_seconds (%ds): "+
+				"no payment would stay valid long enough (DECISIONS D6); lower them or raise max_timeout_seconds",
+				u.Timeout, settle, deliveryMargin, c.Network.MaxTimeoutSeconds)
+		}
+	}
+}
+
+func (c *Config) validateModels(p *problems) {
+	if len(c.Models) == 0 {
+		p.add("models", "at least one model is required")
+	}
+	upstreams := map[string]bool{}
+	for _, u := range c.Upstreams {
+		upstreams[u.Name] = true
+	}
+	seen := map[string]int{}
+	for i, m := range c.Models {
+		at := fmt.Sprintf("models[%d]", i)
+		switch j, dup := seen[m.ID]; {
+		case m.ID == "":
+			p.add(at+".id", "is required: the model name clients send")
+		case !printableName(m.ID):
+			p.add(at+".id", "%q must be printable, without spaces, at most 256 bytes", truncate(m.ID))
+		case dup:
+			p.add(at+".id", "%q is already the id of models[%d]", m.ID, j)
+		default:
+			seen[m.ID] = i
+		}
+		switch {
+		case m.Upstream == "":
+			p.add(at+".upstream", "is required: the name of one of upstreams")
+		case !upstreams[m.Upstream]:
+			p.add(at+".upstream", "%q is not the name of any of upstreams", truncate(m.Upstream))
+		}
+		if !printableName(m.UpstreamModel) {
+			p.add(at+".upstream_model", "%q must be printable, without spaces, at most 256 bytes", truncate(m.UpstreamModel))
+		}
+		checkPrice(p, at+".price.input", m.Price.Input, c.Network.Decimals)
+		checkPrice(p, at+".price.output", m.Price.Output, c.Network.Decimals)
+		if m.MaxOutputTokens <= 0 {
+			p.add(at+".max_output_tokens", "%d must be positive", m.MaxOutputTokens)
+		}
+		if !pricing.KnownEncoding(m.Encoding) {
+			p.add(at+".encoding", "%q is not a known encoding (%s, %s, %s, %s or %s)", truncate(m.Encoding),
+				pricing.O200kBase, pricing.Cl100kBase, pricing.P50kBase, pricing.P50kEdit, pricing.R50kBase)
+		}
+		if m.Settle.NonStreaming != SettleBuffered {
+			p.add(at+".settle.non_streaming", "%q is not %s (the only policy for now; DECISIONS D1)", truncate(m.Settle.NonStreaming), SettleBuffered)
+		}
+		if m.Settle.Streaming != SettleAfterFirstChunk {
+			p.add(at+".settle.streaming", "%q is not %s (the only policy for now; DECISIONS D2)", truncate(m.Settle.Streaming), SettleAfterFirstChunk)
+		}
+	}
+}
+
+var priceRE = regexp.MustCompile(`^[0-9]+(_[0-9]+)*$`)
+
+// parseAtomic reads a whole number of atomic units: ASCII digits, with '_'
+// allowed between digit groups, at most the uint64 maximum.
+func parseAtomic(s string) (uint64, error) {
+	if !priceRE.MatchString(s) {
+		return 0, errors.New("not a whole number")
+	}
+	return strconv.ParseUint(strings.ReplaceAll(s, "_", ""), 10, 64)
+}
+
+func checkPrice(p *problems, path, s string, decimals uint8) {
+	if s == "" {
+		p.add(path, "is required: atomic units of the asset per million tokens, such as \"150000\" ($0.15 with 6 decimals)")
+		return
+	}
+	_, err := parseAtomic(s)
+	switch {
+	case err == nil:
+	case errors.Is(err, strconv.ErrRange):
+		p.add(path, "%q is more than %d atomic units per million tokens", truncate(s), uint64(1<<64-1))
+	default:
+		if a, err := pricing.ParseAmount(s, decimals); err == nil {
+			p.add(path, "%q must be whole atomic units per million tokens, not a decimal: %s of the asset per million tokens is %q with %d decimals",
+				truncate(s), truncate(s), a.String(), decimals)
+			return
+		}
+		p.add(path, "%q must be a whole, non-negative number of atomic units per million tokens, such as \"150000\"", truncate(s))
+	}
+}
+
+// Parse returns the pricing.Price of a validated Price.
+func (p Price) Parse() (pricing.Price, error) {
+	in, err := parseAtomic(p.Input)
+	if err != nil {
+		return pricing.Price{}, fmt.Errorf("price input %q: %w", truncate(p.Input), err)
+	}
+	out, err := parseAtomic(p.Output)
+	if err != nil {
+		return pricing.Price{}, fmt.Errorf("price output %q: %w", truncate(p.Output), err)
+	}
+	return pricing.Price{Input: in, Output: out}, nil
+}
+
+// printableName reports whether s is a non-empty name of printable characters
+// without spaces, at most 256 bytes.
+func printableName(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkAddress validates a required address and returns it (zero on error).
+func checkAddress(p *problems, path, s, what string) common.Address {
+	if s == "" {
+		p.add(path, "is required: %s (0x followed by 40 hex digits)", what)
+		return common.Address{}
+	}
+	a, err := exact.ParseAddress(s)
+	switch {
+	case err != nil:
+		p.add(path, "%q is not a valid address (0x and 40 hex digits, EIP-55 checksummed if mixed-case): %v", truncate(s), err)
+	case a == common.Address{}:
+		p.add(path, "is the zero address")
+	}
+	return a
+}
+
+func checkEnvName(p *problems, path, name string) {
+	if !envNameRE.MatchString(name) {
+		p.add(path, "%q is not an environment variable name (letters, digits and '_', not starting with a digit)", truncate(name))
+	}
+}
+
+// checkURL returns what is wrong with an absolute URL, or "". It never repeats
+// the URL: URLs may carry keys.
+func checkURL(s string, schemes ...string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "is not a valid absolute " + strings.Join(schemes, " or ") + " URL"
+	}
+	ok := false
+	for _, sc := range schemes {
+		ok = ok || u.Scheme == sc
+	}
+	switch {
+	case !ok:
+		return "must be an absolute " + strings.Join(schemes, " or ") + " URL"
+	case u.Host == "" || u.Hostname() == "":
+		return "has no host"
+	case u.User != nil:
+		return "must not carry credentials: secrets come from files or environment variables (DECISIONS D23)"
+	}
+	return ""
+}
+
+// truncate shortens a value quoted in an error message.
+func truncate(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}
+
+// Model returns the model with the given public id, or nil.
+func (c *Config) Model(id string) *Model {
+	for i := range c.Models {
+		if c.Models[i].ID == id {
+			return &c.Models[i]
+		}
+	}
+	return nil
+}
+
+// Upstream returns the upstream with the given name, or nil.
+func (c *Config) Upstream(name string) *Upstream {
+	for i := range c.Upstreams {
+		if c.Upstreams[i].Name == name {
+			return &c.Upstreams[i]
+		}
+	}
+	return nil
+}
+
+// ChainID returns the chain id of Network.ID.
+func (n Network) ChainID() (*big.Int, error) { return exact.ChainID(n.ID) }
+
+// AssetAddress returns Network.Asset parsed.
+func (n Network) AssetAddress() (common.Address, error) { return exact.ParseAddress(n.Asset) }
+
+// PayToAddress returns Network.PayTo parsed.
+func (n Network) PayToAddress() (common.Address, error) { return exact.ParseAddress(n.PayTo) }
+
+// MaxFee returns Facilitator.MaxFeePerGas in wei.
+func (f Facilitator) MaxFee() (*big.Int, error) {
+	n, err := exact.ParseUint256(f.MaxFeePerGas)
+	if err != nil || n.Sign() == 0 {
+		return nil, fmt.Errorf("facilitator.max_fee_per_gas %q is not a positive whole number of wei", truncate(f.MaxFeePerGas))
+	}
+	return n, nil
+}

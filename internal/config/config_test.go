@@ -1,0 +1,468 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/llm4agents/llm4agents/internal/pricing"
+)
+
+// base is a valid configuration the cases below break one edit at a time.
+const base = `listen: 127.0.0.1:8080
+network:
+  id: eip155:8453
+  rpc_url: https://mainnet.base.org
+  asset: 0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913
+  asset_name: USD Coin
+  asset_version: "2"
+  decimals: 6
+  pay_to: 0x70997970C51812dc3A010C7d01b50e0d17dc79C8
+facilitator:
+  mode: in-process
+  key_file: /run/secrets/facilitator.key
+store:
+  dsn: sqlite:///tmp/llm4agents.db
+upstreams:
+  - name: openai
+    base_url: https://api.openai.com/v1
+    api_key_env: OPENAI_API_KEY
+  - name: demo
+    type: demo
+models:
+  - id: gpt-4o-mini
+    upstream: openai
+    price: { input: "150000", output: "600000" }
+  - id: demo
+    upstream: demo
+    price: { input: 1000000, output: 2_000_000 }
+`
+
+// edit applies old->new replacements (each must match exactly once).
+func edit(tb testing.TB, text string, pairs ...string) string {
+	tb.Helper()
+	if len(pairs)%2 != 0 {
+		tb.Fatal("edit takes old, new pairs")
+	}
+	for i := 0; i < len(pairs); i += 2 {
+		if n := strings.Count(text, pairs[i]); n != 1 {
+			tb.Fatalf("edit: %q occurs %d times", pairs[i], n)
+		}
+		text = strings.Replace(text, pairs[i], pairs[i+1], 1)
+	}
+	return text
+}
+
+// lineOf returns the 1-based line of the first occurrence of needle.
+func lineOf(tb testing.TB, text, needle string) int {
+	tb.Helper()
+	i := strings.Index(text, needle)
+	if i < 0 {
+		tb.Fatalf("%q not in the document", needle)
+	}
+	return strings.Count(text[:i], "\n") + 1
+}
+
+// fieldErrors flattens a joined error into its FieldErrors.
+func fieldErrors(tb testing.TB, err error) []*FieldError {
+	tb.Helper()
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	var out []*FieldError
+	for _, e := range errs {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			tb.Fatalf("error %v (%T) is not a *FieldError", e, e)
+		}
+		out = append(out, fe)
+	}
+	return out
+}
+
+func TestParseBase(t *testing.T) {
+	c, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		Listen:    "127.0.0.1:8080",
+		PublicURL: "http://127.0.0.1:8080",
+		Network: Network{
+			ID: "eip155:8453", RPCURL: "https://mainnet.base.org",
+			Asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", AssetName: "USD Coin", AssetVersion: "2",
+			Decimals: 6, PayTo: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", MaxTimeoutSeconds: 300,
+		},
+		Facilitator: Facilitator{
+			Mode: ModeInProcess, KeyFile: "/run/secrets/facilitator.key",
+			MaxFeePerGas: DefaultMaxFeePerGas, SettleTimeout: 30 * time.Second,
+		},
+		Store:  Store{DSN: "sqlite:///tmp/llm4agents.db"},
+		Limits: Limits{MaxBodyBytes: 1 << 20, UpstreamTimeout: 120 * time.Second, MaxStreamDuration: 10 * time.Minute},
+		Upstreams: []Upstream{
+			{Name: "openai", Type: UpstreamOpenAI, BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
+			{Name: "demo", Type: UpstreamDemo, Timeout: 120 * time.Second},
+		},
+		Models: []Model{
+			{
+				ID: "gpt-4o-mini", Upstream: "openai", UpstreamModel: "gpt-4o-mini",
+				Price: Price{Input: "150000", Output: "600000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
+				Settle: Settle{NonStreaming: SettleBuffered, Streaming: SettleAfterFirstChunk},
+			},
+			{
+				ID: "demo", Upstream: "demo", UpstreamModel: "demo",
+				Price: Price{Input: "1000000", Output: "2_000_000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
+				Settle: Settle{NonStreaming: SettleBuffered, Streaming: SettleAfterFirstChunk},
+			},
+		},
+	}
+	if d := cmp.Diff(want, c, cmp.AllowUnexported(Config{})); d != "" {
+		t.Errorf("Parse(base) (-want +got):\n%s", d)
+	}
+
+	p, err := c.Models[1].Price.Parse()
+	if err != nil || p != (pricing.Price{Input: 1_000_000, Output: 2_000_000}) {
+		t.Errorf("demo price = %+v, %v", p, err)
+	}
+	if c.Model("demo") != &c.Models[1] || c.Model("nope") != nil || c.Upstream("openai") != &c.Upstreams[0] || c.Upstream("x") != nil {
+		t.Error("Model/Upstream lookups are wrong")
+	}
+	if path, ok := c.Store.SQLitePath(); !ok || path != "/tmp/llm4agents.db" {
+		t.Errorf("SQLitePath = %q, %v", path, ok)
+	}
+	if id, err := c.Network.ChainID(); err != nil || id.Int64() != 8453 {
+		t.Errorf("ChainID = %v, %v", id, err)
+	}
+	if a, err := c.Network.AssetAddress(); err != nil || a.Hex() != c.Network.Asset {
+		t.Errorf("AssetAddress = %v, %v", a, err)
+	}
+	if a, err := c.Network.PayToAddress(); err != nil || a.Hex() != c.Network.PayTo {
+		t.Errorf("PayToAddress = %v, %v", a, err)
+	}
+	if fee, err := c.Facilitator.MaxFee(); err != nil || fee.String() != DefaultMaxFeePerGas {
+		t.Errorf("MaxFee = %v, %v", fee, err)
+	}
+}
+
+// TestRoundTrip checks that a parsed configuration, written back as YAML,
+// parses to the same thing.
+func TestRoundTrip(t *testing.T) {
+	c, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := Parse(out)
+	if err != nil {
+		t.Fatalf("Parse(Marshal(Parse(base))): %v\n%s", err, out)
+	}
+	if d := cmp.Diff(c, c2, cmp.AllowUnexported(Config{})); d != "" {
+		t.Errorf("round trip (-first +second):\n%s", d)
+	}
+}
+
+func TestPublicURLDefault(t *testing.T) {
+	for listen, want := range map[string]string{
+		"127.0.0.1:8080": "http://127.0.0.1:8080",
+		":9000":          "http://127.0.0.1:9000",
+		"0.0.0.0:80":     "http://127.0.0.1:80",
+		"[::]:8080":      "http://127.0.0.1:8080",
+		"[::1]:8080":     "http://[::1]:8080",
+		"gw.local:8080":  "http://gw.local:8080",
+	} {
+		c, err := Parse([]byte(edit(t, base, "listen: 127.0.0.1:8080", "listen: "+strings.ReplaceAll(strings.ReplaceAll(`"L"`, "L", listen), `""`, ""))))
+		if err != nil {
+			t.Errorf("listen %s: %v", listen, err)
+			continue
+		}
+		if c.PublicURL != want {
+			t.Errorf("listen %s: public_url = %s, want %s", listen, c.PublicURL, want)
+		}
+	}
+	c, err := Parse([]byte(edit(t, base, "listen: 127.0.0.1:8080", "public_url: https://llm.example.com/x402/")))
+	if err != nil || c.PublicURL != "https://llm.example.com/x402" {
+		t.Errorf("public_url with a trailing slash: %q, %v", c.PublicURL, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	const (
+		network   = "network:"
+		rpc       = "  rpc_url: https://mainnet.base.org\n"
+		keyFile   = "  key_file: /run/secrets/facilitator.key\n"
+		mode      = "  mode: in-process"
+		dsn       = "  dsn: sqlite:///tmp/llm4agents.db"
+		price0    = `price: { input: "150000", output: "600000" }`
+		openaiKey = "    api_key_env: OPENAI_API_KEY"
+		demoType  = "    type: demo"
+	)
+	for _, tc := range []struct {
+		name  string
+		edits []string
+		path  string // of the expected FieldError
+		msg   string // a part of its message
+		line  string // where it is, as a needle in the edited document; "" = don't check
+		never string // must not appear in any error (a secret)
+	}{
+		// Network.
+		{name: "network id not CAIP-2", edits: []string{"id: eip155:8453", "id: base"}, path: "network.id", msg: "eip155:<chain id>", line: "id: base"},
+		{name: "network id not EVM", edits: []string{"id: eip155:8453", "id: solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp"}, path: "network.id", msg: "only EVM"},
+		{name: "network id zero chain", edits: []string{"id: eip155:8453", "id: eip155:0"}, path: "network.id", msg: "eip155"},
+		{name: "network id missing", edits: []string{"  id: eip155:8453\n", ""}, path: "network.id", msg: "is required", line: network},
+		{name: "asset bad checksum", edits: []string{"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "0x833589FCD6eDb6E08f4c7C32D4f71b54bdA02913"}, path: "network.asset", msg: "checksum", line: "asset:"},
+		{name: "asset too short", edits: []string{"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "0x8335"}, path: "network.asset", msg: "not a valid address"},
+		{name: "asset zero", edits: []string{"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "0x0000000000000000000000000000000000000000"}, path: "network.asset", msg: "zero address"},
+		{name: "asset missing", edits: []string{"  asset: 0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\n", ""}, path: "network.asset", msg: "is required", line: network},
+		{name: "asset name missing", edits: []string{"  asset_name: USD Coin\n", ""}, path: "network.asset_name", msg: "EIP-712 domain name"},
+		{name: "asset version missing", edits: []string{`  asset_version: "2"` + "\n", ""}, path: "network.asset_version", msg: "EIP-712 domain version"},
+		{name: "pay_to missing", edits: []string{"  pay_to: 0x70997970C51812dc3A010C7d01b50e0d17dc79C8\n", ""}, path: "network.pay_to", msg: "is required", line: network},
+		{name: "pay_to lower case is fine but not hex", edits: []string{"0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "0x70997970c51812dc3a010c7d01b50e0d17dc79zz"}, path: "network.pay_to", msg: "not a valid address"},
+		{name: "pay_to is the asset", edits: []string{"0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913"}, path: "network.pay_to", msg: "asset's own contract"},
+		{name: "decimals above 36", edits: []string{"decimals: 6", "decimals: 37"}, path: "network.decimals", msg: "more than 36", line: "decimals:"},
+		{name: "decimals above uint8", edits: []string{"decimals: 6", "decimals: 300"}, path: "network.decimals", msg: "from 0 to 255", line: "decimals:"},
+		{name: "decimals negative", edits: []string{"decimals: 6", "decimals: -6"}, path: "network.decimals", msg: "from 0 to 255"},
+		{name: "decimals as text", edits: []string{"decimals: 6", "decimals: six"}, path: "network.decimals", msg: "got !!str `six`"},
+		{name: "decimals missing", edits: []string{"  decimals: 6\n", ""}, path: "network.decimals", msg: "is required", line: network},
+		{name: "max_timeout_seconds negative", edits: []string{"  decimals: 6\n", "  decimals: 6\n  max_timeout_seconds: -1\n"}, path: "network.max_timeout_seconds", msg: "from 1 to 86400"},
+		{name: "rpc_url and rpc_url_env", edits: []string{rpc, rpc + "  rpc_url_env: BASE_RPC_URL\n"}, path: "network.rpc_url_env", msg: "not both"},
+		{name: "rpc_url not http", edits: []string{"https://mainnet.base.org", "ftp://mainnet.base.org"}, path: "network.rpc_url", msg: "absolute http or https or ws or wss URL"},
+		{name: "rpc_url relative", edits: []string{"https://mainnet.base.org", "mainnet.base.org/rpc"}, path: "network.rpc_url", msg: "URL"},
+		{
+			name: "rpc_url with credentials", edits: []string{"https://mainnet.base.org", "https://me:hunter2@mainnet.base.org"},
+			path: "network.rpc_url", msg: "must not carry credentials", never: "hunter2",
+		},
+		{name: "rpc_url_env bad name", edits: []string{rpc, "  rpc_url_env: 9BASE-RPC\n"}, path: "network.rpc_url_env", msg: "not an environment variable name"},
+
+		// Facilitator.
+		{name: "in-process without rpc", edits: []string{rpc, ""}, path: "network.rpc_url", msg: "is required with facilitator.mode in-process", line: network},
+		{name: "in-process without key", edits: []string{keyFile, ""}, path: "facilitator.key_file", msg: "is required with mode in-process", line: "facilitator:"},
+		{name: "in-process with two keys", edits: []string{keyFile, keyFile + "  key_env: FACILITATOR_KEY\n"}, path: "facilitator.key_env", msg: "not both", line: "key_env:"},
+		{name: "key_env bad name", edits: []string{keyFile, "  key_env: MY KEY\n"}, path: "facilitator.key_env", msg: "not an environment variable name"},
+		{name: "in-process with url", edits: []string{keyFile, keyFile + "  url: https://f.example\n"}, path: "facilitator.url", msg: "only for mode remote"},
+		{name: "remote without url", edits: []string{mode, "  mode: remote", keyFile, ""}, path: "facilitator.url", msg: "is required with mode remote"},
+		{name: "remote with a key", edits: []string{mode, "  mode: remote\n  url: https://f.example"}, path: "facilitator.key_file", msg: "remote facilitator holds its own key"},
+		{name: "remote url not http", edits: []string{mode, "  mode: remote\n  url: f.example", keyFile, ""}, path: "facilitator.url", msg: "URL"},
+		{name: "unknown mode", edits: []string{mode, "  mode: sideways"}, path: "facilitator.mode", msg: `"sideways" is not in-process or remote`, line: "mode:"},
+		{name: "max fee zero", edits: []string{keyFile, keyFile + "  max_fee_per_gas: \"0\"\n"}, path: "facilitator.max_fee_per_gas", msg: "positive whole number of wei"},
+		{name: "max fee decimal", edits: []string{keyFile, keyFile + "  max_fee_per_gas: 1.5\n"}, path: "facilitator.max_fee_per_gas", msg: "positive whole number of wei"},
+		{name: "max fee negative", edits: []string{keyFile, keyFile + "  max_fee_per_gas: -1\n"}, path: "facilitator.max_fee_per_gas", msg: "positive whole number of wei"},
+		{name: "settle timeout negative", edits: []string{keyFile, keyFile + "  settle_timeout: -1s\n"}, path: "facilitator.settle_timeout", msg: "must be positive"},
+		{name: "settle timeout without unit", edits: []string{keyFile, keyFile + "  settle_timeout: 30\n"}, path: "facilitator.settle_timeout", msg: "a duration such as 30s", line: "settle_timeout:"},
+		{name: "settle timeout in days", edits: []string{keyFile, keyFile + "  settle_timeout: 1d\n"}, path: "facilitator.settle_timeout", msg: "got !!str `1d`"},
+
+		// Store.
+		{name: "dsn missing", edits: []string{dsn, "  dsn: \"\""}, path: "store.dsn", msg: "is required", line: "dsn:"},
+		{name: "store missing", edits: []string{"store:\n" + dsn + "\n", ""}, path: "store.dsn", msg: "is required"},
+		{name: "dsn postgres", edits: []string{dsn, "  dsn: postgres://app:s3cret@db/app"}, path: "store.dsn", msg: "postgres is not supported yet", never: "s3cret"},
+		{name: "dsn without path", edits: []string{dsn, "  dsn: sqlite://"}, path: "store.dsn", msg: "needs a file path"},
+		{name: "dsn a bare path", edits: []string{dsn, "  dsn: /var/lib/x.db"}, path: "store.dsn", msg: "must be sqlite://PATH"},
+		{name: "dsn other scheme", edits: []string{dsn, "  dsn: mysql://db"}, path: "store.dsn", msg: `scheme "mysql" is not supported`},
+
+		// Limits and listen.
+		{name: "body limit negative", edits: []string{dsn, dsn + "\nlimits:\n  max_body_bytes: -1"}, path: "limits.max_body_bytes", msg: "must be positive", line: "max_body_bytes:"},
+		{name: "upstream timeout negative", edits: []string{dsn, dsn + "\nlimits:\n  upstream_timeout: -5s"}, path: "limits.upstream_timeout", msg: "must be positive"},
+		{name: "stream duration negative", edits: []string{dsn, dsn + "\nlimits:\n  max_stream_duration: -1m"}, path: "limits.max_stream_duration", msg: "must be positive"},
+		{name: "listen without port", edits: []string{"listen: 127.0.0.1:8080", "listen: localhost"}, path: "listen", msg: "host:port", line: "listen:"},
+		{name: "listen port too big", edits: []string{"listen: 127.0.0.1:8080", "listen: 127.0.0.1:99999"}, path: "listen", msg: "0 to 65535"},
+		{name: "public_url not http", edits: []string{"listen: 127.0.0.1:8080", "public_url: ftp://gw"}, path: "public_url", msg: "http or https"},
+		{name: "public_url with query", edits: []string{"listen: 127.0.0.1:8080", "public_url: https://gw.example/?a=b"}, path: "public_url", msg: "no query"},
+		{name: "public_url without host", edits: []string{"listen: 127.0.0.1:8080", "public_url: http:///x"}, path: "public_url", msg: "no host"},
+
+		// Upstreams.
+		{name: "no upstreams", edits: []string{
+			"upstreams:\n  - name: openai\n    base_url: https://api.openai.com/v1\n" + openaiKey + "\n  - name: demo\n" + demoType + "\n", "upstreams: []\n",
+		}, path: "upstreams", msg: "at least one upstream", line: "upstreams:"},
+		{name: "duplicate upstream", edits: []string{"  - name: demo", "  - name: openai"}, path: "upstreams[1].name", msg: `"openai" is already the name of upstreams[0]`, line: "  - name: openai\n" + demoType},
+		{name: "upstream without name", edits: []string{"  - name: demo\n" + demoType, "  - type: demo"}, path: "upstreams[1].name", msg: "is required"},
+		{name: "upstream name with space", edits: []string{"  - name: demo", "  - name: my demo"}, path: "upstreams[1].name", msg: "letters, digits"},
+		{name: "upstream unknown type", edits: []string{demoType, "    type: anthropic"}, path: "upstreams[1].type", msg: `"anthropic" is not openai or demo`, line: "type: anthropic"},
+		{name: "openai without base_url", edits: []string{"    base_url: https://api.openai.com/v1\n", ""}, path: "upstreams[0].base_url", msg: "is required for type openai"},
+		{name: "openai base_url relative", edits: []string{"https://api.openai.com/v1", "api.openai.com/v1"}, path: "upstreams[0].base_url", msg: "URL"},
+		{
+			name: "openai base_url with credentials", edits: []string{"https://api.openai.com/v1", "https://sk-live:abc@api.openai.com/v1"},
+			path: "upstreams[0].base_url", msg: "credentials", never: "sk-live",
+		},
+		{name: "two api key sources", edits: []string{openaiKey, openaiKey + "\n    api_key_file: /run/secrets/openai"}, path: "upstreams[0].api_key_file", msg: "not both"},
+		{name: "api key env bad name", edits: []string{openaiKey, "    api_key_env: sk-abc123"}, path: "upstreams[0].api_key_env", msg: "not an environment variable name"},
+		{name: "demo with base_url", edits: []string{demoType, demoType + "\n    base_url: http://x"}, path: "upstreams[1].base_url", msg: "not used by type demo"},
+		{name: "demo with a key", edits: []string{demoType, demoType + "\n    api_key_env: X"}, path: "upstreams[1].api_key_env", msg: "takes no API key"},
+		{name: "upstream timeout negative", edits: []string{demoType, demoType + "\n    timeout: -1s"}, path: "upstreams[1].timeout", msg: "must be positive"},
+		{name: "upstream timeout beyond payment validity", edits: []string{demoType, demoType + "\n    timeout: 250s"}, path: "upstreams[1].timeout", msg: "max_timeout_seconds (300s)", line: "timeout: 250s"},
+		{name: "upstreams not a list", edits: []string{"upstreams:\n  - name: openai", "upstreams:\n  x:\n  - name: openai"}, path: "upstreams", msg: "want a list, got !!map"},
+
+		// Models.
+		{name: "empty models", edits: []string{
+			"models:\n  - id: gpt-4o-mini\n    upstream: openai\n    " + price0 + "\n  - id: demo\n    upstream: demo\n    price: { input: 1000000, output: 2_000_000 }\n", "models: []\n",
+		}, path: "models", msg: "at least one model"},
+		{name: "duplicate model", edits: []string{"  - id: demo", "  - id: gpt-4o-mini"}, path: "models[1].id", msg: `already the id of models[0]`},
+		{name: "model without id", edits: []string{"  - id: demo\n    upstream: demo", "  - upstream: demo"}, path: "models[1].id", msg: "is required"},
+		{name: "model id with space", edits: []string{"  - id: demo", "  - id: my model"}, path: "models[1].id", msg: "without spaces"},
+		{name: "model without upstream", edits: []string{"    upstream: demo\n", ""}, path: "models[1].upstream", msg: "is required"},
+		{name: "model unknown upstream", edits: []string{"    upstream: demo\n", "    upstream: anthropic\n"}, path: "models[1].upstream", msg: `"anthropic" is not the name`, line: "upstream: anthropic"},
+		{name: "price decimal string", edits: []string{`input: "150000"`, `input: "0.15"`}, path: "models[0].price.input", msg: `not a decimal: 0.15 of the asset per million tokens is "150000" with 6 decimals`, line: `input: "0.15"`},
+		{name: "price YAML float", edits: []string{`input: "150000"`, `input: 0.15`}, path: "models[0].price.input", msg: `"150000"`},
+		{name: "price negative", edits: []string{`input: "150000"`, `input: -1`}, path: "models[0].price.input", msg: "whole, non-negative"},
+		{name: "price exponent", edits: []string{`input: "150000"`, `input: 1e3`}, path: "models[0].price.input", msg: "whole, non-negative"},
+		{name: "price hex", edits: []string{`input: "150000"`, `input: 0x10`}, path: "models[0].price.input", msg: "whole, non-negative"},
+		{name: "price words", edits: []string{`input: "150000"`, `input: cheap`}, path: "models[0].price.input", msg: "whole, non-negative"},
+		{name: "price Arabic-Indic digits", edits: []string{`input: "150000"`, `input: "١٥٠"`}, path: "models[0].price.input", msg: "whole, non-negative"},
+		{name: "price missing", edits: []string{`input: "150000", `, ""}, path: "models[0].price.input", msg: "is required", line: `price: { output: "600000"`},
+		{name: "price above uint64", edits: []string{`output: "600000"`, `output: "18446744073709551616"`}, path: "models[0].price.output", msg: "more than 18446744073709551615"},
+		{name: "price a list", edits: []string{price0, "price: [150000, 600000]"}, path: "models[0].price", msg: "want a mapping of keys, got !!seq"},
+		{name: "price with currency", edits: []string{`output: "600000" }`, `output: "600000", currency: USD }`}, path: "models[0].price.currency", msg: `unknown key "currency" (the keys here are input, output)`},
+		{name: "max output tokens negative", edits: []string{price0, price0 + "\n    max_output_tokens: -5"}, path: "models[0].max_output_tokens", msg: "must be positive"},
+		{name: "max output tokens text", edits: []string{price0, price0 + "\n    max_output_tokens: many"}, path: "models[0].max_output_tokens", msg: "want a whole number, got !!str `many`"},
+		{name: "unknown encoding", edits: []string{price0, price0 + "\n    encoding: o100k"}, path: "models[0].encoding", msg: `"o100k" is not a known encoding`},
+		{name: "unknown non-streaming policy", edits: []string{price0, price0 + "\n    settle: { non_streaming: streamed }"}, path: "models[0].settle.non_streaming", msg: `"streamed" is not buffered`},
+		{name: "unknown streaming policy", edits: []string{price0, price0 + "\n    settle:\n      streaming: before_first_chunk"}, path: "models[0].settle.streaming", msg: `is not after_first_chunk`, line: "streaming:"},
+
+		// Document.
+		{name: "unknown top-level key", edits: []string{"listen:", "lissten:"}, path: "lissten", msg: `unknown key "lissten" (the keys here are listen, public_url, network,`, line: "lissten:"},
+		{name: "unknown nested key", edits: []string{"  decimals: 6", "  decimals: 6\n  chain: base"}, path: "network.chain", msg: `unknown key "chain"`, line: "chain: base"},
+		{name: "unknown key in a list item", edits: []string{demoType, demoType + "\n    weight: 2"}, path: "upstreams[1].weight", msg: `unknown key "weight"`, line: "weight:"},
+		{name: "duplicate key", edits: []string{"  decimals: 6", "  decimals: 6\n  decimals: 18"}, path: "network.decimals", msg: `duplicate key "decimals" (first at line 8)`, line: "decimals: 18"},
+		{name: "a second document", edits: []string{"listen:", "---\nlisten:", demoType, demoType + "\n---\nlisten: x"}, path: "", msg: "second YAML document"},
+		{name: "syntax error", edits: []string{"  asset_name: USD Coin", "  asset_name: [USD Coin"}, path: "", msg: "", line: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := edit(t, base, tc.edits...)
+			c, err := Parse([]byte(doc))
+			if err == nil {
+				t.Fatalf("Parse succeeded: %+v", c)
+			}
+			if c != nil {
+				t.Error("Parse returned a Config with an error")
+			}
+			if tc.never != "" && strings.Contains(err.Error(), tc.never) {
+				t.Errorf("the error repeats the secret %q: %v", tc.never, err)
+			}
+			var found *FieldError
+			for _, fe := range fieldErrors(t, err) {
+				if fe.Path == tc.path && strings.Contains(fe.Msg, tc.msg) {
+					found = fe
+					break
+				}
+			}
+			if found == nil {
+				t.Fatalf("no error at %q containing %q in:\n%v", tc.path, tc.msg, err)
+			}
+			if tc.line != "" {
+				if want := lineOf(t, doc, tc.line); found.Line != want {
+					t.Errorf("%v: line %d, want %d", found, found.Line, want)
+				}
+			}
+			if found.Path != "" && !strings.HasPrefix(found.Error(), found.Path) {
+				t.Errorf("Error() = %q does not start with the path", found.Error())
+			}
+		})
+	}
+}
+
+func TestParseDocumentErrors(t *testing.T) {
+	for _, tc := range []struct{ name, doc, msg string }{
+		{"empty", "", "empty"},
+		{"comments only", "# nothing\n", "empty"},
+		{"null", "~\n", "empty"},
+		{"a list", "- listen: x\n", "want a mapping of the configuration's keys, got !!seq"},
+		{"a scalar", "hello\n", "want a mapping of the configuration's keys, got !!str `hello`"},
+		{"tabs", "listen:\n\t- x\n", "line 2"},
+		{"alias bomb", "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n" +
+			"d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n" +
+			"g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\nmodels: [*g, *g, *g, *g, *g, *g, *g, *g, *g]\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q does not contain %q", err, tc.msg)
+			}
+			fieldErrors(t, err) // every error is a *FieldError
+		})
+	}
+}
+
+// TestAllErrorsAtOnce checks that Parse reports every problem, sorted by line.
+func TestAllErrorsAtOnce(t *testing.T) {
+	doc := edit(t, base,
+		"listen: 127.0.0.1:8080", "listen: nowhere",
+		"decimals: 6", "decimals: 99",
+		`input: "150000"`, `input: "0.15"`,
+		"  - id: demo", "  - id: gpt-4o-mini",
+	)
+	_, err := Parse([]byte(doc))
+	fes := fieldErrors(t, err)
+	var got []string
+	for _, fe := range fes {
+		got = append(got, fe.Path)
+	}
+	want := []string{"listen", "network.decimals", "models[0].price.input", "models[1].id"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("paths (-want +got):\n%s\n%v", d, err)
+	}
+}
+
+func TestValidateInCode(t *testing.T) {
+	var c Config
+	c.SetDefaults()
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("the zero Config validated")
+	}
+	for _, fe := range fieldErrors(t, err) {
+		if fe.Line != 0 {
+			t.Errorf("%v: a Config built in code has no lines", fe)
+		}
+	}
+	for _, path := range []string{"network.id", "network.asset", "network.pay_to", "store.dsn", "upstreams", "models"} {
+		if !strings.Contains(err.Error(), path+": ") {
+			t.Errorf("no error for %s in:\n%v", path, err)
+		}
+	}
+}
+
+func TestDemo(t *testing.T) {
+	c := Demo()
+	err := c.Validate()
+	var paths []string
+	for _, fe := range fieldErrors(t, err) {
+		paths = append(paths, fe.Path)
+	}
+	if d := cmp.Diff([]string{"network.asset", "network.pay_to", "store.dsn"}, paths); d != "" {
+		t.Fatalf("Demo() before the caller fills it: (-want +got)\n%s\n%v", d, err)
+	}
+	c.Network.Asset = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+	c.Network.PayTo = "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720"
+	c.Store.DSN = "sqlite:///tmp/demo.db"
+	c.PublicURL = "http://127.0.0.1:41234"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("filled Demo(): %v", err)
+	}
+	m := c.Model("demo")
+	if m == nil || c.Upstream(m.Upstream) == nil || c.Upstream(m.Upstream).Type != UpstreamDemo {
+		t.Fatalf("demo model routes nowhere: %+v", m)
+	}
+	p, err := m.Price.Parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := pricing.Quote(20, m.MaxOutputTokens, p, c.Network.Decimals); pricing.FormatAmount(q, c.Network.Decimals) != "0.01" {
+		t.Errorf("a short demo call quotes %s, want the one-cent minimum", pricing.FormatAmount(q, c.Network.Decimals))
+	}
+	d1, d2 := Demo(), Demo()
+	d1.Models[0].Price.Input = "7"
+	if d1 == d2 || d2.Models[0].Price.Input != "1000000" {
+		t.Error("Demo shares state between calls")
+	}
+}

@@ -1,0 +1,35 @@
+package config
+
+// Demo returns the embedded configuration of `llm4agents demo`: the local
+// test network eip155:1337 with a 6-decimal test USDC, an in-process
+// facilitator, the built-in demo upstream and one model, "demo", at $1 per
+// million input tokens and $2 per million output tokens (so a short call
+// quotes the one-cent minimum), listening on a free port of 127.0.0.1.
+//
+// The demo's chain and facilitator signer run in the process, so this Config
+// validates without an RPC URL or a key source, which a parsed one never does.
+// What only the caller knows is left empty, and Validate reports it until it
+// is filled: Network.Asset (the test token, once deployed), Network.PayTo and
+// Store.DSN (a temporary SQLite file). PublicURL is http://127.0.0.1:0; set
+// it once the listener is bound.
+func Demo() *Config {
+	c := &Config{
+		Listen: "127.0.0.1:0",
+		Network: Network{
+			ID:           "eip155:1337",
+			AssetName:    "USD Coin",
+			AssetVersion: "2",
+			Decimals:     6,
+		},
+		Facilitator: Facilitator{Mode: ModeInProcess},
+		Upstreams:   []Upstream{{Name: "demo", Type: UpstreamDemo}},
+		Models: []Model{{
+			ID:       "demo",
+			Upstream: "demo",
+			Price:    Price{Input: "1000000", Output: "2000000"},
+		}},
+		demo: true,
+	}
+	c.SetDefaults()
+	return c
+}

@@ -1,0 +1,206 @@
+// Package pricing turns token counts into prices: the quote a 402 states
+// before a call (MISSION P1, DECISIONS D13), the actual cost of a finished
+// call, and the decimal display of an amount of a token.
+//
+// Everything here is a pure function of its arguments: no I/O, no clock, no
+// configuration lookups. Money is never float64: prices are integer atomic
+// units of the asset per million tokens, and amounts are *big.Int atomic units,
+// so a quote is exact and identical in the 402, in /v1/models and in the check
+// of a paid retry.
+//
+// Token counts for a request come from Counter (tokens.go), which estimates
+// what the upstream will report as prompt_tokens.
+package pricing
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"strings"
+
+	"github.com/llm4agents/llm4agents/internal/chat"
+)
+
+// TokensPerPrice is the number of tokens a Price is quoted for: prices are per
+// million tokens, as providers publish them.
+const TokensPerPrice = 1_000_000
+
+// Price is a model's price in atomic units of the payment asset per million
+// (TokensPerPrice) tokens. For 6-decimal USDC an atomic unit is a micro-dollar,
+// so gpt-4o-mini's $0.15 per million input tokens is Input 150000.
+//
+// The zero Price makes every call cost nothing, and every quote the one-cent
+// minimum. uint64 holds prices up to about 1.8e19 atomic units per million
+// tokens: $18e12 for USDC, but only about 18.4 whole tokens for an asset with
+// 18 decimals.
+type Price struct {
+	Input  uint64 // per million prompt tokens
+	Output uint64 // per million completion tokens, reasoning tokens included
+}
+
+var (
+	bigMillion = big.NewInt(TokensPerPrice)
+	bigOne     = big.NewInt(1)
+	bigTen     = big.NewInt(10)
+	// maxUint256 bounds ParseAmount: an EVM token amount is a uint256.
+	maxUint256 = new(big.Int).Sub(new(big.Int).Lsh(bigOne, 256), bigOne)
+)
+
+// Quote is the price a 402 states for a call with promptTokens in and at most
+// outputTokens out: the exact cost, rounded up to a whole cent of the asset and
+// never below one cent (MISSION P1). outputTokens is the whole output bound,
+// already multiplied by the number of choices (see OutputBound).
+//
+// A cent is 10^(decimals-2) atomic units; an asset with fewer than two decimals
+// has no cents, and its quotes are rounded up to one atomic unit instead
+// (never below one). Negative token counts count as zero. The result is a new
+// value the caller may keep or modify.
+func Quote(promptTokens, outputTokens int64, p Price, decimals uint8) *big.Int {
+	exact := atomicCost(promptTokens, outputTokens, p)
+	cent := Cent(decimals)
+	if exact.Sign() == 0 {
+		return cent
+	}
+	q, r := new(big.Int).QuoRem(exact, cent, new(big.Int))
+	if r.Sign() != 0 {
+		q.Add(q, bigOne)
+	}
+	return q.Mul(q, cent)
+}
+
+// Cost is the actual cost of a finished call from the usage the upstream
+// reported: the exact price of its prompt and completion tokens, rounded up to
+// the next atomic unit but not to the cent. It is what reporting shows and what
+// credits are charged (DECISIONS D16); it may be zero. Negative counts in u
+// count as zero.
+func Cost(u chat.Usage, p Price) *big.Int {
+	return atomicCost(u.PromptTokens, u.CompletionTokens, p)
+}
+
+// atomicCost is ceil((prompt*Input + output*Output) / 1e6), in big.Int so that
+// no product can overflow.
+func atomicCost(prompt, output int64, p Price) *big.Int {
+	sum := new(big.Int)
+	t := new(big.Int)
+	if prompt > 0 {
+		sum.Mul(t.SetInt64(prompt), new(big.Int).SetUint64(p.Input))
+	}
+	if output > 0 {
+		t.SetInt64(output)
+		sum.Add(sum, t.Mul(t, new(big.Int).SetUint64(p.Output)))
+	}
+	q, r := sum.QuoRem(sum, bigMillion, t)
+	if r.Sign() != 0 {
+		q.Add(q, bigOne)
+	}
+	return q
+}
+
+// Cent returns one cent of an asset with the given decimals, in atomic units:
+// 10^(decimals-2), or 1 for an asset with fewer than two decimals. For 6-decimal
+// USDC it is 10000.
+func Cent(decimals uint8) *big.Int {
+	if decimals < 2 {
+		return big.NewInt(1)
+	}
+	return new(big.Int).Exp(bigTen, big.NewInt(int64(decimals)-2), nil)
+}
+
+// OutputBound is the number of output tokens a request is quoted for
+// (DECISIONS D13): the client's max_completion_tokens or max_tokens, or
+// defaultCap when it gave neither (the gateway then injects defaultCap
+// upstream), times n. Reasoning tokens count as output, so they are inside
+// this bound. It saturates at math.MaxInt64 instead of overflowing, and is 0
+// when there is no positive cap at all.
+func OutputBound(req *chat.Request, defaultCap int64) int64 {
+	limit := req.OutputCap()
+	if limit <= 0 {
+		limit = defaultCap
+	}
+	if limit <= 0 {
+		return 0
+	}
+	n := max(req.Choices(), 1)
+	if limit > math.MaxInt64/n {
+		return math.MaxInt64
+	}
+	return limit * n
+}
+
+// FormatAmount renders atomic units of an asset with the given decimals as a
+// decimal string for people: "0.03", "1.50", "12.00", "0.000001". It shows at
+// least two decimals (a dollar display), more when the amount needs them, and
+// never rounds: trailing zeros past the second decimal are dropped, nothing
+// else. A nil amount is "0.00"; a negative one starts with "-".
+func FormatAmount(atomic *big.Int, decimals uint8) string {
+	if atomic == nil {
+		return "0.00"
+	}
+	digits := new(big.Int).Abs(atomic).String()
+	d := int(decimals)
+	if len(digits) <= d {
+		digits = strings.Repeat("0", d-len(digits)+1) + digits
+	}
+	whole, frac := digits[:len(digits)-d], strings.TrimRight(digits[len(digits)-d:], "0")
+	if len(frac) < 2 {
+		frac += strings.Repeat("0", 2-len(frac))
+	}
+	sign := ""
+	if atomic.Sign() < 0 {
+		sign = "-"
+	}
+	return sign + whole + "." + frac
+}
+
+// maxAmountLen bounds the input of ParseAmount: a uint256 has 78 digits, so
+// anything longer than this is not an amount, and is refused before any work.
+const maxAmountLen = 160
+
+// errNotAmount is wrapped by every ParseAmount error.
+var errNotAmount = errors.New("not an amount")
+
+// ParseAmount reads a decimal amount of an asset, "0.05" or "12", into atomic
+// units, exactly. It accepts ASCII digits with at most one '.', and digits on
+// both sides of it; it refuses signs, exponents, spaces, separators, other
+// scripts' digits, nonzero digits past the asset's decimals (they would need
+// rounding; zeros there change nothing, so FormatAmount's "12.00" reads back
+// for an asset with no decimals), and values above the uint256 maximum. Zero is
+// accepted; whether zero is allowed is the caller's decision.
+func ParseAmount(s string, decimals uint8) (*big.Int, error) {
+	if s == "" {
+		return nil, fmt.Errorf("%w: empty", errNotAmount)
+	}
+	if len(s) > maxAmountLen {
+		return nil, fmt.Errorf("%w: %d characters", errNotAmount, len(s))
+	}
+	whole, frac, dot := strings.Cut(s, ".")
+	if !allDigits(whole) || (dot && !allDigits(frac)) {
+		return nil, fmt.Errorf("%w: %q is not a plain decimal number such as 0.05", errNotAmount, s)
+	}
+	if len(frac) > int(decimals) {
+		if strings.TrimRight(frac[decimals:], "0") != "" {
+			return nil, fmt.Errorf("%w: %q has more decimal places than the asset's %d", errNotAmount, s, decimals)
+		}
+		frac = frac[:decimals] // only zeros past the asset's precision: the value is exact
+	}
+	digits := whole + frac + strings.Repeat("0", int(decimals)-len(frac))
+	n, ok := new(big.Int).SetString(digits, 10)
+	if !ok || n.Cmp(maxUint256) > 0 {
+		return nil, fmt.Errorf("%w: %q is out of range", errNotAmount, s)
+	}
+	return n, nil
+}
+
+// allDigits reports whether s is non-empty and only ASCII digits.
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

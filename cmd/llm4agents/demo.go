@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,14 +11,15 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
-	"github.com/llm4agents/llm4agents/internal/chain"
+	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/devchain"
-	"github.com/llm4agents/llm4agents/internal/facilitator"
-	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
@@ -29,12 +31,13 @@ const (
 	demoPayTo       = 9
 )
 
-// runDemo runs everything on embedded defaults: a local chain with a USDC-like
-// token, our facilitator over HTTP, and a buyer that pays 0.01 USDC exactly once.
+// runDemo runs the product on embedded defaults: a local chain with a USDC-like
+// token, the gateway with its in-process facilitator, a temporary SQLite store
+// and the demo model, and a buyer that pays for one completion and one stream.
 func runDemo(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	verbose := fs.Bool("v", false, "log what the facilitator does")
+	verbose := fs.Bool("v", false, "log what the gateway and facilitator do")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,116 +51,191 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	log := slog.New(slog.NewTextHandler(logOut, nil))
 	out := e.stdout
 
-	fmt.Fprintln(out, "llm4agents demo: everything below runs on this machine; no real money moves.")
+	fmt.Fprintln(out, "llm4agents demo: everything runs on this machine; no real money moves.")
 	c, err := devchain.Start(ctx, 50*time.Millisecond, log)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	fmt.Fprintf(out, "1. started a local chain (%s) and deployed a test USDC (EIP-3009) at %s\n", devchain.Network, c.Token.Hex())
-
-	buyer := devchain.Address(demoBuyer)
+	buyer, payTo := devchain.Address(demoBuyer), devchain.Address(demoPayTo)
 	if err := c.Mint(ctx, buyer, big.NewInt(10_000_000)); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "2. gave the buyer %s 10.00 USDC\n", buyer.Hex())
+	fmt.Fprintf(out, "1. local chain %s, test USDC (EIP-3009) at %s; the buyer %s holds 10.00 USDC\n", devchain.Network, c.Token.Hex(), buyer.Hex())
 
 	dir, err := os.MkdirTemp("", "llm4agents-demo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	db, err := sqlite.Open(ctx, filepath.Join(dir, "demo.db"), log)
+	cfg := config.Demo()
+	cfg.Network.Asset, cfg.Network.PayTo = c.Token.Hex(), payTo.Hex()
+	cfg.Store.DSN = "sqlite://" + filepath.Join(dir, "demo.db")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	sender, err := chain.NewSender(c.Client, devchain.Key(demoFacilitator), c.ChainID,
-		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 20 * time.Millisecond}, log)
+	cfg.PublicURL = "http://" + ln.Addr().String()
+	if err := cfg.Validate(); err != nil {
+		ln.Close()
+		return fmt.Errorf("demo config: %w", err)
+	}
+	parts, err := buildGateway(ctx, cfg, c.Client, devchain.Key(demoFacilitator), e.getenv, log)
 	if err != nil {
+		ln.Close()
 		return err
 	}
-	fac, err := facilitator.New(facilitator.Config{
-		Network: devchain.Network,
-		Assets:  []facilitator.Asset{{Address: c.Token, Name: devchain.TokenName, Version: devchain.TokenVersion}},
-	}, c.Client, sender, db, log)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
+	defer parts.close()
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- serve(srvCtx, ln, facilitator.NewHandler(fac, log), 5*time.Second) }()
+	go func() { srvDone <- serve(srvCtx, ln, parts.server, 5*time.Second) }()
 	defer func() { stopSrv(); <-srvDone }()
-	remote := facilitator.NewClient("http://"+ln.Addr().String(), nil)
-	fmt.Fprintf(out, "3. our facilitator is serving on http://%s (signer %s)\n", ln.Addr(), sender.Address().Hex())
+	fmt.Fprintf(out, "2. the gateway is serving on %s with the demo model (a built-in fake, not a real LLM)\n", cfg.PublicURL)
 
-	payTo := devchain.Address(demoPayTo)
-	pr := &x402.PaymentRequired{
-		X402Version: x402.Version,
-		Error:       "Payment required",
-		Resource:    &x402.ResourceInfo{URL: "http://127.0.0.1/v1/chat/completions", Description: "one chat completion", MimeType: "application/json"},
-		Accepts: []x402.PaymentRequirements{{
-			Scheme: exact.Scheme, Network: devchain.Network, Amount: "10000", Asset: c.Token.Hex(), PayTo: payTo.Hex(),
-			MaxTimeoutSeconds: 300, Extra: json.RawMessage(`{"name":"USD Coin","version":"2"}`),
-		}},
+	tr := &client.Transport{
+		Signer: exact.NewKeySigner(devchain.Key(demoBuyer)),
+		Policy: client.Policy{
+			MaxPerRequest: big.NewInt(100_000), Budget: big.NewInt(1_000_000),
+			Assets: []client.Asset{{Network: devchain.Network, Address: c.Token.Hex()}},
+		},
 	}
-	header, err := x402.EncodeHeader(pr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "4. the seller asks for 0.01 USDC: PAYMENT-REQUIRED is %d bytes of base64 JSON\n", len(header))
+	buyerHTTP := &http.Client{Transport: tr, Timeout: time.Minute}
+	url := cfg.PublicURL + "/v1/chat/completions"
 
-	decoded, err := x402.DecodePaymentRequired(header)
+	// An unpaid call shows the price.
+	body := `{"model":"demo","messages":[{"role":"user","content":"What does x402 do?"}],"max_tokens":64}`
+	resp, err := post(ctx, http.DefaultClient, url, body)
 	if err != nil {
 		return err
 	}
-	payload, err := exact.NewPaymentPayload(ctx, exact.NewKeySigner(devchain.Key(demoBuyer)), decoded, 0, exact.SignOptions{})
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
 	if err != nil {
-		return err
+		return fmt.Errorf("the unpaid call got %d without a usable 402: %w", resp.StatusCode, err)
 	}
-	fmt.Fprintln(out, "5. the buyer signed an EIP-3009 authorization for exactly that amount")
-
-	req := pr.Accepts[0]
-	v, err := remote.Verify(ctx, payload, req)
-	if err != nil {
-		return err
-	}
-	if !v.IsValid {
-		return fmt.Errorf("verify refused the payment: %s %s", v.InvalidReason, v.InvalidMessage)
-	}
-	fmt.Fprintf(out, "6. /verify: valid, payer %s\n", v.Payer)
+	fmt.Fprintf(out, "3. unpaid call: %d Payment Required, %s atomic units (%s USDC) to %s, valid %ds\n",
+		resp.StatusCode, pr.Accepts[0].Amount, usdc(mustAmount(pr.Accepts[0].Amount)), pr.Accepts[0].PayTo, pr.Accepts[0].MaxTimeoutSeconds)
 
 	before, err := c.BalanceOf(ctx, payTo)
 	if err != nil {
 		return err
 	}
-	s, err := remote.Settle(ctx, payload, req)
+	resp, err = post(ctx, buyerHTTP, url, body)
 	if err != nil {
 		return err
 	}
-	if !s.Success {
-		return fmt.Errorf("settle failed: %s %s", s.ErrorReason, s.ErrorMessage)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the paid call got %d: %s", resp.StatusCode, b)
+	}
+	sr, err := client.SettleResponse(resp)
+	if err != nil {
+		return err
+	}
+	var comp struct {
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &comp); err != nil || len(comp.Choices) == 0 {
+		return fmt.Errorf("the paid call answered something that is not a completion: %s", b)
 	}
 	after, err := c.BalanceOf(ctx, payTo)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "7. /settle: success, transaction %s; the seller received %s USDC\n", s.Transaction, usdc(new(big.Int).Sub(after, before)))
+	fmt.Fprintf(out, "4. paid call: 200, settled in transaction %s\n   answer: %q\n   usage: %d prompt + %d completion tokens; the seller's balance went %s -> %s USDC\n",
+		sr.Transaction, shorten(comp.Choices[0].Message.Content, 80), comp.Usage.PromptTokens, comp.Usage.CompletionTokens, usdc(before), usdc(after))
 
-	again, err := remote.Settle(ctx, payload, req)
+	// A stream: settled after the first content chunk, before the first byte.
+	resp, err = post(ctx, buyerHTTP, url, `{"model":"demo","stream":true,"messages":[{"role":"user","content":"Stream a short answer."}],"max_tokens":48}`)
 	if err != nil {
 		return err
 	}
-	if again.Success {
-		return errors.New("the same authorization settled twice")
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("the paid stream got %d: %s", resp.StatusCode, b)
 	}
-	fmt.Fprintf(out, "8. the same payment presented again: refused (%s), nothing charged twice\n", again.ErrorReason)
-	fmt.Fprintln(out, "done.")
+	sr, err = client.SettleResponse(resp)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "5. paid stream: settled in transaction %s before the first byte; streaming:\n   ", sr.Transaction)
+	var text strings.Builder
+	var usageLine string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+			Usage *struct {
+				PromptTokens     int64 `json:"prompt_tokens"`
+				CompletionTokens int64 `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal([]byte(data), &ch) != nil {
+			continue
+		}
+		for _, c := range ch.Choices {
+			text.WriteString(c.Delta.Content)
+			fmt.Fprint(out, c.Delta.Content)
+		}
+		if ch.Usage != nil {
+			usageLine = fmt.Sprintf("%d prompt + %d completion tokens", ch.Usage.PromptTokens, ch.Usage.CompletionTokens)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if text.Len() == 0 || usageLine == "" {
+		return errors.New("the stream carried no content or no usage")
+	}
+	fmt.Fprintf(out, "\n   usage: %s\n", usageLine)
+	final, err := c.BalanceOf(ctx, payTo)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "6. the buyer paid %s USDC in all; the seller holds %s USDC. done.\n", usdc(tr.Spent()), usdc(final))
 	return nil
+}
+
+func post(ctx context.Context, c *http.Client, url, body string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return c.Do(req)
+}
+
+func mustAmount(s string) *big.Int {
+	n, ok := new(big.Int).SetString(s, 10)
+	if !ok {
+		return new(big.Int)
+	}
+	return n
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // usdc formats atomic units of a 6-decimal token.

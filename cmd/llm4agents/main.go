@@ -38,7 +38,8 @@ type env struct {
 const usage = `usage: llm4agents <command> [flags]
 
 commands:
-  demo          run the embedded demo: a local chain, a facilitator, and a paid call
+  demo          run the embedded demo: a local chain, the gateway, and paid calls
+  serve         run the paid gateway from a YAML config (--config FILE)
   facilitator   serve an x402 facilitator (POST /verify, POST /settle, GET /supported)
 
 Run 'llm4agents <command> -h' for the flags of a command.
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDemo(ctx, rest, e)
 	case "facilitator":
 		return runFacilitator(ctx, rest, e)
+	case "serve":
+		return runServe(ctx, rest, e)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -589,3 +589,36 @@ func alreadyInFlight(vd *exact.Verified) *x402.SettleResponse {
 }
 
 var _ Sender = (*chain.Sender)(nil)
+
+// Confirm tells from the chain whether the authorization of p was paid to
+// req.payTo: used on chain by a transaction whose logs carry the exact transfer
+// (DECISIONS D5). A resource server holding the request's claim uses it to
+// resolve an ambiguous settle answer (D1). It reports nothing to anyone else and
+// marks nothing: it is a read.
+func (f *Facilitator) Confirm(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (string, bool, error) {
+	pl, err := exact.ParsePayload(p.Payload)
+	if err != nil {
+		return "", false, nil
+	}
+	asset, err := exact.ParseAddress(req.Asset)
+	if err != nil {
+		return "", false, nil
+	}
+	payTo, err := exact.ParseAddress(req.PayTo)
+	if err != nil || pl.Authorization.To != payTo {
+		return "", false, nil
+	}
+	vd := &exact.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}
+	used, err := exact.AuthorizationState(ctx, f.backend, asset, pl.Authorization.From, pl.Authorization.Nonce)
+	if err != nil || !used {
+		return "", false, err
+	}
+	ev, receipt, err := f.findUse(ctx, vd)
+	if err != nil || ev == nil || ev.Canceled || receipt == nil {
+		return "", false, err
+	}
+	if receipt.Status != types.ReceiptStatusSuccessful || !exact.PaysAuthorization(receipt.Logs, asset, &pl.Authorization) {
+		return "", false, nil
+	}
+	return ev.TxHash.Hex(), true, nil
+}

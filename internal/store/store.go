@@ -94,3 +94,54 @@ type Settlements interface {
 // DefaultTimeout bounds one store operation when the caller's context has no
 // earlier deadline.
 const DefaultTimeout = 5 * time.Second
+
+// PaymentState is where a paid request's claim on its authorization stands.
+type PaymentState string
+
+// Payment states. A claim is held while the request runs; it ends released (the
+// authorization was not spent and may be presented again), settled, or pending
+// (broadcast, not yet confirmed: still held, resolved from the chain).
+const (
+	PaymentHeld    PaymentState = "held"
+	PaymentPending PaymentState = "pending"
+	PaymentSettled PaymentState = "settled"
+)
+
+// PaymentClaim is a resource server's claim on one authorization, taken before
+// the paid handler runs (MISSION E2) so that a second presentation of the same
+// authorization, concurrent or later, never reaches the upstream.
+type PaymentClaim struct {
+	Key     string // the authorization's replay identity (DECISIONS D4)
+	Network string
+	Payer   string
+	Amount  string // decimal atomic units
+	State   PaymentState
+	TxHash  string
+	Owner   string
+	Fence   int64
+	// LeaseUntil is when a PaymentHeld claim whose holder died may be taken
+	// over, judged by the store's clock.
+	LeaseUntil time.Time
+	// ExpiresAt is when the record may be forgotten: past the authorization's
+	// validBefore plus a margin, when no chain can accept it any more (MISSION E1).
+	ExpiresAt time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Payments stores resource-server claims on authorizations.
+type Payments interface {
+	// ClaimPayment creates c in PaymentHeld with a new fence and a lease, unless
+	// a claim for c.Key exists; a PaymentHeld claim whose lease expired is taken
+	// over. Expired records (past ExpiresAt) count as absent. It returns the claim
+	// as it now stands and whether the caller holds it.
+	ClaimPayment(ctx context.Context, c PaymentClaim, lease time.Duration) (PaymentClaim, bool, error)
+	// ReleasePayment deletes a claim in PaymentHeld or PaymentPending under
+	// fence: the authorization was not spent and may be presented again.
+	ReleasePayment(ctx context.Context, key string, fence int64) error
+	// UpdatePayment moves a claim under fence to PaymentPending or
+	// PaymentSettled with its transaction hash. PaymentSettled is terminal.
+	UpdatePayment(ctx context.Context, key string, fence int64, state PaymentState, txHash string) error
+	// Payment returns the claim for key, or ErrNotFound.
+	Payment(ctx context.Context, key string) (PaymentClaim, error)
+}

@@ -1,0 +1,81 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// Metrics are the gateway's Prometheus metrics, on a registry of their own so
+// that several servers (tests, replicas in one process) never collide. Labels
+// carry routes, statuses, outcomes and model ids only: never a payer, a key or a
+// payment.
+type Metrics struct {
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	payments  *prometheus.CounterVec
+	settle    prometheus.Histogram
+	upstreamT *prometheus.HistogramVec
+}
+
+// NewMetrics registers the gateway's metrics and the Go runtime's.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm4agents_http_requests_total", Help: "HTTP requests by route and status.",
+		}, []string{"route", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "llm4agents_http_request_duration_seconds", Help: "HTTP request duration by route.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"route"}),
+		payments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm4agents_payments_total",
+			Help: "Payment outcomes: challenged, malformed, mismatch, stale, invalid, replayed (claim refused), settled, pending, failed.",
+		}, []string{"outcome"}),
+		settle: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "llm4agents_settle_duration_seconds", Help: "Time to settle a payment.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
+		upstreamT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "llm4agents_upstream_duration_seconds", Help: "Upstream latency by model (to the whole answer, or to the first content chunk of a stream).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"model"}),
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.payments, m.settle, m.upstreamT,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Registry is where other components (the facilitator, the store) may register
+// their own metrics.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+func (m *Metrics) request(route string, status int, d time.Duration) {
+	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+func (m *Metrics) payment(outcome string) { m.payments.WithLabelValues(outcome).Inc() }
+
+func (m *Metrics) settleLatency(d time.Duration) { m.settle.Observe(d.Seconds()) }
+
+func (m *Metrics) upstreamLatency(model string, d time.Duration) {
+	m.upstreamT.WithLabelValues(model).Observe(d.Seconds())
+}
+
+// PaymentCount returns the count of one payment outcome (tests, the demo).
+func (m *Metrics) PaymentCount(outcome string) float64 {
+	return testutil.ToFloat64(m.payments.WithLabelValues(outcome))
+}

@@ -1,0 +1,380 @@
+// Package gateway is the paid, OpenAI-compatible HTTP API: POST
+// /v1/chat/completions behind an x402 paywall, GET /v1/models with prices, health
+// and metrics.
+//
+// A paid request goes through the steps of DECISIONS D0: decode the payment,
+// match it to the quote recomputed from this very request (D7), check its
+// freshness (D6), verify it, claim the authorization in the store (so a second
+// presentation never reaches the upstream), call the upstream, settle, respond.
+// Non-streaming answers are withheld until settlement succeeds (D1); streams
+// settle after the first upstream chunk with content and before the first byte
+// to the client (D2). An upstream failure settles nothing and releases the claim,
+// so the buyer may retry with the same authorization.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/upstream"
+	"github.com/llm4agents/llm4agents/x402"
+)
+
+// Provider is an upstream LLM as the gateway uses it.
+type Provider interface {
+	Complete(ctx context.Context, body []byte) (*upstream.Completion, error)
+	Stream(ctx context.Context, body []byte) (upstream.Stream, error)
+}
+
+// Model is one public model: where it goes and what it costs.
+type Model struct {
+	ID              string
+	UpstreamModel   string
+	Provider        Provider
+	Price           pricing.Price
+	MaxOutputTokens int64 // default cap injected upstream; requests above it are refused
+	Encoding        string // tokenizer encoding for quotes; "" chooses by model name
+	OwnedBy         string
+}
+
+// Config is what a Server needs besides its collaborators.
+type Config struct {
+	// PublicURL is the origin clients reach us at; resource URLs in 402s are built
+	// from it.
+	PublicURL string
+	Network   string // CAIP-2, eip155:<id>
+	Asset     string // token address
+	// AssetName and AssetVersion are the token's EIP-712 domain, sent as extra.
+	AssetName    string
+	AssetVersion string
+	AssetSymbol  string // for messages, "USDC"
+	Decimals     uint8
+	PayTo        string
+	// MaxTimeoutSeconds is offered in every 402; default 300 (MISSION P1).
+	MaxTimeoutSeconds int64
+	MaxBodyBytes      int64
+	UpstreamTimeout   time.Duration
+	// SettleTimeout bounds the wait for a settlement; past it the answer is
+	// settlement_pending (D3).
+	SettleTimeout time.Duration
+	// MaxStreamDuration bounds how long a paid stream is read once settled.
+	MaxStreamDuration time.Duration
+	// ClaimLease bounds how long a crashed request's claim blocks its
+	// authorization.
+	ClaimLease time.Duration
+	Owner      string // this replica's name in claims
+	Models     []Model
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxTimeoutSeconds = 300
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultUpstreamTimeout   = 120 * time.Second
+	DefaultSettleTimeout     = 30 * time.Second
+	DefaultMaxStreamDuration = 10 * time.Minute
+	DefaultClaimLease        = 5 * time.Minute
+)
+
+// Server serves the gateway's HTTP API.
+type Server struct {
+	cfg      Config
+	fac      x402.Facilitator
+	payments store.Payments
+	counter  *pricing.Counter
+	models   map[string]*Model
+	order    []string // model ids, sorted
+	log      *slog.Logger
+	metrics  *Metrics
+	mux      *http.ServeMux
+	now      func() time.Time
+	ready    func(context.Context) error
+}
+
+// New returns a Server. fac verifies and settles; payments holds the claims.
+func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Logger) (*Server, error) {
+	if cfg.MaxTimeoutSeconds <= 0 {
+		cfg.MaxTimeoutSeconds = DefaultMaxTimeoutSeconds
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.UpstreamTimeout <= 0 {
+		cfg.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = DefaultSettleTimeout
+	}
+	if cfg.MaxStreamDuration <= 0 {
+		cfg.MaxStreamDuration = DefaultMaxStreamDuration
+	}
+	if cfg.ClaimLease <= 0 {
+		cfg.ClaimLease = DefaultClaimLease
+	}
+	if cfg.AssetSymbol == "" {
+		cfg.AssetSymbol = "USDC"
+	}
+	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	if len(cfg.Models) == 0 {
+		return nil, errors.New("gateway: no models configured")
+	}
+	s := &Server{
+		cfg: cfg, fac: fac, payments: payments, counter: pricing.NewCounter(),
+		models: make(map[string]*Model, len(cfg.Models)),
+		log:    log.With("component", "gateway"), metrics: NewMetrics(), now: time.Now,
+	}
+	for i := range cfg.Models {
+		m := &cfg.Models[i]
+		if m.UpstreamModel == "" {
+			m.UpstreamModel = m.ID
+		}
+		if _, dup := s.models[m.ID]; dup {
+			return nil, fmt.Errorf("gateway: model %q configured twice", m.ID)
+		}
+		s.models[m.ID] = m
+		s.order = append(s.order, m.ID)
+	}
+	sort.Strings(s.order)
+	s.mux = http.NewServeMux()
+	s.mux.Handle("POST /v1/chat/completions", s.handle("chat", s.chat))
+	s.mux.Handle("GET /v1/models", s.handle("models", s.listModels))
+	s.mux.Handle("GET /v1/models/{id}", s.handle("model", s.getModel))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writePlain(w, "ok\n") })
+	s.mux.Handle("GET /readyz", s.handle("readyz", s.readyz))
+	s.mux.Handle("GET /metrics", s.metrics.Handler())
+	s.mux.Handle("/", s.handle("notfound", func(http.ResponseWriter, *http.Request) error {
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no such route"}
+	}))
+	return s, nil
+}
+
+// SetReadiness installs the check behind /readyz (a store and node ping).
+func (s *Server) SetReadiness(f func(context.Context) error) { s.ready = f }
+
+// SetNow replaces the clock (tests).
+func (s *Server) SetNow(now func() time.Time) { s.now = now }
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// apiError is an error with its HTTP answer: an OpenAI-style error body, and
+// optionally protocol headers (PAYMENT-REQUIRED, PAYMENT-RESPONSE).
+type apiError struct {
+	Status  int
+	Type    string
+	Code    string
+	Message string
+	Header  http.Header
+	Err     error // detail for the log, never sent
+}
+
+func (e *apiError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+func (e *apiError) Unwrap() error { return e.Err }
+
+// handle adapts a handler that returns an error: the error is written once, as
+// OpenAI error JSON, and logged (4xx at Info, 5xx at Error with the detail the
+// client does not see).
+func (s *Server) handle(route string, h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := s.now()
+		sw := &statusWriter{ResponseWriter: w}
+		err := h(sw, r)
+		if err != nil {
+			var ae *apiError
+			if !errors.As(err, &ae) {
+				ae = &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
+			}
+			if ae.Status >= 500 {
+				s.log.Error("request failed", "route", route, "status", ae.Status, "code", ae.Code, "err", ae.Err)
+			} else {
+				s.log.Info("request refused", "route", route, "status", ae.Status, "code", ae.Code, "msg", ae.Message)
+			}
+			if !sw.wrote {
+				writeError(sw, ae)
+			}
+		}
+		s.metrics.request(route, sw.status(), s.now().Sub(start))
+	})
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	for k, vs := range e.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	writeJSON(w, e.Status, chat.ErrorBody{Error: chat.ErrorDetail{Message: e.Message, Type: e.Type, Code: e.Code}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := x402.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"internal error","type":"server_error","param":null,"code":"internal_error"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writePlain(w http.ResponseWriter, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte(s))
+}
+
+// statusWriter remembers the status written, for metrics and to know whether an
+// error can still be sent.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.code, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) status() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	if s.ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
+			return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "not_ready", Message: "not ready", Err: err}
+		}
+	}
+	writePlain(w, "ready\n")
+	return nil
+}
+
+// modelInfo is one entry of /v1/models: the OpenAI fields plus our prices.
+type modelInfo struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	OwnedBy string       `json:"owned_by"`
+	Pricing modelPricing `json:"pricing"`
+}
+
+type modelPricing struct {
+	Asset               string `json:"asset"`
+	Network             string `json:"network"`
+	Decimals            uint8  `json:"decimals"`
+	InputPerMTok        string `json:"input_per_million_tokens"`  // atomic units
+	OutputPerMTok       string `json:"output_per_million_tokens"` // atomic units
+	MaxOutputTokens     int64  `json:"max_output_tokens"`
+	MinimumCharge       string `json:"minimum_charge"`
+	QuoteForEmptyPrompt string `json:"quote_at_max_output"` // what a one-token prompt at the default cap costs
+	Display             string `json:"display"`
+}
+
+func (s *Server) modelInfo(m *Model) modelInfo {
+	minCharge := pricing.Quote(0, 0, m.Price, s.cfg.Decimals)
+	atCap := pricing.Quote(1, m.MaxOutputTokens, m.Price, s.cfg.Decimals)
+	owner := m.OwnedBy
+	if owner == "" {
+		owner = "llm4agents"
+	}
+	return modelInfo{
+		ID: m.ID, Object: "model", OwnedBy: owner,
+		Pricing: modelPricing{
+			Asset: s.cfg.Asset, Network: s.cfg.Network, Decimals: s.cfg.Decimals,
+			InputPerMTok: fmt.Sprint(m.Price.Input), OutputPerMTok: fmt.Sprint(m.Price.Output),
+			MaxOutputTokens: m.MaxOutputTokens, MinimumCharge: minCharge.String(), QuoteForEmptyPrompt: atCap.String(),
+			Display: fmt.Sprintf("%s %s in / %s %s out per million tokens, rounded up to the cent",
+				pricing.FormatAmount(bigU(m.Price.Input), s.cfg.Decimals), s.cfg.AssetSymbol,
+				pricing.FormatAmount(bigU(m.Price.Output), s.cfg.Decimals), s.cfg.AssetSymbol),
+		},
+	}
+}
+
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
+	if err := refusePaymentOnFreeRoute(r); err != nil {
+		return err
+	}
+	list := struct {
+		Object string      `json:"object"`
+		Data   []modelInfo `json:"data"`
+	}{Object: "list", Data: make([]modelInfo, 0, len(s.order))}
+	for _, id := range s.order {
+		list.Data = append(list.Data, s.modelInfo(s.models[id]))
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (s *Server) getModel(w http.ResponseWriter, r *http.Request) error {
+	if err := refusePaymentOnFreeRoute(r); err != nil {
+		return err
+	}
+	m, ok := s.models[r.PathValue("id")]
+	if !ok {
+		return modelNotFound(r.PathValue("id"))
+	}
+	writeJSON(w, http.StatusOK, s.modelInfo(m))
+	return nil
+}
+
+// refusePaymentOnFreeRoute answers 400 to a payment sent where nothing is sold,
+// so a buyer learns its mistake and nothing is ever charged.
+func refusePaymentOnFreeRoute(r *http.Request) error {
+	if r.Header.Get(x402.HeaderPaymentSignature) != "" || r.Header.Get(x402.HeaderLegacyPayment) != "" {
+		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "payment_not_required",
+			Message: "this route is free; the payment was not used and nothing was charged"}
+	}
+	return nil
+}
+
+func modelNotFound(id string) *apiError {
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found",
+		Message: fmt.Sprintf("the model %q does not exist; GET /v1/models lists the models served here", truncate(id, 100))}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// jsonString quotes s as JSON.
+func jsonString(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
+}

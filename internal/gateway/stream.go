@@ -1,0 +1,162 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/x402"
+)
+
+// writeTimeout bounds each write to a streaming client; it is renewed on every
+// event, so a slow reader is cut off but a long stream is not (STYLE §3.6).
+const writeTimeout = 30 * time.Second
+
+// stream runs a streaming paid request (DECISIONS D2). The upstream is read until
+// its first chunk with content; only then is the payment settled, and only after
+// settlement does the first byte go to the client. A client gone before the
+// settlement is broadcast cancels the upstream and is charged nothing; from the
+// broadcast on, the upstream is read to its end whether or not the client stays.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *paid, body []byte, _ bool) error {
+	// The upstream's context outlives the client's once we settle; until then
+	// the client leaving cancels it.
+	upCtx, upCancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.UpstreamTimeout+s.cfg.SettleTimeout+s.cfg.MaxStreamDuration)
+	defer upCancel()
+	disarm := context.AfterFunc(r.Context(), upCancel)
+	// The upstream must produce its first content within the upstream timeout.
+	firstTimer := time.AfterFunc(s.cfg.UpstreamTimeout, upCancel)
+
+	start := s.now()
+	st, err := q.model.Provider.Stream(upCtx, body)
+	if err != nil {
+		firstTimer.Stop()
+		disarm()
+		s.release(pd)
+		return s.upstreamError(err, r.Context())
+	}
+	defer st.Close()
+
+	var held [][]byte
+	for {
+		ev, err := st.Next()
+		if err != nil {
+			firstTimer.Stop()
+			disarm()
+			s.release(pd)
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the upstream stream ended before any content")
+			}
+			return s.upstreamError(err, r.Context())
+		}
+		held = append(held, ev)
+		var c chat.Chunk
+		if json.Unmarshal(ev, &c) != nil {
+			firstTimer.Stop()
+			disarm()
+			s.release(pd)
+			return s.upstreamError(errors.New("the upstream sent a chunk that is not JSON"), r.Context())
+		}
+		if c.HasContent() {
+			break
+		}
+	}
+	firstTimer.Stop()
+	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
+	if r.Context().Err() != nil {
+		// Gone before we broadcast anything: nothing is charged.
+		disarm()
+		s.release(pd)
+		return &apiError{Status: 499, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
+	}
+	// From here the settlement may be broadcast: the client leaving must no
+	// longer stop the upstream.
+	disarm()
+	sr, ok := s.settle(pd, q)
+	if !ok {
+		return settleRefusal(sr, s.settleMessage(sr))
+	}
+	if err := paidHeaders(w.Header(), sr); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	for _, ev := range held {
+		sw.event(s.withCost(ev, q, sr))
+	}
+	sw.flush()
+	for {
+		ev, err := st.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// Paid and partly delivered: say so in-band, as OpenAI streams errors.
+			s.log.Error("upstream stream broke after settlement", "key", pd.key, "err", err)
+			sw.event(mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
+				Message: "the upstream stream broke after the payment settled", Type: "upstream_error", Code: "upstream_stream_broken"}}))
+			break
+		}
+		sw.event(s.withCost(ev, q, sr))
+		sw.flush()
+	}
+	sw.done()
+	return nil
+}
+
+// withCost annotates the chunk that carries usage (the last one) with what was
+// charged; other chunks pass unchanged.
+func (s *Server) withCost(ev []byte, q *quote, sr *x402.SettleResponse) []byte {
+	var c struct {
+		Usage *chat.Usage `json:"usage"`
+	}
+	if json.Unmarshal(ev, &c) != nil || c.Usage == nil {
+		return ev
+	}
+	return annotate(ev, s.cost(q, sr, c.Usage))
+}
+
+// sseWriter writes server-sent events, renewing the write deadline on every
+// write; once the client is gone it stops writing but lets the caller keep
+// reading the upstream.
+type sseWriter struct {
+	w    io.Writer
+	rc   *http.ResponseController
+	gone bool
+}
+
+func (sw *sseWriter) write(b []byte) {
+	if sw.gone {
+		return
+	}
+	_ = sw.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := sw.w.Write(b); err != nil {
+		sw.gone = true
+	}
+}
+
+func (sw *sseWriter) event(data []byte) {
+	sw.write(append(append([]byte("data: "), data...), '\n', '\n'))
+}
+
+func (sw *sseWriter) flush() {
+	if !sw.gone && sw.rc.Flush() != nil {
+		sw.gone = true
+	}
+}
+
+func (sw *sseWriter) done() {
+	sw.write([]byte("data: [DONE]\n\n"))
+	sw.flush()
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}

@@ -172,4 +172,3 @@ func (s *Server) upstreamError(err error, clientCtx context.Context) error {
 	}
 	return &apiError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_error", Message: "the upstream failed; nothing was charged", Err: err}
 }
-

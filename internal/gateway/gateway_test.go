@@ -514,7 +514,7 @@ func TestModels(t *testing.T) {
 		Data []struct {
 			ID      string `json:"id"`
 			Pricing struct {
-				Input    string `json:"input_per_million_tokens"`
+				Input     string `json:"input_per_million_tokens"`
 				MinCharge string `json:"minimum_charge"`
 			} `json:"pricing"`
 		} `json:"data"`
@@ -536,4 +536,3 @@ func TestModels(t *testing.T) {
 		}
 	}
 }
-

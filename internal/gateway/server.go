@@ -42,7 +42,7 @@ type Model struct {
 	UpstreamModel   string
 	Provider        Provider
 	Price           pricing.Price
-	MaxOutputTokens int64 // default cap injected upstream; requests above it are refused
+	MaxOutputTokens int64  // default cap injected upstream; requests above it are refused
 	Encoding        string // tokenizer encoding for quotes; "" chooses by model name
 	OwnedBy         string
 }

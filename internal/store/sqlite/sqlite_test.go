@@ -261,3 +261,12 @@ func TestLockedDatabase(t *testing.T) {
 		t.Errorf("Settlement() during a write lock = %v, want ErrNotFound", err)
 	}
 }
+
+// TestPayments runs the payments conformance suite with two DB values on one
+// temporary file, as two processes would share it.
+func TestPayments(t *testing.T) {
+	storetest.RunPayments(t, func(t *testing.T, now func() time.Time) (a, b store.Payments) {
+		path := filepath.Join(t.TempDir(), "llm4agents.db")
+		return open(t, path, now), open(t, path, now)
+	})
+}

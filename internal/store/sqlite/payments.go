@@ -1,0 +1,308 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// Payment claims (store.Payments), in the payments table of migration 0002.
+//
+// Every write reads and writes as one op of a write batch (writer.go), inside
+// the batch's IMMEDIATE transaction, so a read-then-write decision (claim,
+// takeover, release, update) sees no other writer in between, on any number of
+// DB values.
+//
+// Expiry. A record whose ExpiresAt has come (now >= ExpiresAt, by db.Now) counts
+// as absent everywhere: Payment, UpdatePayment and ReleasePayment answer
+// ErrNotFound, and ClaimPayment replaces it with a new claim under a new fence,
+// whatever its state, even PaymentHeld under a live lease or PaymentSettled.
+// That cannot let an authorization be spent twice: ExpiresAt lies past the
+// authorization's validBefore (plus a margin for clock skew, MISSION E1), so no
+// chain accepts that authorization any more, and a transaction broadcast for it
+// has either been mined by then, spending its nonce, or never will be. A new
+// authorization with the same key (same payer and nonce) can only be spent if
+// that nonce is still unused on chain, which verification checks before the
+// claim. The expired row stays in the table until PurgeExpiredPayments deletes
+// it or a claim replaces it.
+
+const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, owner,
+    fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms`
+
+// selectPayment reads the row for a key, expired or not; callers judge expiry
+// with the clock of the op.
+const selectPayment = `SELECT ` + paymentColumns + ` FROM payments WHERE payment_key = ?`
+
+// ClaimPayment implements store.Payments. Of any number of concurrent callers,
+// on any number of DB values, exactly one creates, takes over or replaces the
+// record.
+//
+// It reads Key, Network, Payer, Amount, Owner and ExpiresAt of c and ignores
+// the rest. Key must not be empty, lease must be positive (it is rounded up to
+// the millisecond), and ExpiresAt (rounded up to the millisecond) must be after
+// the store's time; otherwise it fails with an error that is not a sentinel and
+// changes nothing, not even an expired record. The new claim's LeaseUntil is
+// now+lease; it may lie past ExpiresAt, and then expiry wins.
+//
+// A record that has not expired is returned as it stands with false, unless it
+// is PaymentHeld with its lease over (now >= LeaseUntil): then the caller takes
+// it over, getting a new Owner, Fence and LeaseUntil while the authorization's
+// details (Network, Payer, Amount, ExpiresAt, CreatedAt) stay those of the
+// first claim. PaymentPending and PaymentSettled records are never taken over.
+// An expired record is replaced, as if absent (see the file comment).
+func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time.Duration) (_ store.PaymentClaim, _ bool, err error) {
+	defer wrap(&err, "claim payment %q", c.Key)
+	switch {
+	case c.Key == "":
+		return store.PaymentClaim{}, false, errors.New("empty key")
+	case lease <= 0:
+		return store.PaymentClaim{}, false, fmt.Errorf("lease %v is not positive", lease)
+	case c.ExpiresAt.IsZero():
+		return store.PaymentClaim{}, false, errors.New("no expiry")
+	}
+	// Round both up, so neither is ever shorter than asked.
+	leaseMs := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	expiresMs := ceilMs(c.ExpiresAt)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	var rec, prev store.PaymentClaim
+	var won bool
+	var event string // what to log once committed: "took over", "replaced expired"
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		now := db.nowMs()
+		if expiresMs <= now {
+			return fmt.Errorf("expiry %s is not after the store's time %s",
+				c.ExpiresAt.UTC().Format(time.RFC3339Nano), time.UnixMilli(now).UTC().Format(time.RFC3339Nano))
+		}
+		cur, err := scanPayment(tx.QueryRowContext(ctx, selectPayment, c.Key))
+		expired := err == nil && now >= cur.ExpiresAt.UnixMilli()
+		switch {
+		case errors.Is(err, sql.ErrNoRows), expired:
+			if expired {
+				if _, err := tx.ExecContext(ctx, `DELETE FROM payments WHERE payment_key = ?`, c.Key); err != nil {
+					return err
+				}
+				event, prev = "replaced expired", cur
+			}
+			fence, err := nextPaymentFence(ctx, tx)
+			if err != nil {
+				return err
+			}
+			rec, err = scanPayment(tx.QueryRowContext(ctx, `INSERT INTO payments (
+    payment_key, network, payer, amount, state, owner,
+    fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+RETURNING `+paymentColumns,
+				c.Key, c.Network, c.Payer, c.Amount, store.PaymentHeld, c.Owner,
+				fence, now+leaseMs, expiresMs, now, now))
+			won = err == nil
+			return err
+		case err != nil:
+			return err
+		case cur.State == store.PaymentHeld && now >= cur.LeaseUntil.UnixMilli():
+			fence, err := nextPaymentFence(ctx, tx)
+			if err != nil {
+				return err
+			}
+			rec, err = scanPayment(tx.QueryRowContext(ctx, `UPDATE payments
+SET owner = ?, fence = ?, lease_until_ms = ?, updated_at_ms = ?
+WHERE payment_key = ?
+RETURNING `+paymentColumns,
+				c.Owner, fence, now+leaseMs, now, c.Key))
+			if err != nil {
+				return err
+			}
+			won, event, prev = true, "took over", cur
+			return nil
+		default:
+			rec = cur
+			return nil
+		}
+	})
+	if err != nil {
+		return store.PaymentClaim{}, false, err
+	}
+	if event != "" { // logged once committed, with the caller's context
+		db.log.InfoContext(ctx, event+" payment claim", "key", c.Key,
+			"previous_owner", prev.Owner, "previous_state", prev.State, "owner", c.Owner, "fence", rec.Fence)
+	}
+	return rec, won, nil
+}
+
+// nextPaymentFence draws the next fencing token from the payments' counter.
+func nextPaymentFence(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var fence int64
+	err := tx.QueryRowContext(ctx, `UPDATE payment_fences SET last = last + 1 WHERE id = 1 RETURNING last`).Scan(&fence)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, errors.New("payment fence counter row missing")
+	}
+	return fence, err
+}
+
+// livePayment reads the record for key inside a write op and returns it if it
+// exists, has not expired and carries fence: otherwise ErrNotFound (absent or
+// expired) or ErrFenced (another fence).
+func (db *DB) livePayment(ctx context.Context, tx *sql.Tx, key string, fence int64) (store.PaymentClaim, error) {
+	cur, err := scanPayment(tx.QueryRowContext(ctx, selectPayment, key))
+	if err != nil {
+		return store.PaymentClaim{}, err
+	}
+	if db.nowMs() >= cur.ExpiresAt.UnixMilli() {
+		return store.PaymentClaim{}, fmt.Errorf("record expired at %s: %w",
+			cur.ExpiresAt.Format(time.RFC3339Nano), store.ErrNotFound)
+	}
+	if cur.Fence != fence {
+		return store.PaymentClaim{}, fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
+	}
+	return cur, nil
+}
+
+// ReleasePayment implements store.Payments. It deletes the record if it is
+// PaymentHeld or PaymentPending under fence, whether or not the lease is over;
+// ErrFenced if the fence is stale or the record is PaymentSettled; ErrNotFound
+// if absent or expired. A key claimed again after a release gets a fence never
+// used before, so the released fence stays stale.
+func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err error) {
+	defer wrap(&err, "release payment %q", key)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := db.livePayment(ctx, tx, key, fence)
+		if err != nil {
+			return err
+		}
+		if cur.State == store.PaymentSettled {
+			return fmt.Errorf("record is settled: %w", store.ErrFenced)
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM payments WHERE payment_key = ?`, key)
+		return err
+	})
+}
+
+// UpdatePayment implements store.Payments.
+//
+// state must be PaymentPending or PaymentSettled; PaymentHeld (a claim never
+// goes back to held, where it could be taken over and its authorization reach
+// the upstream again) and unknown states fail with an error that is not a
+// sentinel. txHash may be empty in both: a settle answer need not name a
+// transaction (a remote facilitator's settlement_pending, or
+// invalid_exact_evm_nonce_already_used recorded as spent), and refusing the
+// write would leave the claim PaymentHeld, to be taken over once its lease
+// ends, while the authorization is spent or about to be.
+//
+// Allowed: held -> pending, held -> settled, pending -> pending (a replacement
+// transaction, or the same one again), pending -> settled. PaymentSettled is
+// terminal: writing the values it holds (settled, same txHash) succeeds and
+// changes nothing, anything else is ErrFenced. A stale fence is ErrFenced, an
+// absent or expired record ErrNotFound. The lease does not matter: until
+// someone takes the claim over, its holder's fence is good. UpdatedAt changes
+// on every successful write but the no-op on a settled record.
+func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state store.PaymentState, txHash string) (err error) {
+	defer wrap(&err, "update payment %q to %s", key, state)
+	switch state {
+	case store.PaymentPending, store.PaymentSettled:
+	case store.PaymentHeld:
+		return errors.New("a claim never goes back to held")
+	default:
+		return errors.New("unknown state")
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := db.livePayment(ctx, tx, key, fence)
+		if err != nil {
+			return err
+		}
+		if cur.State == store.PaymentSettled {
+			if state == store.PaymentSettled && cur.TxHash == txHash {
+				return nil
+			}
+			return fmt.Errorf("record is already settled with transaction %q: %w", cur.TxHash, store.ErrFenced)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE payments SET state = ?, tx_hash = ?, updated_at_ms = ? WHERE payment_key = ?`,
+			state, txHash, db.nowMs(), key)
+		return err
+	})
+}
+
+// Payment implements store.Payments: ErrNotFound if absent or expired.
+func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, err error) {
+	defer wrap(&err, "payment %q", key)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	c, err := scanPayment(db.ro.QueryRowContext(ctx, selectPayment+` AND expires_at_ms > ?`, key, db.nowMs()))
+	if err != nil {
+		return store.PaymentClaim{}, mapErr(ctx, err)
+	}
+	return c, nil
+}
+
+// PurgeExpiredPayments deletes up to limit (> 0) expired payment records
+// (ExpiresAt <= now by db.Now), soonest expired first, and returns how many it
+// deleted. It is not part of store.Payments: expired records already count as
+// absent, so purging only reclaims space and is never needed for correctness.
+// Call it periodically, and again at once while it returns limit. limit bounds
+// the work of one write op, which shares its batch's transaction and deadline
+// with other writes: keep it in the hundreds or low thousands.
+func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err error) {
+	defer wrap(&err, "purge expired payments")
+	if limit <= 0 {
+		return 0, fmt.Errorf("limit %d is not positive", limit)
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	var n int64
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// DELETE ... LIMIT is a compile-time option of SQLite; a subquery is not.
+		res, err := tx.ExecContext(ctx, `DELETE FROM payments WHERE payment_key IN (
+    SELECT payment_key FROM payments WHERE expires_at_ms <= ? ORDER BY expires_at_ms, payment_key LIMIT ?)`,
+			db.nowMs(), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// ceilMs returns t in unix milliseconds, rounded up.
+func ceilMs(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
+}
+
+// scanPayment reads one row of paymentColumns.
+func scanPayment(row interface{ Scan(...any) error }) (store.PaymentClaim, error) {
+	var c store.PaymentClaim
+	var state string
+	var leaseUntil, expires, created, updated int64
+	err := row.Scan(&c.Key, &c.Network, &c.Payer, &c.Amount, &state, &c.TxHash, &c.Owner,
+		&c.Fence, &leaseUntil, &expires, &created, &updated)
+	if err != nil {
+		return store.PaymentClaim{}, err
+	}
+	c.State = store.PaymentState(state)
+	c.LeaseUntil = time.UnixMilli(leaseUntil).UTC()
+	c.ExpiresAt = time.UnixMilli(expires).UTC()
+	c.CreatedAt = time.UnixMilli(created).UTC()
+	c.UpdatedAt = time.UnixMilli(updated).UTC()
+	return c, nil
+}
+
+var _ store.Payments = (*DB)(nil)

@@ -90,7 +90,7 @@ func goListDeps(tb testing.TB, goBin, dir string, patterns []string) []string {
 		if err != nil {
 			tb.Fatalf("go %s (%v): %v\n%s", strings.Join(args, " "), env, err, stderr.Bytes())
 		}
-		for _, p := range strings.Fields(string(b)) {
+		for p := range strings.FieldsSeq(string(b)) {
 			if !seen[p] {
 				seen[p] = true
 				out = append(out, p)

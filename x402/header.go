@@ -66,7 +66,7 @@ func DecodeHeader(value string, v any) error {
 		return err
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%w: %v", ErrHeaderJSON, err)
+		return fmt.Errorf("%w: %w", ErrHeaderJSON, err)
 	}
 	return nil
 }
@@ -104,7 +104,7 @@ type versionProbe struct {
 func checkVersion(b []byte) error {
 	var p versionProbe
 	if err := json.Unmarshal(b, &p); err != nil {
-		return fmt.Errorf("%w: %v", ErrHeaderJSON, err)
+		return fmt.Errorf("%w: %w", ErrHeaderJSON, err)
 	}
 	if string(p.X402Version) != "2" {
 		return ErrVersion
@@ -126,12 +126,16 @@ func DecodePaymentPayload(value string) (*PaymentPayload, error) {
 // ParsePaymentPayload is DecodePaymentPayload for JSON that is already decoded
 // from base64, such as the paymentPayload of a facilitator request.
 func ParsePaymentPayload(b []byte) (*PaymentPayload, error) {
-	if err := checkVersion(b); err != nil {
-		return nil, err
-	}
 	var p PaymentPayload
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrHeaderJSON, err)
+	if err := json.Unmarshal(b, &p); err != nil || p.X402Version != Version {
+		// Decode once in the common case; only a refusal pays for the second
+		// look that tells a wrong version from a malformed payload.
+		if verr := checkVersion(b); verr != nil {
+			return nil, verr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrHeaderJSON, err)
+		}
 	}
 	if err := p.validate(); err != nil {
 		return nil, err
@@ -163,7 +167,7 @@ func DecodePaymentRequired(value string) (*PaymentRequired, error) {
 	}
 	var p PaymentRequired
 	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrHeaderJSON, err)
+		return nil, fmt.Errorf("%w: %w", ErrHeaderJSON, err)
 	}
 	if len(p.Accepts) == 0 {
 		return nil, fmt.Errorf("%w: no accepts", ErrHeaderJSON)
@@ -184,14 +188,14 @@ func DecodeSettleResponse(value string) (*SettleResponse, error) {
 		Network     *string `json:"network"`
 	}
 	if err := json.Unmarshal(b, &probe); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrHeaderJSON, err)
+		return nil, fmt.Errorf("%w: %w", ErrHeaderJSON, err)
 	}
 	if probe.Success == nil || probe.Transaction == nil || probe.Network == nil {
 		return nil, fmt.Errorf("%w: settle response lacks success, transaction or network", ErrHeaderJSON)
 	}
 	var r SettleResponse
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrHeaderJSON, err)
+		return nil, fmt.Errorf("%w: %w", ErrHeaderJSON, err)
 	}
 	return &r, nil
 }

@@ -224,7 +224,7 @@ func TestDecodePaymentPayloadRefusals(t *testing.T) {
 		var parse []refusal
 		for _, tc := range cases {
 			switch tc.want {
-			case x402.ErrVersion, x402.ErrMissingAccepted, x402.ErrMissingPayload:
+			case x402.ErrVersion, x402.ErrMissingAccepted, x402.ErrMissingPayload: //nolint:errorlint // tc.want is the table's sentinel, not a returned error
 				b, err := base64.StdEncoding.DecodeString(tc.value)
 				if err != nil {
 					t.Fatalf("%s: %v", tc.name, err)

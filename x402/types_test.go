@@ -432,8 +432,7 @@ func TestPaymentRequiredUnmarshalError(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "accepts[1]") || !strings.Contains(msg, "maxTimeoutSeconds") {
 		t.Errorf("error %q does not name accepts[1].maxTimeoutSeconds", msg)
 	}
-	var typeErr *json.UnmarshalTypeError
-	if !errors.As(err, &typeErr) {
+	if _, ok := errors.AsType[*json.UnmarshalTypeError](err); !ok {
 		t.Errorf("error %v does not wrap the *json.UnmarshalTypeError", err)
 	}
 }

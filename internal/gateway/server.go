@@ -14,7 +14,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -118,8 +117,14 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 	if cfg.MaxStreamDuration <= 0 {
 		cfg.MaxStreamDuration = DefaultMaxStreamDuration
 	}
+	// A claim must outlive the slowest request that holds it, or a second
+	// presentation could take it over while the first is still in the upstream.
+	minLease := cfg.UpstreamTimeout + cfg.SettleTimeout + time.Minute
 	if cfg.ClaimLease <= 0 {
-		cfg.ClaimLease = DefaultClaimLease
+		cfg.ClaimLease = max(DefaultClaimLease, minLease)
+	}
+	if cfg.ClaimLease < minLease {
+		return nil, fmt.Errorf("gateway: claim lease %s is shorter than upstream timeout + settle timeout + 1m (%s)", cfg.ClaimLease, minLease)
 	}
 	if cfg.AssetSymbol == "" {
 		cfg.AssetSymbol = "USDC"
@@ -371,10 +376,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// jsonString quotes s as JSON.
-func jsonString(s string) json.RawMessage {
-	b, _ := json.Marshal(s)
-	return b
 }

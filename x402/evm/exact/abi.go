@@ -1,6 +1,7 @@
 package exact
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
@@ -20,16 +21,13 @@ const tokenABI = `[
 {"type":"event","name":"AuthorizationUsed","anonymous":false,"inputs":[{"name":"authorizer","type":"address","indexed":true},{"name":"nonce","type":"bytes32","indexed":true}]},
 {"type":"event","name":"AuthorizationCanceled","anonymous":false,"inputs":[{"name":"authorizer","type":"address","indexed":true},{"name":"nonce","type":"bytes32","indexed":true}]},
 {"type":"event","name":"Transfer","anonymous":false,"inputs":[{"name":"from","type":"address","indexed":true},{"name":"to","type":"address","indexed":true},{"name":"value","type":"uint256","indexed":false}]}
-]`
+]` // #nosec G101 -- an ABI, not a credential
 
 var (
 	parsedABI = mustABI(tokenABI)
 
 	// The overload taking `bytes signature` shares the name on chain; it is stored
 	// under a distinct name here and packed with its real selector.
-	methodTransferVRS   = parsedABI.Methods["transferWithAuthorization"]
-	methodTransferBytes = parsedABI.Methods["transferWithAuthorization0"]
-
 	selectorTransferBytes = crypto.Keccak256([]byte("transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)"))[:4]
 
 	// Event topics.
@@ -42,15 +40,7 @@ var (
 var eip1271Magic = [4]byte{0x16, 0x26, 0xba, 0x7e}
 
 // eip6492Suffix ends an ERC-6492 wrapped signature.
-var eip6492Suffix = common32(0x64, 0x92)
-
-func common32(a, b byte) []byte {
-	out := make([]byte, 32)
-	for i := 0; i < 32; i += 2 {
-		out[i], out[i+1] = a, b
-	}
-	return out
-}
+var eip6492Suffix = bytes.Repeat([]byte{0x64, 0x92}, 16)
 
 func mustABI(s string) abi.ABI {
 	a, err := abi.JSON(strings.NewReader(s))

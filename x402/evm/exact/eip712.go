@@ -30,7 +30,7 @@ func (d Domain) Separator() common.Hash {
 	copy(buf[64:], version[:])
 	d.ChainID.FillBytes(buf[96:128])
 	copy(buf[128+12:], d.VerifyingContract[:])
-	return crypto.Keccak256Hash(buf[:])
+	return keccak256(buf[:])
 }
 
 // StructHash returns the EIP-712 hash of the TransferWithAuthorization message.
@@ -44,7 +44,7 @@ func (a *Authorization) StructHash() common.Hash {
 	a.ValidAfter.FillBytes(buf[128:160])
 	a.ValidBefore.FillBytes(buf[160:192])
 	copy(buf[192:], a.Nonce[:])
-	return crypto.Keccak256Hash(buf[:])
+	return keccak256(buf[:])
 }
 
 // Digest returns the hash the payer signs: keccak256(0x1901 ‖ domainSeparator ‖
@@ -59,5 +59,5 @@ func digestWith(separator common.Hash, a *Authorization) common.Hash {
 	copy(buf[2:], separator[:])
 	sh := a.StructHash()
 	copy(buf[34:], sh[:])
-	return crypto.Keccak256Hash(buf[:])
+	return keccak256(buf[:])
 }

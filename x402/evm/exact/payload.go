@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"regexp"
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
-	"github.com/ethereum/go-ethereum/crypto"
 )
 
 // Scheme is the scheme name this package implements.
@@ -78,7 +76,6 @@ var (
 	errNotNonce   = errors.New("nonce is not 0x-prefixed 32-byte hex")
 	errSignature  = errors.New("signature is not 0x-prefixed hex")
 
-	decimalRE  = regexp.MustCompile(`^(0|[1-9][0-9]{0,77})$`)
 	maxUint256 = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
 )
 
@@ -87,64 +84,7 @@ var (
 // facilitators would not read); unknown keys are refused, as are Permit2 payloads,
 // which this package does not implement.
 func ParsePayload(raw json.RawMessage) (*Payload, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &top); err != nil || top == nil {
-		return nil, errors.New("payload is not a JSON object")
-	}
-	if _, ok := top["permit2Authorization"]; ok {
-		return nil, errors.New("permit2 payloads are not supported")
-	}
-	var w PayloadJSON
-	for k, v := range top {
-		switch k {
-		case "signature":
-			if err := json.Unmarshal(v, &w.Signature); err != nil {
-				return nil, errors.New("payload.signature is not a string")
-			}
-		case "authorization":
-			if err := w.Authorization.decodeStrict(v); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("payload has unknown key %q", k)
-		}
-	}
-	if _, ok := top["authorization"]; !ok {
-		return nil, errors.New("payload has no authorization")
-	}
-	return w.Parse()
-}
-
-// decodeStrict decodes an authorization object whose keys are exactly the six of
-// EIP-3009, each a string.
-func (w *AuthorizationJSON) decodeStrict(raw json.RawMessage) error {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		return errors.New("payload.authorization is not a JSON object")
-	}
-	for k, v := range m {
-		var dst *string
-		switch k {
-		case "from":
-			dst = &w.From
-		case "to":
-			dst = &w.To
-		case "value":
-			dst = &w.Value
-		case "validAfter":
-			dst = &w.ValidAfter
-		case "validBefore":
-			dst = &w.ValidBefore
-		case "nonce":
-			dst = &w.Nonce
-		default:
-			return fmt.Errorf("payload.authorization has unknown key %q", k)
-		}
-		if err := json.Unmarshal(v, dst); err != nil {
-			return fmt.Errorf("payload.authorization.%s is not a string", k)
-		}
-	}
-	return nil
+	return parsePayload(raw)
 }
 
 // Parse converts the wire form into typed values, refusing anything malformed.
@@ -192,7 +132,7 @@ func (w *AuthorizationJSON) Parse() (*Authorization, error) {
 // are accepted; a mixed-case address must carry a valid EIP-55 checksum, because
 // the official facilitator treats a bad checksum as malformed.
 func ParseAddress(s string) (common.Address, error) {
-	if len(s) != 42 || !(strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X")) {
+	if len(s) != 42 || (!strings.HasPrefix(s, "0x") && !strings.HasPrefix(s, "0X")) {
 		return common.Address{}, errNotAddress
 	}
 	var a common.Address
@@ -224,7 +164,7 @@ func mixedCase(hexDigits string) bool {
 func checksumMatches(a common.Address, body string) bool {
 	var lower [40]byte
 	hex.Encode(lower[:], a[:])
-	h := crypto.Keccak256Hash(lower[:])
+	h := keccak256(lower[:])
 	for i, c := range lower {
 		nibble := h[i/2] >> 4
 		if i%2 == 1 {
@@ -242,11 +182,28 @@ func checksumMatches(a common.Address, body string) bool {
 
 // ParseUint256 parses a canonical decimal string (no sign, no leading zeros) that
 // fits in 256 bits.
-func ParseUint256(s string) (*big.Int, error) {
-	if !decimalRE.MatchString(s) {
+func ParseUint256(s string) (*big.Int, error) { return parseDecimal(s) }
+
+func parseUint256Bytes(b []byte) (*big.Int, error) { return parseDecimal(b) }
+
+// parseDecimal does the work of ParseUint256 on a string or its bytes, without
+// a regular expression and, for values below 10^19, without a string.
+func parseDecimal[T string | []byte](s T) (*big.Int, error) {
+	if len(s) == 0 || len(s) > 78 || (s[0] == '0' && len(s) > 1) {
 		return nil, errNotUint
 	}
-	n, ok := new(big.Int).SetString(s, 10)
+	var small uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return nil, errNotUint
+		}
+		small = small*10 + uint64(c-'0')
+	}
+	if len(s) <= 19 {
+		return new(big.Int).SetUint64(small), nil
+	}
+	n, ok := new(big.Int).SetString(string(s), 10)
 	if !ok || n.Cmp(maxUint256) > 0 {
 		return nil, errNotUint
 	}
@@ -256,7 +213,7 @@ func ParseUint256(s string) (*big.Int, error) {
 // parseHexBytes decodes 0x-prefixed hex; "" is an empty (missing) signature,
 // which verification reports as such.
 func parseHexBytes(s string) ([]byte, error) {
-	if s == "" {
+	if s == "" || s == "0x" {
 		return nil, nil
 	}
 	if !strings.HasPrefix(s, "0x") || len(s)%2 != 0 || len(s) > 2+2*maxSignatureBytes {
@@ -269,10 +226,23 @@ func parseHexBytes(s string) ([]byte, error) {
 	return b, nil
 }
 
+// isDecimal reports whether s is a canonical decimal (digits, no leading zero).
+func isDecimal(s string) bool {
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // ChainID returns the chain id of a CAIP-2 `eip155:<id>` network.
 func ChainID(network string) (*big.Int, error) {
 	ref, ok := strings.CutPrefix(network, "eip155:")
-	if !ok || !decimalRE.MatchString(ref) || ref == "0" || len(ref) > 20 {
+	if !ok || len(ref) > 20 || ref == "0" || !isDecimal(ref) {
 		return nil, fmt.Errorf("network %q is not eip155:<chain id>", network)
 	}
 	id, _ := new(big.Int).SetString(ref, 10)

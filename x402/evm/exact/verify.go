@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"strings"
 	"sync"
@@ -72,6 +73,7 @@ type Verifier struct {
 
 	deployed   sync.Map // common.Address -> struct{}: assets known to have code
 	separators sync.Map // domainKey -> common.Hash
+	cache      reqCache
 }
 
 // domainKey identifies a Domain by value, for the separator cache.
@@ -121,25 +123,25 @@ func (v *Verifier) Check(p *x402.PaymentPayload, req x402.PaymentRequirements) (
 	if accepted.Scheme != Scheme || req.Scheme != Scheme {
 		return nil, false, fail(x402.ReasonEVMScheme, "", "scheme must be %q", Scheme)
 	}
-	extra, err := ParseExtra(req.Extra)
+	extra, err := v.cache.extra(req.Extra)
 	if err != nil {
 		return nil, false, fail(x402.ReasonEVMMissingDomain, "", "%v", err)
 	}
 	if accepted.Network != req.Network {
 		return nil, false, fail(x402.ReasonEVMNetworkMismatch, "", "accepted network %q, required %q", accepted.Network, req.Network)
 	}
-	chainID, err := ChainID(req.Network)
+	chainID, err := v.cache.chainID(req.Network)
 	if err != nil || (v.ChainID != nil && chainID.Cmp(v.ChainID) != 0) {
 		return nil, false, fail(x402.ReasonEVMNetworkMismatch, "", "network %q is not served here", req.Network)
 	}
 	if err := x402.Match(req, accepted); err != nil {
 		return nil, false, fail(x402.ReasonAcceptedMismatch, "", "%v", err)
 	}
-	asset, err := ParseAddress(req.Asset)
+	asset, err := v.cache.address(req.Asset)
 	if err != nil {
 		return nil, false, fail(x402.ReasonInvalidRequirements, "", "asset: %v", err)
 	}
-	payTo, err := ParseAddress(req.PayTo)
+	payTo, err := v.cache.address(req.PayTo)
 	if err != nil {
 		return nil, false, fail(x402.ReasonInvalidRequirements, "", "payTo: %v", err)
 	}
@@ -152,9 +154,8 @@ func (v *Verifier) Check(p *x402.PaymentPayload, req x402.PaymentRequirements) (
 		return nil, false, fail(x402.ReasonEVMPayload, "", "%v", err)
 	}
 	a := &pl.Authorization
-	payer := a.From.Hex()
 	if len(pl.Signature) == 0 {
-		return nil, false, fail(x402.ReasonEVMMissingSignature, payer, "signature is empty")
+		return nil, false, fail(x402.ReasonEVMMissingSignature, a.From.Hex(), "signature is empty")
 	}
 	vd := &Verified{
 		Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo,
@@ -162,23 +163,33 @@ func (v *Verifier) Check(p *x402.PaymentPayload, req x402.PaymentRequirements) (
 	}
 	vd.Digest = digestWith(v.separator(vd.Domain), a)
 
+	// The payer's address string is built only when a check fails.
 	if a.To != payTo {
-		return nil, false, fail(x402.ReasonEVMRecipientMismatch, payer, "authorization.to %s is not payTo %s", a.To.Hex(), payTo.Hex())
+		return nil, false, fail(x402.ReasonEVMRecipientMismatch, a.From.Hex(), "authorization.to %s is not payTo %s", a.To.Hex(), payTo.Hex())
 	}
 	now := v.now().Unix()
-	if a.ValidBefore.Cmp(big.NewInt(now+int64(BlockBuffer/time.Second))) < 0 {
-		return nil, false, fail(x402.ReasonEVMValidBefore, payer, "validBefore %s is less than %ds away", a.ValidBefore, int64(BlockBuffer/time.Second))
+	if cmpInt64(a.ValidBefore, now+int64(BlockBuffer/time.Second)) < 0 {
+		return nil, false, fail(x402.ReasonEVMValidBefore, a.From.Hex(), "validBefore %s is less than %ds away", a.ValidBefore, int64(BlockBuffer/time.Second))
 	}
-	limit := new(big.Int).SetInt64(now)
-	limit.Add(limit, big.NewInt(req.MaxTimeoutSeconds)).Add(limit, big.NewInt(int64(FreshnessSlack/time.Second)))
-	if a.ValidBefore.Cmp(limit) > 0 {
-		return nil, false, fail(x402.ReasonEVMValidBeforeTooFar, payer, "validBefore %s is later than now + maxTimeoutSeconds + %ds", a.ValidBefore, int64(FreshnessSlack/time.Second))
+	// maxTimeoutSeconds comes from the requirements and may be hostile: add in
+	// big.Int only when the int64 sum could overflow.
+	slack := int64(FreshnessSlack / time.Second)
+	tooFar := false
+	if req.MaxTimeoutSeconds < math.MaxInt64/4 {
+		tooFar = cmpInt64(a.ValidBefore, now+req.MaxTimeoutSeconds+slack) > 0
+	} else {
+		limit := new(big.Int).SetInt64(now)
+		limit.Add(limit, big.NewInt(req.MaxTimeoutSeconds)).Add(limit, big.NewInt(slack))
+		tooFar = a.ValidBefore.Cmp(limit) > 0
 	}
-	if a.ValidAfter.Cmp(big.NewInt(now)) > 0 {
-		return nil, false, fail(x402.ReasonEVMValidAfter, payer, "validAfter %s is in the future", a.ValidAfter)
+	if tooFar {
+		return nil, false, fail(x402.ReasonEVMValidBeforeTooFar, a.From.Hex(), "validBefore %s is later than now + maxTimeoutSeconds + %ds", a.ValidBefore, slack)
+	}
+	if cmpInt64(a.ValidAfter, now) > 0 {
+		return nil, false, fail(x402.ReasonEVMValidAfter, a.From.Hex(), "validAfter %s is in the future", a.ValidAfter)
 	}
 	if a.Value.Cmp(amount) != 0 {
-		return nil, false, fail(x402.ReasonEVMValueMismatch, payer, "value %s is not the required %s", a.Value, amount)
+		return nil, false, fail(x402.ReasonEVMValueMismatch, a.From.Hex(), "value %s is not the required %s", a.Value, amount)
 	}
 	if len(pl.Signature) == 65 {
 		signer, err := recoverEOA(vd.Digest, pl.Signature)
@@ -394,8 +405,11 @@ func AuthorizationState(ctx context.Context, c ethereum.ContractCaller, token, f
 		return false, fmt.Errorf("call authorizationState: %w", err)
 	}
 	vals, err := parsedABI.Unpack("authorizationState", out)
-	if err != nil || len(vals) != 1 {
-		return false, fmt.Errorf("unpack authorizationState: %v", err)
+	if err != nil {
+		return false, fmt.Errorf("unpack authorizationState: %w", err)
+	}
+	if len(vals) != 1 {
+		return false, fmt.Errorf("unpack authorizationState: %d values, want 1", len(vals))
 	}
 	used, _ := vals[0].(bool)
 	return used, nil
@@ -469,15 +483,17 @@ func recoverEOA(digest common.Hash, sig []byte) (common.Address, error) {
 	if err != nil {
 		return common.Address{}, err
 	}
-	h := crypto.Keccak256Hash(pub[1:])
+	h := keccak256(pub[1:])
 	return common.BytesToAddress(h[12:]), nil
 }
 
-// normalizeV returns a copy of a 65-byte signature with v in {27, 28}, the only
+// normalizeV returns a 65-byte signature with v in {27, 28} (sig itself when it
+// already is, else a copy), the only
 // form the token's (v, r, s) overload accepts.
 func normalizeV(sig []byte) []byte {
-	out := append([]byte(nil), sig...)
-	if out[64] < 27 {
+	out := sig
+	if sig[64] < 27 {
+		out = append([]byte(nil), sig...)
 		out[64] += 27
 	}
 	return out
@@ -491,8 +507,11 @@ func unwrap6492(sig []byte) (inner []byte, wrapped bool, err error) {
 	}
 	args := abi.Arguments{{Type: mustType("address")}, {Type: mustType("bytes")}, {Type: mustType("bytes")}}
 	vals, err := args.Unpack(sig[:len(sig)-32])
-	if err != nil || len(vals) != 3 {
-		return nil, true, fmt.Errorf("decode ERC-6492 wrapper: %v", err)
+	if err != nil {
+		return nil, true, fmt.Errorf("decode ERC-6492 wrapper: %w", err)
+	}
+	if len(vals) != 3 {
+		return nil, true, fmt.Errorf("decode ERC-6492 wrapper: %d values, want 3", len(vals))
 	}
 	inner, _ = vals[2].([]byte)
 	return inner, true, nil

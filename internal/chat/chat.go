@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 )
 
 // Request is a chat-completions request body.
@@ -181,9 +182,7 @@ func (r *Request) Field(key string) (json.RawMessage, bool) {
 // usage. Every other field is kept as received.
 func (r *Request) Upstream(model string, defaultCap int64) ([]byte, error) {
 	out := make(map[string]json.RawMessage, len(r.fields)+2)
-	for k, v := range r.fields {
-		out[k] = v
-	}
+	maps.Copy(out, r.fields)
 	m, err := json.Marshal(model)
 	if err != nil {
 		return nil, err

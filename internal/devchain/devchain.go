@@ -93,12 +93,12 @@ func Start(ctx context.Context, interval time.Duration, log *slog.Logger) (*Chai
 	auth := mustTransactor(Key(0), c.ChainID)
 	addr, tx, _, err := contracts.DeployEIP3009Token(auth, c.Client, TokenName, TokenVersion, TokenDecimal)
 	if err != nil {
-		b.Close()
+		_ = b.Close() // the deploy error is the one worth reporting
 		return nil, fmt.Errorf("deploy token: %w", err)
 	}
 	c.Token = addr
 	if err := c.mine(ctx, tx); err != nil {
-		b.Close()
+		_ = b.Close() // the deploy error is the one worth reporting
 		return nil, fmt.Errorf("deploy token: %w", err)
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())

@@ -77,7 +77,11 @@ func (e *anvilEnv) restart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	sender, err := chain.NewSender(e.node.Client, testchain.DevKey(signerIdx), e.node.ChainID, chain.SenderConfig{
 		MaxFeePerGas: big.NewInt(1e12), PollInterval: 20 * time.Millisecond, ReplaceAfter: e.replaceAfter,
 	}, discard())

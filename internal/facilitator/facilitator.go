@@ -311,8 +311,7 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 // PendingHash extracts the latest transaction hash from a Sender.Wait error that
 // means "broadcast, not mined yet".
 func PendingHash(err error) (common.Hash, bool) {
-	var p *chain.PendingError
-	if errors.As(err, &p) {
+	if p, ok := errors.AsType[*chain.PendingError](err); ok {
 		return p.Hash, true
 	}
 	return common.Hash{}, false
@@ -387,8 +386,7 @@ func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.
 		full, err := f.verifier.Verify(ctx, p, req)
 		if err != nil {
 			f.release(ctx, rec2)
-			var verr *x402.VerifyError
-			if errors.As(err, &verr) {
+			if verr, ok := errors.AsType[*x402.VerifyError](err); ok {
 				return settleFailure(vd.Network, verr), nil
 			}
 			return nil, err
@@ -541,8 +539,7 @@ func (f *Facilitator) fail(ctx context.Context, vd *exact.Verified, rec store.Se
 
 func (f *Facilitator) diagnose(ctx context.Context, vd *exact.Verified) *x402.VerifyError {
 	err := f.verifier.Simulate(ctx, vd)
-	var verr *x402.VerifyError
-	if errors.As(err, &verr) {
+	if verr, ok := errors.AsType[*x402.VerifyError](err); ok {
 		return verr
 	}
 	return nil
@@ -596,19 +593,11 @@ var _ Sender = (*chain.Sender)(nil)
 // resolve an ambiguous settle answer (D1). It reports nothing to anyone else and
 // marks nothing: it is a read.
 func (f *Facilitator) Confirm(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (string, bool, error) {
-	pl, err := exact.ParsePayload(p.Payload)
-	if err != nil {
+	vd, ok := confirmable(p, req)
+	if !ok {
 		return "", false, nil
 	}
-	asset, err := exact.ParseAddress(req.Asset)
-	if err != nil {
-		return "", false, nil
-	}
-	payTo, err := exact.ParseAddress(req.PayTo)
-	if err != nil || pl.Authorization.To != payTo {
-		return "", false, nil
-	}
-	vd := &exact.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}
+	pl, asset := vd.Payload, vd.Asset
 	used, err := exact.AuthorizationState(ctx, f.backend, asset, pl.Authorization.From, pl.Authorization.Nonce)
 	if err != nil || !used {
 		return "", false, err
@@ -621,4 +610,24 @@ func (f *Facilitator) Confirm(ctx context.Context, p *x402.PaymentPayload, req x
 		return "", false, nil
 	}
 	return ev.TxHash.Hex(), true, nil
+}
+
+// confirmable parses what Confirm reads from p and req. It reports false when
+// either is malformed or the authorization pays someone other than req.PayTo:
+// such an authorization cannot have paid req, so Confirm answers "not paid"
+// rather than an error.
+func confirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (*exact.Verified, bool) {
+	pl, err := exact.ParsePayload(p.Payload)
+	if err != nil {
+		return nil, false
+	}
+	asset, err := exact.ParseAddress(req.Asset)
+	if err != nil {
+		return nil, false
+	}
+	payTo, err := exact.ParseAddress(req.PayTo)
+	if err != nil || pl.Authorization.To != payTo {
+		return nil, false
+	}
+	return &exact.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}, true
 }

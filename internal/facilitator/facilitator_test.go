@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/big"
 	"net/http/httptest"
@@ -33,7 +32,7 @@ const (
 	payToIdx  = 9
 )
 
-func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // env is a simulated chain with a facilitator on a temporary SQLite store.
 type env struct {
@@ -61,7 +60,11 @@ func (e *env) reopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	sender, err := chain.NewSender(e.chain.Client, e.chain.Keys[signerIdx], e.chain.ChainID,
 		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
 	if err != nil {
@@ -165,16 +168,14 @@ func TestConcurrentSameAuthorization(t *testing.T) {
 		errs := make(chan error, n)
 		var wg sync.WaitGroup
 		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				r, err := fac.Settle(ctx, variants[i%len(variants)], req)
 				if err != nil {
 					errs <- err
 					return
 				}
 				results <- r
-			}()
+			})
 		}
 		wg.Wait()
 		close(results)
@@ -239,9 +240,7 @@ func TestManyPaymentsConcurrently(t *testing.T) {
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	for _, p := range payloads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			r, err := e.fac.Settle(ctx, p, req)
 			switch {
 			case err != nil:
@@ -249,7 +248,7 @@ func TestManyPaymentsConcurrently(t *testing.T) {
 			case !r.Success:
 				errs <- fmt.Errorf("settle: %+v", r)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

@@ -65,6 +65,8 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 				continue
 			}
 			done++
+		case store.StateSettled, store.StateFailed:
+			// Final already: UnresolvedSettlements does not return these.
 		}
 	}
 	return done, errors.Join(errs...)
@@ -100,9 +102,7 @@ type Reconciler struct {
 // StartReconciler starts the loop. Errors are logged, never fatal.
 func (f *Facilitator) StartReconciler(every time.Duration) *Reconciler {
 	r := &Reconciler{stop: make(chan struct{})}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
+	r.wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -120,7 +120,7 @@ func (f *Facilitator) StartReconciler(every time.Duration) *Reconciler {
 			case <-t.C:
 			}
 		}
-	}()
+	})
 	return r
 }
 

@@ -72,8 +72,7 @@ func annotate(body []byte, info any) []byte {
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 				Message: fmt.Sprintf("the request body is larger than %d bytes", s.cfg.MaxBodyBytes)}
 		}
@@ -137,7 +136,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 	setCostHeaders(w.Header(), ci)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(annotate(comp.Body, ci))
+	_, _ = w.Write(annotate(comp.Body, ci)) // #nosec G705 -- a JSON body sent as application/json, not HTML
 	return nil
 }
 
@@ -158,8 +157,7 @@ func (s *Server) upstreamError(err error, clientCtx context.Context) error {
 	if clientCtx.Err() != nil {
 		return &apiError{Status: 499, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged", Err: err}
 	}
-	var ue *upstream.Error
-	if errors.As(err, &ue) {
+	if ue, ok := errors.AsType[*upstream.Error](err); ok {
 		typ := ue.Type
 		if typ == "" {
 			typ = "upstream_error"

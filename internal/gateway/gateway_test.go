@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -59,7 +60,11 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	sender, err := chain.NewSender(sim.Client, sim.Keys[signerIdx], sim.ChainID,
 		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
 	if err != nil {
@@ -116,9 +121,7 @@ func (e *env) post(t *testing.T, c *http.Client, body string, hdr http.Header) *
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	for k, vs := range hdr {
-		req.Header[k] = vs
-	}
+	maps.Copy(req.Header, hdr)
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +131,8 @@ func (e *env) post(t *testing.T, c *http.Client, body string, hdr http.Header) *
 
 func readAll(t *testing.T, resp *http.Response) []byte {
 	t.Helper()
-	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close() // after reading, a close error tells a test nothing
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +264,7 @@ func TestPaidStream(t *testing.T) {
 	e := newEnv(t)
 	c, _ := e.payer(buyerIdx)
 	resp := e.post(t, c, `{"model":"demo","stream":true,"messages":[{"role":"user","content":"Say hello"}],"max_tokens":32}`, nil)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
 	}
@@ -330,8 +333,8 @@ func TestSamePaymentTwice(t *testing.T) {
 				codes <- -1
 				return
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
 			codes <- resp.StatusCode
 		})
 	}
@@ -400,9 +403,7 @@ func TestBadInput(t *testing.T) {
 				method, path = http.MethodGet, tc.path
 			}
 			req, _ := http.NewRequestWithContext(t.Context(), method, e.srv.URL+path, strings.NewReader(tc.body))
-			for k, vs := range tc.hdr {
-				req.Header[k] = vs
-			}
+			maps.Copy(req.Header, tc.hdr)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -482,7 +483,7 @@ func TestClientGoneBeforeSettlement(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set(x402.HeaderPaymentSignature, h)
 	if resp, err := http.DefaultClient.Do(req); err == nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		t.Fatalf("request finished with %d; want the client to give up", resp.StatusCode)
 	}
 	select {

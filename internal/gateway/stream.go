@@ -38,7 +38,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 		s.release(pd)
 		return s.upstreamError(err, r.Context())
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 
 	var held [][]byte
 	for {

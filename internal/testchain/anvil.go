@@ -131,7 +131,7 @@ func startAnvil(bin string, cfg anvilConfig) (*Anvil, error) {
 		output:  new(bytes.Buffer),
 	}
 	// The process outlives any request context: it is stopped by Close.
-	a.cmd = exec.Command(bin, args...)
+	a.cmd = exec.CommandContext(context.Background(), bin, args...) // #nosec G204 -- bin is the anvil binary anvilPath found in our interop/node_modules
 	a.cmd.Stdout = a.output
 	a.cmd.Stderr = a.output
 	a.cmd.SysProcAttr = killWithParent()
@@ -299,7 +299,8 @@ func moduleRoot() (string, error) {
 // freePort asks the kernel for a free loopback port. The port is released before
 // anvil binds it, so another process can take it in between; StartAnvil retries.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}

@@ -205,6 +205,16 @@ const (
 	deliveryMargin = 30 * time.Second
 )
 
+// burnAddress is the conventional burn address, a tempting placeholder.
+var burnAddress = common.HexToAddress("0x000000000000000000000000000000000000dEaD")
+
+// checkedAddress reports whether s parses as an address, so that the burn check
+// does not repeat the parse error checkAddress already reported.
+func checkedAddress(s string) bool {
+	_, err := exact.ParseAddress(s)
+	return err == nil
+}
+
 // SetDefaults fills every unset field that has a default. It is idempotent.
 // PublicURL is derived from Listen only when empty: a caller that binds port
 // 0 sets PublicURL itself once it knows the port.
@@ -389,6 +399,9 @@ func (c *Config) validateNetwork(p *problems) {
 	payTo := checkAddress(p, "network.pay_to", n.PayTo, "the address that receives payments")
 	if payTo != (common.Address{}) && payTo == asset {
 		p.add("network.pay_to", "is the asset's own contract: payments sent there are lost")
+	}
+	if n.PayTo != "" && (payTo == (common.Address{}) || payTo == burnAddress) && checkedAddress(n.PayTo) {
+		p.add("network.pay_to", "is a burn address: payments sent there are lost; set your own address")
 	}
 	if n.MaxTimeoutSeconds <= 0 || n.MaxTimeoutSeconds > maxTimeoutSecondsCap {
 		p.add("network.max_timeout_seconds", "%d must be from 1 to %d", n.MaxTimeoutSeconds, maxTimeoutSecondsCap)

@@ -228,6 +228,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "pay_to missing", edits: []string{"  pay_to: 0x70997970C51812dc3A010C7d01b50e0d17dc79C8\n", ""}, path: "network.pay_to", msg: "is required", line: network},
 		{name: "pay_to lower case is fine but not hex", edits: []string{"0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "0x70997970c51812dc3a010c7d01b50e0d17dc79zz"}, path: "network.pay_to", msg: "not a valid address"},
 		{name: "pay_to is the asset", edits: []string{"0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913"}, path: "network.pay_to", msg: "asset's own contract"},
+		{name: "pay_to is the burn address", edits: []string{"0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "0x000000000000000000000000000000000000dEaD"}, path: "network.pay_to", msg: "burn address"},
+		{name: "pay_to is zero", edits: []string{"0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "0x0000000000000000000000000000000000000000"}, path: "network.pay_to", msg: "burn address"},
 		{name: "decimals above 36", edits: []string{"decimals: 6", "decimals: 37"}, path: "network.decimals", msg: "more than 36", line: "decimals:"},
 		{name: "decimals above uint8", edits: []string{"decimals: 6", "decimals: 300"}, path: "network.decimals", msg: "from 0 to 255", line: "decimals:"},
 		{name: "decimals negative", edits: []string{"decimals: 6", "decimals: -6"}, path: "network.decimals", msg: "from 0 to 255"},

@@ -1,10 +1,14 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
+
+const payToPlaceholder = "REPLACE_WITH_YOUR_ADDRESS"
 
 // TestExamples parses every example configuration shipped in examples/.
 func TestExamples(t *testing.T) {
@@ -20,6 +24,14 @@ func TestExamples(t *testing.T) {
 			data, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Placeholders an operator must fill are refused as they are...
+			if bytes.Contains(data, []byte(payToPlaceholder)) {
+				if _, err := Parse(data); err == nil || !strings.Contains(err.Error(), "network.pay_to") {
+					t.Errorf("the placeholder pay_to was accepted: %v", err)
+				}
+				// ...and the rest of the file is valid once they are filled.
+				data = bytes.ReplaceAll(data, []byte(payToPlaceholder), []byte("0x70997970C51812dc3A010C7d01b50e0d17dc79C8"))
 			}
 			c, err := Parse(data)
 			if err != nil {

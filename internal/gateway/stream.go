@@ -82,6 +82,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	if err := paidHeaders(w.Header(), sr); err != nil {
 		return err
 	}
+	setCostHeaders(w.Header(), s.cost(q, sr, nil)) // the amount is known before the first byte
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)

@@ -1,0 +1,161 @@
+// Drives the gateway with the official `openai` npm client, paying with
+// @x402/fetch: `new OpenAI({ fetch: wrapFetchWithPayment(fetch, x402Client) })`.
+//
+// Environment:
+//   BASE_URL   the gateway's OpenAI base URL, http://127.0.0.1:<port>/v1 (required)
+//   PAYER_KEY  0x-prefixed private key of the payer (required)
+//   TOKEN      token address the client may pay in (required; spend controls)
+//   NETWORK    CAIP-2 network (default eip155:1337)
+//   MAX_AMOUNT largest payment allowed, atomic units (default 1000000)
+//   MODEL      the paid model (default demo)
+//
+// It makes four calls, one after the other, and prints one JSON line on stdout:
+//   {"nonStreaming": call, "streaming": call, "unknownModel": call, "maxTokensAboveCap": call}
+// where a call is
+//   {"wire": [exchange...], "status": 200, "content": "...", "chunks": n, "usageChunks": n, "usage": {...},
+//    "cost": {...x_llm4agents...}, "paymentResponse": {...}, "code": "...", "type": "..."}
+// and an exchange is one request the payment wrapper sent through fetch:
+//   {"path","paid","bearer","retryCount","bodyKeys","status","quote","charged"}
+// (paid: it carried PAYMENT-SIGNATURE; quote: a 402's PAYMENT-REQUIRED
+// accepts[0].amount). A refused call has status, code and type from the
+// client's APIError. Anything unexpected goes to stderr with exit code 1.
+import OpenAI from "openai";
+import { x402Client, wrapFetchWithPayment, decodePaymentResponseHeader } from "@x402/fetch";
+import { ExactEvmScheme } from "@x402/evm/exact/client";
+import { privateKeyToAccount } from "viem/accounts";
+
+function env(name, fallback) {
+  const v = process.env[name] ?? fallback;
+  if (v === undefined || v === "") {
+    console.error(`openai-client: ${name} is required`);
+    process.exit(2);
+  }
+  return v;
+}
+
+const network = env("NETWORK", "eip155:1337");
+const model = env("MODEL", "demo");
+const signer = privateKeyToAccount(env("PAYER_KEY"));
+const payer = new x402Client().register(network, new ExactEvmScheme(signer)).setSpendControls({
+  allowedAssets: [{ network, asset: env("TOKEN"), maxAmountPerPayment: env("MAX_AMOUNT", "1000000") }],
+});
+
+// Every request the payment wrapper sends, with what answered it.
+let wire = [];
+async function recordingFetch(input, init) {
+  const req = new Request(input, init);
+  let bodyKeys = [];
+  if (req.body) {
+    try {
+      bodyKeys = Object.keys(JSON.parse(await req.clone().text())).sort();
+    } catch {}
+  }
+  const res = await fetch(req);
+  let quote = "";
+  const pr = res.headers.get("payment-required");
+  if (pr) {
+    quote = JSON.parse(Buffer.from(pr, "base64").toString("utf8")).accepts?.[0]?.amount ?? "";
+  }
+  wire.push({
+    path: new URL(req.url).pathname,
+    paid: req.headers.has("payment-signature"),
+    bearer: req.headers.get("authorization") ?? "",
+    retryCount: req.headers.get("x-stainless-retry-count") ?? "",
+    bodyKeys,
+    status: res.status,
+    quote,
+    charged: res.headers.get("x-llm4agents-charged") ?? "",
+  });
+  return res;
+}
+
+const openai = new OpenAI({
+  apiKey: "unused", // D12: a bearer without the sk-l4a- prefix is ignored
+  baseURL: env("BASE_URL"),
+  fetch: wrapFetchWithPayment(recordingFetch, payer),
+});
+
+const messages = [{ role: "user", content: "Say hello to the official OpenAI client" }];
+
+function paymentResponse(response) {
+  const h = response.headers.get("payment-response");
+  return h ? decodePaymentResponseHeader(h) : null;
+}
+
+// takeWire returns the exchanges of the call that just ended.
+function takeWire() {
+  const w = wire;
+  wire = [];
+  return w;
+}
+
+async function nonStreaming() {
+  // No max_tokens: the gateway quotes and injects the model's cap (D13).
+  const { data, response } = await openai.chat.completions.create({ model, messages }).withResponse();
+  return {
+    wire: takeWire(),
+    status: response.status,
+    content: data.choices[0]?.message?.content ?? "",
+    usage: data.usage ?? null,
+    cost: data.x_llm4agents ?? null,
+    paymentResponse: paymentResponse(response),
+  };
+}
+
+async function streaming() {
+  // No stream_options: the gateway asks the upstream for usage itself.
+  const { data: stream, response } = await openai.chat.completions
+    .create({ model, messages, max_tokens: 64, stream: true })
+    .withResponse();
+  let content = "";
+  let chunks = 0;
+  let usageChunks = 0;
+  let usage = null;
+  let cost = null;
+  for await (const chunk of stream) {
+    chunks++;
+    for (const choice of chunk.choices ?? []) {
+      content += choice.delta?.content ?? "";
+    }
+    if (chunk.usage) {
+      usageChunks++;
+      usage = chunk.usage;
+    }
+    if (chunk.x_llm4agents) cost = chunk.x_llm4agents;
+  }
+  return {
+    wire: takeWire(),
+    status: response.status,
+    content,
+    chunks,
+    usageChunks,
+    usage,
+    cost,
+    paymentResponse: paymentResponse(response),
+  };
+}
+
+// refused makes a call the gateway must refuse before any payment.
+async function refused(params) {
+  try {
+    await openai.chat.completions.create(params);
+  } catch (err) {
+    if (!(err instanceof OpenAI.APIError) || err.status === undefined) throw err;
+    return { wire: takeWire(), status: err.status, code: err.code ?? "", type: err.type ?? "" };
+  }
+  throw new Error(`${JSON.stringify(params)} succeeded; want an APIError`);
+}
+
+try {
+  const out = {
+    nonStreaming: await nonStreaming(),
+    streaming: await streaming(),
+    unknownModel: await refused({ model: "no-such-model", messages }),
+    maxTokensAboveCap: await refused({ model, messages, max_tokens: 100000 }),
+  };
+  console.log(JSON.stringify(out));
+} catch (err) {
+  console.error(`openai-client: ${err?.stack ?? err}`);
+  console.error(`openai-client: exchanges so far: ${JSON.stringify(wire)}`);
+  process.exit(1);
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,37 +14,74 @@ import (
 	"github.com/llm4agents/llm4agents/internal/testchain"
 )
 
-// TestDemo runs the embedded demo end to end: one payment succeeds and its
-// replay is refused. With -v the facilitator logs to stderr, which must not
-// carry the buyer's or the facilitator's key.
+// demoLines are what the demo must print, in order: the price of an unpaid
+// call, a paid completion settled on chain, a paid stream with its usage, and
+// the totals (two one-cent calls).
+var demoLines = []*regexp.Regexp{
+	regexp.MustCompile(`(?m)^1\. local chain eip155:1337, test USDC \(EIP-3009\) at 0x[0-9a-fA-F]{40}; the buyer 0x[0-9a-fA-F]{40} holds 10\.00 USDC$`),
+	regexp.MustCompile(`(?m)^2\. the gateway is serving on http://127\.0\.0\.1:[1-9][0-9]* with the demo model`),
+	regexp.MustCompile(`(?m)^3\. unpaid call: 402 Payment Required, 10000 atomic units \(0\.010000 USDC\) to 0xa0Ee7A142d267C1f36714E4a8F75612F20a79720, valid 300s$`),
+	regexp.MustCompile(`(?m)^4\. paid call: 200, settled in transaction (0x[0-9a-f]{64})$`),
+	regexp.MustCompile(`(?m)^   answer: "This is the llm4agents demo model`),
+	regexp.MustCompile(`(?m)^   usage: [1-9][0-9]* prompt \+ [1-9][0-9]* completion tokens; the seller's balance went 0\.000000 -> 0\.010000 USDC$`),
+	regexp.MustCompile(`(?m)^5\. paid stream: settled in transaction (0x[0-9a-f]{64}) before the first byte; streaming:$`),
+	regexp.MustCompile(`(?m)^   This is the llm4agents demo model`),
+	regexp.MustCompile(`(?m)^   usage: [1-9][0-9]* prompt \+ [1-9][0-9]* completion tokens$`),
+	regexp.MustCompile(`(?m)^6\. the buyer paid 0\.020000 USDC in all; the seller holds 0\.020000 USDC\. done\.$`),
+}
+
+// devKeysHex are the dev keys as hex; none may ever be printed.
+func devKeysHex() []string {
+	var keys []string
+	for i := range 10 {
+		keys = append(keys, hex.EncodeToString(crypto.FromECDSA(testchain.DevKey(i))))
+	}
+	return keys
+}
+
+// TestDemo runs the embedded demo end to end: the whole gateway on a local
+// chain, and a buyer that pays for one completion and one stream. With -v the
+// gateway and the facilitator log to stderr, which must not carry any key.
 func TestDemo(t *testing.T) {
 	for _, args := range [][]string{{"demo"}, {"demo", "-v"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp) // where the demo's store goes, to see it removed
 			stdout, stderr, err := runBounded(t, 60*time.Second, args, envMap(nil))
 			if err != nil {
 				t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 			}
-			for _, want := range []string{
-				"/verify: valid",
-				"/settle: success",
-				"the seller received 0.010000 USDC",
-				"refused (invalid_exact_evm_nonce_already_used)",
-				"done.",
-			} {
-				if !strings.Contains(stdout, want) {
-					t.Errorf("stdout lacks %q:\n%s", want, stdout)
+			at := 0
+			var txs []string
+			for _, re := range demoLines {
+				loc := re.FindStringSubmatchIndex(stdout[at:])
+				if loc == nil {
+					t.Errorf("stdout lacks, after what came before, %s\nstdout:\n%s", re, stdout)
+					continue
 				}
+				if len(loc) == 4 {
+					txs = append(txs, stdout[at+loc[2]:at+loc[3]])
+				}
+				at += loc[1]
+			}
+			if len(txs) == 2 && txs[0] == txs[1] {
+				t.Errorf("the completion and the stream name one transaction %s, want two settlements", txs[0])
 			}
 			if len(args) == 1 && stderr != "" {
 				t.Errorf("stderr without -v = %q, want nothing", stderr)
 			}
-			if len(args) == 2 && !strings.Contains(stderr, "component=facilitator") {
-				t.Errorf("stderr with -v lacks the facilitator's logs:\n%s", stderr)
+			if len(args) == 2 {
+				for _, want := range []string{"component=gateway", "component=facilitator", "msg=settled"} {
+					if !strings.Contains(stderr, want) {
+						t.Errorf("stderr with -v lacks %q:\n%s", want, stderr)
+					}
+				}
 			}
-			for _, i := range []int{demoBuyer, demoFacilitator} {
-				key := hex.EncodeToString(crypto.FromECDSA(testchain.DevKey(i)))
-				assertNoSecret(t, "stdout", stdout, key)
-				assertNoSecret(t, "stderr", stderr, key)
+			keys := devKeysHex()
+			assertNoSecret(t, "stdout", stdout, keys...)
+			assertNoSecret(t, "stderr", stderr, keys...)
+			if left, err := os.ReadDir(tmp); err != nil || len(left) != 0 {
+				t.Errorf("the demo left %v in its temporary directory (%v)", left, err)
 			}
 		})
 	}
@@ -55,16 +94,56 @@ func TestDemoCanceled(t *testing.T) {
 	cancel()
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
+	start := time.Now()
 	go func() { done <- run(ctx, []string{"demo"}, envMap(nil), &out, &errOut) }()
 	select {
 	case err := <-done:
 		if err == nil {
 			t.Errorf("demo with a canceled context returned nil; stdout:\n%s", out.String())
 		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("demo with a canceled context took %s to fail", d)
+		}
 		if strings.Contains(out.String(), "done.") {
 			t.Errorf("canceled demo claims to be done:\n%s", out.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("demo with a canceled context still running after 30s")
+	}
+}
+
+// TestDemoCanceledWhileServing: canceling the demo once its gateway serves
+// stops it promptly with an error, not a claim of success.
+func TestDemoCanceledWhileServing(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"demo"}, envMap(nil), &out, &errOut) }()
+	deadline := time.After(30 * time.Second)
+	for !strings.Contains(out.String(), "2. the gateway is serving") {
+		select {
+		case err := <-done:
+			t.Fatalf("demo ended before serving: %v\nstdout:\n%s", err, out.String())
+		case <-deadline:
+			t.Fatalf("demo not serving after 30s:\n%s", out.String())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("demo canceled while serving returned nil; stdout:\n%s", out.String())
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("demo took %s to stop after cancel", d)
+		}
+		if strings.Contains(out.String(), "done.") {
+			t.Errorf("canceled demo claims to be done:\n%s", out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("demo still running 30s after cancel")
 	}
 }

@@ -148,8 +148,9 @@ func paymentSecrets(tb testing.TB, p *x402.PaymentPayload) []string {
 	return []string{w.Signature, header}
 }
 
-// facilitatorProc is a `llm4agents facilitator` started through run.
-type facilitatorProc struct {
+// cmdProc is a long-running command (facilitator, serve) started through run.
+type cmdProc struct {
+	name           string // the command, for messages
 	url            string
 	stdout, stderr *syncBuffer
 	cancel         context.CancelFunc
@@ -161,18 +162,25 @@ type facilitatorProc struct {
 
 // startFacilitator runs the facilitator command with args in a goroutine and
 // waits until it prints the address it serves on. The cleanup stops it.
-func startFacilitator(tb testing.TB, args []string, getenv func(string) string) *facilitatorProc {
+func startFacilitator(tb testing.TB, args []string, getenv func(string) string) *cmdProc {
+	tb.Helper()
+	return startCmd(tb, append([]string{"facilitator"}, args...), getenv, "facilitator listening on ")
+}
+
+// startCmd runs run(args) in a goroutine and waits until the first line of its
+// stdout is prefix followed by the http:// URL of a loopback listener. The
+// cleanup stops it and fails the test unless run then returns nil.
+func startCmd(tb testing.TB, args []string, getenv func(string) string, prefix string) *cmdProc {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(tb.Context())
-	p := &facilitatorProc{stdout: new(syncBuffer), stderr: new(syncBuffer), cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- run(ctx, append([]string{"facilitator"}, args...), getenv, p.stdout, p.stderr) }()
+	p := &cmdProc{name: args[0], stdout: new(syncBuffer), stderr: new(syncBuffer), cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- run(ctx, args, getenv, p.stdout, p.stderr) }()
 	tb.Cleanup(func() {
 		if err := p.stop(); err != nil {
-			tb.Errorf("stop facilitator: %v", err)
+			tb.Errorf("stop %s: %v", p.name, err)
 		}
 	})
 
-	const prefix = "facilitator listening on "
 	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -188,7 +196,7 @@ func startFacilitator(tb testing.TB, args []string, getenv func(string) string) 
 				tb.Fatalf("listening line %q has no http:// URL", line)
 			}
 			if ip, _, err := net.SplitHostPort(host); err != nil || !net.ParseIP(ip).IsLoopback() {
-				tb.Fatalf("facilitator serves on %q, want a loopback address", host)
+				tb.Fatalf("%s serves on %q, want a loopback address", p.name, host)
 			}
 			p.url = u
 			return p
@@ -196,17 +204,17 @@ func startFacilitator(tb testing.TB, args []string, getenv func(string) string) 
 		select {
 		case err := <-p.done:
 			p.stopOnce.Do(func() { p.stopErr = err })
-			tb.Fatalf("facilitator exited before listening: %v\nstderr:\n%s", err, p.stderr)
+			tb.Fatalf("%s exited before listening: %v\nstderr:\n%s", p.name, err, p.stderr)
 		case <-deadline:
-			tb.Fatalf("facilitator not listening after 30s\nstderr:\n%s", p.stderr)
+			tb.Fatalf("%s not listening after 30s\nstderr:\n%s", p.name, p.stderr)
 		case <-tick.C:
 		}
 	}
 }
 
-// stop cancels the facilitator's context and returns what run returned. The
+// stop cancels the command's context and returns what run returned. The
 // shutdown must finish in bounded time. Later calls return the same result.
-func (p *facilitatorProc) stop() error {
+func (p *cmdProc) stop() error {
 	p.stopOnce.Do(func() {
 		p.cancel()
 		select {
@@ -218,7 +226,7 @@ func (p *facilitatorProc) stop() error {
 	return p.stopErr
 }
 
-func (p *facilitatorProc) do(tb testing.TB, method, path string, body []byte) (int, http.Header, []byte) {
+func (p *cmdProc) do(tb testing.TB, method, path string, body []byte) (int, http.Header, []byte) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
 	defer cancel()

@@ -9,12 +9,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/ethereum/go-ethereum/ethclient"
+	"github.com/ethereum/go-ethereum/rpc"
 
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/chat"
@@ -175,14 +178,14 @@ func runServe(ctx context.Context, args []string, e env) error {
 		}
 		dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		client, err := ethclient.DialContext(dialCtx, rpcURL)
+		client, err := dialNode(dialCtx, rpcURL)
 		if err != nil {
-			return fmt.Errorf("serve: dial node: %w", err)
+			return fmt.Errorf("serve: dial node: %w", redactURL(err, rpcURL))
 		}
 		defer client.Close()
 		id, err := client.ChainID(dialCtx)
 		if err != nil {
-			return fmt.Errorf("serve: read chain id: %w", err)
+			return fmt.Errorf("serve: read chain id: %w", redactURL(err, rpcURL))
 		}
 		if want, _ := cfg.Network.ChainID(); want.Cmp(id) != 0 {
 			return fmt.Errorf("serve: network.id %s does not match the node's chain id %s", cfg.Network.ID, id)
@@ -196,18 +199,91 @@ func runServe(ctx context.Context, args []string, e env) error {
 		}
 		backend = client
 	}
-	parts, err := buildGateway(ctx, cfg, backend, key, e.getenv, log)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	defer parts.close()
+	// Listen before building the gateway: with port 0 the public URL, and so
+	// every 402's resource URL, is known only once the port is bound.
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("serve: listen: %w", err)
 	}
+	cfg.PublicURL = boundPublicURL(cfg.PublicURL, cfg.Listen, ln.Addr())
+	parts, err := buildGateway(ctx, cfg, backend, key, e.getenv, log)
+	if err != nil {
+		_ = ln.Close() // never served: nothing to lose
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer parts.close()
 	log.Info("gateway listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "network", cfg.Network.ID, "models", len(cfg.Models))
 	fmt.Fprintf(e.stdout, "gateway listening on http://%s\n", ln.Addr())
 	return serve(ctx, ln, parts.server, cfg.Facilitator.SettleTimeout+cfg.Limits.UpstreamTimeout)
+}
+
+// boundPublicURL returns the public URL to serve under once the listener is
+// bound to addr. A public_url the file did not set defaults to http://<listen>
+// (config.SetDefaults), which for port 0 names a port nothing listens on: it
+// becomes the bound port. A public_url written in the file is kept as it is.
+func boundPublicURL(publicURL, listen string, addr net.Addr) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || port != "0" {
+		return publicURL
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // as config.SetDefaults does
+	}
+	if publicURL != "http://"+net.JoinHostPort(host, port) {
+		return publicURL // set in the file
+	}
+	_, bound, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return publicURL
+	}
+	return "http://" + net.JoinHostPort(host, bound)
+}
+
+// dialNode connects to the node at rawURL. Over http(s) the RPC client is
+// given only the URL's origin, and a transport puts the path and query back
+// on each request: net/http's errors repeat the request URL, the gateway logs
+// them (a node that goes away fails every verify), and the path or query may
+// carry a provider's API key (network.rpc_url_env).
+func dialNode(ctx context.Context, rawURL string) (*ethclient.Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
+		return ethclient.DialContext(ctx, rawURL)
+	}
+	origin := (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+	hc := &http.Client{Transport: fullURLTransport{url: u}}
+	c, err := rpc.DialOptions(ctx, origin, rpc.WithHTTPClient(hc))
+	if err != nil {
+		return nil, err
+	}
+	return ethclient.NewClient(c), nil
+}
+
+// fullURLTransport sends every request to url, whatever URL it names.
+type fullURLTransport struct{ url *url.URL }
+
+func (t fullURLTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	out := req.Clone(req.Context()) // a RoundTripper must not change req
+	u := *t.url
+	out.URL, out.Host = &u, ""
+	return http.DefaultTransport.RoundTrip(out)
+}
+
+// redactURL takes the node's URL out of err: net/http's errors repeat the
+// request URL, and an RPC URL may carry a provider's API key in its path or
+// query (network.rpc_url_env). The result does not unwrap, so that nothing
+// can print the original.
+func redactURL(err error, rawURL string) error {
+	msg := err.Error()
+	forms := []string{rawURL}
+	if u, perr := url.Parse(rawURL); perr == nil {
+		forms = append(forms, u.String(), u.Redacted())
+	}
+	for _, f := range forms {
+		if f != "" {
+			msg = strings.ReplaceAll(msg, f, "<rpc url>")
+		}
+	}
+	return errors.New(msg)
 }
 
 // readCapped reads a small file, refusing one larger than limit.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -580,7 +581,7 @@ func TestVerifiersAgree(t *testing.T) {
 		// We normalize v to 27/28 before the (v,r,s) call; the official
 		// facilitator passes 0/1 through, the token's ECRecover reverts, and it
 		// answers simulation_failed. No official client signs with v 0/1.
-		{"v as 0/1", yParity, req, "", ptr(x402.ReasonEVMSimulationFailed)},
+		{"v as 0/1", yParity, req, "", new(x402.ReasonEVMSimulationFailed)},
 	}
 
 	type facilitatorRequest struct {
@@ -805,7 +806,7 @@ func rawCall(t *testing.T, base, path string, body []byte) []byte {
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, base+path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("%s %s: status %d, body %s, %v", method, base+path, resp.StatusCode, b, err)
@@ -1311,7 +1312,7 @@ func startNodeService(tb testing.TB, script string, env ...string) *nodeService 
 		sc := bufio.NewScanner(stdout)
 		announced := false
 		for sc.Scan() {
-			fmt.Fprintf(logs, "%s\n", sc.Bytes())
+			_, _ = fmt.Fprintf(logs, "%s\n", sc.Bytes())
 			var r readyLine
 			if !announced && json.Unmarshal(sc.Bytes(), &r) == nil && r.Ready {
 				announced = true
@@ -1405,7 +1406,14 @@ func (b *logBuffer) String() string {
 
 var txHashRE = regexp.MustCompile(`^0x[0-9a-f]{64}$`)
 
-func httpGet(tb testing.TB, url string, h http.Header) (*http.Response, []byte) {
+// gotResponse is the status and header of a response whose body httpGet
+// has read and closed.
+type gotResponse struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func httpGet(tb testing.TB, url string, h http.Header) (gotResponse, []byte) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), scriptTimeout)
 	defer cancel()
@@ -1413,19 +1421,17 @@ func httpGet(tb testing.TB, url string, h http.Header) (*http.Response, []byte) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for k, vs := range h {
-		req.Header[k] = vs
-	}
+	maps.Copy(req.Header, h)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		tb.Fatalf("GET %s: %v", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		tb.Fatalf("GET %s: %v", url, err)
 	}
-	return resp, body
+	return gotResponse{StatusCode: resp.StatusCode, Header: resp.Header}, body
 }
 
 func keyHex(key *ecdsa.PrivateKey) string { return hexutil.Encode(crypto.FromECDSA(key)) }
@@ -1465,8 +1471,6 @@ func mustSignature(tb testing.TB, payload json.RawMessage) string {
 	}
 	return w.Signature
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func withNetwork(req x402.PaymentRequirements, n string) x402.PaymentRequirements {
 	req.Network = n

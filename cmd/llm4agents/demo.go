@@ -51,23 +51,23 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	log := slog.New(slog.NewTextHandler(logOut, nil))
 	out := e.stdout
 
-	fmt.Fprintln(out, "llm4agents demo: everything runs on this machine; no real money moves.")
+	printf(out, "llm4agents demo: everything runs on this machine; no real money moves.\n")
 	c, err := devchain.Start(ctx, 50*time.Millisecond, log)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // a simulated chain: nothing outlives the demo
 	buyer, payTo := devchain.Address(demoBuyer), devchain.Address(demoPayTo)
 	if err := c.Mint(ctx, buyer, big.NewInt(10_000_000)); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "1. local chain %s, test USDC (EIP-3009) at %s; the buyer %s holds 10.00 USDC\n", devchain.Network, c.Token.Hex(), buyer.Hex())
+	printf(out, "1. local chain %s, test USDC (EIP-3009) at %s; the buyer %s holds 10.00 USDC\n", devchain.Network, c.Token.Hex(), buyer.Hex())
 
 	dir, err := os.MkdirTemp("", "llm4agents-demo-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // best effort: it is a temporary directory
 	cfg := config.Demo()
 	cfg.Network.Asset, cfg.Network.PayTo = c.Token.Hex(), payTo.Hex()
 	cfg.Store.DSN = "sqlite://" + filepath.Join(dir, "demo.db")
@@ -77,20 +77,25 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	}
 	cfg.PublicURL = "http://" + ln.Addr().String()
 	if err := cfg.Validate(); err != nil {
-		ln.Close()
+		_ = ln.Close() // never served: nothing to lose
 		return fmt.Errorf("demo config: %w", err)
 	}
 	parts, err := buildGateway(ctx, cfg, c.Client, devchain.Key(demoFacilitator), e.getenv, log)
 	if err != nil {
-		ln.Close()
+		_ = ln.Close() // never served: nothing to lose
 		return err
 	}
 	defer parts.close()
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- serve(srvCtx, ln, parts.server, 5*time.Second) }()
-	defer func() { stopSrv(); <-srvDone }()
-	fmt.Fprintf(out, "2. the gateway is serving on %s with the demo model (a built-in fake, not a real LLM)\n", cfg.PublicURL)
+	defer func() {
+		stopSrv()
+		if err := <-srvDone; err != nil {
+			log.Warn("gateway stopped", "err", err)
+		}
+	}()
+	printf(out, "2. the gateway is serving on %s with the demo model (a built-in fake, not a real LLM)\n", cfg.PublicURL)
 
 	tr := &client.Transport{
 		Signer: exact.NewKeySigner(devchain.Key(demoBuyer)),
@@ -109,12 +114,12 @@ func runDemo(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
 	if err != nil {
 		return fmt.Errorf("the unpaid call got %d without a usable 402: %w", resp.StatusCode, err)
 	}
-	fmt.Fprintf(out, "3. unpaid call: %d Payment Required, %s atomic units (%s USDC) to %s, valid %ds\n",
+	printf(out, "3. unpaid call: %d Payment Required, %s atomic units (%s USDC) to %s, valid %ds\n",
 		resp.StatusCode, pr.Accepts[0].Amount, usdc(mustAmount(pr.Accepts[0].Amount)), pr.Accepts[0].PayTo, pr.Accepts[0].MaxTimeoutSeconds)
 
 	before, err := c.BalanceOf(ctx, payTo)
@@ -126,7 +131,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close() // after reading it in full, a close error changes nothing
 	if err != nil {
 		return err
 	}
@@ -153,7 +158,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "4. paid call: 200, settled in transaction %s\n   answer: %q\n   usage: %d prompt + %d completion tokens; the seller's balance went %s -> %s USDC\n",
+	printf(out, "4. paid call: 200, settled in transaction %s\n   answer: %q\n   usage: %d prompt + %d completion tokens; the seller's balance went %s -> %s USDC\n",
 		sr.Transaction, shorten(comp.Choices[0].Message.Content, 80), comp.Usage.PromptTokens, comp.Usage.CompletionTokens, usdc(before), usdc(after))
 
 	// A stream: settled after the first content chunk, before the first byte.
@@ -161,7 +166,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		return fmt.Errorf("the paid stream got %d: %s", resp.StatusCode, b)
@@ -170,7 +175,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "5. paid stream: settled in transaction %s before the first byte; streaming:\n   ", sr.Transaction)
+	printf(out, "5. paid stream: settled in transaction %s before the first byte; streaming:\n   ", sr.Transaction)
 	var text strings.Builder
 	var usageLine string
 	sc := bufio.NewScanner(resp.Body)
@@ -193,7 +198,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 		}
 		for _, c := range ch.Choices {
 			text.WriteString(c.Delta.Content)
-			fmt.Fprint(out, c.Delta.Content)
+			printf(out, "%s", c.Delta.Content)
 		}
 		if ch.Usage != nil {
 			usageLine = fmt.Sprintf("%d prompt + %d completion tokens", ch.Usage.PromptTokens, ch.Usage.CompletionTokens)
@@ -205,12 +210,12 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if text.Len() == 0 || usageLine == "" {
 		return errors.New("the stream carried no content or no usage")
 	}
-	fmt.Fprintf(out, "\n   usage: %s\n", usageLine)
+	printf(out, "\n   usage: %s\n", usageLine)
 	final, err := c.BalanceOf(ctx, payTo)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "6. the buyer paid %s USDC in all; the seller holds %s USDC. done.\n", usdc(tr.Spent()), usdc(final))
+	printf(out, "6. the buyer paid %s USDC in all; the seller holds %s USDC. done.\n", usdc(tr.Spent()), usdc(final))
 	return nil
 }
 

@@ -220,7 +220,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }() // a write is acknowledged only once committed: a close error loses none
 	sender, err := chain.NewSender(client, key, chainID, chain.SenderConfig{MaxFeePerGas: f.maxFee}, log)
 	if err != nil {
 		return err
@@ -230,7 +230,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", f.listen)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -240,7 +240,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 		log.Info("serving asset", "asset", a.Address.Hex(), "name", a.Name, "version", a.Version)
 	}
 	log.Info("facilitator listening", "addr", ln.Addr().String(), "network", f.network, "signer", sender.Address().Hex())
-	fmt.Fprintf(e.stdout, "facilitator listening on http://%s\n", ln.Addr())
+	printf(e.stdout, "facilitator listening on http://%s\n", ln.Addr())
 	return serve(ctx, ln, facilitator.NewHandler(fac, log), f.settleTimeout+10*time.Second)
 }
 

@@ -23,7 +23,7 @@ func main() {
 	case errors.Is(err, flag.ErrHelp):
 		// -h printed the usage; asking for help is not a failure.
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "llm4agents:", err)
+		printf(os.Stderr, "llm4agents: %v\n", err)
 		os.Exit(2)
 	}
 }
@@ -33,6 +33,13 @@ type env struct {
 	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
+}
+
+// printf writes a command's output to stdout or stderr. A failed write there
+// has nowhere to be reported and changes nothing the command does, so its
+// error is dropped, here and only here.
+func printf(w io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(w, format, args...)
 }
 
 const usage = `usage: llm4agents <command> [flags]
@@ -48,7 +55,7 @@ Run 'llm4agents <command> -h' for the flags of a command.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	e := env{getenv: getenv, stdout: stdout, stderr: stderr}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		printf(stderr, "%s", usage)
 		return errors.New("no command given")
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
@@ -59,10 +66,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "serve":
 		return runServe(ctx, rest, e)
 	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usage)
+		printf(stdout, "%s", usage)
 		return nil
 	default:
-		fmt.Fprint(stderr, usage)
+		printf(stderr, "%s", usage)
 		return fmt.Errorf("unknown command %q", cmd)
 	}
 }

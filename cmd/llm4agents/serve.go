@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,8 +45,8 @@ type gatewayParts struct {
 }
 
 func (g *gatewayParts) close() {
-	for i := len(g.closers) - 1; i >= 0; i-- {
-		g.closers[i]()
+	for _, c := range slices.Backward(g.closers) {
+		c()
 	}
 }
 
@@ -213,7 +214,7 @@ func runServe(ctx context.Context, args []string, e env) error {
 	}
 	defer parts.close()
 	log.Info("gateway listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "network", cfg.Network.ID, "models", len(cfg.Models))
-	fmt.Fprintf(e.stdout, "gateway listening on http://%s\n", ln.Addr())
+	printf(e.stdout, "gateway listening on http://%s\n", ln.Addr())
 	return serve(ctx, ln, parts.server, cfg.Facilitator.SettleTimeout+cfg.Limits.UpstreamTimeout)
 }
 
@@ -292,7 +293,7 @@ func readCapped(path string, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: closing loses nothing
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err

@@ -15,7 +15,11 @@ func TestPragmas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	tests := []struct {
 		pragma   string
 		rw, ro   string
@@ -53,7 +57,11 @@ func TestMapErrHidesDriverTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	_, err = db.rw.ExecContext(t.Context(), "INSERT INTO settlement_fences (id, last) VALUES (1, 0)")
 	var se *sqlitedrv.Error
 	if !errors.As(err, &se) {

@@ -208,7 +208,7 @@ func appliedMigrations(ctx context.Context, tx *sql.Tx) ([]string, error) {
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
 	var names []string
 	for rows.Next() {
 		var v int
@@ -442,7 +442,7 @@ LIMIT ?`, limit)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
 	var out []store.Settlement
 	for rows.Next() {
 		s, err := scan(rows)

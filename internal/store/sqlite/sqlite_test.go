@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func appliedVersions(tb testing.TB, path string) []int {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
 	var vs []int
 	for rows.Next() {
 		var v int
@@ -185,7 +186,7 @@ func TestMigrationsDown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rows.Close()
+		defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
 		var b strings.Builder
 		for rows.Next() {
 			var typ, name, text string
@@ -208,16 +209,16 @@ func TestMigrationsDown(t *testing.T) {
 		}
 		after = append(after, schema(r))
 	}
-	for i := len(all) - 1; i >= 0; i-- {
-		if _, err := r.ExecContext(ctx, all[i].Down); err != nil {
-			t.Fatalf("%04d down: %v", all[i].Version, err)
+	for i, m := range slices.Backward(all) {
+		if _, err := r.ExecContext(ctx, m.Down); err != nil {
+			t.Fatalf("%04d down: %v", m.Version, err)
 		}
 		want := empty
 		if i > 0 {
 			want = after[i-1]
 		}
 		if diff := cmp.Diff(want, schema(r)); diff != "" {
-			t.Errorf("%04d down leaves a different schema than before its up (-want +got):\n%s", all[i].Version, diff)
+			t.Errorf("%04d down leaves a different schema than before its up (-want +got):\n%s", m.Version, diff)
 		}
 	}
 }
@@ -234,7 +235,11 @@ func TestLockedDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() {
+		if err := conn.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}

@@ -221,7 +221,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer func() { _ = db.Close() }() // a write is acknowledged only once committed: a close error loses none
-	sender, err := chain.NewSender(client, key, chainID, chain.SenderConfig{MaxFeePerGas: f.maxFee}, log)
+	sender, err := chain.NewSender(client, key, chainID, chain.SenderConfig{MaxFeePerGas: f.maxFee, ReplaceAfter: replaceAfter(f.settleTimeout)}, log)
 	if err != nil {
 		return err
 	}
@@ -264,6 +264,13 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 		return err
 	}
 	return nil
+}
+
+// replaceAfter is how long a settlement transaction may sit unmined before the
+// sender re-broadcasts or replaces it: well inside one settle wait, so a stuck
+// transaction is repaired while its caller still waits for it.
+func replaceAfter(settleTimeout time.Duration) time.Duration {
+	return max(settleTimeout/3, 2*time.Second)
 }
 
 // lowBalance is the signer balance under which the facilitator warns at start

@@ -83,7 +83,9 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		if err != nil {
 			return nil, err
 		}
-		sender, err := chain.NewSender(backend, key, chainID, chain.SenderConfig{MaxFeePerGas: maxFee, PollInterval: 200 * time.Millisecond}, log)
+		sender, err := chain.NewSender(backend, key, chainID, chain.SenderConfig{
+			MaxFeePerGas: maxFee, PollInterval: 100 * time.Millisecond, ReplaceAfter: replaceAfter(cfg.Facilitator.SettleTimeout),
+		}, log)
 		if err != nil {
 			return nil, err
 		}

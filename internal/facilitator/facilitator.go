@@ -97,10 +97,10 @@ type Facilitator struct {
 	log      *slog.Logger
 	assets   map[common.Address]Asset
 
-	// sent maps the hashes of transactions this process broadcast (and of their
-	// replacements) to the transaction, so resolve can keep waiting on them.
-	// Entries are dropped once their settlement concludes.
-	sent sync.Map
+	// sent holds the transaction this process broadcast for each settlement in
+	// flight, so resolve can keep waiting on it. Entries are dropped once their
+	// settlement concludes.
+	sent sync.Map // settlement key -> *types.Transaction
 }
 
 // New returns a Facilitator for cfg.Network.
@@ -279,7 +279,7 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 	if err != nil {
 		f.log.Warn("broadcast outcome unknown; resolving from chain", "key", rec.Key, "tx", tx.Hash().Hex(), "err", err)
 	}
-	f.remember(tx, tx.Hash())
+	f.remember(rec.Key, tx)
 	if uerr := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, tx.Hash().Hex(), ""); uerr != nil {
 		// The transaction is out; losing the record would let a later caller think
 		// nothing was sent. Report pending so the reconciler and retries look at
@@ -288,13 +288,11 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 		return pending(vd, tx.Hash()), nil
 	}
 	rec.State, rec.TxHash = store.StateBroadcast, tx.Hash().Hex()
-	f.remember(tx, tx.Hash())
 	waitCtx, cancel := context.WithTimeout(ctx, f.cfg.SettleTimeout)
 	defer cancel()
 	receipt, err := f.sender.Wait(waitCtx, tx)
 	if err != nil {
 		if h, ok := PendingHash(err); ok {
-			f.remember(tx, h)
 			if h != tx.Hash() {
 				_ = f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, h.Hex(), "")
 			}
@@ -320,6 +318,7 @@ func PendingHash(err error) (common.Hash, bool) {
 // conclude records the outcome of a mined transaction.
 func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec store.Settlement, receipt *types.Receipt) (*x402.SettleResponse, error) {
 	a := &vd.Payload.Authorization
+	f.forget(rec.Key) // mined: the Sender has nothing left to keep alive
 	if receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
 		if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateSettled, receipt.TxHash.Hex(), ""); err != nil && !errors.Is(err, store.ErrFenced) {
 			return nil, fmt.Errorf("record settlement: %w", err)
@@ -402,7 +401,7 @@ func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.
 // it is stuck; everything else is read from the chain.
 func (f *Facilitator) resolve(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
 	if rec.State == store.StateBroadcast && rec.TxHash != "" {
-		if tx := f.knownTx(ctx, common.HexToHash(rec.TxHash)); tx != nil {
+		if tx := f.knownTx(ctx, rec); tx != nil {
 			waitCtx, cancel := context.WithTimeout(ctx, f.cfg.SettleTimeout)
 			receipt, err := f.sender.Wait(waitCtx, tx)
 			cancel()
@@ -410,8 +409,7 @@ func (f *Facilitator) resolve(ctx context.Context, vd *exact.Verified, rec store
 				return f.conclude(ctx, vd, rec, receipt)
 			}
 			if h, ok := PendingHash(err); ok {
-				f.remember(tx, h)
-				if h != tx.Hash() {
+				if h.Hex() != rec.TxHash {
 					_ = f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, h.Hex(), "")
 				}
 				return pending(vd, h), nil
@@ -422,25 +420,26 @@ func (f *Facilitator) resolve(ctx context.Context, vd *exact.Verified, rec store
 	return f.fromChain(ctx, vd, rec)
 }
 
-// knownTx returns a transaction we broadcast, from memory or from the node's
-// pool; nil when neither has it (a restart, then a drop).
-func (f *Facilitator) knownTx(ctx context.Context, h common.Hash) *types.Transaction {
-	if tx, ok := f.sent.Load(h); ok {
+// knownTx returns the transaction this process broadcast for a settlement, from
+// memory or from the node's pool; nil when neither has it (a restart, then a
+// drop). The Sender tracks replacements of it by nonce.
+func (f *Facilitator) knownTx(ctx context.Context, rec store.Settlement) *types.Transaction {
+	if tx, ok := f.sent.Load(rec.Key); ok {
 		return tx.(*types.Transaction)
 	}
-	tx, isPending, err := f.backend.TransactionByHash(ctx, h)
+	tx, isPending, err := f.backend.TransactionByHash(ctx, common.HexToHash(rec.TxHash))
 	if err != nil || !isPending {
 		return nil
 	}
 	return tx
 }
 
-// remember keeps tx under its own hash and under the hash of its latest
-// replacement, so a later resolve can wait for it.
-func (f *Facilitator) remember(tx *types.Transaction, latest common.Hash) {
-	f.sent.Store(tx.Hash(), tx)
-	f.sent.Store(latest, tx)
-}
+// remember keeps the transaction broadcast for a settlement until the
+// settlement concludes, so a later resolve can keep waiting on it.
+func (f *Facilitator) remember(key string, tx *types.Transaction) { f.sent.Store(key, tx) }
+
+// forget drops what remember kept, once a settlement reached a final state.
+func (f *Facilitator) forget(key string) { f.sent.Delete(key) }
 
 // fromChain settles the fate of a record from the chain alone, without waiting.
 func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
@@ -468,14 +467,25 @@ func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec sto
 	if err != nil {
 		return nil, err
 	}
+	if ev == nil {
+		// Used, but the node does not show the event (yet: logs and receipts can
+		// lag the account state under load). Our own transaction may be the one,
+		// so nothing final is recorded without the evidence.
+		if rec.State == store.StateBroadcast {
+			return pending(vd, common.HexToHash(rec.TxHash)), nil
+		}
+		return nil, fmt.Errorf("settlement %s: authorization used but its transaction is not visible yet", rec.Key)
+	}
+	ours := false
+	if !ev.Canceled {
+		if ours, err = f.ours(ctx, ev.TxHash); err != nil {
+			return nil, err
+		}
+	}
 	switch {
-	case ev == nil:
-		// Used, but the event is beyond the lookback: the money did not reach us
-		// through any transaction we can show.
-		return f.fail(ctx, vd, rec, x402.ReasonEVMNonceAlreadyUsed, common.Hash{}, "authorization used; its transaction was not found")
 	case ev.Canceled:
 		return f.fail(ctx, vd, rec, x402.ReasonEVMNonceAlreadyUsed, ev.TxHash, "authorization canceled by the payer")
-	case receipt != nil && f.ours(ctx, ev.TxHash) && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization):
+	case receipt != nil && ours && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization):
 		if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateSettled, ev.TxHash.Hex(), ""); err != nil && !errors.Is(err, store.ErrFenced) {
 			return nil, fmt.Errorf("record settlement: %w", err)
 		}
@@ -518,17 +528,20 @@ func (f *Facilitator) findUse(ctx context.Context, vd *exact.Verified) (*exact.U
 	return ev, receipt, nil
 }
 
-// ours reports whether our signer sent tx (DECISIONS D5: any of our own signers).
-func (f *Facilitator) ours(ctx context.Context, hash common.Hash) bool {
+// ours reports whether our signer sent tx (DECISIONS D5: any of our own
+// signers). A node that cannot answer gives no verdict: a transient error must
+// never turn our own settlement into someone else's.
+func (f *Facilitator) ours(ctx context.Context, hash common.Hash) (bool, error) {
 	tx, _, err := f.backend.TransactionByHash(ctx, hash)
 	if err != nil {
-		return false
+		return false, fmt.Errorf("read transaction %s: %w", hash.Hex(), err)
 	}
 	from, err := types.Sender(types.LatestSignerForChainID(f.chainID), tx)
-	return err == nil && from == f.sender.Address()
+	return err == nil && from == f.sender.Address(), nil
 }
 
 func (f *Facilitator) fail(ctx context.Context, vd *exact.Verified, rec store.Settlement, reason x402.Reason, tx common.Hash, msg string) (*x402.SettleResponse, error) {
+	f.forget(rec.Key)
 	if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateFailed, txHex(tx), string(reason)); err != nil && !errors.Is(err, store.ErrFenced) {
 		return nil, fmt.Errorf("record failure: %w", err)
 	}

@@ -832,14 +832,27 @@ func jsonMap(t *testing.T, b []byte, drop ...string) map[string]any {
 // anvil. Each op is one batch; compare settles/s of the two in one run.
 func BenchmarkConcurrentSettle(b *testing.B) {
 	requireTools(b)
-	c := newChain(b)
-	ours := startOurFacilitator(b, c)
-	ts := startTSFacilitator(b, c.anvil, testchain.DevKey(tsFacilitatorIdx))
-	for _, bc := range []struct {
-		name, url string
-		signer    common.Address
-	}{{"ours", ours.URL, testchain.DevAddress(facilitatorIdx)}, {"official", ts.URL, testchain.DevAddress(tsFacilitatorIdx)}} {
-		b.Run(bc.name, func(b *testing.B) {
+	sides := []struct {
+		name  string
+		start func(b *testing.B, c *testChain) (url string, signer common.Address)
+	}{
+		{"ours", func(b *testing.B, c *testChain) (string, common.Address) {
+			return startOurFacilitator(b, c).URL, testchain.DevAddress(facilitatorIdx)
+		}},
+		{"official", func(b *testing.B, c *testChain) (string, common.Address) {
+			return startTSFacilitator(b, c.anvil, testchain.DevKey(tsFacilitatorIdx)).URL, testchain.DevAddress(tsFacilitatorIdx)
+		}},
+	}
+	for _, side := range sides {
+		b.Run(side.name, func(b *testing.B) {
+			// A fresh chain for each side and run: anvil slows down as its chain
+			// grows, so one shared chain would favor whichever side runs first.
+			c := newChain(b)
+			url, signer := side.start(b, c)
+			bc := struct {
+				url    string
+				signer common.Address
+			}{url, signer}
 			client := facilitator.NewClient(bc.url, nil)
 			nonceBefore, err := c.anvil.Client.NonceAt(b.Context(), bc.signer, nil)
 			if err != nil {

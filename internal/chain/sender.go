@@ -61,6 +61,9 @@ type SenderConfig struct {
 	// GasMarginPercent is added to the node's gas estimate, since state can change
 	// between estimate and inclusion. Default 20, at most 100.
 	GasMarginPercent uint64
+	// FeeCacheTTL is how long the node's tip and base fee are reused for new
+	// transactions. Default 1s; negative disables the cache.
+	FeeCacheTTL time.Duration
 	// RPCTimeout bounds each call to the node. Default 10s.
 	RPCTimeout time.Duration
 	// Now returns the current time. Default time.Now.
@@ -95,6 +98,11 @@ type Sender struct {
 	cfg     SenderConfig
 	bumpBP  uint64 // cfg.FeeBumpPercent in basis points
 	log     *slog.Logger
+
+	feeMu   sync.Mutex
+	feeAt   time.Time // guarded by feeMu; when feeTip and feeBase were read
+	feeTip  *big.Int  // guarded by feeMu
+	feeBase *big.Int  // guarded by feeMu
 
 	// syncing holds a token while one caller asks the node for the pending
 	// nonce, so the Sends that find the Sender unsynced wait for that one answer.
@@ -138,6 +146,7 @@ type flight struct {
 	txs     []*types.Transaction // guarded by Sender.mu; every version, oldest first
 	touched time.Time            // guarded by Sender.mu; last broadcast or check by repair
 	capped  bool                 // guarded by Sender.mu; logged that MaxFeePerGas stops replacement
+	nudged  time.Time            // guarded by Sender.mu; last time repair re-sent the same bytes
 	// sending is set while the first broadcast is under way: repair leaves the
 	// flight alone, since its owner frees the nonce if the node refuses it.
 	sending bool // guarded by Sender.mu
@@ -173,6 +182,9 @@ func NewSender(backend Backend, key *ecdsa.PrivateKey, chainID *big.Int, cfg Sen
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = defaultPollInterval
+	}
+	if cfg.FeeCacheTTL == 0 {
+		cfg.FeeCacheTTL = time.Second
 	}
 	if cfg.RPCTimeout <= 0 {
 		cfg.RPCTimeout = defaultRPCTimeout
@@ -237,10 +249,26 @@ func (s *Sender) Send(ctx context.Context, to common.Address, data []byte) (*typ
 		return nil, fmt.Errorf("send tx: %w", err)
 	}
 	tx, err := s.broadcastNew(ctx, &to, data, gas, tip, feeCap)
+	if err != nil && tx == nil && isBelowBaseFee(err) && s.cfg.FeeCacheTTL > 0 {
+		// The cached fees went stale (the base fee rose): read fresh ones, once.
+		s.feeMu.Lock()
+		s.feeTip = nil
+		s.feeMu.Unlock()
+		if tip, feeCap, err = s.fees(ctx); err != nil {
+			return nil, fmt.Errorf("send tx: %w", err)
+		}
+		tx, err = s.broadcastNew(ctx, &to, data, gas, tip, feeCap)
+	}
 	if err != nil {
 		return tx, fmt.Errorf("send tx: %w", err)
 	}
 	return tx, nil
+}
+
+// isBelowBaseFee reports a node refusing a fee cap under the current base fee
+// (geth: "max fee per gas less than block base fee"; anvil words it alike).
+func isBelowBaseFee(err error) bool {
+	return nodeAnswered(err) && containsAny(err, "less than block base fee", "fee cap less than block base fee", "basefee")
 }
 
 // broadcastNew signs a transaction under a nonce of its own and broadcasts it.
@@ -537,12 +565,26 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	var due []*flight
+	var nudge *types.Transaction
 	for n, f := range s.flights {
 		if n >= mined && n <= upTo && !f.sending && now.Sub(f.touched) >= s.cfg.ReplaceAfter {
 			due = append(due, f)
 		}
+		// The account's next transaction waiting longer than a few polls: send
+		// its bytes again. Nodes that mine on arrival (anvil's automine) leave
+		// a transaction that arrived ahead of a lower nonce queued until another
+		// one comes; the same bytes again are harmless anywhere else.
+		if n == mined && !f.sending && now.Sub(f.touched) >= nudgeAfter(s.cfg) && now.Sub(f.nudged) >= nudgeAfter(s.cfg) {
+			f.nudged = now
+			nudge = f.txs[len(f.txs)-1]
+		}
 	}
 	s.mu.Unlock()
+	if nudge != nil {
+		if err := s.broadcast(ctx, nudge); err != nil && !isAlreadyKnown(err) {
+			s.log.Debug("nudge transaction", "nonce", nudge.Nonce(), "err", err)
+		}
+	}
 	slices.SortFunc(due, func(a, b *flight) int { return cmp.Compare(a.nonce, b.nonce) })
 
 	for _, f := range due {
@@ -741,7 +783,7 @@ func (s *Sender) replace(ctx context.Context, f *flight) error {
 // tip, and twice the latest base fee plus the tip (room for the base fee to
 // rise for a few blocks), lowered to MaxFeePerGas.
 func (s *Sender) fees(ctx context.Context) (tip, feeCap *big.Int, err error) {
-	tip, baseFee, err := s.market(ctx)
+	tip, baseFee, err := s.cachedMarket(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -775,6 +817,37 @@ func (s *Sender) bumpedFees(ctx context.Context, old *types.Transaction) (tip, f
 }
 
 // market returns the node's suggested tip and the latest block's base fee.
+// nudgeAfter is how long the account's next transaction may wait before its
+// bytes are sent again: a few polls, and always well before ReplaceAfter.
+func nudgeAfter(cfg SenderConfig) time.Duration {
+	return min(5*cfg.PollInterval, cfg.ReplaceAfter/2)
+}
+
+// cachedMarket is market for new transactions, remembered for FeeCacheTTL:
+// under load every send would otherwise ask the node twice for the same fees.
+// The fee cap (twice the base fee plus the tip) absorbs the base fee's moves
+// within that time; replacements always read fresh fees.
+func (s *Sender) cachedMarket(ctx context.Context) (tip, baseFee *big.Int, err error) {
+	if s.cfg.FeeCacheTTL < 0 {
+		return s.market(ctx)
+	}
+	s.feeMu.Lock()
+	if s.feeTip != nil && s.cfg.Now().Sub(s.feeAt) < s.cfg.FeeCacheTTL {
+		tip, baseFee = s.feeTip, s.feeBase
+		s.feeMu.Unlock()
+		return tip, baseFee, nil
+	}
+	s.feeMu.Unlock()
+	tip, baseFee, err = s.market(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.feeMu.Lock()
+	s.feeTip, s.feeBase, s.feeAt = tip, baseFee, s.cfg.Now()
+	s.feeMu.Unlock()
+	return tip, baseFee, nil
+}
+
 func (s *Sender) market(ctx context.Context) (tip, baseFee *big.Int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
 	defer cancel()

@@ -581,7 +581,11 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 	}
 	s.mu.Unlock()
 	if nudge != nil {
-		if err := s.broadcast(ctx, nudge); err != nil && !isAlreadyKnown(err) {
+		switch err := s.broadcast(ctx, nudge); {
+		case err == nil:
+			// The node took the bytes as new: it had dropped them.
+			s.log.Warn("transaction dropped by the node, re-broadcasting", "nonce", nudge.Nonce(), "hash", nudge.Hash())
+		case !isAlreadyKnown(err):
 			s.log.Debug("nudge transaction", "nonce", nudge.Nonce(), "err", err)
 		}
 	}

@@ -175,6 +175,15 @@ func runServe(ctx context.Context, args []string, e env) error {
 	var backend node
 	var key *ecdsa.PrivateKey
 	if cfg.Facilitator.Mode != config.ModeRemote {
+		// The key first: a missing or bad key is reported as such, not hidden
+		// behind a node that is down.
+		hexKey, err := cfg.Facilitator.Key(e.getenv)
+		if err != nil {
+			return fmt.Errorf("serve: facilitator key: %w", err)
+		}
+		if key, err = crypto.HexToECDSA(strings.TrimPrefix(hexKey, "0x")); err != nil {
+			return errors.New("serve: the facilitator key is not a 32-byte hex private key")
+		}
 		rpcURL, err := cfg.Network.RPC(e.getenv)
 		if err != nil {
 			return fmt.Errorf("serve: network: %w", err)
@@ -192,13 +201,6 @@ func runServe(ctx context.Context, args []string, e env) error {
 		}
 		if want, _ := cfg.Network.ChainID(); want.Cmp(id) != 0 {
 			return fmt.Errorf("serve: network.id %s does not match the node's chain id %s", cfg.Network.ID, id)
-		}
-		hexKey, err := cfg.Facilitator.Key(e.getenv)
-		if err != nil {
-			return fmt.Errorf("serve: facilitator key: %w", err)
-		}
-		if key, err = crypto.HexToECDSA(strings.TrimPrefix(hexKey, "0x")); err != nil {
-			return errors.New("serve: the facilitator key is not a 32-byte hex private key")
 		}
 		backend = client
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/ethereum/go-ethereum/params"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/chain"
@@ -241,7 +242,11 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	}
 	log.Info("facilitator listening", "addr", ln.Addr().String(), "network", f.network, "signer", sender.Address().Hex())
 	printf(e.stdout, "facilitator listening on http://%s\n", ln.Addr())
-	return serve(ctx, ln, facilitator.NewHandler(fac, log), f.settleTimeout+10*time.Second)
+	reg := prometheus.NewRegistry()
+	if err := signerBalanceGauge(reg, sender); err != nil {
+		return err
+	}
+	return serve(ctx, ln, withMetrics(facilitator.NewHandler(fac, log), reg), f.settleTimeout+10*time.Second)
 }
 
 // serve runs h until ctx ends, then lets in-flight requests (settles waiting for

@@ -281,6 +281,23 @@ func TestFacilitatorEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("signer balance metric", func(t *testing.T) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, proc.url+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		// anvil funds the dev accounts with 10,000 ETH = 1e13 gwei.
+		if !strings.Contains(string(b), `llm4agents_signer_balance_gwei{signer="`+testchain.DevAddress(testSigner).Hex()+`"} 1e+13`) {
+			t.Errorf("GET /metrics lacks the signer balance:\n%.600s", b)
+		}
+	})
+
 	t.Run("asset domain read from the token", func(t *testing.T) {
 		logs := proc.stderr.String()
 		if want := `msg="serving asset" asset=` + tt.addr.Hex() + ` name="USD Coin" version=2`; !strings.Contains(logs, want) {

@@ -41,6 +41,7 @@ type node interface {
 // gatewayParts are the running pieces behind a gateway, closed in reverse.
 type gatewayParts struct {
 	server  *gateway.Server
+	sender  *chain.Sender // the in-process facilitator's, or nil
 	closers []func()
 }
 
@@ -99,6 +100,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		rec := f.StartReconciler(30 * time.Second)
 		g.closers = append(g.closers, rec.Close)
 		fac = f
+		g.sender = sender
 	}
 
 	counter := pricing.NewCounter()
@@ -146,6 +148,11 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		return nil, err
 	}
 	g.server = srv
+	if g.sender != nil {
+		if err := signerBalanceGauge(srv.Metrics().Registry(), g.sender); err != nil {
+			return nil, err
+		}
+	}
 	return g, nil
 }
 

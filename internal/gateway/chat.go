@@ -11,6 +11,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
 )
@@ -95,6 +96,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if pd.recover {
+		return s.resolveStaged(w, q, pd)
+	}
 	up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
 	if err != nil {
 		s.release(pd)
@@ -127,6 +131,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 	}
 	sr, ok := s.settle(pd, q)
 	if !ok {
+		if sr.ErrorReason == x402.ReasonSettlementPending {
+			// D3: the answer waits with the claim for a retry with the same
+			// payment; it is annotated when served.
+			s.stage(pd, store.StagedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body})
+		}
 		return settleRefusal(sr, s.settleMessage(sr))
 	}
 	ci := s.cost(q, sr, &comp.Usage)

@@ -42,6 +42,7 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // env is a gateway on a simulated chain with the in-process facilitator, a
 // SQLite store, and a fake OpenAI upstream that counts calls.
 type env struct {
+	db    *sqlite.DB
 	chain *testchain.Simulated
 	up    *upstreamtest.Server
 	gw    *gateway.Server
@@ -53,6 +54,13 @@ type env struct {
 var price = pricing.Price{Input: 1_000_000, Output: 200_000_000}
 
 func newEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvWith(t, nil)
+}
+
+// newEnvWith is newEnv with the gateway's facilitator wrapped by wrap, when
+// not nil.
+func newEnvWith(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilitator) *env {
 	t.Helper()
 	sim := testchain.NewSimulated(t)
 	sim.StartAutoCommit(t, 10*time.Millisecond)
@@ -82,14 +90,18 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{chain: sim, up: up}
+	e := &env{db: db, chain: sim, up: up}
+	var gwFac x402.Facilitator = fac
+	if wrap != nil {
+		gwFac = wrap(fac)
+	}
 	e.srv = httptest.NewUnstartedServer(nil)
 	gw, err := gateway.New(gateway.Config{
 		PublicURL: "http://" + e.srv.Listener.Addr().String(),
 		Network:   network, Asset: sim.Token.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
 		PayTo: sim.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second,
 		Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
-	}, fac, db, discard())
+	}, gwFac, db, discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,10 +122,15 @@ type paid struct {
 	key     string
 	payer   string
 	claim   store.PaymentClaim
+	// recover: the claim is not this request's but a pending one with a staged
+	// answer (D3), found by the recovery lookup; resolveStaged answers it.
+	recover bool
 }
 
 // admit runs the payment steps of D0 before the upstream: decode, match (D7),
-// freshness (D6), verify, claim. A nil *paid with a nil error never happens.
+// freshness (D6), recovery lookup (D14), verify, claim. A nil *paid with a nil
+// error never happens; a *paid with recover set was found by the lookup and
+// must go to resolveStaged, never upstream.
 func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, error) {
 	hv := r.Header.Get(x402.HeaderPaymentSignature)
 	if hv == "" {
@@ -161,6 +166,19 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, e
 		s.metrics.payment("stale")
 		return nil, s.challenge(q, string(x402.ReasonEVMValidBefore), err)
 	}
+	a := &auth.Authorization
+	asset, _ := exact.ParseAddress(s.cfg.Asset)
+	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, asset, a.From, a.Nonce), payer: a.From.Hex()}
+	// The recovery lookup comes before verify (D0): a pending settlement's
+	// authorization no longer verifies once mined.
+	staged, err := s.lookup(ctx, pd.key)
+	if err != nil {
+		return nil, err
+	}
+	if staged != nil {
+		pd.claim, pd.recover = *staged, true
+		return pd, nil
+	}
 	vr, err := s.fac.Verify(ctx, p, q.offer)
 	if err != nil {
 		return nil, &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: "facilitator_unavailable",
@@ -170,9 +188,6 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, e
 		s.metrics.payment("invalid")
 		return nil, s.challenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
 	}
-	a := &auth.Authorization
-	asset, _ := exact.ParseAddress(s.cfg.Asset)
-	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, asset, a.From, a.Nonce), payer: a.From.Hex()}
 	claim, held, err := s.payments.ClaimPayment(ctx, store.PaymentClaim{
 		Key: pd.key, Network: s.cfg.Network, Payer: pd.payer, Amount: a.Value.String(), Owner: s.cfg.Owner,
 		ExpiresAt: time.Unix(a.ValidBefore.Int64(), 0).Add(claimMargin),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 )
 
@@ -77,6 +78,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	disarm()
 	sr, ok := s.settle(pd, q)
 	if !ok {
+		if sr.ErrorReason == x402.ReasonSettlementPending {
+			// D2, D3: the upstream is read to its end (bounded by upCtx) and
+			// staged before the client hears settlement_pending.
+			s.stageStream(pd, st, held)
+		}
 		return settleRefusal(sr, s.settleMessage(sr))
 	}
 	if err := paidHeaders(w.Header(), sr); err != nil {
@@ -109,6 +115,38 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	}
 	sw.done()
 	return nil
+}
+
+// stageStream reads the rest of a stream whose settlement is pending and
+// stages its SSE text, unannotated: held (the events read before settling),
+// the remaining events, an in-band error event if the upstream broke, and
+// [DONE]. It runs on the request's goroutine, so the client waits for the
+// upstream to finish before its 402; the upstream's context bounds it. A text
+// over store.MaxStagedBody is read to its end but not staged.
+func (s *Server) stageStream(pd *paid, st interface{ Next() ([]byte, error) }, held [][]byte) {
+	var text sseText
+	for _, ev := range held {
+		text.add(ev)
+	}
+	for {
+		ev, err := st.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			s.log.Error("upstream stream broke after a pending settlement", "key", pd.key, "err", err)
+			text.add(mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
+				Message: "the upstream stream broke after the payment was broadcast", Type: "upstream_error", Code: "upstream_stream_broken"}}))
+			break
+		}
+		text.add(ev)
+	}
+	text.add([]byte("[DONE]"))
+	if text.over {
+		s.log.Error("stream too large to stage", "key", pd.key, "limit", store.MaxStagedBody)
+		return
+	}
+	s.stage(pd, store.StagedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
 }
 
 // withCost annotates the chunk that carries usage (the last one) with what was

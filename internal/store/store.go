@@ -125,9 +125,24 @@ type PaymentClaim struct {
 	// ExpiresAt is when the record may be forgotten: past the authorization's
 	// validBefore plus a margin, when no chain can accept it any more (MISSION E1).
 	ExpiresAt time.Time
+	// Staged is the answer the buyer paid for, kept while the settlement is
+	// pending (DECISIONS D3) so that a retry with the same authorization
+	// receives it; nil when nothing is staged.
+	Staged    *StagedResponse
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
+
+// StagedResponse is a paid answer kept with its claim: the upstream's body as
+// received, annotated with the cost only when it is served.
+type StagedResponse struct {
+	Status      int // HTTP status, 100..599
+	ContentType string
+	Body        []byte
+}
+
+// MaxStagedBody bounds StagedResponse.Body; StagePayment refuses a larger one.
+const MaxStagedBody = 8 << 20
 
 // Payments stores resource-server claims on authorizations.
 type Payments interface {
@@ -142,6 +157,12 @@ type Payments interface {
 	// UpdatePayment moves a claim under fence to PaymentPending or
 	// PaymentSettled with its transaction hash. PaymentSettled is terminal.
 	UpdatePayment(ctx context.Context, key string, fence int64, state PaymentState, txHash string) error
+	// StagePayment keeps r with the claim for key, replacing any staged
+	// response, while the claim is PaymentHeld or PaymentPending under fence.
+	// ErrFenced if the fence is stale or the claim is PaymentSettled;
+	// ErrNotFound if absent or expired. A body over MaxStagedBody or a status
+	// outside 100..599 fails with an error that is not a sentinel.
+	StagePayment(ctx context.Context, key string, fence int64, r StagedResponse) error
 	// Payment returns the claim for key, or ErrNotFound.
 	Payment(ctx context.Context, key string) (PaymentClaim, error)
 }

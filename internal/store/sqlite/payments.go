@@ -31,7 +31,8 @@ import (
 // it or a claim replaces it.
 
 const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, owner,
-    fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms`
+    fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms,
+    staged_status, staged_content_type, staged_body`
 
 // selectPayment reads the row for a key, expired or not; callers judge expiry
 // with the clock of the op.
@@ -232,6 +233,38 @@ func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state 
 	})
 }
 
+// StagePayment implements store.Payments (migration 0003's columns). The
+// staged response is deleted with its record (release, expiry).
+func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store.StagedResponse) (err error) {
+	defer wrap(&err, "stage payment %q", key)
+	switch {
+	case r.Status < 100 || r.Status > 599:
+		return fmt.Errorf("status %d is not an HTTP status", r.Status)
+	case len(r.Body) > store.MaxStagedBody:
+		return fmt.Errorf("body of %d bytes is over the %d bytes a staged response may have", len(r.Body), store.MaxStagedBody)
+	}
+	body := r.Body
+	if body == nil {
+		body = []byte{} // NULL means nothing staged
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := db.livePayment(ctx, tx, key, fence)
+		if err != nil {
+			return err
+		}
+		if cur.State == store.PaymentSettled {
+			return fmt.Errorf("record is settled: %w", store.ErrFenced)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE payments
+SET staged_status = ?, staged_content_type = ?, staged_body = ?, updated_at_ms = ?
+WHERE payment_key = ?`, r.Status, r.ContentType, body, db.nowMs(), key)
+		return err
+	})
+}
+
 // Payment implements store.Payments: ErrNotFound if absent or expired.
 func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, err error) {
 	defer wrap(&err, "payment %q", key)
@@ -292,10 +325,19 @@ func scanPayment(row interface{ Scan(...any) error }) (store.PaymentClaim, error
 	var c store.PaymentClaim
 	var state string
 	var leaseUntil, expires, created, updated int64
+	var stStatus sql.NullInt64
+	var stType sql.NullString
+	var stBody []byte
 	err := row.Scan(&c.Key, &c.Network, &c.Payer, &c.Amount, &state, &c.TxHash, &c.Owner,
-		&c.Fence, &leaseUntil, &expires, &created, &updated)
+		&c.Fence, &leaseUntil, &expires, &created, &updated, &stStatus, &stType, &stBody)
 	if err != nil {
 		return store.PaymentClaim{}, err
+	}
+	if stStatus.Valid {
+		if stBody == nil {
+			stBody = []byte{}
+		}
+		c.Staged = &store.StagedResponse{Status: int(stStatus.Int64), ContentType: stType.String, Body: stBody}
 	}
 	c.State = store.PaymentState(state)
 	c.LeaseUntil = time.UnixMilli(leaseUntil).UTC()

@@ -38,6 +38,12 @@ type OpenPayments func(t *testing.T, now func() time.Time) (a, b store.Payments)
 //   - ReleasePayment deletes PaymentHeld and PaymentPending; PaymentSettled is
 //     ErrFenced.
 //   - Fences are never reused for a key, across takeover, release and expiry.
+//   - StagePayment stores a response on a PaymentHeld or PaymentPending claim
+//     under its fence (replacing an earlier one, surviving later updates,
+//     moving UpdatedAt); Payment reads it back byte for byte. A stale fence or
+//     a PaymentSettled claim is ErrFenced, an absent one ErrNotFound; a body
+//     over store.MaxStagedBody or a status outside 100..599 is refused with
+//     an error that is no sentinel. A released record takes it along.
 func RunPayments(t *testing.T, open OpenPayments) {
 	tests := []struct {
 		name string
@@ -61,6 +67,12 @@ func RunPayments(t *testing.T, open OpenPayments) {
 		{"Release/Settled", testPayReleaseSettled},
 		{"Release/NotFound", testPayReleaseNotFound},
 		{"Payment/NotFound", testPayNotFound},
+		{"Stage/ReadBack", testPayStageReadBack},
+		{"Stage/StaleFence", testPayStageStaleFence},
+		{"Stage/SettledRefused", testPayStageSettled},
+		{"Stage/NotFound", testPayStageNotFound},
+		{"Stage/InvalidArguments", testPayStageInvalid},
+		{"Stage/GoneWithRelease", testPayStageGoneWithRelease},
 		{"Race/Claim", testPayRaceClaim},
 		{"Race/Takeover", testPayRaceTakeover},
 		{"Race/ReplaceExpired", testPayRaceReplaceExpired},
@@ -791,5 +803,116 @@ func testPayRaceReleaseVsUpdate(e *payEnv) {
 		default:
 			e.t.Errorf("%s: ReleasePayment() = %v and UpdatePayment(settled) = %v; want exactly one to succeed", c.Key, rel.err, upd.err)
 		}
+	}
+}
+
+func testPayStageReadBack(e *payEnv) {
+	for _, state := range []store.PaymentState{store.PaymentHeld, store.PaymentPending} {
+		key := "k-" + string(state)
+		c := e.inState(key, state)
+		if c.Staged != nil {
+			e.t.Fatalf("%s: new claim has a staged response %+v", state, c.Staged)
+		}
+		e.clock.Advance(time.Second)
+		first := store.StagedResponse{Status: 200, ContentType: "application/json", Body: []byte(`{"id":"x"}`)}
+		if err := e.a.StagePayment(e.ctx, key, c.Fence, first); err != nil {
+			e.t.Fatalf("%s: StagePayment: %v", state, err)
+		}
+		want := c
+		want.Staged = &first
+		want.UpdatedAt = e.clock.Now()
+		e.unchanged(key, want)
+		// Staging again replaces it, binary bytes intact.
+		e.clock.Advance(time.Second)
+		second := store.StagedResponse{Status: 200, ContentType: "text/event-stream", Body: []byte("data: \x00\xff\n\ndata: [DONE]\n\n")}
+		if err := e.a.StagePayment(e.ctx, key, c.Fence, second); err != nil {
+			e.t.Fatalf("%s: StagePayment again: %v", state, err)
+		}
+		want.Staged = &second
+		want.UpdatedAt = e.clock.Now()
+		e.unchanged(key, want)
+		// It survives the move to pending and to settled.
+		e.update(key, c.Fence, store.PaymentSettled, txHash1)
+		if got := e.get(key); got.State != store.PaymentSettled || cmp.Diff(&second, got.Staged) != "" {
+			e.t.Errorf("%s: after settling, record = %+v", state, got)
+		}
+	}
+	// An empty body is staged as empty, not as nothing.
+	c := e.mustClaim("empty")
+	if err := e.a.StagePayment(e.ctx, "empty", c.Fence, store.StagedResponse{Status: 204}); err != nil {
+		e.t.Fatal(err)
+	}
+	if got := e.get("empty"); got.Staged == nil || got.Staged.Status != 204 || len(got.Staged.Body) != 0 {
+		e.t.Errorf("empty staged response read back as %+v", got.Staged)
+	}
+}
+
+func testPayStageStaleFence(e *payEnv) {
+	for _, state := range []store.PaymentState{store.PaymentHeld, store.PaymentPending} {
+		key := "k-" + string(state)
+		c := e.inState(key, state)
+		e.clock.Advance(time.Second)
+		for _, fence := range []int64{c.Fence - 1, c.Fence + 1, 0, notIssued} {
+			err := e.a.StagePayment(e.ctx, key, fence, store.StagedResponse{Status: 200, Body: []byte("x")})
+			if !errors.Is(err, store.ErrFenced) {
+				e.t.Errorf("%s: StagePayment(fence %d, record's %d) = %v, want ErrFenced", state, fence, c.Fence, err)
+			}
+		}
+		e.unchanged(key, c)
+	}
+}
+
+func testPayStageSettled(e *payEnv) {
+	c := e.inState("k", store.PaymentSettled)
+	e.clock.Advance(time.Second)
+	if err := e.a.StagePayment(e.ctx, "k", c.Fence, store.StagedResponse{Status: 200, Body: []byte("x")}); !errors.Is(err, store.ErrFenced) {
+		e.t.Errorf("StagePayment(settled) = %v, want ErrFenced", err)
+	}
+	e.unchanged("k", c)
+}
+
+func testPayStageNotFound(e *payEnv) {
+	if err := e.a.StagePayment(e.ctx, "absent", 1, store.StagedResponse{Status: 200, Body: []byte("x")}); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("StagePayment(absent) = %v, want ErrNotFound", err)
+	}
+	e.gone("absent")
+	// An expired record is absent too.
+	c := e.mustClaim("k")
+	e.clock.Advance(expiry)
+	if err := e.a.StagePayment(e.ctx, "k", c.Fence, store.StagedResponse{Status: 200, Body: []byte("x")}); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("StagePayment(expired) = %v, want ErrNotFound", err)
+	}
+}
+
+func testPayStageInvalid(e *payEnv) {
+	c := e.mustClaim("k")
+	e.clock.Advance(time.Second)
+	for name, r := range map[string]store.StagedResponse{
+		"status 0":   {Status: 0, Body: []byte("x")},
+		"status 600": {Status: 600, Body: []byte("x")},
+		"too large":  {Status: 200, Body: make([]byte, store.MaxStagedBody+1)},
+	} {
+		err := e.a.StagePayment(e.ctx, "k", c.Fence, r)
+		if err == nil || errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
+			e.t.Errorf("%s: StagePayment = %v, want an error that is no sentinel", name, err)
+		}
+	}
+	e.unchanged("k", c)
+	// Exactly the limit is accepted.
+	if err := e.a.StagePayment(e.ctx, "k", c.Fence, store.StagedResponse{Status: 200, Body: make([]byte, store.MaxStagedBody)}); err != nil {
+		e.t.Errorf("StagePayment(%d bytes) = %v", store.MaxStagedBody, err)
+	}
+}
+
+func testPayStageGoneWithRelease(e *payEnv) {
+	c := e.inState("k", store.PaymentPending)
+	if err := e.a.StagePayment(e.ctx, "k", c.Fence, store.StagedResponse{Status: 200, Body: []byte("x")}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.a.ReleasePayment(e.ctx, "k", c.Fence); err != nil {
+		e.t.Fatal(err)
+	}
+	if got := e.mustClaim("k"); got.Staged != nil {
+		e.t.Errorf("a claim after a release has the released one's staged response %+v", got.Staged)
 	}
 }

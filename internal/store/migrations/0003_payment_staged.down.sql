@@ -1,0 +1,3 @@
+ALTER TABLE payments DROP COLUMN staged_body;
+ALTER TABLE payments DROP COLUMN staged_content_type;
+ALTER TABLE payments DROP COLUMN staged_status;

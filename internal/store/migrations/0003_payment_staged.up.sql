@@ -1,0 +1,9 @@
+-- The answer a buyer paid for, staged with its claim while the settlement is
+-- pending (DECISIONS D3), so that re-presenting the same PAYMENT-SIGNATURE
+-- receives it once the settlement is mined (D14), never calling the upstream
+-- again. All three are NULL while nothing is staged.
+--
+-- BLOB is SQLite's byte string; a PostgreSQL backend rewrites it to BYTEA.
+ALTER TABLE payments ADD COLUMN staged_status INTEGER;
+ALTER TABLE payments ADD COLUMN staged_content_type TEXT;
+ALTER TABLE payments ADD COLUMN staged_body BLOB;

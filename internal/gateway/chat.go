@@ -96,7 +96,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	pd.fingerprint = fingerprint(r.Method, r.URL.Path, req.Model, body)
 	if pd.recover {
+		if st := pd.claim.Staged; st.Fingerprint != "" && st.Fingerprint != pd.fingerprint {
+			// The same payment, presented for another request (D14): a conflict,
+			// never the other request's answer and never a new upstream call.
+			return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "payment_request_mismatch",
+				Message: "this payment was made for a different request; its answer is kept for that request",
+				Header:  http.Header{"X-Should-Retry": {"false"}}}
+		}
 		return s.resolveStaged(w, q, pd)
 	}
 	up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)

@@ -125,6 +125,8 @@ type paid struct {
 	// recover: the claim is not this request's but a pending one with a staged
 	// answer (D3), found by the recovery lookup; resolveStaged answers it.
 	recover bool
+	// fingerprint identifies the request (DECISIONS D14); staged answers carry it.
+	fingerprint string
 }
 
 // admit runs the payment steps of D0 before the upstream: decode, match (D7),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math/big"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -126,8 +127,26 @@ func TestPendingSettlementStaged(t *testing.T) {
 				t.Fatalf("moved %d/%d before the settlement", rcv, spent)
 			}
 
+			if c.Staged.Fingerprint == "" {
+				t.Errorf("staged answer has no request fingerprint")
+			}
+
+			// 1b. The same payment for another request at the same price (D14):
+			// a conflict, never the staged answer, never the upstream.
+			other := strings.Replace(tc.body, `"content":"`, `"content":"other `, 1)
+			resp = e.post(t, http.DefaultClient, other, hdr)
+			if b := readAll(t, resp); resp.StatusCode != http.StatusConflict || errorCode(t, b) != "payment_request_mismatch" {
+				t.Errorf("other request, same payment: %d %s", resp.StatusCode, b)
+			}
+			// The same request re-encoded (key order, whitespace) is the same request.
+			var reenc map[string]any
+			if err := json.Unmarshal([]byte(tc.body), &reenc); err != nil {
+				t.Fatal(err)
+			}
+			reencoded, _ := json.MarshalIndent(reenc, "", "  ")
+
 			// 2. The same payment again: settled now, the staged answer served.
-			resp = e.post(t, http.DefaultClient, tc.body, hdr)
+			resp = e.post(t, http.DefaultClient, string(reencoded), hdr)
 			served := readAll(t, resp)
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("retry: %d %s", resp.StatusCode, served)

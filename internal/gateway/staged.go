@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -31,6 +33,7 @@ const replayHeader = "X-Llm4agents-Replay"
 // stage keeps r with pd's claim. A failure is logged: the buyer still gets
 // settlement_pending, and the claim stays pending for the reconciler.
 func (s *Server) stage(pd *paid, r store.StagedResponse) {
+	r.Fingerprint = pd.fingerprint
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.payments.StagePayment(ctx, pd.key, pd.claim.Fence, r); err != nil {
@@ -178,4 +181,23 @@ func (t *sseText) add(data []byte) {
 	t.buf.WriteString("data: ")
 	t.buf.Write(data)
 	t.buf.WriteString("\n\n")
+}
+
+// fingerprint is DECISIONS D14's request fingerprint: SHA-256 of the canonical
+// JSON (sorted keys, no insignificant whitespace, no HTML escaping) of
+// {method, path, model, body}. Bodies that differ only in whitespace or key
+// order have one fingerprint; the payment payload is never part of it.
+func fingerprint(method, path, model string, body []byte) string {
+	var canon any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&canon); err != nil {
+		canon = string(body) // unreachable for a parsed request; stay deterministic
+	}
+	b, err := x402.Marshal(map[string]any{"method": method, "path": path, "model": model, "body": canon})
+	if err != nil {
+		b = body
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

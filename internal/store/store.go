@@ -139,6 +139,8 @@ type StagedResponse struct {
 	Status      int // HTTP status, 100..599
 	ContentType string
 	Body        []byte
+	// Fingerprint identifies the request the answer belongs to (DECISIONS D14).
+	Fingerprint string
 }
 
 // MaxStagedBody bounds StagedResponse.Body; StagePayment refuses a larger one.

@@ -7,3 +7,6 @@
 ALTER TABLE payments ADD COLUMN staged_status INTEGER;
 ALTER TABLE payments ADD COLUMN staged_content_type TEXT;
 ALTER TABLE payments ADD COLUMN staged_body BLOB;
+-- The fingerprint of the request the staged answer belongs to (D14): a
+-- different request presenting the same payment gets a conflict, not this answer.
+ALTER TABLE payments ADD COLUMN staged_fingerprint TEXT;

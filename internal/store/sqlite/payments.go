@@ -32,7 +32,7 @@ import (
 
 const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, owner,
     fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms,
-    staged_status, staged_content_type, staged_body`
+    staged_status, staged_content_type, staged_body, staged_fingerprint`
 
 // selectPayment reads the row for a key, expired or not; callers judge expiry
 // with the clock of the op.
@@ -259,8 +259,8 @@ func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store
 			return fmt.Errorf("record is settled: %w", store.ErrFenced)
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE payments
-SET staged_status = ?, staged_content_type = ?, staged_body = ?, updated_at_ms = ?
-WHERE payment_key = ?`, r.Status, r.ContentType, body, db.nowMs(), key)
+SET staged_status = ?, staged_content_type = ?, staged_body = ?, staged_fingerprint = ?, updated_at_ms = ?
+WHERE payment_key = ?`, r.Status, r.ContentType, body, r.Fingerprint, db.nowMs(), key)
 		return err
 	})
 }
@@ -328,8 +328,9 @@ func scanPayment(row interface{ Scan(...any) error }) (store.PaymentClaim, error
 	var stStatus sql.NullInt64
 	var stType sql.NullString
 	var stBody []byte
+	var stFP sql.NullString
 	err := row.Scan(&c.Key, &c.Network, &c.Payer, &c.Amount, &state, &c.TxHash, &c.Owner,
-		&c.Fence, &leaseUntil, &expires, &created, &updated, &stStatus, &stType, &stBody)
+		&c.Fence, &leaseUntil, &expires, &created, &updated, &stStatus, &stType, &stBody, &stFP)
 	if err != nil {
 		return store.PaymentClaim{}, err
 	}
@@ -337,7 +338,7 @@ func scanPayment(row interface{ Scan(...any) error }) (store.PaymentClaim, error
 		if stBody == nil {
 			stBody = []byte{}
 		}
-		c.Staged = &store.StagedResponse{Status: int(stStatus.Int64), ContentType: stType.String, Body: stBody}
+		c.Staged = &store.StagedResponse{Status: int(stStatus.Int64), ContentType: stType.String, Body: stBody, Fingerprint: stFP.String}
 	}
 	c.State = store.PaymentState(state)
 	c.LeaseUntil = time.UnixMilli(leaseUntil).UTC()

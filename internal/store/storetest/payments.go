@@ -814,7 +814,7 @@ func testPayStageReadBack(e *payEnv) {
 			e.t.Fatalf("%s: new claim has a staged response %+v", state, c.Staged)
 		}
 		e.clock.Advance(time.Second)
-		first := store.StagedResponse{Status: 200, ContentType: "application/json", Body: []byte(`{"id":"x"}`)}
+		first := store.StagedResponse{Status: 200, ContentType: "application/json", Body: []byte(`{"id":"x"}`), Fingerprint: "f1"}
 		if err := e.a.StagePayment(e.ctx, key, c.Fence, first); err != nil {
 			e.t.Fatalf("%s: StagePayment: %v", state, err)
 		}
@@ -824,7 +824,7 @@ func testPayStageReadBack(e *payEnv) {
 		e.unchanged(key, want)
 		// Staging again replaces it, binary bytes intact.
 		e.clock.Advance(time.Second)
-		second := store.StagedResponse{Status: 200, ContentType: "text/event-stream", Body: []byte("data: \x00\xff\n\ndata: [DONE]\n\n")}
+		second := store.StagedResponse{Status: 200, ContentType: "text/event-stream", Body: []byte("data: \x00\xff\n\ndata: [DONE]\n\n"), Fingerprint: "f2"}
 		if err := e.a.StagePayment(e.ctx, key, c.Fence, second); err != nil {
 			e.t.Fatalf("%s: StagePayment again: %v", state, err)
 		}

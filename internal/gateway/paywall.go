@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -48,10 +47,9 @@ func (s *Server) price(r *http.Request, req *chat.Request) (*quote, error) {
 	}
 	q := &quote{model: m, promptTokens: prompt, outputBound: pricing.OutputBound(req, m.MaxOutputTokens)}
 	q.amount = pricing.Quote(q.promptTokens, q.outputBound, m.Price, s.cfg.Decimals)
-	extra, _ := json.Marshal(exact.Extra{Name: s.cfg.AssetName, Version: s.cfg.AssetVersion})
 	q.offer = x402.PaymentRequirements{
 		Scheme: exact.Scheme, Network: s.cfg.Network, Amount: q.amount.String(), Asset: s.cfg.Asset,
-		PayTo: s.cfg.PayTo, MaxTimeoutSeconds: s.cfg.MaxTimeoutSeconds, Extra: extra,
+		PayTo: s.cfg.PayTo, MaxTimeoutSeconds: s.cfg.MaxTimeoutSeconds, Extra: s.extra,
 	}
 	mime := "application/json"
 	if req.Stream {
@@ -169,8 +167,7 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, e
 		return nil, s.challenge(q, string(x402.ReasonEVMValidBefore), err)
 	}
 	a := &auth.Authorization
-	asset, _ := exact.ParseAddress(s.cfg.Asset)
-	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, asset, a.From, a.Nonce), payer: a.From.Hex()}
+	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex()}
 	// The recovery lookup comes before verify (D0): a pending settlement's
 	// authorization no longer verifies once mined.
 	staged, err := s.lookup(ctx, pd.key)

@@ -14,6 +14,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,11 +23,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
 // Provider is an upstream LLM as the gateway uses it.
@@ -98,6 +102,10 @@ type Server struct {
 	mux      *http.ServeMux
 	now      func() time.Time
 	ready    func(context.Context) error
+
+	// Parsed once from cfg: every offer carries them.
+	asset common.Address
+	extra json.RawMessage
 }
 
 // New returns a Server. fac verifies and settles; payments holds the claims.
@@ -133,10 +141,19 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 	if len(cfg.Models) == 0 {
 		return nil, errors.New("gateway: no models configured")
 	}
+	asset, err := exact.ParseAddress(cfg.Asset)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: asset: %w", err)
+	}
+	extra, err := json.Marshal(exact.Extra{Name: cfg.AssetName, Version: cfg.AssetVersion})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: extra: %w", err)
+	}
 	s := &Server{
 		cfg: cfg, fac: fac, payments: payments, counter: pricing.NewCounter(),
 		models: make(map[string]*Model, len(cfg.Models)),
 		log:    log.With("component", "gateway"), metrics: NewMetrics(), now: time.Now,
+		asset: asset, extra: extra,
 	}
 	for i := range cfg.Models {
 		m := &cfg.Models[i]

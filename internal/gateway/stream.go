@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -152,6 +153,10 @@ func (s *Server) stageStream(pd *paid, st interface{ Next() ([]byte, error) }, h
 // withCost annotates the chunk that carries usage (the last one) with what was
 // charged; other chunks pass unchanged.
 func (s *Server) withCost(ev []byte, q *quote, sr *x402.SettleResponse) []byte {
+	// Only the last chunk carries usage: skip decoding the others.
+	if !bytes.Contains(ev, []byte(`"usage":{`)) && !bytes.Contains(ev, []byte(`"usage": {`)) {
+		return ev
+	}
 	var c struct {
 		Usage *chat.Usage `json:"usage"`
 	}

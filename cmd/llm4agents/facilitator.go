@@ -6,23 +6,21 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/ethereum/go-ethereum/accounts/abi/bind"
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/ethereum/go-ethereum/params"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/chain"
+	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -102,38 +100,34 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 	return &f, nil
 }
 
-// maxKeyFileBytes bounds what loadKey reads: a hex key is 66 bytes, and a path
-// such as /dev/zero must not be read forever.
-const maxKeyFileBytes = 4 << 10
-
 // loadKey reads the signer key from a file or the environment, never a flag
 // value. Errors never repeat the key material.
 func loadKey(path string, getenv func(string) string) (*ecdsa.PrivateKey, error) {
 	var raw string
+	var err error
 	switch {
 	case path != "":
-		fh, err := os.Open(path) //nolint:gosec // G304: the operator names the key file; reading it is the point.
+		b, err := readCapped(path, config.MaxSecretBytes)
 		if err != nil {
 			return nil, fmt.Errorf("read key file: %w", err)
-		}
-		b, err := io.ReadAll(io.LimitReader(fh, maxKeyFileBytes+1))
-		_ = fh.Close() // opened read-only: closing cannot lose data
-		if err != nil {
-			return nil, fmt.Errorf("read key file: %w", err)
-		}
-		if len(b) > maxKeyFileBytes {
-			return nil, fmt.Errorf("key file %s is larger than %d bytes", path, maxKeyFileBytes)
 		}
 		raw = string(b)
 	case getenv(facilitatorKeyEnv) != "":
-		raw = getenv(facilitatorKeyEnv)
+		if raw, err = config.ReadSecret("", facilitatorKeyEnv, getenv); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("no signer key: use --key-file or set %s", facilitatorKeyEnv)
 	}
-	raw = strings.TrimPrefix(strings.TrimSpace(raw), "0x")
-	key, err := crypto.HexToECDSA(raw)
+	return parseKey(raw, "signer")
+}
+
+// parseKey reads a hex private key, with or without 0x. Its error names the
+// key by role and never repeats the input.
+func parseKey(raw, role string) (*ecdsa.PrivateKey, error) {
+	key, err := crypto.HexToECDSA(strings.TrimPrefix(strings.TrimSpace(raw), "0x"))
 	if err != nil {
-		return nil, errors.New("signer key is not a 32-byte hex private key")
+		return nil, fmt.Errorf("the %s key is not a 32-byte hex private key", role)
 	}
 	return key, nil
 }
@@ -201,14 +195,14 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	client, err := ethclient.DialContext(dialCtx, f.rpc)
+	client, err := dialNode(dialCtx, f.rpc)
 	if err != nil {
-		return fmt.Errorf("dial node: %w", err)
+		return fmt.Errorf("dial node: %w", redactURL(err, f.rpc))
 	}
 	defer client.Close()
 	chainID, err := client.ChainID(dialCtx)
 	if err != nil {
-		return fmt.Errorf("read chain id: %w", err)
+		return fmt.Errorf("read chain id: %w", redactURL(err, f.rpc))
 	}
 	if want, _ := exact.ChainID(f.network); want.Cmp(chainID) != 0 {
 		return fmt.Errorf("--network %s does not match the node's chain id %s", f.network, chainID)

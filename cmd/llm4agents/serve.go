@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/ethereum/go-ethereum/rpc"
 
@@ -188,8 +187,8 @@ func runServe(ctx context.Context, args []string, e env) error {
 		if err != nil {
 			return fmt.Errorf("serve: facilitator key: %w", err)
 		}
-		if key, err = crypto.HexToECDSA(strings.TrimPrefix(hexKey, "0x")); err != nil {
-			return errors.New("serve: the facilitator key is not a 32-byte hex private key")
+		if key, err = parseKey(hexKey, "facilitator"); err != nil {
+			return fmt.Errorf("serve: %w", err)
 		}
 		rpcURL, err := cfg.Network.RPC(e.getenv)
 		if err != nil {

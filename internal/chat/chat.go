@@ -243,11 +243,6 @@ func (c *Chunk) HasContent() bool {
 	return false
 }
 
-// Completion is the part of a non-streamed chat.completion the gateway reads.
-type Completion struct {
-	Usage *Usage `json:"usage"`
-}
-
 // ErrorBody is the OpenAI error JSON: {"error":{"message","type","code"}}.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`

@@ -96,9 +96,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	pd.fingerprint = fingerprint(r.Method, r.URL.Path, req.Model, body)
+	pd.request, pd.body = [3]string{r.Method, r.URL.Path, req.Model}, body
 	if pd.recover {
-		if st := pd.claim.Staged; st.Fingerprint != "" && st.Fingerprint != pd.fingerprint {
+		if st := pd.claim.Staged; st.Fingerprint != "" && st.Fingerprint != pd.fp() {
 			// The same payment, presented for another request (D14): a conflict,
 			// never the other request's answer and never a new upstream call.
 			return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "payment_request_mismatch",
@@ -113,7 +113,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("rewrite request: %w", err)
 	}
 	if req.Stream {
-		return s.stream(w, r, q, pd, up, req.IncludeUsage)
+		return s.stream(w, r, q, pd, up)
 	}
 	return s.complete(w, r, q, pd, up)
 }
@@ -146,7 +146,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 		}
 		return settleRefusal(sr, s.settleMessage(sr))
 	}
-	ci := s.cost(q, sr, &comp.Usage)
+	var usage *chat.Usage // unknown, not zero, when the upstream reported none
+	if comp.UsageReported {
+		usage = &comp.Usage
+	}
+	ci := s.cost(q, sr, usage)
 	if err := paidHeaders(w.Header(), sr); err != nil {
 		return err
 	}

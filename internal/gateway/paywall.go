@@ -123,8 +123,19 @@ type paid struct {
 	// recover: the claim is not this request's but a pending one with a staged
 	// answer (D3), found by the recovery lookup; resolveStaged answers it.
 	recover bool
-	// fingerprint identifies the request (DECISIONS D14); staged answers carry it.
+	// request is what the request's fingerprint (DECISIONS D14) is computed
+	// from, lazily: only staging and recovery need it.
+	request     [3]string // method, path, model
+	body        []byte
 	fingerprint string
+}
+
+// fp returns the request's fingerprint, computed on first use.
+func (pd *paid) fp() string {
+	if pd.fingerprint == "" {
+		pd.fingerprint = fingerprint(pd.request[0], pd.request[1], pd.request[2], pd.body)
+	}
+	return pd.fingerprint
 }
 
 // admit runs the payment steps of D0 before the upstream: decode, match (D7),

@@ -33,7 +33,7 @@ const replayHeader = "X-Llm4agents-Replay"
 // stage keeps r with pd's claim. A failure is logged: the buyer still gets
 // settlement_pending, and the claim stays pending for the reconciler.
 func (s *Server) stage(pd *paid, r store.StagedResponse) {
-	r.Fingerprint = pd.fingerprint
+	r.Fingerprint = pd.fp()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.payments.StagePayment(ctx, pd.key, pd.claim.Fence, r); err != nil {

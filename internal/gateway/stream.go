@@ -23,7 +23,7 @@ const writeTimeout = 30 * time.Second
 // settlement does the first byte go to the client. A client gone before the
 // settlement is broadcast cancels the upstream and is charged nothing; from the
 // broadcast on, the upstream is read to its end whether or not the client stays.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *paid, body []byte, _ bool) error {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *paid, body []byte) error {
 	// The upstream's context outlives the client's once we settle; until then
 	// the client leaving cancels it.
 	upCtx, upCancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.UpstreamTimeout+s.cfg.SettleTimeout+s.cfg.MaxStreamDuration)

@@ -136,9 +136,6 @@ func New(cfg Config, backend Backend, sender Sender, st store.Settlements, log *
 	return f, nil
 }
 
-// SetNow replaces the verifier's clock (tests).
-func (f *Facilitator) SetNow(now func() time.Time) { f.verifier.Now = now }
-
 // Supported lists the one kind this facilitator serves and its signer.
 func (f *Facilitator) Supported(context.Context) (*x402.SupportedResponse, error) {
 	return &x402.SupportedResponse{
@@ -201,7 +198,7 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	if verr := f.route(req); verr != nil {
 		return settleFailure(req.Network, verr), nil
 	}
-	vd, _, err := f.verifier.Check(p, req)
+	vd, recovered, err := f.verifier.Check(p, req)
 	var verr *x402.VerifyError
 	if errors.As(err, &verr) {
 		return settleFailure(req.Network, verr), nil
@@ -219,8 +216,7 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("settle: %w", err)
 	}
-	full, err := f.verifier.VerifyForSettle(ctx, p, req)
-	if err != nil {
+	if err := f.verifier.VerifyForSettle(ctx, vd, recovered); err != nil {
 		if errors.As(err, &verr) {
 			if verr.Reason == x402.ReasonEVMNonceAlreadyUsed {
 				return f.usedElsewhere(ctx, vd, verr)
@@ -229,7 +225,6 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 		}
 		return nil, fmt.Errorf("settle: %w", err)
 	}
-	vd = full
 	rec, held, err := f.store.ClaimSettlement(ctx, newRecord(vd, f.cfg.Owner), f.cfg.ClaimLease)
 	if err != nil {
 		return nil, fmt.Errorf("settle: claim: %w", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
@@ -42,7 +43,7 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 				errs = append(errs, err)
 				continue
 			}
-			if resp.ErrorReason != "settlement_pending" {
+			if resp.ErrorReason != x402.ReasonSettlementPending {
 				done++
 			}
 		case store.StateClaimed:

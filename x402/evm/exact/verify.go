@@ -222,34 +222,31 @@ func (v *Verifier) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.
 	return vd, nil
 }
 
-// VerifyForSettle is Verify without the simulation, for a caller about to send
-// the transfer: gas estimation simulates it anyway, and a revert there is
-// diagnosed with Simulate. It still reads authorizationState, so an
-// authorization already used on chain is refused before anything is sent
-// (MISSION E3).
-func (v *Verifier) VerifyForSettle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*Verified, error) {
-	vd, recovered, err := v.Check(p, req)
-	if err != nil {
-		return nil, err
-	}
+// VerifyForSettle finishes, for a payment that passed Check, what Verify does
+// except the simulation, for a caller about to send the transfer: gas
+// estimation simulates it anyway, and a revert there is diagnosed with
+// Simulate. It still reads authorizationState, so an authorization already used
+// on chain is refused before anything is sent (MISSION E3). recovered is
+// Check's second result; vd is completed in place.
+func (v *Verifier) VerifyForSettle(ctx context.Context, vd *Verified, recovered bool) error {
 	if err := v.verifySignature(ctx, vd, recovered); err != nil {
-		return nil, err
+		return err
 	}
 	if err := v.checkAsset(ctx, vd); err != nil {
-		return nil, err
+		return err
 	}
 	a := &vd.Payload.Authorization
 	used, err := AuthorizationState(ctx, v.Chain, vd.Asset, a.From, a.Nonce)
 	if err != nil {
 		if IsRevert(err) {
-			return nil, fail(x402.ReasonEVMEIP3009NotSupported, a.From.Hex(), "authorizationState reverted")
+			return fail(x402.ReasonEVMEIP3009NotSupported, a.From.Hex(), "authorizationState reverted")
 		}
-		return nil, err
+		return err
 	}
 	if used {
-		return nil, fail(x402.ReasonEVMNonceAlreadyUsed, a.From.Hex(), "authorization is used or canceled")
+		return fail(x402.ReasonEVMNonceAlreadyUsed, a.From.Hex(), "authorization is used or canceled")
 	}
-	return vd, nil
+	return nil
 }
 
 func (v *Verifier) verifySignature(ctx context.Context, vd *Verified, recovered bool) error {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/ethclient"
@@ -68,6 +69,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		return nil, err
 	}
 	g.closers = append(g.closers, func() { _ = db.Close() })
+	g.closers = append(g.closers, purgeExpired(db, time.Hour, log))
 
 	asset, _ := cfg.Network.AssetAddress()
 	var fac x402.Facilitator
@@ -312,4 +314,35 @@ func readCapped(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
 	}
 	return b, nil
+}
+
+// purgeExpired deletes expired payment claims (and their staged answers) every
+// interval until the returned stop is called, which waits for it. Expired rows
+// already count as absent; this only keeps the file from growing.
+func purgeExpired(db *sqlite.DB, every time.Duration, log *slog.Logger) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				n, err := db.PurgeExpiredPayments(ctx, 500)
+				cancel()
+				if err != nil {
+					log.Warn("purge expired payments", "err", err)
+				}
+				if err != nil || n < 500 {
+					break
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }

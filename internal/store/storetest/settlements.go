@@ -195,8 +195,10 @@ func (e *env) unchanged(key string, want store.Settlement) {
 
 func (e *env) gone(key string) {
 	e.t.Helper()
-	if got, err := e.b.Settlement(e.ctx, key); !errors.Is(err, store.ErrNotFound) {
-		e.t.Errorf("Settlement(%q) = %+v, %v; want ErrNotFound", key, got, err)
+	for _, h := range []store.Settlements{e.a, e.b} {
+		if got, err := h.Settlement(e.ctx, key); !errors.Is(err, store.ErrNotFound) {
+			e.t.Errorf("Settlement(%q) = %+v, %v; want ErrNotFound", key, got, err)
+		}
 	}
 }
 
@@ -251,6 +253,7 @@ func testClaimIndependentKeys(e *env) {
 		e.t.Errorf("two claims got the same fence %d", k1.Fence)
 	}
 	e.unchanged("k1", k1)
+	e.unchanged("k2", k2)
 }
 
 func testClaimTakeover(e *env) {

@@ -89,14 +89,30 @@ type Facilitator struct {
 	// SettleTimeout is how long a request waits for its settlement before the
 	// answer is settlement_pending (DECISIONS D3). Default DefaultSettleTimeout.
 	SettleTimeout time.Duration `yaml:"settle_timeout"`
+	// ReconcileInterval is how often the in-process facilitator resolves
+	// settlements left unresolved (a crash, a pending answer) from the chain;
+	// it also runs once at start. Default DefaultReconcileInterval.
+	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
 }
 
-// Store says where claims and settlement records live.
+// Store says where claims and settlement records live: one SQLite file for
+// one process, or a PostgreSQL or Redis server that several replicas share.
 type Store struct {
-	// DSN is sqlite://PATH (sqlite:///abs/path.db or sqlite://relative.db).
-	// PostgreSQL and Redis come later. Required.
-	DSN string `yaml:"dsn"`
+	// DSN is sqlite://PATH (sqlite:///abs/path.db or sqlite://relative.db),
+	// postgres://USER@HOST:PORT/DB?... (or postgresql://), or
+	// redis://HOST:PORT/DB (rediss:// for TLS). A DSN in the file carries no
+	// password: put one that does in an environment variable and name it in
+	// DSNEnv. Exactly one of DSN and DSNEnv.
+	DSN    string `yaml:"dsn"`
+	DSNEnv string `yaml:"dsn_env"`
 }
+
+// Store backends, by DSN scheme.
+const (
+	StoreSQLite   = "sqlite"
+	StorePostgres = "postgres"
+	StoreRedis    = "redis"
+)
 
 // Limits bound requests.
 type Limits struct {
@@ -108,6 +124,12 @@ type Limits struct {
 	// MaxStreamDuration bounds how long a stream is read after its settlement
 	// (DECISIONS D2). Default DefaultMaxStreamDuration.
 	MaxStreamDuration time.Duration `yaml:"max_stream_duration"`
+	// ClaimLease is how long the claim on a payment blocks its authorization
+	// when the replica holding it dies mid-request; it must outlast the
+	// slowest request: at least the longest upstream timeout + the settle
+	// timeout + MinClaimLeaseMargin. Default: the larger of 5 minutes and
+	// that minimum.
+	ClaimLease time.Duration `yaml:"claim_lease"`
 }
 
 // Upstream is a provider the gateway forwards to.
@@ -176,6 +198,10 @@ const (
 	DefaultUpstreamTimeout   = 120 * time.Second
 	DefaultMaxStreamDuration = 10 * time.Minute
 	DefaultMaxOutputTokens   = 4096
+	DefaultReconcileInterval = 30 * time.Second
+	// MinClaimLeaseMargin is what Limits.ClaimLease must leave beyond the
+	// longest upstream timeout plus the settle timeout.
+	MinClaimLeaseMargin = 10 * time.Second
 )
 
 // Values of the enumerated keys.
@@ -238,6 +264,9 @@ func (c *Config) SetDefaults() {
 	}
 	if f.SettleTimeout == 0 {
 		f.SettleTimeout = DefaultSettleTimeout
+	}
+	if f.ReconcileInterval == 0 {
+		f.ReconcileInterval = DefaultReconcileInterval
 	}
 	l := &c.Limits
 	if l.MaxBodyBytes == 0 {
@@ -446,24 +475,62 @@ func (c *Config) validateFacilitator(p *problems) {
 	if f.SettleTimeout <= 0 {
 		p.add("facilitator.settle_timeout", "%s must be positive", f.SettleTimeout)
 	}
+	if f.ReconcileInterval < time.Second {
+		p.add("facilitator.reconcile_interval", "%s is less than 1s", f.ReconcileInterval)
+	}
 }
 
 func (c *Config) validateStore(p *problems) {
-	dsn := c.Store.DSN
+	st := c.Store
+	switch {
+	case st.DSN != "" && st.DSNEnv != "":
+		p.add("store.dsn_env", "set dsn or dsn_env, not both")
+	case st.DSNEnv != "":
+		checkEnvName(p, "store.dsn_env", st.DSNEnv)
+	case st.DSN == "":
+		p.add("store.dsn", "is required: sqlite://PATH (one process), postgres://... or redis://... (replicas), or set dsn_env")
+	default:
+		if _, msg := checkDSN(st.DSN); msg != "" {
+			p.add("store.dsn", "%s", msg)
+		} else if hasPassword(st.DSN) {
+			p.add("store.dsn", "carries a password: put the DSN in an environment variable and name it in store.dsn_env")
+		}
+	}
+}
+
+// checkDSN returns the backend a store DSN names, or a message saying what is
+// wrong with it. The message never repeats the DSN.
+func checkDSN(dsn string) (backend, msg string) {
 	scheme, rest, ok := strings.Cut(dsn, "://")
 	switch {
-	case dsn == "":
-		p.add("store.dsn", "is required: sqlite://PATH, such as sqlite:///var/lib/llm4agents/llm4agents.db")
 	case !ok:
-		p.add("store.dsn", "must be sqlite://PATH")
+		return "", "must be sqlite://PATH, postgres://... or redis://..."
 	case scheme == "sqlite" && rest == "":
-		p.add("store.dsn", "sqlite:// needs a file path, such as sqlite:///var/lib/llm4agents/llm4agents.db")
+		return "", "sqlite:// needs a file path, such as sqlite:///var/lib/llm4agents/llm4agents.db"
 	case scheme == "sqlite":
-	case scheme == "postgres", scheme == "postgresql", scheme == "redis", scheme == "rediss":
-		p.add("store.dsn", "%s is not supported yet: use sqlite://PATH", scheme)
-	default:
-		p.add("store.dsn", "scheme %q is not supported: use sqlite://PATH", truncate(scheme))
+		return StoreSQLite, ""
+	case scheme == "postgres", scheme == "postgresql":
+		if _, err := url.Parse(dsn); err != nil || rest == "" {
+			return "", "is not a valid postgres:// URL"
+		}
+		return StorePostgres, ""
+	case scheme == "redis", scheme == "rediss":
+		if u, err := url.Parse(dsn); err != nil || u.Host == "" {
+			return "", "is not a valid redis:// URL: redis://HOST:PORT/DB"
+		}
+		return StoreRedis, ""
 	}
+	return "", fmt.Sprintf("scheme %q is not supported: use sqlite://, postgres:// or redis://", truncate(scheme))
+}
+
+// hasPassword reports whether a URL DSN carries a password.
+func hasPassword(dsn string) bool {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return false
+	}
+	_, set := u.User.Password()
+	return set || u.Query().Has("password")
 }
 
 // SQLitePath returns the file path of a sqlite:// DSN.
@@ -482,6 +549,30 @@ func (c *Config) validateLimits(p *problems) {
 	if l.MaxStreamDuration <= 0 {
 		p.add("limits.max_stream_duration", "%s must be positive", l.MaxStreamDuration)
 	}
+	if l.ClaimLease != 0 {
+		if minLease := c.minClaimLease(); l.ClaimLease < minLease {
+			p.add("limits.claim_lease", "%s is shorter than the longest upstream timeout + facilitator.settle_timeout + %s (%s): a slow request could lose its claim to a second presentation of its payment",
+				l.ClaimLease, MinClaimLeaseMargin, minLease)
+		}
+	}
+}
+
+// minClaimLease is the shortest claim lease that outlasts the slowest request.
+func (c *Config) minClaimLease() time.Duration {
+	longest := c.Limits.UpstreamTimeout
+	for _, u := range c.Upstreams {
+		longest = max(longest, u.Timeout)
+	}
+	return longest + c.Facilitator.SettleTimeout + MinClaimLeaseMargin
+}
+
+// ClaimLease returns Limits.ClaimLease, or its default when unset: the larger
+// of 5 minutes and the shortest lease that outlasts the slowest request.
+func (c *Config) ClaimLease() time.Duration {
+	if c.Limits.ClaimLease != 0 {
+		return c.Limits.ClaimLease
+	}
+	return max(5*time.Minute, c.minClaimLease())
 }
 
 var (

@@ -102,7 +102,7 @@ func TestParseBase(t *testing.T) {
 		},
 		Facilitator: Facilitator{
 			Mode: ModeInProcess, KeyFile: "/run/secrets/facilitator.key",
-			MaxFeePerGas: DefaultMaxFeePerGas, SettleTimeout: 30 * time.Second,
+			MaxFeePerGas: DefaultMaxFeePerGas, SettleTimeout: 30 * time.Second, ReconcileInterval: DefaultReconcileInterval,
 		},
 		Store:  Store{DSN: "sqlite:///tmp/llm4agents.db"},
 		Limits: Limits{MaxBodyBytes: 1 << 20, UpstreamTimeout: 120 * time.Second, MaxStreamDuration: 10 * time.Minute},
@@ -265,10 +265,19 @@ func TestParseErrors(t *testing.T) {
 		// Store.
 		{name: "dsn missing", edits: []string{dsn, "  dsn: \"\""}, path: "store.dsn", msg: "is required", line: "dsn:"},
 		{name: "store missing", edits: []string{"store:\n" + dsn + "\n", ""}, path: "store.dsn", msg: "is required"},
-		{name: "dsn postgres", edits: []string{dsn, "  dsn: postgres://app:s3cret@db/app"}, path: "store.dsn", msg: "postgres is not supported yet", never: "s3cret"},
+		{name: "dsn postgres with password", edits: []string{dsn, "  dsn: postgres://app:s3cret@db/app"}, path: "store.dsn", msg: "carries a password: put the DSN in an environment variable", never: "s3cret"},
+		{name: "dsn postgres password param", edits: []string{dsn, "  dsn: postgres://app@db/app?password=s3cret"}, path: "store.dsn", msg: "carries a password", never: "s3cret"},
+		{name: "dsn redis with password", edits: []string{dsn, "  dsn: redis://:s3cret@cache:6379/0"}, path: "store.dsn", msg: "carries a password", never: "s3cret"},
+		{name: "dsn redis without host", edits: []string{dsn, "  dsn: redis:///0"}, path: "store.dsn", msg: "redis://HOST:PORT/DB"},
+		{name: "dsn postgres bad url", edits: []string{dsn, "  dsn: postgres://a b@%zz/x"}, path: "store.dsn", msg: "not a valid postgres:// URL", never: "%zz"},
+		{name: "dsn and dsn_env", edits: []string{dsn, dsn + "\n  dsn_env: STORE_DSN"}, path: "store.dsn_env", msg: "not both"},
+		{name: "dsn_env bad name", edits: []string{dsn, "  dsn_env: postgres://x"}, path: "store.dsn_env", msg: "not an environment variable name"},
 		{name: "dsn without path", edits: []string{dsn, "  dsn: sqlite://"}, path: "store.dsn", msg: "needs a file path"},
 		{name: "dsn a bare path", edits: []string{dsn, "  dsn: /var/lib/x.db"}, path: "store.dsn", msg: "must be sqlite://PATH"},
 		{name: "dsn other scheme", edits: []string{dsn, "  dsn: mysql://db"}, path: "store.dsn", msg: `scheme "mysql" is not supported`},
+		{name: "claim lease too short", edits: []string{dsn, dsn + "\nlimits:\n  claim_lease: 1m"}, path: "limits.claim_lease", msg: "shorter than the longest upstream timeout"},
+		{name: "claim lease negative", edits: []string{dsn, dsn + "\nlimits:\n  claim_lease: -1m"}, path: "limits.claim_lease", msg: "shorter than"},
+		{name: "reconcile interval tiny", edits: []string{keyFile, keyFile + "  reconcile_interval: 10ms\n"}, path: "facilitator.reconcile_interval", msg: "less than 1s"},
 
 		// Limits and listen.
 		{name: "body limit negative", edits: []string{dsn, dsn + "\nlimits:\n  max_body_bytes: -1"}, path: "limits.max_body_bytes", msg: "must be positive", line: "max_body_bytes:"},
@@ -466,5 +475,53 @@ func TestDemo(t *testing.T) {
 	d1.Models[0].Price.Input = "7"
 	if d1 == d2 || d2.Models[0].Price.Input != "1000000" {
 		t.Error("Demo shares state between calls")
+	}
+}
+
+func TestClaimLease(t *testing.T) {
+	base := func() *Config {
+		c, err := Parse([]byte(edit(t, base,
+			"store:", "limits:\n  upstream_timeout: 20s\nstore:",
+			"  mode: in-process", "  mode: in-process\n  settle_timeout: 5s",
+			"    type: demo", "    type: demo\n    timeout: 40s")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		lease   time.Duration
+		want    time.Duration
+		wantErr bool
+	}{
+		// The slowest upstream (40s) + settle (5s) + margin (10s) = 55s.
+		{name: "default is five minutes", want: 5 * time.Minute},
+		{name: "set at the minimum", lease: 55 * time.Second, want: 55 * time.Second},
+		{name: "a millisecond under the minimum", lease: 55*time.Second - time.Millisecond, wantErr: true},
+		{name: "negative", lease: -time.Second, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			c.Limits.ClaimLease = tc.lease
+			err := c.Validate()
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "limits.claim_lease") {
+					t.Fatalf("Validate() = %v, want a limits.claim_lease error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Validate(): %v", err)
+			}
+			if got := c.ClaimLease(); got != tc.want {
+				t.Errorf("ClaimLease() = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	c := base()
+	c.Upstreams[len(c.Upstreams)-1].Timeout = 10 * time.Minute
+	if got, want := c.ClaimLease(), 10*time.Minute+15*time.Second; got != want {
+		t.Errorf("ClaimLease() with a 10m upstream = %s, want %s (the minimum outgrows the default)", got, want)
 	}
 }

@@ -89,3 +89,24 @@ func (n Network) RPC(getenv func(string) string) (string, error) {
 	}
 	return v, nil
 }
+
+// StoreDSN returns the store's backend (StoreSQLite, StorePostgres or
+// StoreRedis) and its DSN: Store.DSN, or the value of the variable DSNEnv
+// names, checked the same way. Errors never repeat the DSN (it may carry a
+// password).
+func (s Store) StoreDSN(getenv func(string) string) (backend, dsn string, err error) {
+	dsn = s.DSN
+	if s.DSNEnv != "" {
+		if dsn, err = ReadSecret("", s.DSNEnv, getenv); err != nil {
+			return "", "", fmt.Errorf("store.dsn_env: %w", err)
+		}
+	}
+	backend, msg := checkDSN(dsn)
+	if msg != "" {
+		if s.DSNEnv != "" {
+			return "", "", fmt.Errorf("store.dsn_env: the value of %s %s", s.DSNEnv, msg)
+		}
+		return "", "", fmt.Errorf("store.dsn: %s", msg)
+	}
+	return backend, dsn, nil
+}

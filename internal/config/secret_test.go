@@ -106,3 +106,47 @@ func TestSecretAccessors(t *testing.T) {
 		t.Error("RPC without a source succeeded")
 	}
 }
+
+func TestStoreDSN(t *testing.T) {
+	env := map[string]string{
+		"PG":    "postgres://app:" + secretValue + "@db.internal:5432/llm4agents?sslmode=require",
+		"REDIS": "rediss://:" + secretValue + "@cache:6380/2",
+		"BAD":   "mysql://app:" + secretValue + "@db/x",
+		"PATH0": "sqlite://",
+	}
+	getenv := func(k string) string { return env[k] }
+	for _, tc := range []struct {
+		name        string
+		store       Store
+		wantBackend string
+		wantDSN     string
+		wantErr     string
+	}{
+		{name: "sqlite in file", store: Store{DSN: "sqlite:///var/lib/l4a.db"}, wantBackend: StoreSQLite, wantDSN: "sqlite:///var/lib/l4a.db"},
+		{name: "postgres in file", store: Store{DSN: "postgres://app@db/x"}, wantBackend: StorePostgres, wantDSN: "postgres://app@db/x"},
+		{name: "postgresql scheme", store: Store{DSN: "postgresql://app@db/x"}, wantBackend: StorePostgres, wantDSN: "postgresql://app@db/x"},
+		{name: "redis in file", store: Store{DSN: "redis://127.0.0.1:6379/0"}, wantBackend: StoreRedis, wantDSN: "redis://127.0.0.1:6379/0"},
+		{name: "postgres from env", store: Store{DSNEnv: "PG"}, wantBackend: StorePostgres, wantDSN: env["PG"]},
+		{name: "rediss from env", store: Store{DSNEnv: "REDIS"}, wantBackend: StoreRedis, wantDSN: env["REDIS"]},
+		{name: "env unset", store: Store{DSNEnv: "NOPE"}, wantErr: "store.dsn_env: environment variable NOPE is not set"},
+		{name: "env other scheme", store: Store{DSNEnv: "BAD"}, wantErr: `store.dsn_env: the value of BAD scheme "mysql" is not supported`},
+		{name: "env sqlite without path", store: Store{DSNEnv: "PATH0"}, wantErr: "needs a file path"},
+		{name: "nothing", store: Store{}, wantErr: "store.dsn: must be"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			backend, dsn, err := tc.store.StoreDSN(getenv)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("StoreDSN() error = %v, want one containing %q", err, tc.wantErr)
+				}
+				if strings.Contains(err.Error(), secretValue) {
+					t.Fatalf("StoreDSN() error leaks the DSN's password: %v", err)
+				}
+				return
+			}
+			if err != nil || backend != tc.wantBackend || dsn != tc.wantDSN {
+				t.Fatalf("StoreDSN() = %q, %q, %v; want %q, %q, nil", backend, dsn, err, tc.wantBackend, tc.wantDSN)
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/storetest"
 )
 
 // benchWriters is how many goroutines write at once: the facilitator's
@@ -85,5 +86,14 @@ func BenchmarkConcurrentClaims(b *testing.B) {
 			}
 			return err
 		})
+	})
+}
+
+// BenchmarkStore runs the benchmarks every backend shares, for comparison
+// with PostgreSQL and Redis (docs/BENCHMARKS.md).
+func BenchmarkStore(b *testing.B) {
+	storetest.RunBenchmarks(b, func(b *testing.B) (store.Settlements, store.Payments) {
+		db := open(b, filepath.Join(b.TempDir(), "llm4agents.db"), nil)
+		return db, db
 	})
 }

@@ -155,6 +155,17 @@ func (db *DB) Close() error {
 	return nil
 }
 
+// Ping checks that the file can still be read, for readiness probes.
+func (db *DB) Ping(ctx context.Context) (err error) {
+	defer wrap(&err, "ping")
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+	if err := db.ro.PingContext(ctx); err != nil {
+		return mapErr(ctx, err)
+	}
+	return nil
+}
+
 // migrate applies every migration the file lacks, all in one transaction,
 // and refuses a file whose schema is newer than this binary's.
 func migrate(ctx context.Context, rw *sql.DB, log *slog.Logger) (err error) {

@@ -1,0 +1,355 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// Payment claims (store.Payments), in the payments table of migrations 0002
+// and 0003, fences from payment_fence_seq. Writes follow settlements.go: one
+// statement decides and writes; a second one, only when nothing changed,
+// reads why.
+//
+// Expiry is the sqlite backend's: a record whose ExpiresAt has come (now >=
+// ExpiresAt, by the server's clock or DB.Now) counts as absent in every
+// operation, and a claim replaces it whatever its state. That cannot let an
+// authorization be spent twice, because ExpiresAt lies past the
+// authorization's validBefore plus a margin (MISSION E1); see the sqlite
+// package for the argument. The row stays until PurgeExpiredPayments
+// deletes it or a claim replaces it.
+
+const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, owner,
+    fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms,
+    staged_status, staged_content_type, staged_body, staged_fingerprint`
+
+// expiredRow is true in an ON CONFLICT DO UPDATE when the existing row p has
+// expired at the time of the proposed row.
+const expiredRow = `p.expires_at_ms <= excluded.created_at_ms`
+
+// claimPayment creates the claim; takes over a held one whose lease has
+// ended, keeping the authorization's details; or replaces an expired one of
+// any state, keeping nothing. It inserts only if the expiry ($8) is after
+// the statement's time, and always returns one row: that time, then the
+// claim if the caller now holds it, else NULLs.
+const claimPayment = withNow + `, c AS (
+    INSERT INTO payments AS p (
+        payment_key, network, payer, amount, state, tx_hash, owner,
+        fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms)
+    SELECT $2, $3, $4, $5, 'held', '', $6,
+        nextval('payment_fence_seq'), n.ms + $7::bigint, $8::bigint, n.ms, n.ms
+    FROM n
+    WHERE $8::bigint > n.ms
+    ON CONFLICT (payment_key) DO UPDATE
+    SET owner = excluded.owner, fence = excluded.fence, state = 'held',
+        lease_until_ms = excluded.lease_until_ms, updated_at_ms = excluded.updated_at_ms,
+        network = CASE WHEN ` + expiredRow + ` THEN excluded.network ELSE p.network END,
+        payer = CASE WHEN ` + expiredRow + ` THEN excluded.payer ELSE p.payer END,
+        amount = CASE WHEN ` + expiredRow + ` THEN excluded.amount ELSE p.amount END,
+        tx_hash = CASE WHEN ` + expiredRow + ` THEN '' ELSE p.tx_hash END,
+        expires_at_ms = CASE WHEN ` + expiredRow + ` THEN excluded.expires_at_ms ELSE p.expires_at_ms END,
+        created_at_ms = CASE WHEN ` + expiredRow + ` THEN excluded.created_at_ms ELSE p.created_at_ms END,
+        staged_status = CASE WHEN ` + expiredRow + ` THEN NULL ELSE p.staged_status END,
+        staged_content_type = CASE WHEN ` + expiredRow + ` THEN NULL ELSE p.staged_content_type END,
+        staged_body = CASE WHEN ` + expiredRow + ` THEN NULL ELSE p.staged_body END,
+        staged_fingerprint = CASE WHEN ` + expiredRow + ` THEN NULL ELSE p.staged_fingerprint END
+    WHERE (` + expiredRow + ` OR (p.state = 'held' AND p.lease_until_ms <= excluded.created_at_ms))
+        AND p.fence < excluded.fence
+    RETURNING ` + paymentColumns + `)
+SELECT n.ms, c.* FROM n LEFT JOIN c ON true`
+
+// ClaimPayment implements store.Payments. Of any number of concurrent
+// callers, on any number of DB values, exactly one creates, takes over or
+// replaces the record (see claimPayment and ClaimSettlement).
+//
+// It reads Key, Network, Payer, Amount, Owner and ExpiresAt of c. Key must
+// not be empty, lease must be positive (rounded up to the millisecond), and
+// ExpiresAt (rounded up to the millisecond) must be after the store's time;
+// otherwise it fails with an error that is not a sentinel and changes
+// nothing. A record that has not expired is returned as it stands with
+// false, unless it is PaymentHeld with its lease over: then the caller takes
+// it over (new Owner, Fence, LeaseUntil; the authorization's details and
+// CreatedAt stay). PaymentPending and PaymentSettled are never taken over.
+func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time.Duration) (_ store.PaymentClaim, _ bool, err error) {
+	defer wrap(&err, "claim payment %q", c.Key)
+	switch {
+	case c.Key == "":
+		return store.PaymentClaim{}, false, errors.New("empty key")
+	case lease <= 0:
+		return store.PaymentClaim{}, false, fmt.Errorf("lease %v is not positive", lease)
+	case c.ExpiresAt.IsZero():
+		return store.PaymentClaim{}, false, errors.New("no expiry")
+	}
+	expiresMs := ceilMs(c.ExpiresAt)
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.PaymentClaim{}, false, err
+	}
+	defer cancel()
+
+	now := db.nowArg()
+	for range claimAttempts {
+		var storeNow int64
+		rec, found, err := scanPayment(db.pool.QueryRow(ctx, claimPayment,
+			now, c.Key, c.Network, c.Payer, c.Amount, c.Owner, leaseMs(lease), expiresMs), &storeNow)
+		switch {
+		case err != nil:
+			return store.PaymentClaim{}, false, db.mapErr(ctx, err)
+		case found:
+			if rec.CreatedAt.Before(rec.UpdatedAt) { // an old record with a new lease: taken over
+				db.log.InfoContext(ctx, "took over expired payment claim", "key", c.Key, "owner", c.Owner, "fence", rec.Fence)
+			}
+			return rec, true, nil
+		case expiresMs <= storeNow:
+			return store.PaymentClaim{}, false, fmt.Errorf("expiry %s is not after the store's time %s",
+				c.ExpiresAt.UTC().Format(time.RFC3339Nano), time.UnixMilli(storeNow).UTC().Format(time.RFC3339Nano))
+		}
+		// Someone else's: read it. If it vanished meanwhile (released or
+		// purged), claim again.
+		rec, found, err = scanPayment(db.pool.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE payment_key = $1`, c.Key))
+		if err != nil {
+			return store.PaymentClaim{}, false, db.mapErr(ctx, err)
+		}
+		if found {
+			return rec, false, nil
+		}
+	}
+	return store.PaymentClaim{}, false, fmt.Errorf("the record changed under %d claims in a row", claimAttempts)
+}
+
+// paymentWhy reads the record for key after a write under fence changed
+// nothing, by the time now: ErrNotFound if absent or expired, ErrFenced if
+// fence is not its fence, else its state and transaction hash for the
+// caller to judge.
+func (db *DB) paymentWhy(ctx context.Context, now *int64, key string, fence int64) (store.PaymentState, string, error) {
+	var curFence int64
+	var state, txHash string
+	var expired bool
+	err := db.pool.QueryRow(ctx, withNow+`SELECT fence, state, tx_hash, expires_at_ms <= n.ms
+FROM payments, n WHERE payment_key = $2`, now, key).Scan(&curFence, &state, &txHash, &expired)
+	switch {
+	case err != nil:
+		return "", "", db.mapErr(ctx, err)
+	case expired:
+		return "", "", fmt.Errorf("record expired: %w", store.ErrNotFound)
+	case curFence != fence:
+		return "", "", fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, curFence, store.ErrFenced)
+	}
+	return store.PaymentState(state), txHash, nil
+}
+
+// liveUnderFence is the condition of a write to a live, unresolved claim
+// under fence $3, by the time n.ms.
+const liveUnderFence = `payment_key = $2 AND fence = $3 AND state IN ('held', 'pending') AND expires_at_ms > n.ms`
+
+// ReleasePayment implements store.Payments: it deletes the record if it is
+// PaymentHeld or PaymentPending under fence, whether or not the lease is
+// over; ErrFenced if the fence is stale or the record is PaymentSettled;
+// ErrNotFound if absent or expired.
+func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err error) {
+	defer wrap(&err, "release payment %q", key)
+	return db.writePayment(ctx, key, fence, func(ctx context.Context, now *int64) (int64, error) {
+		tag, err := db.pool.Exec(ctx, withNow+`DELETE FROM payments USING n WHERE `+liveUnderFence, now, key, fence)
+		return tag.RowsAffected(), err
+	}, func(store.PaymentState, string) error {
+		return fmt.Errorf("record is settled: %w", store.ErrFenced)
+	})
+}
+
+// UpdatePayment implements store.Payments, as the sqlite backend does:
+// state must be PaymentPending or PaymentSettled (PaymentHeld and unknown
+// states fail with an error that is not a sentinel); txHash may be empty.
+// Allowed: held -> pending | settled, pending -> pending | settled.
+// PaymentSettled is terminal: writing the values it holds succeeds and
+// changes nothing, anything else is ErrFenced.
+func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state store.PaymentState, txHash string) (err error) {
+	defer wrap(&err, "update payment %q to %s", key, state)
+	switch state {
+	case store.PaymentPending, store.PaymentSettled:
+	case store.PaymentHeld:
+		return errors.New("a claim never goes back to held")
+	default:
+		return errors.New("unknown state")
+	}
+	return db.writePayment(ctx, key, fence, func(ctx context.Context, now *int64) (int64, error) {
+		tag, err := db.pool.Exec(ctx, withNow+`UPDATE payments SET state = $4, tx_hash = $5, updated_at_ms = n.ms
+FROM n WHERE `+liveUnderFence, now, key, fence, state, txHash)
+		return tag.RowsAffected(), err
+	}, func(_ store.PaymentState, curHash string) error {
+		if state == store.PaymentSettled && curHash == txHash {
+			return nil
+		}
+		return fmt.Errorf("record is already settled with transaction %q: %w", curHash, store.ErrFenced)
+	})
+}
+
+// StagePayment implements store.Payments (migration 0003's columns). The
+// staged response goes with its record (release, expiry).
+func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store.StagedResponse) (err error) {
+	defer wrap(&err, "stage payment %q", key)
+	switch {
+	case r.Status < 100 || r.Status > 599:
+		return fmt.Errorf("status %d is not an HTTP status", r.Status)
+	case len(r.Body) > store.MaxStagedBody:
+		return fmt.Errorf("body of %d bytes is over the %d bytes a staged response may have", len(r.Body), store.MaxStagedBody)
+	}
+	body := r.Body
+	if body == nil {
+		body = []byte{} // NULL means nothing staged
+	}
+	return db.writePayment(ctx, key, fence, func(ctx context.Context, now *int64) (int64, error) {
+		tag, err := db.pool.Exec(ctx, withNow+`UPDATE payments
+SET staged_status = $4, staged_content_type = $5, staged_body = $6, staged_fingerprint = $7, updated_at_ms = n.ms
+FROM n WHERE `+liveUnderFence, now, key, fence, r.Status, r.ContentType, body, r.Fingerprint)
+		return tag.RowsAffected(), err
+	}, func(store.PaymentState, string) error {
+		return fmt.Errorf("record is settled: %w", store.ErrFenced)
+	})
+}
+
+// writePayment runs write, one statement under liveUnderFence returning the
+// rows it changed, and when it changed none, finds out why: absent or
+// expired (ErrNotFound), stale fence (ErrFenced), or settled, which settled
+// judges (the only state that makes write change nothing under a good
+// fence).
+func (db *DB) writePayment(ctx context.Context, key string, fence int64,
+	write func(ctx context.Context, now *int64) (int64, error),
+	settled func(state store.PaymentState, txHash string) error,
+) error {
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+
+	now := db.nowArg()
+	for range claimAttempts {
+		n, err := write(ctx, now)
+		if err != nil {
+			return db.mapErr(ctx, err)
+		}
+		if n == 1 {
+			return nil
+		}
+		state, txHash, err := db.paymentWhy(ctx, now, key, fence)
+		if err != nil {
+			return err
+		}
+		if state == store.PaymentSettled {
+			return settled(state, txHash)
+		}
+		// Live, unresolved and under this fence, so the write should have
+		// applied; nothing moves a claim back, so this cannot happen, but
+		// trying again is safer than guessing.
+	}
+	return fmt.Errorf("the record changed under %d writes in a row", claimAttempts)
+}
+
+// Payment implements store.Payments: ErrNotFound if absent or expired.
+func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, err error) {
+	defer wrap(&err, "payment %q", key)
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.PaymentClaim{}, err
+	}
+	defer cancel()
+
+	c, found, err := scanPayment(db.pool.QueryRow(ctx, withNow+`SELECT `+paymentColumns+`
+FROM payments, n WHERE payment_key = $2 AND expires_at_ms > n.ms`, db.nowArg(), key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), err == nil && !found:
+		return store.PaymentClaim{}, store.ErrNotFound
+	case err != nil:
+		return store.PaymentClaim{}, db.mapErr(ctx, err)
+	}
+	return c, nil
+}
+
+// PurgeExpiredPayments deletes up to limit (> 0) expired payment records
+// (ExpiresAt <= now, by the server's clock or DB.Now), soonest expired
+// first, and returns how many it deleted. As in the sqlite backend it is not
+// part of store.Payments: expired records already count as absent, so
+// purging only reclaims space. It skips rows another transaction has locked
+// (a claim replacing one), so it never makes a claim wait, and may return
+// fewer than limit while more remain. Call it periodically, and again at
+// once while it returns limit.
+func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err error) {
+	defer wrap(&err, "purge expired payments")
+	if limit <= 0 {
+		return 0, fmt.Errorf("limit %d is not positive", limit)
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+
+	tag, err := db.pool.Exec(ctx, withNow+`, doomed AS (
+    SELECT payment_key FROM payments, n
+    WHERE expires_at_ms <= n.ms
+    ORDER BY expires_at_ms, payment_key COLLATE "C"
+    LIMIT $2
+    FOR UPDATE OF payments SKIP LOCKED)
+DELETE FROM payments USING n
+WHERE payment_key IN (SELECT payment_key FROM doomed) AND expires_at_ms <= n.ms`, db.nowArg(), limit)
+	if err != nil {
+		return 0, db.mapErr(ctx, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ceilMs returns t in unix milliseconds, rounded up.
+func ceilMs(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
+}
+
+// scanPayment reads one row of paymentColumns after the values of first.
+// Every column may be NULL (the claim statement's outer join): found is
+// false when the key is.
+func scanPayment(row pgx.Row, first ...any) (_ store.PaymentClaim, found bool, _ error) {
+	var key, network, payer, amount, state, txHash, owner *string
+	var fence, leaseUntil, expires, created, updated *int64
+	var stStatus *int32
+	var stType, stFP *string
+	var stBody []byte
+	dest := make([]any, 0, len(first)+16)
+	dest = append(dest, first...)
+	dest = append(dest, &key, &network, &payer, &amount, &state, &txHash, &owner,
+		&fence, &leaseUntil, &expires, &created, &updated, &stStatus, &stType, &stBody, &stFP)
+	if err := row.Scan(dest...); err != nil {
+		return store.PaymentClaim{}, false, err
+	}
+	if key == nil {
+		return store.PaymentClaim{}, false, nil
+	}
+	// The schema makes every column but the staged ones NOT NULL.
+	c := store.PaymentClaim{
+		Key: *key, Network: *network, Payer: *payer, Amount: *amount, State: store.PaymentState(*state),
+		TxHash: *txHash, Owner: *owner, Fence: *fence,
+		LeaseUntil: time.UnixMilli(*leaseUntil).UTC(),
+		ExpiresAt:  time.UnixMilli(*expires).UTC(),
+		CreatedAt:  time.UnixMilli(*created).UTC(),
+		UpdatedAt:  time.UnixMilli(*updated).UTC(),
+	}
+	if stStatus != nil {
+		if stBody == nil {
+			stBody = []byte{}
+		}
+		c.Staged = &store.StagedResponse{Status: int(*stStatus), Body: stBody}
+		if stType != nil {
+			c.Staged.ContentType = *stType
+		}
+		if stFP != nil {
+			c.Staged.Fingerprint = *stFP
+		}
+	}
+	return c, true, nil
+}

@@ -1,0 +1,315 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+const (
+	// openTimeout bounds Open, connecting and migrating included, when ctx
+	// has no earlier deadline.
+	openTimeout = 30 * time.Second
+	// defaultMaxConns is the pool size when the DSN sets no pool_max_conns:
+	// enough for the 32 concurrent callers the gateway is measured with to
+	// share commits (see doc.go), few enough that several replicas, each
+	// with a gateway and a facilitator store, stay well under the server's
+	// default max_connections of 100.
+	defaultMaxConns = 16
+	// claimAttempts bounds how often a claim that lost to a record which
+	// then vanished (released or purged between two statements) tries again.
+	claimAttempts = 8
+	// defaultConnectTimeout bounds one connection attempt when the DSN sets
+	// no connect_timeout. A pool keeps connecting in the background after
+	// the caller's context ends, holding a pool slot; pgx's own default is
+	// two minutes.
+	defaultConnectTimeout = 10 * time.Second
+)
+
+// DB is a PostgreSQL store. Its methods are safe for concurrent use, and any
+// number of DB values, in any number of processes, may share one database
+// (and schema): every decision is taken by the server inside one statement.
+type DB struct {
+	// Now, when set, is the clock leases are judged by and records are
+	// stamped with, to the millisecond, instead of the server's clock. Open
+	// leaves it nil: production uses the server's clock, so replicas with
+	// skewed clocks agree on every lease (issue 4). Tests set it before the
+	// first call and must not change the field afterwards (the time it
+	// returns may change). The same SQL runs either way: the time is a
+	// nullable parameter that falls back to the server's clock.
+	Now func() time.Time
+
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	secret string // the DSN's password, scrubbed from every error text
+	closed atomic.Bool
+}
+
+// Open connects to the PostgreSQL database dsn names and brings the schema
+// its search_path selects up to date. dsn is a postgres:// or postgresql://
+// URL or key=value settings, as libpq and pgx accept them; unknown keys are
+// sent to the server as run-time parameters (search_path=... selects the
+// schema), and pool_max_conns sizes the pool (default 16). A nil log discards
+// log output.
+//
+// Open fails, within ctx's deadline (30 s when ctx has none), if the server
+// cannot be reached, refuses the login or runs a schema newer than this
+// binary's. Neither its errors nor its log lines carry the DSN's password.
+func Open(ctx context.Context, dsn string, log *slog.Logger) (_ *DB, err error) {
+	defer wrap(&err, "open")
+	cfg, secret, err := parseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "store/postgres")
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, errors.New(scrub(err.Error(), secret))
+	}
+	db := &DB{pool: pool, log: log, secret: secret}
+	defer func() {
+		if err != nil {
+			_ = db.Close()
+		}
+	}()
+	if err := db.migrate(ctx); err != nil {
+		return nil, err
+	}
+	if err := db.checkDurability(ctx); err != nil {
+		return nil, err
+	}
+	return db, nil
+}
+
+// parseConfig parses dsn into a pool configuration and returns the password
+// it holds (empty if none). Its errors never carry the DSN's text: pgx
+// redacts passwords on a best-effort basis only, and a malformed DSN is
+// exactly where that can fail.
+func parseConfig(dsn string) (*pgxpool.Config, string, error) {
+	if strings.TrimSpace(dsn) == "" {
+		return nil, "", errors.New("empty DSN")
+	}
+	if scheme, _, ok := strings.Cut(dsn, "://"); ok && !strings.ContainsAny(scheme, " =") {
+		switch {
+		case scheme == "postgres", scheme == "postgresql":
+		case uriScheme.MatchString(scheme) && len(scheme) <= 20:
+			return nil, "", fmt.Errorf("DSN scheme %q: want postgres:// or postgresql://", scheme)
+		default: // not a scheme: quoting it could quote a password
+			return nil, "", errors.New("invalid DSN: want a postgres:// or postgresql:// URL or key=value settings")
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("invalid DSN: %s", scrubAll(parseErrorReason(err), dsn))
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = defaultMaxConns
+	}
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	rp := cfg.ConnConfig.RuntimeParams
+	if rp["application_name"] == "" {
+		rp["application_name"] = "llm4agents"
+	}
+	// Every statement is written for READ COMMITTED (a conflicting claim
+	// waits for the row and re-reads it); a server or role defaulting to
+	// SERIALIZABLE would make them fail with serialization errors instead.
+	rp["default_transaction_isolation"] = "read committed"
+	return cfg, cfg.ConnConfig.Password, nil
+}
+
+// parseErrorReason returns what pgx says is wrong with a DSN, without the
+// DSN itself. The underlying error is kept only when it quotes nothing: a
+// *url.Error quotes the whole URL, password included, and others quote
+// parts of the DSN (missing "=" after a key), which a malformed DSN can
+// make part of its password; the fixed ones ("sslmode is invalid") help.
+func parseErrorReason(err error) string {
+	const unknown = "not a postgres:// URL or key=value settings"
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return unknown
+	}
+	bare := *pe
+	bare.ConnString = "" // Error() then reads "cannot parse ``: <reason>[ (<underlying error>)]"
+	reason, ok := strings.CutPrefix(bare.Error(), "cannot parse ``: ")
+	if !ok {
+		return unknown
+	}
+	if inner := pe.Unwrap(); inner != nil {
+		if reason, ok = strings.CutSuffix(reason, " ("+inner.Error()+")"); !ok {
+			return unknown
+		}
+		var ue *url.Error
+		if !errors.As(inner, &ue) && !strings.Contains(inner.Error(), `"`) {
+			reason += " (" + inner.Error() + ")"
+		}
+	}
+	return reason
+}
+
+// uriScheme is what a URL scheme may be (RFC 3986).
+var uriScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// Password-looking parts of a DSN, for scrubAll: a URL's userinfo password,
+// password= and sslpassword= settings, quoted or not.
+var (
+	kvPassword  = regexp.MustCompile(`(?i)(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+	urlPassword = regexp.MustCompile(`://[^:/@]*:([^@]*)@`)
+)
+
+// scrubAll removes from text everything in dsn that may be a password, for
+// errors about a DSN that may not parse.
+func scrubAll(text, dsn string) string {
+	var secrets []string
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			secrets = append(secrets, pw, url.QueryEscape(pw), url.PathEscape(pw))
+		}
+	}
+	for _, m := range urlPassword.FindAllStringSubmatch(dsn, -1) {
+		secrets = append(secrets, m[1])
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+		secrets = append(secrets, m[1], strings.Trim(m[1], "'"))
+		if v, err := url.QueryUnescape(m[1]); err == nil {
+			secrets = append(secrets, v)
+		}
+	}
+	for _, s := range secrets {
+		text = scrub(text, s)
+	}
+	return text
+}
+
+// scrub replaces every occurrence of secret in text. Secrets shorter than
+// three bytes are left alone: replacing every "a" of a message would garble
+// it, and no driver error quotes a password anyway; scrubbing is the second
+// line of defence.
+func scrub(text, secret string) string {
+	if len(secret) < 3 {
+		return text
+	}
+	return strings.ReplaceAll(text, secret, "xxxxx")
+}
+
+// Close closes every connection, waiting for the statements in flight.
+// Calls after Close fail with an error; a second Close does nothing.
+func (db *DB) Close() error {
+	db.closed.Store(true)
+	db.pool.Close()
+	return nil
+}
+
+// Ping checks that the server answers, for a readiness probe. It fails with
+// the ctx error (store.DefaultTimeout when ctx has no earlier deadline).
+func (db *DB) Ping(ctx context.Context) (err error) {
+	defer wrap(&err, "ping")
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return db.mapErr(ctx, db.pool.Ping(ctx))
+}
+
+// errClosed is what every method returns after Close.
+var errClosed = errors.New("database is closed")
+
+// opCtx bounds one operation by store.DefaultTimeout, or by ctx's earlier
+// deadline, and refuses to start after Close.
+func (db *DB) opCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if db.closed.Load() {
+		return nil, nil, errClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	return ctx, cancel, nil
+}
+
+// nowExpr is the time of a statement in unix milliseconds: parameter $1 when
+// not NULL (DB.Now), else the server's clock. Statements evaluate it once,
+// in a MATERIALIZED CTE, so every decision of one statement sees one time.
+const nowExpr = `COALESCE($1::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)`
+
+// withNow starts a statement with the CTE n holding nowExpr as n.ms.
+const withNow = `WITH n AS MATERIALIZED (SELECT ` + nowExpr + ` AS ms) `
+
+// nowArg is the value for $1 of a statement using nowExpr: nil (the server's
+// clock) unless DB.Now is set. Each operation takes it once, so the
+// statements of one operation share one time under a test clock.
+func (db *DB) nowArg() *int64 {
+	if db.Now == nil {
+		return nil
+	}
+	ms := db.Now().UnixMilli()
+	return &ms
+}
+
+// leaseMs returns lease in milliseconds, rounded up so a lease is never
+// shorter than asked.
+func leaseMs(lease time.Duration) int64 {
+	return int64((lease + time.Millisecond - 1) / time.Millisecond)
+}
+
+// mapErr turns what pgx returns into errors callers may inspect:
+// pgx.ErrNoRows becomes store.ErrNotFound, an error while ctx is done
+// becomes ctx's error, and everything else keeps only its text, with the
+// password scrubbed, so that no pgx or pgconn type leaves this package.
+func (db *DB) mapErr(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.ErrNotFound
+	case ctx.Err() != nil:
+		// pgx interrupts a statement once ctx is done.
+		return fmt.Errorf("%w (%s)", ctx.Err(), scrub(err.Error(), db.secret))
+	case db.closed.Load():
+		return fmt.Errorf("%w (%s)", errClosed, scrub(err.Error(), db.secret))
+	default:
+		return errors.New(scrub(err.Error(), db.secret))
+	}
+}
+
+// wrap prefixes a non-nil *errp with the package and the operation.
+func wrap(errp *error, format string, args ...any) {
+	if *errp != nil {
+		*errp = fmt.Errorf("postgres: %s: %w", fmt.Sprintf(format, args...), *errp)
+	}
+}
+
+// collect reads every row of rows with scan.
+func collect[T any](rows pgx.Rows, scan func(pgx.Row) (T, error)) ([]T, error) {
+	defer rows.Close() // rows.Err reports what iterating hit
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+var (
+	_ store.Settlements = (*DB)(nil)
+	_ store.Payments    = (*DB)(nil)
+)

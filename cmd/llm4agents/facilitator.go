@@ -22,7 +22,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
-	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
@@ -61,7 +60,7 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 	fs.StringVar(&f.network, "network", "", "CAIP-2 network to serve, eip155:<chain id> (required; must match the node)")
 	fs.Var(&f.assets, "asset", "EIP-3009 token to settle, 0xTOKEN or 0xTOKEN:NAME:VERSION (repeatable; required)")
 	fs.StringVar(&f.keyFile, "key-file", "", "file holding the signer's hex private key (or set "+facilitatorKeyEnv+")")
-	fs.StringVar(&f.storePath, "store", "llm4agents-facilitator.db", "SQLite file for settlement records")
+	fs.StringVar(&f.storePath, "store", "llm4agents-facilitator.db", "settlement records: a SQLite file path, or a DSN (sqlite://, postgres:// or redis://; one with a password goes in $"+facilitatorStoreEnv+")")
 	fs.StringVar(&f.maxFeeWei, "max-fee-per-gas", "200000000000", "cap on the fee per gas of any settlement transaction, in wei")
 	fs.DurationVar(&f.settleTimeout, "settle-timeout", facilitator.DefaultSettleTimeout, "how long /settle waits for a receipt before answering settlement_pending")
 	fs.DurationVar(&f.reconcileEvery, "reconcile-every", 30*time.Second, "how often unresolved settlements are resolved from the chain")
@@ -211,7 +210,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	db, err := sqlite.Open(ctx, f.storePath, log)
+	db, err := openStore(ctx, f.store(e.getenv), e.getenv, log)
 	if err != nil {
 		return err
 	}
@@ -285,4 +284,20 @@ func warnLowBalance(ctx context.Context, s *chain.Sender, log *slog.Logger) {
 	if bal.Cmp(lowBalance) < 0 {
 		log.Warn("signer balance is low; settlements may fail for lack of gas", "signer", s.Address().Hex(), "wei", bal.String())
 	}
+}
+
+// facilitatorStoreEnv holds the facilitator's store DSN when it carries a
+// password; it overrides --store.
+const facilitatorStoreEnv = "LLM4AGENTS_FACILITATOR_STORE_DSN"
+
+// store is the store the environment or --store names: a plain path is a
+// SQLite file, as before DSNs were accepted.
+func (f *facilitatorFlags) store(getenv func(string) string) config.Store {
+	if getenv(facilitatorStoreEnv) != "" {
+		return config.Store{DSNEnv: facilitatorStoreEnv}
+	}
+	if strings.Contains(f.storePath, "://") {
+		return config.Store{DSN: f.storePath}
+	}
+	return config.Store{DSN: "sqlite://" + f.storePath}
 }

@@ -14,7 +14,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/ethclient"
@@ -26,7 +25,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
-	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
 )
@@ -60,11 +58,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			g.close()
 		}
 	}()
-	path, ok := cfg.Store.SQLitePath()
-	if !ok {
-		return nil, fmt.Errorf("store.dsn: only sqlite:// is supported for now")
-	}
-	db, err := sqlite.Open(ctx, path, log)
+	db, err := openStore(ctx, cfg.Store, getenv, log)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +92,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		if err != nil {
 			return nil, err
 		}
-		rec := f.StartReconciler(30 * time.Second)
+		rec := f.StartReconciler(cfg.Facilitator.ReconcileInterval)
 		g.closers = append(g.closers, rec.Close)
 		fac = f
 		g.sender = sender
@@ -143,12 +137,15 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		PayTo: cfg.Network.PayTo, MaxTimeoutSeconds: int64(cfg.Network.MaxTimeoutSeconds),
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, UpstreamTimeout: cfg.Limits.UpstreamTimeout,
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
-		Owner: fmt.Sprintf("%s/%d", hostname, os.Getpid()), Models: models,
+		ClaimLease: cfg.ClaimLease(), Owner: fmt.Sprintf("%s/%d", hostname, os.Getpid()), Models: models,
 	}, fac, db, log)
 	if err != nil {
 		return nil, err
 	}
 	g.server = srv
+	// Not ready while the store is unreachable: a replica that cannot claim
+	// payments would only answer 503s (fail closed), so traffic goes elsewhere.
+	srv.SetReadiness(db.Ping)
 	if g.sender != nil {
 		if err := signerBalanceGauge(srv.Metrics().Registry(), g.sender); err != nil {
 			return nil, err
@@ -314,35 +311,4 @@ func readCapped(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
 	}
 	return b, nil
-}
-
-// purgeExpired deletes expired payment claims (and their staged answers) every
-// interval until the returned stop is called, which waits for it. Expired rows
-// already count as absent; this only keeps the file from growing.
-func purgeExpired(db *sqlite.DB, every time.Duration, log *slog.Logger) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				n, err := db.PurgeExpiredPayments(ctx, 500)
-				cancel()
-				if err != nil {
-					log.Warn("purge expired payments", "err", err)
-				}
-				if err != nil || n < 500 {
-					break
-				}
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }

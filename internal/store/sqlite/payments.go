@@ -66,7 +66,7 @@ func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time
 		return store.PaymentClaim{}, false, errors.New("no expiry")
 	}
 	// Round both up, so neither is ever shorter than asked.
-	leaseMs := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	leaseMs := ceilMillis(lease)
 	expiresMs := ceilMs(c.ExpiresAt)
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()

@@ -253,7 +253,7 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 		return store.Settlement{}, false, fmt.Errorf("lease %v is not positive", lease)
 	}
 	// Round the lease up, so it is never shorter than asked.
-	leaseMs := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	leaseMs := ceilMillis(lease)
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 
@@ -516,6 +516,17 @@ func mapErr(ctx context.Context, err error) error {
 	default:
 		return errors.New(se.Error())
 	}
+}
+
+// ceilMillis rounds d up to whole milliseconds without overflowing near the
+// largest Duration (adding a millisecond first would wrap to a lease in the
+// past, which anyone could take over at once).
+func ceilMillis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // wrap prefixes a non-nil *errp with the package and the operation.

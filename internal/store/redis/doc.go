@@ -1,0 +1,84 @@
+// Package redis is the Redis store backend (github.com/redis/go-redis/v9):
+// store.Settlements and store.Payments with the semantics of the sqlite
+// backend, pinned down by the same conformance suite (storetest).
+//
+// # Atomicity
+//
+// Every operation, reads included, is one Lua script (EVALSHA, falling back
+// to EVAL when the server lost its script cache). Redis runs a script to its
+// end before any other command, so a claim, a takeover after the lease, a
+// fenced write, a release and the success mark are each atomic against every
+// other client: of any number of concurrent callers on any number of DB
+// values, exactly one wins a claim, and exactly one call ever gets true from
+// MarkSuccessReported. Fences come from an INCR counter per record type and
+// are never reused, not across release, takeover or expiry. The reconciler's
+// list (UnresolvedSettlements, oldest first) is a sorted set that the same
+// scripts keep in step with the records.
+//
+// Scripts check everything they depend on before their first write, because
+// Redis does not roll back a failed script: a key that holds something the
+// store did not write (another program's string at a record's name, a
+// counter that is not a number, a hash with missing fields) makes the
+// operation fail with an error, never a wrong claim.
+//
+// # Clock
+//
+// Leases and expiries are judged by the Redis server's clock: each script
+// reads TIME itself, so replicas whose clocks disagree still agree on who
+// holds a claim (issue 4). Setting DB.Now replaces it (tests do); the script
+// then receives that time as an argument. Times are kept to the millisecond.
+//
+// # Keys
+//
+// Every key starts with the hash tag "{" + key prefix + "}" (the prefix comes
+// from the URL option key_prefix, default "l4a:"): "{l4a:}settlement:<key>",
+// "{l4a:}settlement-fence", "{l4a:}settlement-unresolved",
+// "{l4a:}payment:<key>", "{l4a:}payment-fence". All keys of one store thus
+// hash to one cluster slot and every script is single-slot (the unresolved
+// listing reads records named in its set, which a cluster allows only because
+// they share the slot). Open itself connects to one server (a standalone
+// Redis, or a primary behind a proxy); the layout is ready for a cluster
+// client. Several stores may share one Redis database under different
+// prefixes. Payment claims carry a TTL that ends five minutes
+// after their ExpiresAt, so Redis forgets them by itself and
+// PurgeExpiredPayments has nothing to do. Settlement records and the two
+// counters have no TTL: the success mark must outlive every retry (DECISIONS
+// D5), and a counter that restarted could hand out a fence again (the scripts
+// still keep each key's fences growing if a counter is deleted by hand).
+// Never evict these keys: run the server with maxmemory-policy noeviction.
+//
+// # Errors
+//
+// No go-redis type leaves the package: errors are the store sentinels, the
+// caller's context error (wrapped, with the driver's text), or text naming
+// the operation. The URL's password never appears in an error or a log line.
+// Each call runs within its context's deadline or store.DefaultTimeout,
+// whichever comes first. A script is never retried after its reply was lost
+// (max_retries is refused in the URL): it may have run, and resending could
+// make a caller believe it lost a claim it holds, or that a release it made
+// found nothing. The caller gets an error and fails closed.
+//
+// # Durability: what this backend does not guarantee
+//
+// Redis acknowledges a write before it is on disk or on a replica. An
+// acknowledged claim can be lost on a crash (unless appendonly yes with
+// appendfsync always) and on a failover to a replica that had not received it
+// yet (replication is asynchronous; WAIT does not make a failover safe
+// either). A lost payment claim can let a second presentation of the same
+// authorization through to the upstream: that costs an upstream call, never a
+// second payment, because the chain is the backstop: an EIP-3009
+// authorization can be used once, the facilitator reads authorizationState
+// before it broadcasts, and its own settlement claim is a separate record. A
+// lost settlement record is resolved from the chain the same way, so it cannot
+// become a second settlement either. What the chain cannot restore is a lost
+// success mark: a second settle call could then be answered success:true for
+// the one transfer that happened (DECISIONS D5 asks for exactly one).
+//
+// For the settlement store, run Redis with appendonly yes and appendfsync
+// always, and maxmemory-policy noeviction; Open logs a warning when it can
+// read the server's settings and they differ. Where an acknowledged write
+// must survive any single failure, use PostgreSQL: it is the durable choice.
+//
+// Tested with Redis 7.0. Scripts that read TIME and then write need
+// replication of script effects, the default since Redis 5.
+package redis

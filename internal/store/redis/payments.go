@@ -1,0 +1,245 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// Payment claims (store.Payments). Each claim is a hash at keys.payment(key)
+// with the fields paymentFields, the staged_ ones only while a response is
+// staged; fences come from the counter at keys.paymentFence().
+//
+// Expiry. A record whose ExpiresAt has come (now >= ExpiresAt by the store's
+// clock) counts as absent everywhere, exactly as in the sqlite backend (see
+// its payments.go for why that cannot let an authorization be spent twice):
+// Payment, UpdatePayment, ReleasePayment and StagePayment answer ErrNotFound,
+// and ClaimPayment replaces it under a new fence. Redis also forgets the key
+// by itself: each claim's key gets a TTL ending expiryMargin after its
+// ExpiresAt, so nothing needs purging.
+
+// maxExpiryMs bounds ExpiresAt: the scripts do arithmetic on times as Lua
+// numbers (doubles), exact up to 2^53.
+const maxExpiryMs = 1<<53 - int64(expiryMargin/time.Millisecond)
+
+// ClaimPayment implements store.Payments. Of any number of concurrent callers,
+// on any number of DB values, exactly one creates, takes over or replaces the
+// record.
+//
+// It reads Key, Network, Payer, Amount, Owner and ExpiresAt of c and ignores
+// the rest. Key must not be empty, lease must be positive (it is rounded up to
+// the millisecond), and ExpiresAt (rounded up to the millisecond) must be after
+// the store's time and before the year 287,000; otherwise it fails with an
+// error that is not a sentinel and changes nothing. The rules for takeover and
+// replacement are those of the sqlite backend: only PaymentHeld is taken over,
+// once now >= LeaseUntil, keeping the first claim's details; an expired record
+// of any state is replaced as if absent.
+func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time.Duration) (_ store.PaymentClaim, _ bool, err error) {
+	defer wrap(&err, "claim payment %q", c.Key)
+	switch {
+	case c.Key == "":
+		return store.PaymentClaim{}, false, errors.New("empty key")
+	case lease <= 0:
+		return store.PaymentClaim{}, false, fmt.Errorf("lease %v is not positive", lease)
+	case c.ExpiresAt.IsZero():
+		return store.PaymentClaim{}, false, errors.New("no expiry")
+	}
+	expiresMs := ceilMs(c.ExpiresAt)
+	if expiresMs > maxExpiryMs {
+		return store.PaymentClaim{}, false, fmt.Errorf("expiry %s is too far in the future", c.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
+	lms := leaseMs(lease)
+	status, rest, err := db.run(ctx, claimPaymentScript,
+		[]string{db.keys.payment(c.Key), db.keys.paymentFence()},
+		db.nowArg(), strconv.FormatInt(lms, 10), strconv.FormatInt(expiresMs, 10), strconv.FormatInt(expiryMargin.Milliseconds(), 10),
+		c.Network, c.Payer, c.Amount, c.Owner)
+	if err != nil {
+		return store.PaymentClaim{}, false, err
+	}
+	// The script does not read the record back: a new record is c as
+	// given, a takeover is the record as it was with the script's writes.
+	var rec store.PaymentClaim
+	switch {
+	case (status == "won" && len(rest) == 2) || (status == "replaced" && len(rest) == 4):
+		fence, now, err := fenceAndTime(rest[0], rest[1])
+		if err != nil {
+			return store.PaymentClaim{}, false, err
+		}
+		rec = store.PaymentClaim{Key: c.Key, Network: c.Network, Payer: c.Payer, Amount: c.Amount, State: store.PaymentHeld,
+			Owner: c.Owner, Fence: fence, LeaseUntil: msTime(now + lms), ExpiresAt: msTime(expiresMs), CreatedAt: msTime(now), UpdatedAt: msTime(now)}
+		if status == "replaced" {
+			db.log.InfoContext(ctx, "replaced expired payment claim", "key", c.Key,
+				"previous_owner", rest[2], "previous_state", rest[3], "owner", c.Owner, "fence", fence)
+		}
+	case status == "took_over" && len(rest) == 3:
+		if rec, err = decodePayment(c.Key, rest[0]); err != nil {
+			return store.PaymentClaim{}, false, err
+		}
+		fence, now, err := fenceAndTime(rest[1], rest[2])
+		if err != nil {
+			return store.PaymentClaim{}, false, err
+		}
+		prevOwner := rec.Owner
+		rec.Owner, rec.Fence, rec.LeaseUntil, rec.UpdatedAt = c.Owner, fence, msTime(now+lms), msTime(now)
+		db.log.InfoContext(ctx, "took over payment claim", "key", c.Key,
+			"previous_owner", prevOwner, "previous_state", rec.State, "owner", c.Owner, "fence", fence)
+	case status == "held" && len(rest) == 1:
+		if rec, err = decodePayment(c.Key, rest[0]); err != nil {
+			return store.PaymentClaim{}, false, err
+		}
+	case status == "bad" && len(rest) == 1:
+		now := "?"
+		if s, ok := rest[0].(string); ok {
+			if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+				now = msTime(ms).Format(time.RFC3339Nano)
+			}
+		}
+		return store.PaymentClaim{}, false, fmt.Errorf("expiry %s is not after the store's time %s",
+			c.ExpiresAt.UTC().Format(time.RFC3339Nano), now)
+	default:
+		return store.PaymentClaim{}, false, fmt.Errorf("unexpected script reply %q of %d elements", status, len(rest))
+	}
+	return rec, status != "held", nil
+}
+
+// ReleasePayment implements store.Payments. It deletes the record if it is
+// PaymentHeld or PaymentPending under fence, whether or not the lease is over;
+// ErrFenced if the fence is stale or the record is PaymentSettled; ErrNotFound
+// if absent or expired. A key claimed again after a release gets a fence never
+// used before, so the released fence stays stale.
+func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err error) {
+	defer wrap(&err, "release payment %q", key)
+	status, rest, err := db.run(ctx, releasePaymentScript, []string{db.keys.payment(key)},
+		db.nowArg(), strconv.FormatInt(fence, 10))
+	if err != nil {
+		return err
+	}
+	return outcome(status, rest)
+}
+
+// UpdatePayment implements store.Payments, with the rules of the sqlite
+// backend: state must be PaymentPending or PaymentSettled (anything else is an
+// error that is not a sentinel); txHash may be empty; held -> pending |
+// settled and pending -> pending | settled are allowed; PaymentSettled is
+// terminal (the same values again: nil and no change; else ErrFenced); a
+// stale fence is ErrFenced, an absent or expired record ErrNotFound.
+func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state store.PaymentState, txHash string) (err error) {
+	defer wrap(&err, "update payment %q to %s", key, state)
+	switch state {
+	case store.PaymentPending, store.PaymentSettled:
+	case store.PaymentHeld:
+		return errors.New("a claim never goes back to held")
+	default:
+		return errors.New("unknown state")
+	}
+	status, rest, err := db.run(ctx, updatePaymentScript, []string{db.keys.payment(key)},
+		db.nowArg(), strconv.FormatInt(fence, 10), string(state), txHash)
+	if err != nil {
+		return err
+	}
+	return outcome(status, rest)
+}
+
+// StagePayment implements store.Payments. The body is stored as the bytes
+// given (Redis strings are binary-safe); the staged response goes with its
+// record (release, expiry).
+func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store.StagedResponse) (err error) {
+	defer wrap(&err, "stage payment %q", key)
+	switch {
+	case r.Status < 100 || r.Status > 599:
+		return fmt.Errorf("status %d is not an HTTP status", r.Status)
+	case len(r.Body) > store.MaxStagedBody:
+		return fmt.Errorf("body of %d bytes is over the %d bytes a staged response may have", len(r.Body), store.MaxStagedBody)
+	}
+	body := r.Body
+	if body == nil {
+		body = []byte{}
+	}
+	status, rest, err := db.run(ctx, stagePaymentScript, []string{db.keys.payment(key)},
+		db.nowArg(), strconv.FormatInt(fence, 10), strconv.Itoa(r.Status), r.ContentType, body, r.Fingerprint)
+	if err != nil {
+		return err
+	}
+	return outcome(status, rest)
+}
+
+// Payment implements store.Payments: ErrNotFound if absent or expired.
+func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, err error) {
+	defer wrap(&err, "payment %q", key)
+	status, rest, err := db.run(ctx, paymentScript, []string{db.keys.payment(key)}, db.nowArg())
+	if err != nil {
+		return store.PaymentClaim{}, err
+	}
+	if status != "ok" {
+		return store.PaymentClaim{}, outcome(status, rest)
+	}
+	if len(rest) != 1 {
+		return store.PaymentClaim{}, fmt.Errorf("unexpected reply of %d elements", len(rest))
+	}
+	return decodePayment(key, rest[0])
+}
+
+// PurgeExpiredPayments exists so this store offers what the sqlite one does;
+// it deletes nothing and returns 0. Redis removes each payment claim's key by
+// itself, expiryMargin after its ExpiresAt (the key's TTL), and an expired
+// record counts as absent before that. limit must still be positive.
+func (db *DB) PurgeExpiredPayments(_ context.Context, limit int) (_ int, err error) {
+	defer wrap(&err, "purge expired payments")
+	if limit <= 0 {
+		return 0, fmt.Errorf("limit %d is not positive", limit)
+	}
+	if db.closed.Load() {
+		return 0, errors.New("store is closed")
+	}
+	return 0, nil
+}
+
+// decodePayment reads a payment record, the HMGET of paymentFields (all of
+// them), from a script reply.
+func decodePayment(key string, v any) (store.PaymentClaim, error) {
+	r, err := newFields(v, paymentFields)
+	if err != nil {
+		return store.PaymentClaim{}, fmt.Errorf("record %q: %w", key, err)
+	}
+	c := store.PaymentClaim{
+		Key:        key,
+		Network:    r.str(0),
+		Payer:      r.str(1),
+		Amount:     r.str(2),
+		State:      store.PaymentState(r.str(3)),
+		TxHash:     r.str(4),
+		Owner:      r.str(5),
+		Fence:      r.int(6),
+		LeaseUntil: msTime(r.int(7)),
+		ExpiresAt:  msTime(r.int(8)),
+		CreatedAt:  msTime(r.int(9)),
+		UpdatedAt:  msTime(r.int(10)),
+	}
+	if r.has(11) {
+		c.Staged = &store.StagedResponse{
+			Status:      int(r.int(11)),
+			ContentType: r.str(12),
+			Fingerprint: r.str(13),
+			Body:        []byte(r.str(14)),
+		}
+	}
+	if r.err != nil {
+		return store.PaymentClaim{}, fmt.Errorf("record %q: %w", key, r.err)
+	}
+	return c, nil
+}
+
+// ceilMs returns t in unix milliseconds, rounded up.
+func ceilMs(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
+}
+
+var _ store.Payments = (*DB)(nil)

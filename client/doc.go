@@ -1,6 +1,7 @@
 // Package client is the buyer side of x402 v2: an http.RoundTripper that answers
 // a 402 by paying one of the offered requirements, within a spend policy, and
-// retrying the request once.
+// sending each logical call's payment once however often the call is retried;
+// and the verification of the gateway's signed receipts.
 //
 // It mirrors the official @x402/fetch 2.27 client (x402-v2.md §2.3, §9.1): the
 // PAYMENT-REQUIRED header is authoritative, the chosen requirement and the
@@ -17,9 +18,26 @@
 // Neither is ever paid (MISSION B2). When nothing is payable, RoundTrip fails with
 // a *NoPayableOptionError that lists every option and why it was refused.
 //
-// Payment headers are secrets (MISSION W5): they are never logged and never part
-// of an error, and a payment or sign-in header is never carried to an origin other
-// than the one it was made for when an http.Client follows a redirect.
+// Retries never pay twice (DECISIONS D26, MISSION B3). Each paying call has an
+// entry in a Journal, keyed by its Idempotency-Key header or its request
+// Fingerprint (D14), created before anything is signed. The authorization
+// signed for the call is recorded there before it is sent, and sent again,
+// unchanged, by the Transport's own retries (RetryPolicy: transport errors,
+// settlement_pending, 409 with Retry-After), by an SDK that retries the call
+// after a lost connection, and, with a FileJournal, by a new process after a
+// crash. When the 402 declares the payment-identifier extension (x402-v2.md
+// §7.1) the payment carries the call's id, kept across every authorization
+// signed for it. A 2xx completes the call.
+//
+// Payment headers, payment-identifier ids, sign-in headers and keys are
+// secrets (MISSION W5): they are never logged and never part of an error, and
+// a payment or sign-in header is never carried to an origin other than the one
+// it was made for when an http.Client follows a redirect.
+//
+// Receipts (D18) are EIP-712 typed data: this package holds their one
+// definition (ReceiptTypes, ReceiptDigest, the X-Llm4agents-Receipt codec),
+// which the gateway signs with, and verifies them against the signer an origin
+// publishes at /.well-known/llm4agents.json (ReceiptVerifier).
 //
 // The package imports no database driver and nothing under internal/, so a buyer
 // who imports it inherits only x402, x402/evm/exact and go-ethereum.

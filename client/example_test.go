@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/ethereum/go-ethereum/crypto"
 
@@ -49,4 +50,44 @@ func ExampleTransport() {
 		fmt.Println("settled in", sr.Transaction)
 	}
 	fmt.Println("spent", tr.Spent(), "left", tr.Remaining())
+}
+
+// A Transport whose payments survive a crash: a retry of the same request by a
+// restarted process sends the payment recorded before the crash instead of
+// signing a second one. Receipts are checked against the signer the gateway
+// publishes.
+func ExampleFileJournal() {
+	key, err := crypto.HexToECDSA(os.Getenv("PAYER_KEY"))
+	if err != nil {
+		fmt.Println("no key:", err)
+		return
+	}
+	journal, err := client.NewFileJournal(os.ExpandEnv("$HOME/.llm4agents/journal")) // 0700, files 0600
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	hc := &http.Client{Transport: &client.Transport{
+		Signer:  exact.NewKeySigner(key),
+		Policy:  client.Policy{MaxPerRequest: big.NewInt(50_000), Budget: big.NewInt(1_000_000), Assets: []client.Asset{{Network: "eip155:8453", Address: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"}}},
+		Journal: journal,
+		Retry:   client.RetryPolicy{MaxAttempts: 5},
+	}}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "https://api.example.com/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	req.Header.Set("Idempotency-Key", "order-1234") // optional: else the request's fingerprint names the call
+	resp, err := hc.Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var receipts client.ReceiptVerifier
+	if r, err := receipts.VerifyResponse(req.Context(), resp); err == nil {
+		fmt.Println("charged", r.Amount, "balance", r.BalanceAfter)
+	}
 }

@@ -82,6 +82,12 @@ const (
 	RefusedOverMaximum Refusal = "over_maximum"
 	// RefusedOverBudget: the amount is over what is left of Policy.Budget.
 	RefusedOverBudget Refusal = "over_budget"
+	// RefusedOutstanding: an authorization signed earlier for the same logical
+	// call (DECISIONS D26) is still valid and pays another option, or none that
+	// the 402 offers now; paying this one could pay twice. It resolves itself
+	// once that authorization is within Transport.ReuseMargin of its
+	// validBefore.
+	RefusedOutstanding Refusal = "outstanding"
 )
 
 // Option is one entry of a 402's accepts, with the verdict of the policy on it.

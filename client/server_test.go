@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,8 @@ const (
 	paidHandler500                     // 500, no settlement
 	paidHangUp                         // the connection is closed without an answer
 	paidRedirect                       // 307 to redirectTo + PAYMENT-RESPONSE success
+	paidInUse                          // 409 with Retry-After, as the gateway answers a twin in flight
+	paidConflict                       // 409 without Retry-After
 )
 
 // seen is one request as the fake server received it.
@@ -100,6 +103,8 @@ type seen struct {
 	Payment      string // PAYMENT-SIGNATURE
 	Legacy       string // X-PAYMENT
 	SignIn       string // SIGN-IN-WITH-X
+	ID           string // payment-identifier id of a valid payment
+	Nonce        string // authorization nonce of a valid payment
 }
 
 // server is a small x402 v2 resource server: it answers 402 with a
@@ -115,14 +120,19 @@ type server struct {
 	free       bool              // never ask for payment
 	redirectTo string            // for paidRedirect
 	routes     map[string]string // path -> where it redirects (302), before any payment
+	extensions map[string]json.RawMessage
 	verifier   *exact.Verifier
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// script, when not empty, overrides after for the next valid payments, one
+	// entry each.
+	script   []afterPay
 	requests []seen
 	paid     []int           // accepts index of each valid payment received
 	nonces   map[string]bool // distinct authorization nonces
 	headers  []string        // every PAYMENT-SIGNATURE value received
 	sigs     []string        // every signature received, hex without 0x
+	ids      []string        // every payment-identifier id received
 }
 
 func newServer(tb testing.TB, accepts ...x402.PaymentRequirements) *server {
@@ -151,6 +161,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Method: r.Method, Path: r.URL.Path, Body: string(body), Payment: header,
 		Legacy: r.Header.Get(x402.HeaderLegacyPayment), SignIn: r.Header.Get(x402.HeaderSignInWithX),
 	})
+	n := len(s.requests) - 1
 	s.mu.Unlock()
 
 	if to, ok := s.routes[r.URL.Path]; ok {
@@ -165,11 +176,17 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.challenge(w, r, "Payment required")
 		return
 	}
-	_, payer, ok := s.check(header)
+	_, payer, ok := s.check(header, n)
 	if !ok {
 		s.challenge(w, r, "invalid payment")
 		return
 	}
+	after := s.after
+	s.mu.Lock()
+	if len(s.script) > 0 {
+		after, s.script = s.script[0], s.script[1:]
+	}
+	s.mu.Unlock()
 	settled := func(success bool, reason x402.Reason, tx string) {
 		v, err := x402.EncodeHeader(x402.SettleResponse{Success: success, ErrorReason: reason, Transaction: tx, Network: network, Payer: payer})
 		if err != nil {
@@ -178,7 +195,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(x402.HeaderPaymentResponse, v)
 	}
 	const tx = "0xabababababababababababababababababababababababababababababababab"
-	switch s.after {
+	switch after {
 	case paidOK:
 		settled(true, "", tx)
 		_, _ = io.WriteString(w, "paid")
@@ -210,6 +227,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case paidRedirect:
 		settled(true, "", tx)
 		http.Redirect(w, r, s.redirectTo, http.StatusTemporaryRedirect)
+	case paidInUse:
+		w.Header().Set("Retry-After", "2")
+		http.Error(w, `{"error":{"code":"payment_in_use"}}`, http.StatusConflict)
+	case paidConflict:
+		http.Error(w, `{"error":{"code":"payment_already_used"}}`, http.StatusConflict)
 	default:
 		s.tb.Errorf("server: unknown afterPay %d", s.after)
 	}
@@ -224,7 +246,7 @@ func (s *server) challenge(w http.ResponseWriter, r *http.Request, reason string
 		pr := x402.PaymentRequired{
 			X402Version: x402.Version, Error: reason,
 			Resource: &x402.ResourceInfo{URL: "http://" + r.Host + r.URL.Path, Description: "test", MimeType: "text/plain"},
-			Accepts:  s.accepts,
+			Accepts:  s.offers(), Extensions: s.extensions,
 		}
 		var err error
 		if value, err = x402.EncodeHeader(pr); err != nil {
@@ -240,10 +262,10 @@ func (s *server) challenge(w http.ResponseWriter, r *http.Request, reason string
 	_, _ = io.WriteString(w, `{"error":{"message":"payment required","type":"payment_required","code":"payment_required"}}`)
 }
 
-// check decodes and verifies a PAYMENT-SIGNATURE against the offers. A payment
-// that decodes but does not verify fails the test: the Transport must only send
-// valid ones.
-func (s *server) check(header string) (int, string, bool) {
+// check decodes and verifies a PAYMENT-SIGNATURE against the offers, and notes
+// its id and nonce on request n. A payment that decodes but does not verify
+// fails the test: the Transport must only send valid ones.
+func (s *server) check(header string, n int) (int, string, bool) {
 	s.mu.Lock()
 	s.headers = append(s.headers, header)
 	s.mu.Unlock()
@@ -258,7 +280,7 @@ func (s *server) check(header string) (int, string, bool) {
 		s.tb.Errorf("server: payload without accepted: %v", err)
 		return 0, "", false
 	}
-	for i, o := range s.accepts {
+	for i, o := range s.offers() {
 		if x402.Match(o, accepted) != nil {
 			continue
 		}
@@ -267,9 +289,17 @@ func (s *server) check(header string) (int, string, bool) {
 			s.tb.Errorf("server: payment for accepts[%d] does not verify: recovered=%v err=%v", i, recovered, err)
 			return 0, "", false
 		}
+		id, err := x402.PaymentIDFromPayload(p, false)
+		if declared, _ := x402.PaymentIDDeclared(s.extensions); err != nil && declared {
+			s.tb.Errorf("server: payment-identifier: %v", err)
+		}
 		a := vd.Payload.Authorization
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		s.requests[n].ID, s.requests[n].Nonce = id, a.Nonce.Hex()
+		if id != "" {
+			s.ids = append(s.ids, id)
+		}
 		s.sigs = append(s.sigs, fmt.Sprintf("%x", vd.Payload.Signature))
 		if !s.nonces[a.Nonce.Hex()] {
 			s.nonces[a.Nonce.Hex()] = true
@@ -279,6 +309,20 @@ func (s *server) check(header string) (int, string, bool) {
 	}
 	s.tb.Errorf("server: accepted %s matches no offer", p.Accepted)
 	return 0, "", false
+}
+
+// offers returns the accepts the server offers now.
+func (s *server) offers() []x402.PaymentRequirements {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepts
+}
+
+// setOffers changes the accepts offered from the next request on.
+func (s *server) setOffers(accepts ...x402.PaymentRequirements) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.accepts = accepts
 }
 
 func (s *server) snapshot() (requests []seen, paid []int) {
@@ -292,7 +336,20 @@ func (s *server) snapshot() (requests []seen, paid []int) {
 func (s *server) secrets() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append(append([]string(nil), s.headers...), s.sigs...)
+	return slices.Concat(s.headers, s.sigs, s.ids)
+}
+
+// paidRequests returns the requests that carried a valid payment.
+func (s *server) paidRequests() []seen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []seen
+	for _, r := range s.requests {
+		if r.Nonce != "" {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // logBuffer collects log output from concurrent goroutines.
@@ -327,6 +384,8 @@ func newTransport(tb testing.TB, pol client.Policy, servers ...*server) (*client
 		Policy: pol,
 		Now:    func() time.Time { return testNow },
 		Log:    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// Retries as by default, without the waits.
+		Retry: client.RetryPolicy{MaxWait: time.Millisecond, Backoff: time.Millisecond},
 	}
 	tb.Cleanup(func() {
 		out := logs.String()

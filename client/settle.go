@@ -26,17 +26,20 @@ func SettleResponse(resp *http.Response) (*x402.SettleResponse, error) {
 
 // outcomeOf reads what the answer to a paid request says about the payment. A
 // 2xx counts as paid whatever its PAYMENT-RESPONSE says, since the server served
-// the paid resource; settlement_pending is unknown (DECISIONS D3); anything else
-// without a successful PAYMENT-RESPONSE was not paid.
+// the paid resource; settlement_pending is unknown (DECISIONS D3), and so is a
+// 409, which says the payment is in use by another request, pending, or already
+// spent; anything else without a successful PAYMENT-RESPONSE was not paid.
 func outcomeOf(resp *http.Response) (Outcome, *x402.SettleResponse, error) {
 	sr, err := SettleResponse(resp)
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return OutcomePaid, sr, err
+	case err == nil && sr.Success:
+		return OutcomePaid, sr, nil
+	case resp.StatusCode == http.StatusConflict:
+		return OutcomeUnknown, sr, err
 	case err != nil:
 		return OutcomeNotPaid, nil, err
-	case sr.Success:
-		return OutcomePaid, sr, nil
 	case sr.ErrorReason == x402.ReasonSettlementPending:
 		return OutcomeUnknown, sr, nil
 	default:

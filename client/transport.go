@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -51,19 +53,56 @@ var (
 	ErrNoSigner = errors.New("client: Transport has no Signer")
 )
 
+// DefaultReuseMargin is how long before its validBefore a recorded
+// authorization stops being sent again: past it, the server may refuse it as
+// too close to expiry, and a retry signs a fresh authorization with the same
+// payment-identifier id.
+const DefaultReuseMargin = 30 * time.Second
+
+// ErrIdempotencyKeyReused is returned by RoundTrip when a request carries the
+// Idempotency-Key of an open call (not yet answered with a 2xx) for a different
+// request. Nothing was signed and nothing was sent.
+var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a different request")
+
 // Transport is an http.RoundTripper that pays x402 v2 402 answers within a
-// Policy and retries the request once with the payment.
+// Policy, sending each logical call's payment once however often the call is
+// retried.
 //
 // A request is sent through Base. An answer other than 402 is returned as it
-// is. On a 402 the Transport decodes PAYMENT-REQUIRED, chooses an option its
-// Policy allows (see Policy and Refusal), reserves its amount against the
-// budget, signs an EIP-3009 authorization with Signer, and sends the request
-// again with PAYMENT-SIGNATURE. Whatever answers that retry is returned, a
-// second 402 included: the Transport never pays twice for one RoundTrip. The
-// reservation becomes spent when the answer is a 2xx or reports a successful
-// settlement, is released when the answer says the payment did not go through,
-// and stays held when the outcome is unknown (a connection error, or
-// settlement_pending).
+// is. On a 402 the Transport decodes PAYMENT-REQUIRED and opens the call's
+// entry in its Journal before anything is signed (DECISIONS D26). The entry is
+// keyed by the request's Idempotency-Key header, or else by its Fingerprint
+// (D14), together with the origin and the payer. Then:
+//
+//   - If the entry holds an authorization signed earlier for this call (the
+//     caller, an SDK or a restarted process is retrying after a lost answer)
+//     that is still more than ReuseMargin from its validBefore, the Transport
+//     sends that same PAYMENT-SIGNATURE again, provided the 402 still offers
+//     its option and the Policy still allows it. Nothing new is signed.
+//   - Otherwise it chooses an option its Policy allows (see Policy and
+//     Refusal), reserves its amount against the budget, signs an EIP-3009
+//     authorization with Signer, records it in the Journal, and sends it.
+//
+// When the 402 declares the payment-identifier extension (x402-v2.md §7.1),
+// the payment carries the entry's id, and every authorization signed for the
+// call carries the same one, so a server that keeps records per id (ours,
+// D14-D15) recognises a retry with a fresh authorization. When the 402 does
+// not declare it no id is sent, as the official clients do: the echo would be
+// an extension the server never offered.
+//
+// The paid request is retried as RetryPolicy says (transport errors,
+// settlement_pending, 409 with Retry-After) with the same payment. Whatever
+// answers last is returned, a 402 included: one RoundTrip never signs twice.
+// A 2xx, or a PAYMENT-RESPONSE reporting success, completes the call: its
+// entry is removed, and an identical request afterwards is a new call with a
+// new payment. Any other answer leaves the entry open for the next retry.
+// Identical requests in flight at the same time are distinct calls; a request
+// is the retry of an earlier one once that one has returned. Requests with one
+// Idempotency-Key wait for each other instead.
+//
+// The budget counts each authorization once: held from before signing,
+// spent when an answer says paid, released when it says not paid, and kept
+// held when the outcome is unknown (a lost connection, settlement_pending).
 //
 // Request headers are left alone, Authorization included: the gateway ignores a
 // bearer that is not one of its keys (DECISIONS D12), so the OpenAI SDKs'
@@ -79,22 +118,31 @@ type Transport struct {
 	Signer exact.Signer
 	// Policy bounds what is paid. It must not change once the Transport is in use.
 	Policy Policy
-	// Journal records payments for retry safety (DECISIONS D26); nil records
-	// nothing.
+	// Journal records each call's payment so that its retries reuse it
+	// (DECISIONS D26). Nil means a MemoryJournal of the Transport's own, which
+	// covers retries within the process; a FileJournal also covers a crash.
 	Journal Journal
+	// Retry bounds the Transport's own retries of a paid request.
+	Retry RetryPolicy
+	// ReuseMargin: a recorded authorization is sent again while its
+	// validBefore is more than this far away; 0 means DefaultReuseMargin.
+	ReuseMargin time.Duration
 	// MaxReplayBody caps the body buffered for a request without GetBody; 0 means
 	// DefaultMaxReplayBody.
 	MaxReplayBody int64
-	// Now is the signing clock (validBefore = now + maxTimeoutSeconds); nil means
-	// time.Now.
+	// Now is the signing clock (validBefore = now + maxTimeoutSeconds, and the
+	// reuse window); nil means time.Now.
 	Now func() time.Time
-	// Log receives one line per 402 and per payment, never a payment header or
-	// signature; nil discards.
+	// Log receives one line per 402, per payment and per retry, never a payment
+	// header, signature, payment-identifier id or other credential; nil
+	// discards.
 	Log *slog.Logger
 
-	logOnce sync.Once
-	log     *slog.Logger
-	ledger  ledger
+	initOnce sync.Once
+	log      *slog.Logger
+	ownJ     *MemoryJournal
+	ledger   ledger
+	calls    keyedMutex
 }
 
 // Spent returns the sum of the payments whose outcome is paid.
@@ -122,29 +170,50 @@ func (t *Transport) base() http.RoundTripper {
 	return http.DefaultTransport
 }
 
-func (t *Transport) journal() Journal {
-	if t.Journal != nil {
-		return t.Journal
-	}
-	return nopJournal{}
-}
-
-func (t *Transport) logger() *slog.Logger {
-	t.logOnce.Do(func() {
+func (t *Transport) init() {
+	t.initOnce.Do(func() {
 		l := t.Log
 		if l == nil {
 			l = slog.New(slog.DiscardHandler)
 		}
 		t.log = l.With("component", "x402-client")
+		t.ownJ = NewMemoryJournal()
+		t.ownJ.Now = t.Now
 	})
+}
+
+func (t *Transport) journal() Journal {
+	if t.Journal != nil {
+		return t.Journal
+	}
+	t.init()
+	return t.ownJ
+}
+
+func (t *Transport) logger() *slog.Logger {
+	t.init()
 	return t.log
+}
+
+func (t *Transport) now() time.Time {
+	if t.Now != nil {
+		return t.Now()
+	}
+	return time.Now()
+}
+
+func (t *Transport) reuseMargin() time.Duration {
+	if t.ReuseMargin > 0 {
+		return t.ReuseMargin
+	}
+	return DefaultReuseMargin
 }
 
 // secretHeaders are never carried to an origin other than the one they were
 // made for (MISSION W5).
 var secretHeaders = []string{x402.HeaderPaymentSignature, x402.HeaderLegacyPayment, x402.HeaderSignInWithX}
 
-// RoundTrip sends req, and pays and resends it once if the answer is a 402.
+// RoundTrip sends req, and pays and resends it if the answer is a 402.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	attempted := req.Header.Get(x402.HeaderPaymentSignature) != "" || req.Header.Get(x402.HeaderLegacyPayment) != ""
@@ -197,92 +266,272 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	i, amount, opts := t.ledger.reserve(rules, pr)
-	if i < 0 {
-		e := &NoPayableOptionError{Resource: redactURL(req.URL), Options: opts}
-		log.InfoContext(ctx, "no payable option", "error", e.Error())
-		return nil, e
-	}
-	return t.pay(req, out, replay, pr, i, amount, log)
+	return t.pay(req, out, replay, pr, rules, log)
 }
 
-// pay signs accepts[i] of pr, whose amount the ledger holds, and sends the
-// request again with the payment. It settles the hold by the outcome.
-func (t *Transport) pay(req, out *http.Request, replay func() (io.ReadCloser, error), pr *x402.PaymentRequired, i int, amount *big.Int, log *slog.Logger) (*http.Response, error) {
+// call is one logical call being paid: its journal entry and the
+// authorization this RoundTrip sends.
+type call struct {
+	j      Journal
+	e      *JournalEntry
+	holdID string // the ledger's name for the authorization sent
+	fresh  bool   // this call put the hold in the ledger
+	sent   bool   // the paid request went out at least once
+	log    *slog.Logger
+}
+
+// pay opens the call's journal entry, reuses its recorded authorization or
+// signs one, and sends the request with it, retrying as t.Retry says.
+func (t *Transport) pay(req, out *http.Request, replay func() (io.ReadCloser, error), pr *x402.PaymentRequired, rules *rules, log *slog.Logger) (*http.Response, error) {
 	ctx := req.Context()
-	choice := pr.Accepts[i]
-	log = log.With("scheme", choice.Scheme, "network", choice.Network, "asset", choice.Asset, "amount", choice.Amount, "pay_to", choice.PayTo)
-	entry := &JournalEntry{
-		Method:         req.Method,
-		Resource:       redactURL(req.URL),
-		IdempotencyKey: req.Header.Get("Idempotency-Key"),
-		Requirements:   choice,
+	idem := req.Header.Get(HeaderIdempotencyKey)
+	fp, err := requestFingerprint(req, replay, t.maxReplayBody())
+	if err != nil {
+		return nil, fmt.Errorf("client: read request body: %w", err)
 	}
-	j := t.journal()
-	// abort releases the hold of a payment that was never sent.
-	abort := func(err error) (*http.Response, error) {
-		t.ledger.finish(amount, OutcomeNotPaid)
-		log.InfoContext(ctx, "payment not sent", "error", err.Error())
-		return nil, err
+	key := journalKey(req.URL, t.Signer.Address(), idem, fp)
+	if idem != "" {
+		unlock, err := t.calls.lock(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
 	}
-	if err := j.Begin(ctx, entry); err != nil {
-		return abort(fmt.Errorf("client: journal: %w", err))
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet // as net/http sends it
 	}
+	c := &call{j: t.journal(), log: log, e: &JournalEntry{
+		Key: key, ID: Secret(x402.NewPaymentID()), Method: method, Resource: redactURL(req.URL),
+		IdempotencyKey: idem, Fingerprint: fp,
+	}}
+	if err := c.j.Begin(ctx, c.e); err != nil {
+		log.WarnContext(ctx, "payment not sent: journal", "error", err.Error())
+		if errors.Is(err, ErrJournalCorrupt) {
+			return nil, err // says it all, and names the file
+		}
+		return nil, fmt.Errorf("client: journal: %w", err)
+	}
+	resp, err := t.payCall(req, out, replay, pr, rules, c, fp)
+	t.finish(ctx, c, resp, err)
+	return resp, err
+}
+
+// payCall is pay once the journal entry is held.
+func (t *Transport) payCall(req, out *http.Request, replay func() (io.ReadCloser, error), pr *x402.PaymentRequired, rules *rules, c *call, fp string) (*http.Response, error) {
+	ctx := req.Context()
+	e, log := c.e, c.log
+	if e.Fingerprint != fp {
+		return nil, ErrIdempotencyKeyReused
+	}
+	if e.Header != "" && t.now().Add(t.reuseMargin()).Before(e.ValidBefore) {
+		i := x402.FindMatch(pr.Accepts, e.Requirements)
+		opts, ok, fresh := t.ledger.reserveRecorded(rules, pr, i, holdID(e.Header))
+		if !ok {
+			err := &NoPayableOptionError{Resource: redactURL(req.URL), Options: opts}
+			log.InfoContext(ctx, "no payable option", "error", err.Error())
+			return nil, err
+		}
+		c.holdID, c.fresh = holdID(e.Header), fresh
+		log = log.With(paymentAttrs(pr.Accepts[i])...)
+		log.InfoContext(ctx, "paying with the authorization recorded for this call", "sends", e.Sends)
+	} else {
+		if e.Header != "" {
+			log.InfoContext(ctx, "recorded authorization is too close to its validBefore; signing a fresh one for the same call")
+		}
+		i, amount, opts := t.ledger.reserve(rules, pr)
+		if i < 0 {
+			err := &NoPayableOptionError{Resource: redactURL(req.URL), Options: opts}
+			log.InfoContext(ctx, "no payable option", "error", err.Error())
+			return nil, err
+		}
+		log = log.With(paymentAttrs(pr.Accepts[i])...)
+		if err := t.sign(ctx, c, pr, i); err != nil {
+			t.ledger.release(amount)
+			log.InfoContext(ctx, "payment not sent", "error", err.Error())
+			return nil, err
+		}
+		c.holdID, c.fresh = holdID(e.Header), true
+		t.ledger.bind(c.holdID, amount)
+		log.InfoContext(ctx, "paying")
+	}
+	c.log = log
+	return t.send(req, out, replay, c)
+}
+
+// sign signs accepts[i] of pr for the call, with the call's payment id when
+// the 402 declares the extension, and records it in the journal before
+// returning.
+func (t *Transport) sign(ctx context.Context, c *call, pr *x402.PaymentRequired, i int) error {
 	payload, err := exact.NewPaymentPayload(ctx, t.Signer, pr, i, exact.SignOptions{Now: t.Now})
 	if err != nil {
-		return abort(fmt.Errorf("client: sign payment: %w", err))
+		return fmt.Errorf("client: sign payment: %w", err)
+	}
+	if declared, _ := x402.PaymentIDDeclared(pr.Extensions); declared {
+		ext, err := x402.AppendPaymentID(pr.Extensions, c.e.ID.Reveal())
+		if err != nil {
+			return fmt.Errorf("client: payment id: %w", err)
+		}
+		if payload.Extensions, err = x402.Marshal(ext); err != nil {
+			return fmt.Errorf("client: encode extensions: %w", err)
+		}
+	}
+	auth, err := exact.ParsePayload(payload.Payload)
+	if err != nil {
+		return fmt.Errorf("client: read back payment: %w", err)
 	}
 	value, err := x402.EncodeHeader(payload)
 	if err != nil {
-		return abort(fmt.Errorf("client: encode payment: %w", err))
-	}
-	entry.Header = Secret(value)
-	retry := out.Clone(ctx)
-	if retry.Body, err = replay(); err != nil {
-		return abort(fmt.Errorf("client: replay request body: %w", err))
-	}
-	retry.Header.Set(x402.HeaderPaymentSignature, value)
-	if err := j.Signed(ctx, entry); err != nil {
-		if retry.Body != nil {
-			_ = retry.Body.Close()
-		}
-		return abort(fmt.Errorf("client: journal: %w", err))
+		return fmt.Errorf("client: encode payment: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		if retry.Body != nil {
-			_ = retry.Body.Close()
-		}
-		return abort(err)
+		return err
 	}
-
-	log.InfoContext(ctx, "paying")
-	resp, err := t.base().RoundTrip(retry)
-	if err != nil {
-		t.finish(ctx, j, entry, amount, OutcomeUnknown, log)
-		return nil, fmt.Errorf("client: send paid request: %w", err)
+	prev := *c.e
+	c.e.Header, c.e.Requirements = Secret(value), pr.Accepts[i]
+	c.e.ValidBefore = time.Unix(auth.Authorization.ValidBefore.Int64(), 0)
+	c.e.Outcome = OutcomeUnknown
+	if err := c.j.Signed(ctx, c.e); err != nil {
+		*c.e = prev // never sent, so the journal's record stands
+		return fmt.Errorf("client: journal: %w", err)
 	}
-	resp.Request = req // not retry: it carries the payment header
-	o, sr, srErr := outcomeOf(resp)
-	attrs := []any{"status", resp.StatusCode}
-	switch {
-	case srErr != nil && !errors.Is(srErr, ErrNoSettleResponse):
-		attrs = append(attrs, "settle_response_error", srErr.Error())
-	case sr != nil:
-		attrs = append(attrs, "success", sr.Success, "transaction", sr.Transaction, "error_reason", string(sr.ErrorReason))
-	}
-	t.finish(ctx, j, entry, amount, o, log, attrs...)
-	return resp, nil
+	return nil
 }
 
-// finish settles the hold of a sent payment by its outcome and records it.
-func (t *Transport) finish(ctx context.Context, j Journal, e *JournalEntry, amount *big.Int, o Outcome, log *slog.Logger, attrs ...any) {
-	t.ledger.finish(amount, o)
-	log.InfoContext(ctx, "payment outcome", append([]any{"outcome", o.String()}, attrs...)...)
+// send sends the paid request, and again as t.Retry allows, with the call's
+// recorded payment, and returns the last answer.
+func (t *Transport) send(req, out *http.Request, replay func() (io.ReadCloser, error), c *call) (*http.Response, error) {
+	ctx := req.Context()
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		body, err := replay()
+		if err != nil {
+			return nil, fmt.Errorf("client: replay request body: %w", err)
+		}
+		retry := out.Clone(ctx)
+		retry.Body = body
+		retry.Header.Set(x402.HeaderPaymentSignature, c.e.Header.Reveal())
+		c.sent = true
+		c.e.Sends++
+		resp, err := t.base().RoundTrip(retry)
+
+		var reason string
+		var wait time.Duration
+		if err != nil {
+			c.e.Outcome = OutcomeUnknown
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("client: send paid request: %w", err)
+			}
+			reason, wait = "transport error", t.Retry.backoff(attempt)
+		} else {
+			resp.Request = req // not retry: it carries the payment header
+			o, sr, srErr := outcomeOf(resp)
+			c.e.Outcome = o
+			attrs := []any{"status", resp.StatusCode, "outcome", o.String(), "attempt", attempt}
+			switch {
+			case srErr != nil && !errors.Is(srErr, ErrNoSettleResponse):
+				attrs = append(attrs, "settle_response_error", srErr.Error())
+			case sr != nil:
+				attrs = append(attrs, "success", sr.Success, "transaction", sr.Transaction, "error_reason", string(sr.ErrorReason))
+			}
+			c.log.InfoContext(ctx, "payment outcome", attrs...)
+			var ok bool
+			var asked time.Duration
+			if reason, asked, ok = retryReason(resp, sr, time.Now()); !ok {
+				return resp, nil
+			}
+			wait = asked
+			if wait == 0 {
+				wait = t.Retry.backoff(attempt)
+			}
+		}
+		wait = min(wait, t.Retry.maxWait())
+		// Stop when the attempts or the time run out, or when the recorded
+		// authorization would be too close to its validBefore to send again.
+		stop := attempt >= t.Retry.maxAttempts() ||
+			time.Since(start)+wait > t.Retry.maxElapsed() ||
+			!t.now().Add(wait+t.reuseMargin()).Before(c.e.ValidBefore)
+		if stop {
+			if err != nil {
+				c.log.InfoContext(ctx, "payment outcome", "outcome", OutcomeUnknown.String(), "attempt", attempt, "error", err.Error())
+				return nil, fmt.Errorf("client: send paid request: %w", err)
+			}
+			return resp, nil
+		}
+		if resp != nil {
+			drainClose(resp.Body)
+		}
+		c.log.InfoContext(ctx, "retrying the paid request with the same payment", "reason", reason, "attempt", attempt, "wait", wait)
+		if err := sleep(ctx, wait); err != nil {
+			return nil, fmt.Errorf("client: wait to retry: %w", err)
+		}
+	}
+}
+
+// finish settles the ledger's hold of the call's authorization by the outcome
+// of its last send and records it in the journal, which releases the entry.
+func (t *Transport) finish(ctx context.Context, c *call, resp *http.Response, err error) {
+	o := c.e.Outcome
+	if c.sent {
+		if err != nil && resp == nil && o != OutcomeUnknown {
+			o = OutcomeUnknown
+		}
+		t.ledger.finish(c.holdID, o)
+	} else if c.fresh {
+		// Reserved by this call but never sent (the body could not be
+		// replayed): the hold goes back; the journal keeps the authorization
+		// for the next retry.
+		t.ledger.finish(c.holdID, OutcomeNotPaid)
+	}
 	// The journal learns the outcome even when the caller has gone away.
 	jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), journalTimeout)
 	defer cancel()
-	if err := j.Finish(jctx, e, o); err != nil {
-		log.WarnContext(ctx, "journal: record outcome", "error", err.Error())
+	if ferr := c.j.Finish(jctx, c.e, o); ferr != nil {
+		c.log.WarnContext(ctx, "journal: record outcome", "error", ferr.Error())
+	}
+}
+
+func paymentAttrs(r x402.PaymentRequirements) []any {
+	return []any{"scheme", r.Scheme, "network", r.Network, "asset", r.Asset, "amount", r.Amount, "pay_to", r.PayTo}
+}
+
+// holdID names an authorization in the ledger without keeping its value.
+func holdID(header Secret) string {
+	sum := sha256.Sum256([]byte(header.Reveal()))
+	return hex.EncodeToString(sum[:])
+}
+
+// keyedMutex serializes the calls that share an Idempotency-Key.
+type keyedMutex struct {
+	mu   sync.Mutex
+	busy map[string]chan struct{}
+}
+
+// lock waits until no other call holds key, or ctx is done.
+func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+	for {
+		k.mu.Lock()
+		if k.busy == nil {
+			k.busy = map[string]chan struct{}{}
+		}
+		ch, held := k.busy[key]
+		if !held {
+			mine := make(chan struct{})
+			k.busy[key] = mine
+			k.mu.Unlock()
+			return func() {
+				k.mu.Lock()
+				delete(k.busy, key)
+				k.mu.Unlock()
+				close(mine)
+			}, nil
+		}
+		k.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 

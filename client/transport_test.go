@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -376,11 +377,14 @@ func TestTransportAfterPayment(t *testing.T) {
 		wantErr       bool // the paid request fails (no answer)
 		wantRemaining int64
 		wantSettle    x402.Reason // errorReason of PAYMENT-RESPONSE, or "none"
+		wantSends     int         // paid requests, all with the one payment
 	}{
-		{name: "402 again", after: paid402Again, wantCode: 402, wantRemaining: 10 * price, wantSettle: "none"},
-		{name: "settlement failed", after: paidSettleFailed, wantCode: 402, wantRemaining: 10 * price, wantSettle: x402.ReasonInsufficientFunds},
-		{name: "settlement pending", after: paidSettlePending, wantCode: 402, wantRemaining: 9 * price, wantSettle: x402.ReasonSettlementPending},
-		{name: "handler failed", after: paidHandler500, wantCode: 500, wantRemaining: 10 * price, wantSettle: "none"},
+		{name: "402 again", after: paid402Again, wantCode: 402, wantRemaining: 10 * price, wantSettle: "none", wantSends: 1},
+		{name: "settlement failed", after: paidSettleFailed, wantCode: 402, wantRemaining: 10 * price, wantSettle: x402.ReasonInsufficientFunds, wantSends: 1},
+		{name: "settlement pending", after: paidSettlePending, wantCode: 402, wantRemaining: 9 * price, wantSettle: x402.ReasonSettlementPending, wantSends: client.DefaultMaxAttempts},
+		{name: "handler failed", after: paidHandler500, wantCode: 500, wantRemaining: 10 * price, wantSettle: "none", wantSends: 1},
+		{name: "conflict without Retry-After", after: paidConflict, wantCode: 409, wantRemaining: 9 * price, wantSettle: "none", wantSends: 1},
+		{name: "in use with Retry-After", after: paidInUse, wantCode: 409, wantRemaining: 9 * price, wantSettle: "none", wantSends: client.DefaultMaxAttempts},
 		{name: "connection lost", after: paidHangUp, wantErr: true, wantRemaining: 9 * price},
 	}
 	for _, tc := range tests {
@@ -389,7 +393,7 @@ func TestTransportAfterPayment(t *testing.T) {
 			srv.after = tc.after
 			tr, _ := newTransport(t, policy(10), srv)
 
-			rep, err := send(t, tr, srv.URL("/paid"), request{})
+			rep, err := send(t, tr, srv.URL("/paid"), request{method: http.MethodPost, body: chatBody})
 			checkErrorClean(t, err, srv)
 			switch {
 			case tc.wantErr && err == nil:
@@ -410,16 +414,21 @@ func TestTransportAfterPayment(t *testing.T) {
 			}
 
 			requests, paid := srv.snapshot()
-			signed := 0
+			signed := map[string]int{}
 			for _, r := range requests {
 				if r.Payment != "" {
-					signed++
+					signed[r.Payment]++
 				}
 			}
-			// net/http itself may resend an idempotent request whose connection
-			// dropped, with the same header: that is one payment, not two.
-			if len(paid) != 1 || (signed != 1 && tc.after != paidHangUp) {
-				t.Errorf("server saw %d distinct payments in %d paid requests, want 1 in 1", len(paid), signed)
+			// A retry, ours or net/http's after a dropped connection, sends the
+			// same header: one payment, never two.
+			if len(paid) != 1 || len(signed) != 1 {
+				t.Errorf("server saw %d distinct payments in %d distinct headers, want 1 in 1", len(paid), len(signed))
+			}
+			for _, n := range signed {
+				if tc.wantSends != 0 && n != tc.wantSends {
+					t.Errorf("the payment was sent %d times, want %d", n, tc.wantSends)
+				}
 			}
 			checkLedger(t, tr, 0, tc.wantRemaining)
 		})
@@ -505,11 +514,20 @@ func TestTransportRedirect(t *testing.T) {
 }
 
 // TestTransportConcurrentBudget: concurrent calls never commit more than the
-// budget between them.
+// budget between them; identical requests in flight together are distinct
+// calls, each with its own journal entry.
 func TestTransportConcurrentBudget(t *testing.T) {
+	journals(t, func(t *testing.T, newJournal func(func() time.Time) client.Journal) {
+		testConcurrentBudget(t, newJournal(nil))
+	})
+}
+
+func testConcurrentBudget(t *testing.T, j client.Journal) {
 	const calls, affordable = 32, 10
 	srv := newServer(t, offer(price))
+	srv.extensions = declared
 	tr, _ := newTransport(t, policy(affordable), srv)
+	tr.Journal = j
 
 	start := make(chan struct{})
 	errs := make(chan error, calls)
@@ -545,6 +563,13 @@ func TestTransportConcurrentBudget(t *testing.T) {
 	}
 	if _, paid := srv.snapshot(); len(paid) != affordable {
 		t.Errorf("server received %d payments, want %d", len(paid), affordable)
+	}
+	ids := map[string]bool{}
+	for _, r := range srv.paidRequests() {
+		ids[r.ID] = true
+	}
+	if len(ids) != affordable {
+		t.Errorf("%d distinct payment ids, want %d", len(ids), affordable)
 	}
 	checkLedger(t, tr, affordable*price, 0)
 }
@@ -632,7 +657,9 @@ func TestTransportJournal(t *testing.T) {
 	}{
 		{wantCalls: []string{"begin header=false", "signed header=true", "finish paid header=true"}, wantPaid: 1},
 		{fail: "begin", wantCalls: []string{"begin header=false"}},
-		{fail: "signed", wantCalls: []string{"begin header=false", "signed header=true"}},
+		// The journal could not record the signed payment: nothing is sent,
+		// and Finish releases the entry as it was before signing.
+		{fail: "signed", wantCalls: []string{"begin header=false", "signed header=true", "finish unknown header=false"}},
 	}
 	for _, tc := range tests {
 		t.Run("fail "+tc.fail, func(t *testing.T) {

@@ -1,0 +1,384 @@
+package client
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// This file is the one definition of the gateway's signed receipts (DECISIONS
+// D18): the EIP-712 types, the digest, the wire form and the verification. The
+// gateway signs ReceiptDigest and encodes with EncodeReceiptHeader; buyers
+// verify with VerifyReceipt or a ReceiptVerifier.
+
+// HeaderReceipt carries a non-streaming answer's receipt: standard base64 of
+// the JSON envelope {"receipt": Receipt, "signature": "0x..."}. A stream
+// carries the same envelope, as JSON, in the field x_llm4agents.receipt of its
+// final usage chunk (ParseReceiptEnvelope).
+const HeaderReceipt = "X-Llm4agents-Receipt"
+
+// The receipt domain's fixed fields (D18); chainId comes from the gateway's
+// configuration.
+const (
+	ReceiptDomainName    = "llm4agents"
+	ReceiptDomainVersion = "1"
+)
+
+// ReceiptPrimaryType is the EIP-712 primary type of a receipt.
+const ReceiptPrimaryType = "Receipt"
+
+// ReceiptTypeString is the EIP-712 encoding of the receipt type, exactly as
+// D18 writes it.
+const ReceiptTypeString = "Receipt(bytes32 requestId,address account,bytes32 keyId,string model," +
+	"uint256 inputTokens,uint256 outputTokens,uint256 amount,uint256 balanceAfter,uint256 ledgerSeq,uint64 issuedAt)"
+
+// receiptDomainTypeString is the EIP-712 encoding of the receipt domain: no
+// verifyingContract, since no contract checks receipts.
+const receiptDomainTypeString = "EIP712Domain(string name,string version,uint256 chainId)"
+
+var (
+	receiptTypeHash       = crypto.Keccak256Hash([]byte(ReceiptTypeString))
+	receiptDomainTypeHash = crypto.Keccak256Hash([]byte(receiptDomainTypeString))
+)
+
+// TypedField is one member of an EIP-712 struct type, in the JSON form viem's
+// verifyTypedData and go-ethereum's apitypes take.
+type TypedField struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// ReceiptTypes returns the EIP-712 types of a receipt, EIP712Domain included,
+// for signers and verifiers that take typed data rather than a digest. Each
+// call returns a fresh map.
+func ReceiptTypes() map[string][]TypedField {
+	return map[string][]TypedField{
+		"EIP712Domain": {
+			{Name: "name", Type: "string"},
+			{Name: "version", Type: "string"},
+			{Name: "chainId", Type: "uint256"},
+		},
+		ReceiptPrimaryType: {
+			{Name: "requestId", Type: "bytes32"},
+			{Name: "account", Type: "address"},
+			{Name: "keyId", Type: "bytes32"},
+			{Name: "model", Type: "string"},
+			{Name: "inputTokens", Type: "uint256"},
+			{Name: "outputTokens", Type: "uint256"},
+			{Name: "amount", Type: "uint256"},
+			{Name: "balanceAfter", Type: "uint256"},
+			{Name: "ledgerSeq", Type: "uint256"},
+			{Name: "issuedAt", Type: "uint64"},
+		},
+	}
+}
+
+// ReceiptDomain is the EIP-712 domain receipts are signed in: {name, version,
+// chainId}, published at /.well-known/llm4agents.json. On the wire chainId is a
+// JSON number.
+type ReceiptDomain struct {
+	Name    string   `json:"name"`
+	Version string   `json:"version"`
+	ChainID *big.Int `json:"chainId"`
+}
+
+// NewReceiptDomain returns D18's domain on chainID.
+func NewReceiptDomain(chainID *big.Int) ReceiptDomain {
+	return ReceiptDomain{Name: ReceiptDomainName, Version: ReceiptDomainVersion, ChainID: chainID}
+}
+
+// Receipt is what the gateway signs for each call (D18). Amounts are atomic
+// units of the payment asset; KeyID is zero for a wallet-paid call. On the wire
+// (MarshalJSON) bytes32 and addresses are 0x-hex, uint256 values are decimal
+// strings and issuedAt (unix seconds) is a JSON number.
+type Receipt struct {
+	RequestID    common.Hash
+	Account      common.Address
+	KeyID        common.Hash
+	Model        string
+	InputTokens  *big.Int
+	OutputTokens *big.Int
+	Amount       *big.Int
+	BalanceAfter *big.Int
+	LedgerSeq    *big.Int
+	IssuedAt     uint64
+}
+
+// receiptJSON is the wire form of a Receipt.
+type receiptJSON struct {
+	RequestID    string `json:"requestId"`
+	Account      string `json:"account"`
+	KeyID        string `json:"keyId"`
+	Model        string `json:"model"`
+	InputTokens  string `json:"inputTokens"`
+	OutputTokens string `json:"outputTokens"`
+	Amount       string `json:"amount"`
+	BalanceAfter string `json:"balanceAfter"`
+	LedgerSeq    string `json:"ledgerSeq"`
+	IssuedAt     uint64 `json:"issuedAt"`
+}
+
+// Receipt errors.
+var (
+	// ErrNoReceipt: the response carries no receipt header.
+	ErrNoReceipt = errors.New("client: response has no " + HeaderReceipt + " header")
+	// ErrBadReceipt: a receipt or its envelope that does not decode strictly.
+	ErrBadReceipt = errors.New("client: malformed receipt")
+	// ErrReceiptSignature: the signature is malformed, or is not the
+	// published signer's over this receipt in this domain.
+	ErrReceiptSignature = errors.New("client: receipt signature does not verify")
+)
+
+// ints returns the receipt's integers in type order, with their names.
+func (r *Receipt) ints() [5]struct {
+	name string
+	v    *big.Int
+} {
+	return [5]struct {
+		name string
+		v    *big.Int
+	}{
+		{"inputTokens", r.InputTokens}, {"outputTokens", r.OutputTokens}, {"amount", r.Amount},
+		{"balanceAfter", r.BalanceAfter}, {"ledgerSeq", r.LedgerSeq},
+	}
+}
+
+// check reports a receipt whose integers are missing or do not fit uint256.
+func (r *Receipt) check() error {
+	for _, n := range r.ints() {
+		if n.v == nil || n.v.Sign() < 0 || n.v.BitLen() > 256 {
+			return fmt.Errorf("%w: %s is missing or not a uint256", ErrBadReceipt, n.name)
+		}
+	}
+	return nil
+}
+
+// MarshalJSON encodes the wire form.
+func (r Receipt) MarshalJSON() ([]byte, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return x402.Marshal(receiptJSON{
+		RequestID: r.RequestID.Hex(), Account: r.Account.Hex(), KeyID: r.KeyID.Hex(), Model: r.Model,
+		InputTokens: r.InputTokens.String(), OutputTokens: r.OutputTokens.String(), Amount: r.Amount.String(),
+		BalanceAfter: r.BalanceAfter.String(), LedgerSeq: r.LedgerSeq.String(), IssuedAt: r.IssuedAt,
+	})
+}
+
+// UnmarshalJSON decodes the wire form strictly: every field present once, no
+// other field, canonical decimals, 0x-hex of the right length, and an address
+// whose mixed case, if any, is its EIP-55 checksum.
+func (r *Receipt) UnmarshalJSON(b []byte) error {
+	if err := strictJSON(b); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadReceipt, err)
+	}
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(b, &present); err != nil {
+		return fmt.Errorf("%w: not a JSON object", ErrBadReceipt)
+	}
+	for _, f := range ReceiptTypes()[ReceiptPrimaryType] {
+		if v, ok := present[f.Name]; !ok || string(bytes.TrimSpace(v)) == "null" {
+			return fmt.Errorf("%w: %s is missing", ErrBadReceipt, f.Name)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var w receiptJSON
+	if err := dec.Decode(&w); err != nil {
+		return fmt.Errorf("%w: fields of the wrong type or unknown", ErrBadReceipt)
+	}
+	var out Receipt
+	var err error
+	if out.RequestID, err = parseBytes32(w.RequestID); err != nil {
+		return fmt.Errorf("%w: requestId: %w", ErrBadReceipt, err)
+	}
+	if out.KeyID, err = parseBytes32(w.KeyID); err != nil {
+		return fmt.Errorf("%w: keyId: %w", ErrBadReceipt, err)
+	}
+	if out.Account, err = exact.ParseAddress(w.Account); err != nil {
+		return fmt.Errorf("%w: account: %w", ErrBadReceipt, err)
+	}
+	for _, f := range []struct {
+		dst **big.Int
+		s   string
+	}{
+		{&out.InputTokens, w.InputTokens}, {&out.OutputTokens, w.OutputTokens}, {&out.Amount, w.Amount},
+		{&out.BalanceAfter, w.BalanceAfter}, {&out.LedgerSeq, w.LedgerSeq},
+	} {
+		if *f.dst, err = exact.ParseUint256(f.s); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadReceipt, err)
+		}
+	}
+	out.Model, out.IssuedAt = w.Model, w.IssuedAt
+	*r = out
+	return nil
+}
+
+func parseBytes32(s string) (common.Hash, error) {
+	if len(s) != 66 || !strings.HasPrefix(s, "0x") {
+		return common.Hash{}, errors.New("not 0x and 64 hex digits")
+	}
+	var h common.Hash
+	if _, err := hex.Decode(h[:], []byte(s[2:])); err != nil {
+		return common.Hash{}, errors.New("not 0x and 64 hex digits")
+	}
+	return h, nil
+}
+
+// separator is the EIP-712 domain separator of d.
+func (d ReceiptDomain) separator() (common.Hash, error) {
+	if d.ChainID == nil || d.ChainID.Sign() <= 0 || d.ChainID.BitLen() > 256 {
+		return common.Hash{}, errors.New("client: receipt domain chainId is missing or not a positive uint256")
+	}
+	var buf [4 * 32]byte
+	copy(buf[0:], receiptDomainTypeHash[:])
+	name, version := crypto.Keccak256Hash([]byte(d.Name)), crypto.Keccak256Hash([]byte(d.Version))
+	copy(buf[32:], name[:])
+	copy(buf[64:], version[:])
+	d.ChainID.FillBytes(buf[96:128])
+	return crypto.Keccak256Hash(buf[:]), nil
+}
+
+// structHash is the EIP-712 hash of the receipt message.
+func (r *Receipt) structHash() (common.Hash, error) {
+	if err := r.check(); err != nil {
+		return common.Hash{}, err
+	}
+	var buf [11 * 32]byte
+	copy(buf[0:], receiptTypeHash[:])
+	copy(buf[32:], r.RequestID[:])
+	copy(buf[64+12:], r.Account[:])
+	copy(buf[96:], r.KeyID[:])
+	model := crypto.Keccak256Hash([]byte(r.Model))
+	copy(buf[128:], model[:])
+	for i, n := range r.ints() {
+		n.v.FillBytes(buf[160+32*i : 192+32*i])
+	}
+	new(big.Int).SetUint64(r.IssuedAt).FillBytes(buf[320:352])
+	return crypto.Keccak256Hash(buf[:]), nil
+}
+
+// ReceiptDigest returns the hash the gateway signs for r in d:
+// keccak256(0x1901 ‖ domainSeparator ‖ structHash).
+func ReceiptDigest(d ReceiptDomain, r *Receipt) (common.Hash, error) {
+	sep, err := d.separator()
+	if err != nil {
+		return common.Hash{}, err
+	}
+	sh, err := r.structHash()
+	if err != nil {
+		return common.Hash{}, err
+	}
+	var buf [2 + 32 + 32]byte
+	buf[0], buf[1] = 0x19, 0x01
+	copy(buf[2:], sep[:])
+	copy(buf[34:], sh[:])
+	return crypto.Keccak256Hash(buf[:]), nil
+}
+
+// VerifyReceipt checks that sig is a 65-byte r ‖ s ‖ v signature (v in {0, 1,
+// 27, 28}, s in the lower half of the curve order) over r in d, and returns
+// the address that signed it. The caller compares that address with the
+// published signer (ReceiptVerifier does).
+func VerifyReceipt(r *Receipt, sig []byte, d ReceiptDomain) (common.Address, error) {
+	digest, err := ReceiptDigest(d, r)
+	if err != nil {
+		return common.Address{}, err
+	}
+	if len(sig) != crypto.SignatureLength {
+		return common.Address{}, fmt.Errorf("%w: signature is %d bytes, want 65", ErrReceiptSignature, len(sig))
+	}
+	norm := bytes.Clone(sig)
+	if norm[64] >= 27 {
+		norm[64] -= 27
+	}
+	rr, ss := new(big.Int).SetBytes(norm[:32]), new(big.Int).SetBytes(norm[32:64])
+	if !crypto.ValidateSignatureValues(norm[64], rr, ss, true) {
+		return common.Address{}, fmt.Errorf("%w: signature values out of range", ErrReceiptSignature)
+	}
+	pub, err := crypto.SigToPub(digest[:], norm)
+	if err != nil {
+		return common.Address{}, fmt.Errorf("%w: %w", ErrReceiptSignature, err)
+	}
+	return crypto.PubkeyToAddress(*pub), nil
+}
+
+// receiptEnvelope is how a receipt travels: the receipt and its signature.
+type receiptEnvelope struct {
+	Receipt   json.RawMessage `json:"receipt"`
+	Signature string          `json:"signature"`
+}
+
+// EncodeReceiptEnvelope returns the JSON envelope of r and sig, as a stream's
+// final usage chunk carries it.
+func EncodeReceiptEnvelope(r *Receipt, sig []byte) ([]byte, error) {
+	rb, err := r.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return x402.Marshal(receiptEnvelope{Receipt: rb, Signature: "0x" + hex.EncodeToString(sig)})
+}
+
+// EncodeReceiptHeader returns the HeaderReceipt value for r and sig.
+func EncodeReceiptHeader(r *Receipt, sig []byte) (string, error) {
+	b, err := EncodeReceiptEnvelope(r, sig)
+	if err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(b), nil
+}
+
+// ParseReceiptEnvelope decodes the JSON envelope {"receipt", "signature"}
+// strictly. It checks the shapes, not the signature.
+func ParseReceiptEnvelope(b []byte) (*Receipt, []byte, error) {
+	if err := strictJSON(b); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadReceipt, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var env receiptEnvelope
+	if err := dec.Decode(&env); err != nil || env.Receipt == nil {
+		return nil, nil, fmt.Errorf("%w: not an envelope {receipt, signature}", ErrBadReceipt)
+	}
+	var r Receipt
+	if err := r.UnmarshalJSON(env.Receipt); err != nil {
+		return nil, nil, err
+	}
+	sig := env.Signature
+	if !strings.HasPrefix(sig, "0x") || len(sig) != 2+2*crypto.SignatureLength {
+		return nil, nil, fmt.Errorf("%w: signature is not 0x and 130 hex digits", ErrBadReceipt)
+	}
+	raw, err := hex.DecodeString(sig[2:])
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: signature is not 0x and 130 hex digits", ErrBadReceipt)
+	}
+	return &r, raw, nil
+}
+
+// DecodeReceiptHeader decodes a HeaderReceipt value: standard padded base64 of
+// the envelope, at most x402.MaxHeaderBytes long.
+func DecodeReceiptHeader(v string) (*Receipt, []byte, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil, nil, ErrNoReceipt
+	}
+	if len(v) > x402.MaxHeaderBytes {
+		return nil, nil, fmt.Errorf("%w: header over %d bytes", ErrBadReceipt, x402.MaxHeaderBytes)
+	}
+	b, err := base64.StdEncoding.Strict().DecodeString(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: not standard base64", ErrBadReceipt)
+	}
+	return ParseReceiptEnvelope(b)
+}

@@ -6,7 +6,9 @@
 // SQLite and PostgreSQL both accept (TEXT, SMALLINT, BIGINT, CHECK, partial
 // indexes; no AUTOINCREMENT, SERIAL or BOOLEAN), so a backend applies them
 // as they are or with small dialect rewrites of its own. Times are unix
-// milliseconds in BIGINT and amounts are decimal TEXT.
+// milliseconds in BIGINT and amounts are decimal TEXT, except the ledger's
+// (0004): BIGINT atomic units bounded by store.MaxAmount, so that SQL can do
+// the arithmetic of a hold atomically in both dialects.
 //
 // This package only parses the files; each backend runs them, recording the
 // applied versions in its own schema_migrations table.

@@ -28,7 +28,9 @@
 // internal/store/migrations, applied by Open in one transaction and recorded
 // in schema_migrations; opening an up-to-date file applies nothing.
 //
-// Times are stored as unix milliseconds (UTC) and amounts as decimal TEXT.
+// Times are stored as unix milliseconds (UTC) and amounts as decimal TEXT,
+// except the ledger's (migration 0004): BIGINT atomic units bounded by
+// store.MaxAmount, so that a hold is one conditional UPDATE.
 // Driver errors never leave this package: they are mapped to the store
 // sentinels or wrapped as text with the operation that failed.
 package sqlite

@@ -2,7 +2,8 @@
 // semantics of the contracts in package store, written once as table
 // subtests, so that SQLite, PostgreSQL and Redis cannot drift apart.
 //
-// A backend's test calls RunSettlements with a function that opens two
+// A backend's test calls RunSettlements, RunPayments and (SQL backends)
+// RunLedger, each with a function that opens two
 // independent handles (separate connection pools or clients) on one new,
 // empty database. Most subtests use the first handle and read back through
 // the second; the race subtests split concurrent callers between both, the

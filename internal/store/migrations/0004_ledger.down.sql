@@ -1,0 +1,10 @@
+DROP TABLE ledger_seq;
+DROP TABLE ledger_key_periods;
+DROP TABLE ledger_key_usage;
+DROP INDEX ledger_holds_expiry;
+DROP TABLE ledger_holds;
+DROP TABLE ledger_balances;
+DROP INDEX ledger_postings_account;
+DROP TABLE ledger_postings;
+DROP INDEX ledger_entries_op;
+DROP TABLE ledger_entries;

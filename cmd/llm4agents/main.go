@@ -48,6 +48,8 @@ commands:
   demo          run the embedded demo: a local chain, the gateway, and paid calls
   serve         run the paid gateway from a YAML config (--config FILE)
   facilitator   serve an x402 facilitator (POST /verify, POST /settle, GET /supported)
+  pay           pay one x402 request within a budget (--dry-run shows the price, pays nothing)
+  chat          chat with an OpenAI-compatible x402 endpoint, paying per turn
 
 Run 'llm4agents <command> -h' for the flags of a command.
 `
@@ -65,6 +67,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runFacilitator(ctx, rest, e)
 	case "serve":
 		return runServe(ctx, rest, e)
+	case "pay":
+		return runPay(ctx, rest, e, os.Stdin)
+	case "chat":
+		return runChat(ctx, rest, e, os.Stdin)
 	case "-h", "-help", "--help", "help":
 		printf(stdout, "%s", usage)
 		return nil

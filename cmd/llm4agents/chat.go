@@ -1,0 +1,401 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+const (
+	// maxChatLine bounds one line read from stdin, and one SSE line.
+	maxChatLine = 1 << 20
+	// maxChatAnswer bounds a non-streamed answer or an error body.
+	maxChatAnswer = 8 << 20
+)
+
+// chatFlags is `llm4agents chat` checked and parsed.
+type chatFlags struct {
+	buyer     buyerFlags
+	base      string
+	model     string
+	stream    bool
+	system    string
+	maxTokens int
+	timeout   time.Duration
+	verbose   bool
+
+	completions *url.URL // BASE/chat/completions
+	models      *url.URL // BASE/models
+	spend       *spending
+}
+
+func parseChatFlags(args []string, e env) (*chatFlags, error) {
+	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		printf(e.stderr, "usage: llm4agents chat --url BASE [flags]\n\nTalks to an OpenAI-compatible x402 endpoint from the terminal: each line on stdin is a turn,\nthe answer goes to stdout, and the cost of each turn and the running total to stderr.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	var f chatFlags
+	f.buyer.register(fs)
+	fs.StringVar(&f.base, "url", "", "OpenAI base URL, such as http://127.0.0.1:8080/v1 (a bare origin means /v1; required)")
+	fs.StringVar(&f.model, "model", "", "model to use (default: the first of BASE/models)")
+	fs.BoolVar(&f.stream, "stream", false, "stream each answer as it is written")
+	fs.StringVar(&f.system, "system", "", "a system message to start the conversation with")
+	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max_tokens of each turn, which bounds its price (default: the server's)")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "limit on each turn, its payment and its answer")
+	fs.BoolVar(&f.verbose, "v", false, "log what the payment client does (never a key or a payment header)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("chat: unexpected argument #%d (flags go before it; values are not echoed)", fs.NArg())
+	case f.base == "":
+		return nil, errors.New("chat: --url is required")
+	case f.maxTokens < 0:
+		return nil, errors.New("chat: --max-tokens must not be negative")
+	case f.timeout <= 0:
+		return nil, errors.New("chat: --timeout must be positive")
+	}
+	base, err := parseTarget(f.base)
+	if err != nil {
+		return nil, fmt.Errorf("chat: --url: %w", err)
+	}
+	if base.RawQuery != "" || base.Fragment != "" {
+		return nil, errors.New("chat: --url must not have a query or a fragment")
+	}
+	base.Path = strings.TrimSuffix(base.Path, "/")
+	if base.Path == "" {
+		base.Path = "/v1"
+	}
+	base.RawPath = ""
+	f.completions = base.JoinPath("chat", "completions")
+	f.models = base.JoinPath("models")
+	if f.spend, err = f.buyer.parse(); err != nil {
+		return nil, fmt.Errorf("chat: %w", err)
+	}
+	return &f, nil
+}
+
+// chatMessage is one message of the conversation, as the API takes it.
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// runChat reads a line per turn from stdin and keeps the conversation, paying
+// each turn within the spending flags: `llm4agents chat --url BASE`.
+func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
+	f, err := parseChatFlags(args, e)
+	if err != nil {
+		return err
+	}
+	key, err := loadWallet(f.buyer.keyFile, e.getenv, e.stderr)
+	if err != nil {
+		return fmt.Errorf("chat: %w", err)
+	}
+	journal, err := f.buyer.openJournal()
+	if err != nil {
+		return fmt.Errorf("chat: %w", err)
+	}
+	logOut := io.Discard
+	if f.verbose {
+		logOut = e.stderr
+	}
+	in := &inspector{next: http.DefaultTransport, payTo: f.spend.payTo}
+	tr := &client.Transport{
+		Base:    in,
+		Signer:  exact.NewKeySigner(key),
+		Policy:  f.spend.policy,
+		Journal: journal,
+		Log:     slog.New(slog.NewTextHandler(logOut, nil)),
+	}
+	hc := &http.Client{Transport: tr, CheckRedirect: sameOriginRedirects}
+	b := &buyer{in: in, tr: tr, spend: f.spend}
+
+	model := f.model
+	if model == "" {
+		if model, err = firstModel(ctx, &http.Client{Transport: in, CheckRedirect: sameOriginRedirects}, f); err != nil {
+			return err
+		}
+	}
+	printf(e.stderr, "chat with %s at %s\npolicy: %s\nOne line per turn; an empty line is skipped; /quit or end of input ends.\n",
+		model, displayURL(f.completions), f.spend.describe())
+
+	var history []chatMessage
+	if f.system != "" {
+		history = append(history, chatMessage{Role: "system", Content: f.system})
+	}
+	sc := bufio.NewScanner(stdin)
+	sc.Buffer(make([]byte, 0, 64<<10), maxChatLine)
+	prompt := isTerminal(stdin)
+	turns, failed := 0, 0
+	for {
+		if prompt {
+			printf(e.stderr, "> ")
+		}
+		if !sc.Scan() {
+			break
+		}
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		if text == "/quit" || text == "/exit" {
+			break
+		}
+		turns++
+		history = append(history, chatMessage{Role: "user", Content: text})
+		answer, err := chatTurn(ctx, hc, b, f, model, history, turns, e)
+		if err != nil {
+			failed++
+			printf(e.stderr, "chat: turn %d: %v\n", turns, err)
+			history = history[:len(history)-1] // the next line is asked afresh
+			continue
+		}
+		history = append(history, chatMessage{Role: "assistant", Content: answer})
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("chat: read stdin: %w", err)
+	}
+	printf(e.stderr, "chat: %d turn(s); spent %s of %s\n", turns, f.spend.human(tr.Spent()), f.spend.human(f.spend.policy.Budget))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("chat: %d of %d turn(s) failed", failed, turns)
+	}
+	return nil
+}
+
+// firstModel asks BASE/models, unpaid, for the first model id.
+func firstModel(ctx context.Context, hc *http.Client, f *chatFlags) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.models.String(), nil) // #nosec G704 -- the user names the endpoint
+	if err != nil {
+		return "", errors.New("chat: cannot build the models request (URL not echoed)")
+	}
+	resp, err := hc.Do(req) // #nosec G704 -- the user names the endpoint
+	if err != nil {
+		return "", fmt.Errorf("chat: list the models at %s: %w; give --model", displayURL(f.models), withoutURL(err))
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	body, err := readBounded(resp.Body, maxChatAnswer)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("chat: list the models at %s: %s; give --model", displayURL(f.models), resp.Status)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Data) == 0 || list.Data[0].ID == "" {
+		return "", fmt.Errorf("chat: %s lists no model; give --model", displayURL(f.models))
+	}
+	return list.Data[0].ID, nil
+}
+
+// chatTurn sends the conversation, pays for it, writes the answer to stdout as
+// it comes, and reports the cost of the turn and the total to stderr.
+func chatTurn(ctx context.Context, hc *http.Client, b *buyer, f *chatFlags, model string, history []chatMessage, n int, e env) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	reqBody := map[string]any{"model": model, "messages": history}
+	if f.maxTokens > 0 {
+		reqBody["max_tokens"] = f.maxTokens
+	}
+	if f.stream {
+		reqBody["stream"] = true
+		reqBody["stream_options"] = map[string]any{"include_usage": true}
+	}
+	body, err := json.Marshal(reqBody)
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.completions.String(), bytes.NewReader(body)) // #nosec G704 -- the user names the endpoint
+	if err != nil {
+		return "", errors.New("cannot build the request (URL not echoed)")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if f.stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	line := requestLine(http.MethodPost, f.completions)
+	before := b.tr.Spent()
+	mark := b.in.mark()
+	resp, err := hc.Do(req) // #nosec G704 -- the user names the endpoint
+	if err != nil {
+		return "", b.failure(line, err, e.stderr, &payJSON{})
+	}
+	defer func() { _ = resp.Body.Close() }() // read to the end or abandoned on error
+	p := b.outcome(resp, mark)
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := readBounded(resp.Body, maxChatAnswer)
+		err := fmt.Errorf("%s: %s", resp.Status, apiErrorMessage(msg))
+		if p.paid != nil {
+			printf(e.stderr, "[turn %d: %s]\n", n, p.summary(b))
+		}
+		return "", err
+	}
+	var answer string
+	var usage *chatUsage
+	if f.stream {
+		answer, usage, err = readStream(resp.Body, e.stdout)
+	} else {
+		answer, usage, err = readCompletion(resp.Body, e.stdout)
+	}
+	printf(e.stdout, "\n")
+	printf(e.stderr, "[turn %d: %s; total %s of %s%s]\n", n, turnCost(p, new(big.Int).Sub(b.tr.Spent(), before), b.spend), b.spend.human(b.tr.Spent()), b.spend.human(b.spend.policy.Budget), usage.String())
+	if err != nil {
+		return "", fmt.Errorf("read the answer: %w", err)
+	}
+	return answer, nil
+}
+
+// turnCost says what a turn cost: the amount of the option paid, read from the
+// 402, and the settlement the PAYMENT-RESPONSE names.
+func turnCost(p *payment, spent *big.Int, s *spending) string {
+	switch {
+	case p.paid == nil:
+		return "no payment asked"
+	case p.sr != nil && p.sr.Success:
+		return fmt.Sprintf("paid %s in transaction %s", s.human(spent), p.sr.Transaction)
+	case p.sr != nil && p.sr.ErrorReason == x402.ReasonSettlementPending:
+		return fmt.Sprintf("%s pending in transaction %s", formatRequirementAmount(p.paid, s.decimals), p.sr.Transaction)
+	case p.srErr != nil:
+		return fmt.Sprintf("paid %s; the PAYMENT-RESPONSE header does not decode (%v)", s.human(spent), p.srErr)
+	default:
+		return fmt.Sprintf("paid %s; no PAYMENT-RESPONSE names the transaction", s.human(spent))
+	}
+}
+
+// chatUsage is the usage an answer reports.
+type chatUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+func (u *chatUsage) String() string {
+	if u == nil {
+		return ""
+	}
+	return fmt.Sprintf("; %d prompt + %d completion tokens", u.PromptTokens, u.CompletionTokens)
+}
+
+// readCompletion reads a non-streamed answer and writes its text to out.
+func readCompletion(r io.Reader, out io.Writer) (string, *chatUsage, error) {
+	body, err := readBounded(r, maxChatAnswer)
+	if err != nil {
+		return "", nil, err
+	}
+	var c struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage *chatUsage `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil || len(c.Choices) == 0 {
+		return "", nil, errors.New("the answer is not a chat completion")
+	}
+	text := c.Choices[0].Message.Content
+	printf(out, "%s", text)
+	return text, c.Usage, nil
+}
+
+// readStream reads a server-sent event stream of chat.completion.chunk
+// objects, writing each piece of content to out as it arrives.
+func readStream(r io.Reader, out io.Writer) (string, *chatUsage, error) {
+	var text strings.Builder
+	var usage *chatUsage
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxChatLine)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue
+		}
+		data = strings.TrimSpace(data)
+		if data == "[DONE]" {
+			return text.String(), usage, nil
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *chatUsage `json:"usage"`
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			return text.String(), usage, errors.New("a stream event is not JSON")
+		}
+		if ch.Error != nil {
+			return text.String(), usage, fmt.Errorf("the stream ended with an error: %s", ch.Error.Message)
+		}
+		for _, c := range ch.Choices {
+			text.WriteString(c.Delta.Content)
+			printf(out, "%s", c.Delta.Content)
+		}
+		if ch.Usage != nil {
+			usage = ch.Usage
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return text.String(), usage, err
+	}
+	return text.String(), usage, errors.New("the stream ended without [DONE]")
+}
+
+// apiErrorMessage extracts the message of an OpenAI-style error body, or
+// shows the start of any other body.
+func apiErrorMessage(body []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		return e.Error.Message
+	}
+	s := strings.TrimSpace(string(body))
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// isTerminal reports whether r is a terminal, to show a prompt only there.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

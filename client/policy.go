@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net/url"
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -30,6 +31,13 @@ type Policy struct {
 	// Assets lists the tokens that may be paid, each on one network. Empty pays
 	// nothing.
 	Assets []Asset
+	// PayTo, when not empty, lists the only addresses that may be paid (in any
+	// case); an option paying anyone else is refused with RefusedPayTo.
+	PayTo []string
+	// Origins, when not empty, lists the only origins (scheme://host[:port],
+	// such as "https://api.example.com") whose 402s may be paid; a 402 from any
+	// other origin has every option refused with RefusedOrigin.
+	Origins []string
 }
 
 // Asset is a token on a network, as a requirement names them.
@@ -78,6 +86,10 @@ const (
 	// client does not sign (Permit2), or asks for an authorization valid longer
 	// than exact.MaxSignedTimeout.
 	RefusedOffer Refusal = "offer"
+	// RefusedPayTo: a recipient not in Policy.PayTo.
+	RefusedPayTo Refusal = "pay_to"
+	// RefusedOrigin: the 402 came from an origin not in Policy.Origins.
+	RefusedOrigin Refusal = "origin"
 	// RefusedOverMaximum: the amount is over Policy.MaxPerRequest.
 	RefusedOverMaximum Refusal = "over_maximum"
 	// RefusedOverBudget: the amount is over what is left of Policy.Budget.
@@ -136,6 +148,8 @@ func (e *NoPayableOptionError) Error() string {
 type rules struct {
 	max, budget *big.Int
 	assets      map[string][]common.Address // network -> allowed tokens
+	payTo       map[common.Address]bool     // nil: any recipient
+	origins     map[string]bool             // nil: any origin
 }
 
 func (p *Policy) rules() (*rules, error) {
@@ -162,7 +176,46 @@ func (p *Policy) rules() (*rules, error) {
 		}
 		r.assets[a.Network] = append(r.assets[a.Network], addr)
 	}
+	for i, a := range p.PayTo {
+		addr, err := exact.ParseAddress(a)
+		if err != nil {
+			return nil, fmt.Errorf("%w: PayTo[%d] %q: %w", ErrInvalidPolicy, i, a, err)
+		}
+		if r.payTo == nil {
+			r.payTo = map[common.Address]bool{}
+		}
+		r.payTo[addr] = true
+	}
+	for i, o := range p.Origins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			return nil, fmt.Errorf("%w: Origins[%d] %q is not an origin such as https://api.example.com", ErrInvalidPolicy, i, o)
+		}
+		if r.origins == nil {
+			r.origins = map[string]bool{}
+		}
+		r.origins[policyOrigin(u)] = true
+	}
 	return r, nil
+}
+
+// policyOrigin is u's scheme://host:port, lower-case, with the default port
+// made explicit, so that equal origins compare equal.
+func policyOrigin(u *url.URL) string {
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(hostPort(u))
+}
+
+// refuseOrigin reports every option of pr refused because origin u is not
+// allowed, or nil when the policy allows it.
+func (r *rules) refuseOrigin(u *url.URL, pr *x402.PaymentRequired) []Option {
+	if r.origins == nil || r.origins[policyOrigin(u)] {
+		return nil
+	}
+	opts := make([]Option, len(pr.Accepts))
+	for i, req := range pr.Accepts {
+		opts[i] = Option{Index: i, Requirements: req, Refusal: RefusedOrigin, Label: "origin " + policyOrigin(u) + " is not allowed by the policy"}
+	}
+	return opts
 }
 
 // Payment flows of extra.paymentFlow (x402-v2.md §9.3). Absent means
@@ -227,8 +280,12 @@ func (r *rules) judge(req x402.PaymentRequirements) verdict {
 	if _, err := exact.ParseExtra(req.Extra); err != nil {
 		return refuse(RefusedOffer, "%v", err)
 	}
-	if _, err := exact.ParseAddress(req.PayTo); err != nil {
+	payTo, err := exact.ParseAddress(req.PayTo)
+	if err != nil {
 		return refuse(RefusedOffer, "payTo %q: %v", req.PayTo, err)
+	}
+	if r.payTo != nil && !r.payTo[payTo] {
+		return refuse(RefusedPayTo, "recipient %s is not allowed by the policy", payTo.Hex())
 	}
 	amount, err := exact.ParseUint256(req.Amount)
 	if err != nil {

@@ -266,6 +266,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts := rules.refuseOrigin(req.URL, pr); opts != nil {
+		err := &NoPayableOptionError{Resource: redactURL(req.URL), Options: opts}
+		log.InfoContext(ctx, "no payable option", "error", err.Error())
+		return nil, err
+	}
 	return t.pay(req, out, replay, pr, rules, log)
 }
 

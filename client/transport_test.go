@@ -265,6 +265,18 @@ func TestTransportRefuses(t *testing.T) {
 			MaxPerRequest: big.NewInt(1), Budget: big.NewInt(1), Assets: []client.Asset{{Network: network, Address: "USDC"}},
 		}, wantErr: client.ErrInvalidPolicy},
 		{name: "no signer", accepts: []x402.PaymentRequirements{offer(price)}, noSigner: true, wantErr: client.ErrNoSigner},
+		{name: "recipient not allowed", accepts: []x402.PaymentRequirements{offer(price)}, policy: withPolicy(func(p *client.Policy) {
+			p.PayTo = []string{"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"}
+		}), wantRefusals: []client.Refusal{client.RefusedPayTo}},
+		{name: "origin not allowed", accepts: []x402.PaymentRequirements{offer(price), offer(1)}, policy: withPolicy(func(p *client.Policy) {
+			p.Origins = []string{"https://api.example.com"}
+		}), wantRefusals: []client.Refusal{client.RefusedOrigin, client.RefusedOrigin}},
+		{name: "policy with a bad recipient", accepts: []x402.PaymentRequirements{offer(price)}, policy: withPolicy(func(p *client.Policy) {
+			p.PayTo = []string{"bob"}
+		}), wantErr: client.ErrInvalidPolicy},
+		{name: "policy with a bad origin", accepts: []x402.PaymentRequirements{offer(price)}, policy: withPolicy(func(p *client.Policy) {
+			p.Origins = []string{"api.example.com/path"}
+		}), wantErr: client.ErrInvalidPolicy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -680,5 +692,33 @@ func TestTransportJournal(t *testing.T) {
 			}
 			checkLedger(t, tr, int64(tc.wantPaid)*price, 10*price-int64(tc.wantPaid)*price)
 		})
+	}
+}
+
+// withPolicy is policy(10) changed by edit.
+func withPolicy(edit func(*client.Policy)) *client.Policy {
+	p := policy(10)
+	edit(&p)
+	return &p
+}
+
+// TestTransportAllowLists: a recipient and an origin on the policy's lists are
+// paid, whatever the case of the address and with the default port implied.
+func TestTransportAllowLists(t *testing.T) {
+	srv := newServer(t, offer(price))
+	pol := withPolicy(func(p *client.Policy) {
+		p.PayTo = []string{strings.ToLower(payTo)}
+		p.Origins = []string{"https://api.example.com", strings.TrimSuffix(srv.URL("/"), "/")}
+	})
+	tr, _ := newTransport(t, *pol, srv)
+	rep, err := send(t, tr, srv.URL("/paid"), request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200", rep.resp.StatusCode)
+	}
+	if _, paid := srv.snapshot(); len(paid) != 1 {
+		t.Errorf("payments = %d, want 1", len(paid))
 	}
 }

@@ -1,2 +1,0 @@
-DROP TABLE recovery_fences;
-DROP TABLE recoveries;

@@ -128,6 +128,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		models = append(models, gateway.Model{
 			ID: m.ID, UpstreamModel: m.UpstreamModel, Provider: providers[m.Upstream], Price: price,
 			MaxOutputTokens: m.MaxOutputTokens, Encoding: m.Encoding,
+			PaymentIDRequired: m.PaymentIdentifier == config.PaymentIDRequired,
 		})
 	}
 	hostname, _ := os.Hostname()
@@ -137,6 +138,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		PayTo: cfg.Network.PayTo, MaxTimeoutSeconds: int64(cfg.Network.MaxTimeoutSeconds),
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, UpstreamTimeout: cfg.Limits.UpstreamTimeout,
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
+		RecoveryTTL: cfg.Limits.RecoveryTTL, RecoveryReplays: cfg.Limits.RecoveryReplays,
 		ClaimLease: cfg.ClaimLease(), Owner: fmt.Sprintf("%s/%d", hostname, os.Getpid()), Models: models,
 	}, fac, db, log)
 	if err != nil {

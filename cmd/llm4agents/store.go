@@ -24,6 +24,12 @@ type backend interface {
 	Close() error
 }
 
+// recoveryPurger is the housekeeping of a backend that keeps paid answers
+// for replay (store.Recoveries).
+type recoveryPurger interface {
+	PurgeExpiredRecoveries(ctx context.Context, limit int) (int, error)
+}
+
 // openStore opens the store a config names. The backend is chosen by a plain
 // switch on the DSN's scheme; errors never repeat the DSN (it may carry a
 // password).
@@ -69,6 +75,11 @@ func purgeExpired(db backend, every time.Duration, log *slog.Logger) (stop func(
 			for {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				n, err := db.PurgeExpiredPayments(ctx, batch)
+				if r, ok := db.(recoveryPurger); ok && err == nil {
+					var m int
+					m, err = r.PurgeExpiredRecoveries(ctx, batch)
+					n = max(n, m)
+				}
 				cancel()
 				if err != nil {
 					log.Warn("purge expired payments", "err", err)

@@ -130,6 +130,13 @@ type Limits struct {
 	// timeout + MinClaimLeaseMargin. Default: the larger of 5 minutes and
 	// that minimum.
 	ClaimLease time.Duration `yaml:"claim_lease"`
+	// RecoveryTTL is how long a paid answer may be replayed to its buyer
+	// after settlement, when the response was lost (MISSION R5, DECISIONS
+	// D15); 1s to 24h. Default DefaultRecoveryTTL.
+	RecoveryTTL time.Duration `yaml:"recovery_ttl"`
+	// RecoveryReplays is how many replays one paid answer allows, 1 to
+	// MaxRecoveryReplays. Default DefaultRecoveryReplays.
+	RecoveryReplays int `yaml:"recovery_replays"`
 }
 
 // Upstream is a provider the gateway forwards to.
@@ -168,6 +175,10 @@ type Model struct {
 	// pricing.EncodingFor(UpstreamModel).
 	Encoding string `yaml:"encoding"`
 	Settle   Settle `yaml:"settle"`
+	// PaymentIdentifier is PaymentIDOptional (default: the official clients
+	// send no id) or PaymentIDRequired: whether a payment for this model must
+	// carry the payment-identifier extension (x402-v2 §7.1, DECISIONS D14).
+	PaymentIdentifier string `yaml:"payment_identifier"`
 }
 
 // Price is a model's price as written in the file: whole atomic units of the
@@ -202,6 +213,13 @@ const (
 	// MinClaimLeaseMargin is what Limits.ClaimLease must leave beyond the
 	// longest upstream timeout plus the settle timeout.
 	MinClaimLeaseMargin = 10 * time.Second
+	// DefaultRecoveryTTL and DefaultRecoveryReplays are short on purpose: a
+	// replayable answer is exposure (seed 002).
+	DefaultRecoveryTTL     = time.Hour
+	DefaultRecoveryReplays = 10
+	// MaxRecoveryTTL and MaxRecoveryReplays bound them.
+	MaxRecoveryTTL     = 24 * time.Hour
+	MaxRecoveryReplays = 1000
 )
 
 // Values of the enumerated keys.
@@ -214,6 +232,9 @@ const (
 
 	SettleBuffered        = "buffered"
 	SettleAfterFirstChunk = "after_first_chunk"
+
+	PaymentIDOptional = "optional"
+	PaymentIDRequired = "required"
 )
 
 // Bounds Validate enforces.
@@ -278,6 +299,12 @@ func (c *Config) SetDefaults() {
 	if l.MaxStreamDuration == 0 {
 		l.MaxStreamDuration = DefaultMaxStreamDuration
 	}
+	if l.RecoveryTTL == 0 {
+		l.RecoveryTTL = DefaultRecoveryTTL
+	}
+	if l.RecoveryReplays == 0 {
+		l.RecoveryReplays = DefaultRecoveryReplays
+	}
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
 		if u.Type == "" {
@@ -303,6 +330,9 @@ func (c *Config) SetDefaults() {
 		}
 		if m.Settle.Streaming == "" {
 			m.Settle.Streaming = SettleAfterFirstChunk
+		}
+		if m.PaymentIdentifier == "" {
+			m.PaymentIdentifier = PaymentIDOptional
 		}
 	}
 }
@@ -549,6 +579,12 @@ func (c *Config) validateLimits(p *problems) {
 	if l.MaxStreamDuration <= 0 {
 		p.add("limits.max_stream_duration", "%s must be positive", l.MaxStreamDuration)
 	}
+	if l.RecoveryTTL < time.Second || l.RecoveryTTL > MaxRecoveryTTL {
+		p.add("limits.recovery_ttl", "%s is not between 1s and %s", l.RecoveryTTL, MaxRecoveryTTL)
+	}
+	if l.RecoveryReplays < 1 || l.RecoveryReplays > MaxRecoveryReplays {
+		p.add("limits.recovery_replays", "%d is not between 1 and %d", l.RecoveryReplays, MaxRecoveryReplays)
+	}
 	if l.ClaimLease != 0 {
 		if minLease := c.minClaimLease(); l.ClaimLease < minLease {
 			p.add("limits.claim_lease", "%s is shorter than the longest upstream timeout + facilitator.settle_timeout + %s (%s): a slow request could lose its claim to a second presentation of its payment",
@@ -676,6 +712,9 @@ func (c *Config) validateModels(p *problems) {
 		}
 		if m.Settle.Streaming != SettleAfterFirstChunk {
 			p.add(at+".settle.streaming", "%q is not %s (the only policy for now; DECISIONS D2)", truncate(m.Settle.Streaming), SettleAfterFirstChunk)
+		}
+		if m.PaymentIdentifier != PaymentIDOptional && m.PaymentIdentifier != PaymentIDRequired {
+			p.add(at+".payment_identifier", "%q is not %s or %s", truncate(m.PaymentIdentifier), PaymentIDOptional, PaymentIDRequired)
 		}
 	}
 }

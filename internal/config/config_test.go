@@ -104,8 +104,9 @@ func TestParseBase(t *testing.T) {
 			Mode: ModeInProcess, KeyFile: "/run/secrets/facilitator.key",
 			MaxFeePerGas: DefaultMaxFeePerGas, SettleTimeout: 30 * time.Second, ReconcileInterval: DefaultReconcileInterval,
 		},
-		Store:  Store{DSN: "sqlite:///tmp/llm4agents.db"},
-		Limits: Limits{MaxBodyBytes: 1 << 20, UpstreamTimeout: 120 * time.Second, MaxStreamDuration: 10 * time.Minute},
+		Store: Store{DSN: "sqlite:///tmp/llm4agents.db"},
+		Limits: Limits{MaxBodyBytes: 1 << 20, UpstreamTimeout: 120 * time.Second, MaxStreamDuration: 10 * time.Minute,
+			RecoveryTTL: DefaultRecoveryTTL, RecoveryReplays: DefaultRecoveryReplays},
 		Upstreams: []Upstream{
 			{Name: "openai", Type: UpstreamOpenAI, BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
 			{Name: "demo", Type: UpstreamDemo, Timeout: 120 * time.Second},
@@ -114,12 +115,12 @@ func TestParseBase(t *testing.T) {
 			{
 				ID: "gpt-4o-mini", Upstream: "openai", UpstreamModel: "gpt-4o-mini",
 				Price: Price{Input: "150000", Output: "600000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
-				Settle: Settle{NonStreaming: SettleBuffered, Streaming: SettleAfterFirstChunk},
+				Settle: Settle{NonStreaming: SettleBuffered, Streaming: SettleAfterFirstChunk}, PaymentIdentifier: PaymentIDOptional,
 			},
 			{
 				ID: "demo", Upstream: "demo", UpstreamModel: "demo",
 				Price: Price{Input: "1000000", Output: "2_000_000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
-				Settle: Settle{NonStreaming: SettleBuffered, Streaming: SettleAfterFirstChunk},
+				Settle: Settle{NonStreaming: SettleBuffered, Streaming: SettleAfterFirstChunk}, PaymentIdentifier: PaymentIDOptional,
 			},
 		},
 	}
@@ -277,6 +278,11 @@ func TestParseErrors(t *testing.T) {
 		{name: "dsn other scheme", edits: []string{dsn, "  dsn: mysql://db"}, path: "store.dsn", msg: `scheme "mysql" is not supported`},
 		{name: "claim lease too short", edits: []string{dsn, dsn + "\nlimits:\n  claim_lease: 1m"}, path: "limits.claim_lease", msg: "shorter than the longest upstream timeout"},
 		{name: "claim lease negative", edits: []string{dsn, dsn + "\nlimits:\n  claim_lease: -1m"}, path: "limits.claim_lease", msg: "shorter than"},
+		{name: "recovery ttl too short", edits: []string{dsn, dsn + "\nlimits:\n  recovery_ttl: 500ms"}, path: "limits.recovery_ttl", msg: "is not between 1s and 24h0m0s"},
+		{name: "recovery ttl too long", edits: []string{dsn, dsn + "\nlimits:\n  recovery_ttl: 25h"}, path: "limits.recovery_ttl", msg: "is not between 1s and 24h0m0s"},
+		{name: "recovery ttl negative", edits: []string{dsn, dsn + "\nlimits:\n  recovery_ttl: -1h"}, path: "limits.recovery_ttl", msg: "is not between"},
+		{name: "recovery replays negative", edits: []string{dsn, dsn + "\nlimits:\n  recovery_replays: -1"}, path: "limits.recovery_replays", msg: "is not between 1 and 1000"},
+		{name: "recovery replays too many", edits: []string{dsn, dsn + "\nlimits:\n  recovery_replays: 1001"}, path: "limits.recovery_replays", msg: "is not between 1 and 1000"},
 		{name: "reconcile interval tiny", edits: []string{keyFile, keyFile + "  reconcile_interval: 10ms\n"}, path: "facilitator.reconcile_interval", msg: "less than 1s"},
 
 		// Limits and listen.
@@ -336,6 +342,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "unknown encoding", edits: []string{price0, price0 + "\n    encoding: o100k"}, path: "models[0].encoding", msg: `"o100k" is not a known encoding`},
 		{name: "unknown non-streaming policy", edits: []string{price0, price0 + "\n    settle: { non_streaming: streamed }"}, path: "models[0].settle.non_streaming", msg: `"streamed" is not buffered`},
 		{name: "unknown streaming policy", edits: []string{price0, price0 + "\n    settle:\n      streaming: before_first_chunk"}, path: "models[0].settle.streaming", msg: `is not after_first_chunk`, line: "streaming:"},
+		{name: "unknown payment identifier", edits: []string{price0, price0 + "\n    payment_identifier: always"}, path: "models[0].payment_identifier", msg: `"always" is not optional or required`},
+		{name: "payment identifier a bool", edits: []string{price0, price0 + "\n    payment_identifier: true"}, path: "models[0].payment_identifier", msg: `is not optional or required`},
 
 		// Document.
 		{name: "unknown top-level key", edits: []string{"listen:", "lissten:"}, path: "lissten", msg: `unknown key "lissten" (the keys here are listen, public_url, network,`, line: "lissten:"},
@@ -523,5 +531,21 @@ func TestClaimLease(t *testing.T) {
 	c.Upstreams[len(c.Upstreams)-1].Timeout = 10 * time.Minute
 	if got, want := c.ClaimLease(), 10*time.Minute+15*time.Second; got != want {
 		t.Errorf("ClaimLease() with a 10m upstream = %s, want %s (the minimum outgrows the default)", got, want)
+	}
+}
+
+// TestRecoveryKnobs: the recovery knobs and a required payment identifier
+// parse as written.
+func TestRecoveryKnobs(t *testing.T) {
+	text := edit(t, base,
+		"  dsn: sqlite:///tmp/llm4agents.db\n", "  dsn: sqlite:///tmp/llm4agents.db\nlimits:\n  recovery_ttl: 90s\n  recovery_replays: 3\n",
+		`price: { input: "150000", output: "600000" }`, `price: { input: "150000", output: "600000" }`+"\n    payment_identifier: required")
+	c, err := Parse([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.RecoveryTTL != 90*time.Second || c.Limits.RecoveryReplays != 3 ||
+		c.Models[0].PaymentIdentifier != PaymentIDRequired || c.Models[1].PaymentIdentifier != PaymentIDOptional {
+		t.Errorf("limits %+v, models %q %q", c.Limits, c.Models[0].PaymentIdentifier, c.Models[1].PaymentIdentifier)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 
 	"github.com/llm4agents/llm4agents/internal/chain"
+	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -274,6 +275,7 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 	if err != nil {
 		f.log.Warn("broadcast outcome unknown; resolving from chain", "key", rec.Key, "tx", tx.Hash().Hex(), "err", err)
 	}
+	crashpoint.Hit(crashpoint.AfterBroadcast) // sent, and the record does not say so yet
 	f.remember(rec.Key, tx)
 	if uerr := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, tx.Hash().Hex(), ""); uerr != nil {
 		// The transaction is out; losing the record would let a later caller think
@@ -315,9 +317,11 @@ func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec stor
 	a := &vd.Payload.Authorization
 	f.forget(rec.Key) // mined: the Sender has nothing left to keep alive
 	if receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
+		crashpoint.Hit(crashpoint.AfterReceipt) // paid on chain, not recorded
 		if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateSettled, receipt.TxHash.Hex(), ""); err != nil && !errors.Is(err, store.ErrFenced) {
 			return nil, fmt.Errorf("record settlement: %w", err)
 		}
+		crashpoint.Hit(crashpoint.AfterRecord) // recorded, nobody answered
 		return f.report(ctx, vd, rec.Key, receipt.TxHash)
 	}
 	if receipt.Status == types.ReceiptStatusSuccessful {

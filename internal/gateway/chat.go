@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
@@ -19,19 +20,21 @@ import (
 // costInfo is reported on every paid answer: the x_llm4agents field of the body
 // (or of the final stream chunk), which OpenAI clients ignore, and headers.
 type costInfo struct {
-	Charged        string      `json:"charged"`         // atomic units actually paid
-	ChargedDisplay string      `json:"charged_display"` // "0.03 USDC"
-	Asset          string      `json:"asset"`
-	Network        string      `json:"network"`
-	Transaction    string      `json:"transaction"`
-	UsageCost      string      `json:"usage_cost"` // what the usage would cost at list price, unrounded
-	Usage          *chat.Usage `json:"usage,omitempty"`
+	Charged        string `json:"charged"`         // atomic units actually paid
+	ChargedDisplay string `json:"charged_display"` // "0.03 USDC"
+	Asset          string `json:"asset"`
+	Network        string `json:"network"`
+	Transaction    string `json:"transaction"`
+	// OperationID names the paid answer for recovery (recovery.go).
+	OperationID string      `json:"operation_id,omitempty"`
+	UsageCost   string      `json:"usage_cost"` // what the usage would cost at list price, unrounded
+	Usage       *chat.Usage `json:"usage,omitempty"`
 }
 
 func (s *Server) cost(q *quote, sr *x402.SettleResponse, u *chat.Usage) costInfo {
 	ci := costInfo{
 		Charged: q.amount.String(), ChargedDisplay: s.display(q.amount), Asset: s.cfg.Asset,
-		Network: s.cfg.Network, Transaction: sr.Transaction, Usage: u,
+		Network: s.cfg.Network, Transaction: sr.Transaction, Usage: u, OperationID: q.op,
 	}
 	if u != nil {
 		ci.UsageCost = pricing.Cost(*u, q.model.Price).String()
@@ -92,11 +95,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	pd, err := s.admit(r.Context(), r, q)
+	pd, err := s.admit(r.Context(), r, q, [3]string{r.Method, r.URL.Path, req.Model}, body)
 	if err != nil {
 		return err
 	}
-	pd.request, pd.body = [3]string{r.Method, r.URL.Path, req.Model}, body
+	if pd.replay != nil {
+		return s.serveRecorded(w, q, pd.replay)
+	}
 	if pd.recover {
 		if st := pd.claim.Staged; st.Fingerprint != "" && st.Fingerprint != pd.fp() {
 			// The same payment, presented for another request (D14): a conflict,
@@ -137,27 +142,30 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 		s.release(pd)
 		return s.upstreamError(err, r.Context())
 	}
+	crashpoint.Hit(crashpoint.AfterUpstream)
+	// R2: the handler only stages; nothing here is replayable.
+	answer := store.RecordedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body}
+	s.stageRecovery(pd, answer)
 	sr, ok := s.settle(pd, q)
 	if !ok {
 		if sr.ErrorReason == x402.ReasonSettlementPending {
 			// D3: the answer waits with the claim for a retry with the same
-			// payment; it is annotated when served.
+			// payment; it is annotated when served. The recovery record stays
+			// staged until the settlement is seen mined.
 			s.stage(pd, store.StagedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body})
+		} else {
+			s.abandonRecovery(pd) // not paid: never replayable
 		}
 		return settleRefusal(sr, s.settleMessage(sr))
 	}
-	var usage *chat.Usage // unknown, not zero, when the upstream reported none
-	if comp.UsageReported {
-		usage = &comp.Usage
-	}
-	ci := s.cost(q, sr, usage)
-	if err := paidHeaders(w.Header(), sr); err != nil {
+	s.promoteRecovery(pd, sr)
+	// Rendered as a replay renders it, so a replay's bytes are these.
+	out, err := s.render(w.Header(), q, sr, &answer)
+	if err != nil {
 		return err
 	}
-	setCostHeaders(w.Header(), ci)
-	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(annotate(comp.Body, ci)) // #nosec G705 -- a JSON body sent as application/json, not HTML
+	_, _ = w.Write(out) // #nosec G705 -- a JSON body sent as application/json, not HTML
 	return nil
 }
 

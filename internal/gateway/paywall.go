@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
@@ -29,6 +31,9 @@ type quote struct {
 	amount       *big.Int
 	offer        x402.PaymentRequirements
 	resource     *x402.ResourceInfo
+	// op is the operation id of the answer (recovery.go), "" without a
+	// recovery record; it is part of the cost annotation.
+	op string
 }
 
 // price computes the quote of a parsed request (MISSION P1, DECISIONS D13).
@@ -79,6 +84,10 @@ func (s *Server) display(amount *big.Int) string {
 // authoritative; the body is an OpenAI error for the SDKs.
 func (s *Server) challenge(q *quote, reason string, detail error) error {
 	pr := x402.PaymentRequired{X402Version: x402.Version, Error: reason, Resource: q.resource, Accepts: []x402.PaymentRequirements{q.offer}}
+	if s.recoveries != nil {
+		// x402-v2 §7.1: retries of one purchase carry one id (D14).
+		pr.Extensions = map[string]json.RawMessage{x402.ExtensionPaymentID: x402.PaymentIDDeclaration(q.model.PaymentIDRequired)}
+	}
 	hv, err := x402.EncodeHeader(pr)
 	if err != nil {
 		return fmt.Errorf("encode challenge: %w", err)
@@ -128,6 +137,13 @@ type paid struct {
 	request     [3]string // method, path, model
 	body        []byte
 	fingerprint string
+	// rkey is the recovery record key (D14), "" when recovery is off; rec is
+	// the record this request holds, once begun; replay is a promoted record
+	// the lookup found with proof of control, to be served instead of
+	// anything else (recovery.go).
+	rkey   string
+	rec    *store.Recovery
+	replay *store.Recovery
 }
 
 // fp returns the request's fingerprint, computed on first use.
@@ -139,10 +155,12 @@ func (pd *paid) fp() string {
 }
 
 // admit runs the payment steps of D0 before the upstream: decode, match (D7),
-// freshness (D6), recovery lookup (D14), verify, claim. A nil *paid with a nil
-// error never happens; a *paid with recover set was found by the lookup and
-// must go to resolveStaged, never upstream.
-func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, error) {
+// freshness (D6), recovery lookup (D14), verify, claim, begin the recovery
+// record. A nil *paid with a nil error never happens; a *paid with replay set
+// must be answered by serveRecorded, one with recover set by resolveStaged,
+// never upstream. request is the method, path and model of the request, body
+// its bytes: the fingerprint's input.
+func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [3]string, body []byte) (*paid, error) {
 	hv := r.Header.Get(x402.HeaderPaymentSignature)
 	if hv == "" {
 		if r.Header.Get(x402.HeaderLegacyPayment) != "" {
@@ -173,14 +191,28 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, e
 		s.metrics.payment("malformed")
 		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: "payment payload: " + err.Error()}
 	}
+	var id string // a secret (D14): never logged, kept only hashed in the record key
+	if s.recoveries != nil {
+		if id, err = x402.PaymentIDFromPayload(p, q.model.PaymentIDRequired); err != nil {
+			s.metrics.payment("malformed")
+			return nil, paymentIDError(err)
+		}
+	}
 	if err := s.fresh(auth); err != nil {
 		s.metrics.payment("stale")
 		return nil, s.challenge(q, string(x402.ReasonEVMValidBefore), err)
 	}
 	a := &auth.Authorization
-	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex()}
-	// The recovery lookup comes before verify (D0): a pending settlement's
-	// authorization no longer verifies once mined.
+	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex(),
+		request: request, body: body}
+	// The recovery lookups come before verify (D0): a settled authorization no
+	// longer verifies, and a replay needs no new payment.
+	if s.recoveries != nil {
+		pd.rkey = recordKey(s.cfg.Network, pd.payer, id, pd.key)
+		if err := s.recoveryLookup(ctx, q, pd); err != nil || pd.replay != nil {
+			return pd, err
+		}
+	}
 	staged, err := s.lookup(ctx, pd.key)
 	if err != nil {
 		return nil, err
@@ -188,6 +220,12 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, e
 	if staged != nil {
 		pd.claim, pd.recover = *staged, true
 		return pd, nil
+	}
+	// Only the fresh path calls the upstream: only it needs the authorization
+	// to outlive the request (D6); a replay or recovery above does not.
+	if err := s.lasts(auth); err != nil {
+		s.metrics.payment("stale")
+		return nil, s.challenge(q, string(x402.ReasonEVMValidBefore), err)
 	}
 	vr, err := s.fac.Verify(ctx, p, q.offer)
 	if err != nil {
@@ -198,7 +236,7 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, e
 		s.metrics.payment("invalid")
 		return nil, s.challenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
 	}
-	claim, held, err := s.payments.ClaimPayment(ctx, store.PaymentClaim{
+	claim, held, err := s.claims().ClaimPayment(ctx, store.PaymentClaim{
 		Key: pd.key, Network: s.cfg.Network, Payer: pd.payer, Amount: a.Value.String(), Owner: s.cfg.Owner,
 		ExpiresAt: time.Unix(a.ValidBefore.Int64(), 0).Add(claimMargin),
 	}, s.cfg.ClaimLease)
@@ -210,7 +248,15 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote) (*paid, e
 		s.metrics.payment("replayed")
 		return nil, s.inUse(claim)
 	}
+	crashpoint.Hit(crashpoint.AfterClaim)
 	pd.claim = claim
+	// The recovery record is a second claim on the authorization: the
+	// test-only claim switch (claimoff_on.go) turns it off too.
+	if s.recoveries != nil && !claimSwitchedOff() {
+		if err := s.beginRecovery(ctx, q, pd); err != nil {
+			return nil, err
+		}
+	}
 	return pd, nil
 }
 
@@ -234,16 +280,11 @@ func (s *Server) inUse(c store.PaymentClaim) error {
 	}
 }
 
-// fresh applies the route's freshness rule (D6): the authorization must still be
-// valid when the upstream and the settlement are done, and must not outlive what
-// the 402 promised.
+// fresh applies D6's basic window, before the recovery lookup: the
+// authorization must not outlive what the 402 promised, nor start later.
 func (s *Server) fresh(p *exact.Payload) error {
 	now := s.now()
 	vb := p.Authorization.ValidBefore
-	need := now.Add(s.cfg.UpstreamTimeout + s.cfg.SettleTimeout).Unix()
-	if vb.Cmp(big.NewInt(need)) < 0 {
-		return fmt.Errorf("validBefore %s expires before this request could finish (needs %d)", vb, need)
-	}
 	limit := now.Unix() + s.cfg.MaxTimeoutSeconds + int64(exact.FreshnessSlack/time.Second)
 	if vb.Cmp(big.NewInt(limit)) > 0 {
 		return fmt.Errorf("validBefore %s is later than the %ds this 402 allows", vb, s.cfg.MaxTimeoutSeconds)
@@ -254,12 +295,24 @@ func (s *Server) fresh(p *exact.Payload) error {
 	return nil
 }
 
+// lasts is D6's mid-request margin, on the fresh path only: the authorization
+// must still be valid when the upstream and the settlement are done.
+func (s *Server) lasts(p *exact.Payload) error {
+	vb := p.Authorization.ValidBefore
+	need := s.now().Add(s.cfg.UpstreamTimeout + s.cfg.SettleTimeout).Unix()
+	if vb.Cmp(big.NewInt(need)) < 0 {
+		return fmt.Errorf("validBefore %s expires before this request could finish (needs %d)", vb, need)
+	}
+	return nil
+}
+
 // release gives the authorization back after an upstream failure: nothing was
 // settled, so the buyer may present it again.
 func (s *Server) release(pd *paid) {
+	s.abandonRecovery(pd)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.payments.ReleasePayment(ctx, pd.key, pd.claim.Fence); err != nil {
+	if err := s.claims().ReleasePayment(ctx, pd.key, pd.claim.Fence); err != nil {
 		s.log.Warn("release payment claim", "key", pd.key, "err", err)
 	}
 }
@@ -316,7 +369,7 @@ func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, bool) {
 }
 
 func (s *Server) record(ctx context.Context, pd *paid, state store.PaymentState, tx string) {
-	if err := s.payments.UpdatePayment(ctx, pd.key, pd.claim.Fence, state, tx); err != nil {
+	if err := s.claims().UpdatePayment(ctx, pd.key, pd.claim.Fence, state, tx); err != nil {
 		s.log.Error("record payment", "key", pd.key, "state", state, "err", err)
 	}
 }

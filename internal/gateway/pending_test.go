@@ -135,7 +135,7 @@ func TestPendingSettlementStaged(t *testing.T) {
 			// a conflict, never the staged answer, never the upstream.
 			other := strings.Replace(tc.body, `"content":"`, `"content":"other `, 1)
 			resp = e.post(t, http.DefaultClient, other, hdr)
-			if b := readAll(t, resp); resp.StatusCode != http.StatusConflict || errorCode(t, b) != "payment_request_mismatch" {
+			if b := readAll(t, resp); resp.StatusCode != http.StatusConflict || errorCode(t, b) != "idempotency_conflict" {
 				t.Errorf("other request, same payment: %d %s", resp.StatusCode, b)
 			}
 			// The same request re-encoded (key order, whitespace) is the same request.
@@ -174,10 +174,12 @@ func TestPendingSettlementStaged(t *testing.T) {
 				t.Errorf("claim after the retry = %+v, %v", c, err)
 			}
 
-			// 3. Once more: spent.
+			// 3. Once more: the answer was promoted when the retry saw the
+			// settlement; the same PAYMENT-SIGNATURE replays it (D15), the
+			// same bytes, nothing settled, no upstream call.
 			resp = e.post(t, http.DefaultClient, tc.body, hdr)
 			b = readAll(t, resp)
-			if resp.StatusCode != http.StatusConflict || errorCode(t, b) != "payment_already_used" {
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Llm4agents-Replay") != "promoted" || !bytes.Equal(b, served) {
 				t.Errorf("third: %d %s", resp.StatusCode, b)
 			}
 			if e.up.Calls() != 1 || pf.calls() != 2 {

@@ -4,8 +4,9 @@
 //
 // A paid request goes through the steps of DECISIONS D0: decode the payment,
 // match it to the quote recomputed from this very request (D7), check its
-// freshness (D6), verify it, claim the authorization in the store (so a second
-// presentation never reaches the upstream), call the upstream, settle, respond.
+// freshness (D6), look up a recorded answer to replay (D14, D15; recovery.go),
+// verify it, claim the authorization in the store (so a second presentation
+// never reaches the upstream), call the upstream, settle, respond.
 // Non-streaming answers are withheld until settlement succeeds (D1); streams
 // settle after the first upstream chunk with content and before the first byte
 // to the client (D2). An upstream failure settles nothing and releases the claim,
@@ -48,6 +49,10 @@ type Model struct {
 	MaxOutputTokens int64  // default cap injected upstream; requests above it are refused
 	Encoding        string // tokenizer encoding for quotes; "" chooses by model name
 	OwnedBy         string
+	// PaymentIDRequired makes the payment-identifier extension required for
+	// this model's requests (x402-v2 §7.1); it is optional by default, since
+	// the official clients send none. It needs a recovery store.
+	PaymentIDRequired bool
 }
 
 // Config is what a Server needs besides its collaborators.
@@ -76,7 +81,12 @@ type Config struct {
 	// authorization.
 	ClaimLease time.Duration
 	Owner      string // this replica's name in claims
-	Models     []Model
+	// RecoveryTTL is how long a paid answer may be replayed to its buyer after
+	// settlement; RecoveryReplays how many times (recovery.go). Defaults
+	// DefaultRecoveryTTL and DefaultRecoveryReplays.
+	RecoveryTTL     time.Duration
+	RecoveryReplays int
+	Models          []Model
 }
 
 // Defaults of Config.
@@ -87,6 +97,9 @@ const (
 	DefaultSettleTimeout     = 30 * time.Second
 	DefaultMaxStreamDuration = 10 * time.Minute
 	DefaultClaimLease        = 5 * time.Minute
+	// MinClaimLeaseMargin is what ClaimLease must leave beyond
+	// UpstreamTimeout + SettleTimeout: the request's own work around them.
+	MinClaimLeaseMargin = 10 * time.Second
 )
 
 // Server serves the gateway's HTTP API.
@@ -94,21 +107,26 @@ type Server struct {
 	cfg      Config
 	fac      x402.Facilitator
 	payments store.Payments
-	counter  *pricing.Counter
-	models   map[string]*Model
-	order    []string // model ids, sorted
-	log      *slog.Logger
-	metrics  *Metrics
-	mux      *http.ServeMux
-	now      func() time.Time
-	ready    func(context.Context) error
+	// recoveries holds the recovery records (recovery.go); nil when the store
+	// does not implement store.Recoveries, and then no id is advertised and
+	// nothing is replayed.
+	recoveries store.Recoveries
+	counter    *pricing.Counter
+	models     map[string]*Model
+	order      []string // model ids, sorted
+	log        *slog.Logger
+	metrics    *Metrics
+	mux        *http.ServeMux
+	now        func() time.Time
+	ready      func(context.Context) error
 
 	// Parsed once from cfg: every offer carries them.
 	asset common.Address
 	extra json.RawMessage
 }
 
-// New returns a Server. fac verifies and settles; payments holds the claims.
+// New returns a Server. fac verifies and settles; payments holds the claims,
+// and the recovery records when it implements store.Recoveries.
 func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Logger) (*Server, error) {
 	if cfg.MaxTimeoutSeconds <= 0 {
 		cfg.MaxTimeoutSeconds = DefaultMaxTimeoutSeconds
@@ -127,12 +145,18 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 	}
 	// A claim must outlive the slowest request that holds it, or a second
 	// presentation could take it over while the first is still in the upstream.
-	minLease := cfg.UpstreamTimeout + cfg.SettleTimeout + time.Minute
+	minLease := cfg.UpstreamTimeout + cfg.SettleTimeout + MinClaimLeaseMargin
 	if cfg.ClaimLease <= 0 {
 		cfg.ClaimLease = max(DefaultClaimLease, minLease)
 	}
 	if cfg.ClaimLease < minLease {
-		return nil, fmt.Errorf("gateway: claim lease %s is shorter than upstream timeout + settle timeout + 1m (%s)", cfg.ClaimLease, minLease)
+		return nil, fmt.Errorf("gateway: claim lease %s is shorter than upstream timeout + settle timeout + %s (%s)", cfg.ClaimLease, MinClaimLeaseMargin, minLease)
+	}
+	if cfg.RecoveryTTL <= 0 {
+		cfg.RecoveryTTL = DefaultRecoveryTTL
+	}
+	if cfg.RecoveryReplays <= 0 {
+		cfg.RecoveryReplays = DefaultRecoveryReplays
 	}
 	if cfg.AssetSymbol == "" {
 		cfg.AssetSymbol = "USDC"
@@ -155,6 +179,7 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 		log:    log.With("component", "gateway"), metrics: NewMetrics(), now: time.Now,
 		asset: asset, extra: extra,
 	}
+	s.recoveries, _ = payments.(store.Recoveries)
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
 		if m.UpstreamModel == "" {
@@ -162,6 +187,9 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 		}
 		if _, dup := s.models[m.ID]; dup {
 			return nil, fmt.Errorf("gateway: model %q configured twice", m.ID)
+		}
+		if m.PaymentIDRequired && s.recoveries == nil {
+			return nil, fmt.Errorf("gateway: model %q requires a payment identifier, but the store keeps no recovery records", m.ID)
 		}
 		s.models[m.ID] = m
 		s.order = append(s.order, m.ID)

@@ -3,14 +3,10 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
 
-	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 )
@@ -111,6 +107,8 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 	}
 	s.record(ctx, pd, store.PaymentSettled, sr.Transaction)
 	s.metrics.payment("recovered")
+	// The after-settle step of the pending request's recovery record.
+	q.op = s.promoteStaged(ctx, pd, sr)
 	return s.serveStaged(w, q, sr, pd.claim.Staged)
 }
 
@@ -118,27 +116,10 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 // headers and annotation (added now, with the settling transaction), and the
 // replay marker.
 func (s *Server) serveStaged(w http.ResponseWriter, q *quote, sr *x402.SettleResponse, st *store.StagedResponse) error {
-	if err := paidHeaders(w.Header(), sr); err != nil {
+	body, err := s.render(w.Header(), q, sr, &store.RecordedResponse{Status: st.Status, ContentType: st.ContentType, Body: st.Body})
+	if err != nil {
 		return err
 	}
-	var body []byte
-	if st.ContentType == "text/event-stream" {
-		setCostHeaders(w.Header(), s.cost(q, sr, nil))
-		body = s.annotateSSE(st.Body, q, sr)
-		w.Header().Set("X-Accel-Buffering", "no")
-	} else {
-		var u struct {
-			Usage *chat.Usage `json:"usage"`
-		}
-		_ = json.Unmarshal(st.Body, &u) // no usage: the annotation says so
-		ci := s.cost(q, sr, u.Usage)
-		setCostHeaders(w.Header(), ci)
-		body = st.Body
-		if st.Status == http.StatusOK {
-			body = annotate(st.Body, ci)
-		}
-	}
-	w.Header().Set("Content-Type", st.ContentType)
 	w.Header().Set(replayHeader, "staged")
 	w.WriteHeader(st.Status)
 	_, _ = w.Write(body) // #nosec G705 -- a staged JSON or SSE body, sent with its own content type, not HTML
@@ -181,23 +162,4 @@ func (t *sseText) add(data []byte) {
 	t.buf.WriteString("data: ")
 	t.buf.Write(data)
 	t.buf.WriteString("\n\n")
-}
-
-// fingerprint is DECISIONS D14's request fingerprint: SHA-256 of the canonical
-// JSON (sorted keys, no insignificant whitespace, no HTML escaping) of
-// {method, path, model, body}. Bodies that differ only in whitespace or key
-// order have one fingerprint; the payment payload is never part of it.
-func fingerprint(method, path, model string, body []byte) string {
-	var canon any
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&canon); err != nil {
-		canon = string(body) // unreachable for a parsed request; stay deterministic
-	}
-	b, err := x402.Marshal(map[string]any{"method": method, "path": path, "model": model, "body": canon})
-	if err != nil {
-		b = body
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }

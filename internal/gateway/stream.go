@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 )
@@ -77,25 +78,31 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	// From here the settlement may be broadcast: the client leaving must no
 	// longer stop the upstream.
 	disarm()
+	crashpoint.Hit(crashpoint.AfterUpstream)
 	sr, ok := s.settle(pd, q)
 	if !ok {
 		if sr.ErrorReason == x402.ReasonSettlementPending {
 			// D2, D3: the upstream is read to its end (bounded by upCtx) and
 			// staged before the client hears settlement_pending.
 			s.stageStream(pd, st, held)
+		} else {
+			s.abandonRecovery(pd) // not paid: never replayable
 		}
 		return settleRefusal(sr, s.settleMessage(sr))
 	}
-	if err := paidHeaders(w.Header(), sr); err != nil {
+	// The amount is known before the first byte.
+	if _, err := s.render(w.Header(), q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
 		return err
 	}
-	setCostHeaders(w.Header(), s.cost(q, sr, nil)) // the amount is known before the first byte
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 
+	// The whole event sequence is recorded, unannotated, whether or not the
+	// client stays (D2), and promoted once it ended: a replay renders it as
+	// written here.
+	var text sseText
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
 	for _, ev := range held {
+		text.add(ev)
 		sw.event(s.withCost(ev, q, sr))
 	}
 	sw.flush()
@@ -107,14 +114,25 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 		if err != nil {
 			// Paid and partly delivered: say so in-band, as OpenAI streams errors.
 			s.log.Error("upstream stream broke after settlement", "key", pd.key, "err", err)
-			sw.event(mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
-				Message: "the upstream stream broke after the payment settled", Type: "upstream_error", Code: "upstream_stream_broken"}}))
+			ev = mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
+				Message: "the upstream stream broke after the payment settled", Type: "upstream_error", Code: "upstream_stream_broken"}})
+			text.add(ev)
+			sw.event(ev)
 			break
 		}
+		text.add(ev)
 		sw.event(s.withCost(ev, q, sr))
 		sw.flush()
 	}
 	sw.done()
+	text.add([]byte("[DONE]"))
+	if text.over {
+		s.log.Error("stream too large to record", "key", pd.key, "limit", store.MaxStagedBody)
+		s.abandonRecovery(pd)
+		return nil
+	}
+	s.stageRecovery(pd, store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+	s.promoteRecovery(pd, sr)
 	return nil
 }
 
@@ -145,9 +163,12 @@ func (s *Server) stageStream(pd *paid, st interface{ Next() ([]byte, error) }, h
 	text.add([]byte("[DONE]"))
 	if text.over {
 		s.log.Error("stream too large to stage", "key", pd.key, "limit", store.MaxStagedBody)
+		s.abandonRecovery(pd)
 		return
 	}
 	s.stage(pd, store.StagedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+	// The recovery record waits, staged, for the settlement to be seen mined.
+	s.stageRecovery(pd, store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
 }
 
 // withCost annotates the chunk that carries usage (the last one) with what was

@@ -1,0 +1,2 @@
+DROP TABLE recovery_fences;
+DROP TABLE recoveries;

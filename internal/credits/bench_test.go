@@ -1,0 +1,38 @@
+package credits
+
+import (
+	"testing"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// BenchmarkAuthenticate is the key lookup of the credit path: hash the
+// presented key, read its row from a SQLite store, compare, check scope and
+// rate.
+func BenchmarkAuthenticate(b *testing.B) {
+	clk := &testClock{now: t0}
+	st := openStore(b, clk)
+	keys := NewKeys(st, nil)
+	secret, id, err := NewKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.CreateKey(b.Context(), store.APIKey{ID: id, Hash: HashSecret(secret), Owner: owner,
+		TotalCap: store.NoCap, PeriodCap: store.NoCap, Models: []string{"gpt-4o"}}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			k, err := keys.Authenticate(b.Context(), secret)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := keys.Authorize(k, "gpt-4o"); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

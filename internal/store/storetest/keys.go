@@ -1,0 +1,469 @@
+package storetest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// OpenKeys opens two independent handles (separate connection pools or
+// clients, as two processes would have) on one new, empty database. Both must
+// take the time from now for every expiry and timestamp. It registers the
+// handles' cleanup with t.Cleanup and stops the test with t.Fatal if
+// anything fails.
+type OpenKeys func(t *testing.T, now func() time.Time) (a, b store.Keys)
+
+// RunKeys runs the store.Keys conformance suite against the backend that open
+// opens. Every subtest opens a database of its own; handle a writes, handle b
+// reads back.
+//
+// Beyond the interface's comments, the suite pins down: times are kept to the
+// millisecond; a key's ExpiresAt, Models, caps and rate limit come back as
+// stored; a nonce or session expires at exactly its creation plus the TTL
+// rounded up to the millisecond; invalid arguments fail with an error that is
+// no sentinel (except ConsumeNonce and Session, which answer ErrNotFound for
+// a value they could never have stored).
+func RunKeys(t *testing.T, open OpenKeys) {
+	tests := []struct {
+		name string
+		run  func(*keysEnv)
+	}{
+		{"Key/CreateAndRead", testKeyCreate},
+		{"Key/Conflicts", testKeyConflicts},
+		{"Key/PerOwnerLimit", testKeyPerOwnerLimit},
+		{"Key/Revoke", testKeyRevoke},
+		{"Key/InvalidArguments", testKeyInvalid},
+		{"Nonce/ConsumeOnce", testNonceOnce},
+		{"Nonce/Expiry", testNonceExpiry},
+		{"Nonce/InvalidArguments", testNonceInvalid},
+		{"Session/Lifecycle", testSessionLifecycle},
+		{"Sweep", testSweepAuth},
+		{"Race/ConsumeNonce", testRaceConsumeNonce},
+		{"Race/CreateKey", testRaceCreateKey},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clock{now: start}
+			a, b := open(t, c.Now)
+			tc.run(&keysEnv{t: t, ctx: t.Context(), clock: c, a: a, b: b})
+		})
+	}
+}
+
+type keysEnv struct {
+	t     *testing.T
+	ctx   context.Context
+	clock *clock
+	a, b  store.Keys
+}
+
+// hashOf is a test secret's hash, as the store keeps it.
+func hashOf(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+func testKey(id, owner string) store.APIKey {
+	return store.APIKey{
+		ID: id, Hash: hashOf("secret " + id), Owner: owner, Name: "agent " + id,
+		TotalCap: 5 * dollar, PeriodCap: dollar, Period: 24 * time.Hour,
+		ExpiresAt: start.Add(30 * 24 * time.Hour), Models: []string{"gpt-4o", "gpt-4o-mini"}, RatePerMinute: 60,
+	}
+}
+
+func (e *keysEnv) create(k store.APIKey) store.APIKey {
+	e.t.Helper()
+	got, err := e.a.CreateKey(e.ctx, k)
+	if err != nil {
+		e.t.Fatalf("CreateKey(%q): %v", k.ID, err)
+	}
+	return got
+}
+
+func testKeyCreate(e *keysEnv) {
+	k := testKey("key1", alice)
+	got := e.create(k)
+	want := k
+	want.CreatedAt = start
+	if diff := cmp.Diff(want, got); diff != "" {
+		e.t.Errorf("CreateKey() mismatch (-want +got):\n%s", diff)
+	}
+	// A key with no caps, expiry, models or rate limit.
+	bare := store.APIKey{ID: "key2", Hash: hashOf("bare"), Owner: alice, TotalCap: store.NoCap, PeriodCap: store.NoCap}
+	e.clock.Advance(time.Millisecond)
+	wantBare := bare
+	wantBare.CreatedAt = start.Add(time.Millisecond)
+	if diff := cmp.Diff(wantBare, e.create(bare)); diff != "" {
+		e.t.Errorf("CreateKey(bare) mismatch (-want +got):\n%s", diff)
+	}
+	e.create(testKey("key3", bob))
+
+	byHash, err := e.b.KeyByHash(e.ctx, k.Hash)
+	if err != nil {
+		e.t.Fatalf("KeyByHash(): %v", err)
+	}
+	if diff := cmp.Diff(want, byHash); diff != "" {
+		e.t.Errorf("KeyByHash() mismatch (-want +got):\n%s", diff)
+	}
+	if _, err := e.b.KeyByHash(e.ctx, hashOf("unknown")); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("KeyByHash(unknown) = %v, want ErrNotFound", err)
+	}
+	list, err := e.b.KeysByOwner(e.ctx, alice)
+	if err != nil {
+		e.t.Fatalf("KeysByOwner(): %v", err)
+	}
+	if diff := cmp.Diff([]store.APIKey{want, wantBare}, list); diff != "" {
+		e.t.Errorf("KeysByOwner(alice) mismatch (-want +got):\n%s", diff)
+	}
+	if list, err := e.b.KeysByOwner(e.ctx, "0x0000000000000000000000000000000000000001"); err != nil || len(list) != 0 {
+		e.t.Errorf("KeysByOwner(nobody) = %v, %v, want none", list, err)
+	}
+	if l := got.Limits(); l != (store.KeyLimits{ID: "key1", TotalCap: 5 * dollar, PeriodCap: dollar, Period: 24 * time.Hour}) {
+		e.t.Errorf("Limits() = %+v", l)
+	}
+	if !got.AllowsModel("gpt-4o") || got.AllowsModel("gpt-4") || !wantBare.AllowsModel("anything") {
+		e.t.Error("AllowsModel() does not follow Models")
+	}
+}
+
+func testKeyConflicts(e *keysEnv) {
+	e.create(testKey("key1", alice))
+	sameID := testKey("key1", bob)
+	sameID.Hash = hashOf("other")
+	sameHash := testKey("key2", bob)
+	sameHash.Hash = hashOf("secret key1")
+	for name, k := range map[string]store.APIKey{"same id": sameID, "same hash": sameHash} {
+		if _, err := e.a.CreateKey(e.ctx, k); !errors.Is(err, store.ErrConflict) {
+			e.t.Errorf("CreateKey(%s) = %v, want ErrConflict", name, err)
+		}
+	}
+	if list, _ := e.b.KeysByOwner(e.ctx, bob); len(list) != 0 {
+		e.t.Errorf("a refused key was stored: %+v", list)
+	}
+}
+
+func testKeyPerOwnerLimit(e *keysEnv) {
+	for i := range store.MaxKeysPerOwner {
+		k := testKey(fmt.Sprintf("key%d", i), alice)
+		if _, err := e.a.CreateKey(e.ctx, k); err != nil {
+			e.t.Fatalf("CreateKey(%d): %v", i, err)
+		}
+	}
+	if _, err := e.a.CreateKey(e.ctx, testKey("one-too-many", alice)); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("CreateKey() past MaxKeysPerOwner = %v, want ErrConflict", err)
+	}
+	e.create(testKey("bobs", bob)) // other owners are not affected
+}
+
+func testKeyRevoke(e *keysEnv) {
+	k := e.create(testKey("key1", alice))
+	if _, err := e.a.RevokeKey(e.ctx, bob, "key1"); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("RevokeKey(another owner) = %v, want ErrNotFound", err)
+	}
+	if _, err := e.a.RevokeKey(e.ctx, alice, "nokey"); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("RevokeKey(unknown) = %v, want ErrNotFound", err)
+	}
+	got, _ := e.b.KeyByHash(e.ctx, k.Hash)
+	if got.Revoked() {
+		e.t.Fatal("another owner revoked the key")
+	}
+	at := e.clock.Advance(time.Second)
+	r, err := e.a.RevokeKey(e.ctx, alice, "key1")
+	if err != nil {
+		e.t.Fatalf("RevokeKey(): %v", err)
+	}
+	want := k
+	want.RevokedAt = at
+	if diff := cmp.Diff(want, r); diff != "" {
+		e.t.Errorf("RevokeKey() mismatch (-want +got):\n%s", diff)
+	}
+	e.clock.Advance(time.Second)
+	again, err := e.a.RevokeKey(e.ctx, alice, "key1")
+	if err != nil || !again.RevokedAt.Equal(at) {
+		e.t.Errorf("RevokeKey() again = %+v, %v, want the first revocation", again, err)
+	}
+	got, err = e.b.KeyByHash(e.ctx, k.Hash)
+	if err != nil || !got.Revoked() {
+		e.t.Errorf("KeyByHash() after revoke = %+v, %v, want it revoked", got, err)
+	}
+}
+
+func testKeyInvalid(e *keysEnv) {
+	mod := func(f func(*store.APIKey)) store.APIKey {
+		k := testKey("key1", alice)
+		f(&k)
+		return k
+	}
+	bad := map[string]store.APIKey{
+		"empty id":             mod(func(k *store.APIKey) { k.ID = "" }),
+		"id with space":        mod(func(k *store.APIKey) { k.ID = "a b" }),
+		"short hash":           mod(func(k *store.APIKey) { k.Hash = "abcd" }),
+		"upper-case hash":      mod(func(k *store.APIKey) { k.Hash = "AB" + k.Hash[2:] }),
+		"mixed-case owner":     mod(func(k *store.APIKey) { k.Owner = "0xABC" }),
+		"control in name":      mod(func(k *store.APIKey) { k.Name = "a\nb" }),
+		"long name":            mod(func(k *store.APIKey) { k.Name = string(make([]byte, store.MaxKeyName+1)) }),
+		"negative cap":         mod(func(k *store.APIKey) { k.TotalCap = -1 }),
+		"period cap no period": mod(func(k *store.APIKey) { k.Period = 0 }),
+		"period no period cap": mod(func(k *store.APIKey) { k.PeriodCap = store.NoCap }),
+		"sub-ms period":        mod(func(k *store.APIKey) { k.Period = time.Microsecond }),
+		"negative rate":        mod(func(k *store.APIKey) { k.RatePerMinute = -1 }),
+		"unsorted models":      mod(func(k *store.APIKey) { k.Models = []string{"b", "a"} }),
+		"duplicate models":     mod(func(k *store.APIKey) { k.Models = []string{"a", "a"} }),
+		"model with space":     mod(func(k *store.APIKey) { k.Models = []string{"a b"} }),
+		"too many models": mod(func(k *store.APIKey) {
+			k.Models = nil
+			for i := range store.MaxKeyModels + 1 {
+				k.Models = append(k.Models, fmt.Sprintf("m%03d", i))
+			}
+		}),
+	}
+	for name, k := range bad {
+		_, err := e.a.CreateKey(e.ctx, k)
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			e.t.Errorf("CreateKey(%s) = %v, want an error that is no sentinel", name, err)
+		}
+	}
+	if list, _ := e.b.KeysByOwner(e.ctx, alice); len(list) != 0 {
+		e.t.Errorf("invalid keys were stored: %+v", list)
+	}
+	if _, err := e.b.KeysByOwner(e.ctx, "0xABC"); err == nil {
+		e.t.Error("KeysByOwner(invalid owner) succeeded")
+	}
+	if _, err := e.b.KeyByHash(e.ctx, "' OR 1=1 --"); err == nil || errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("KeyByHash(invalid) = %v, want an error that is no sentinel", err)
+	}
+	if _, err := e.a.RevokeKey(e.ctx, "0xABC", "key1"); err == nil || errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("RevokeKey(invalid owner) = %v, want an error that is no sentinel", err)
+	}
+}
+
+const nonce1 = "n0nce0000000000000001"
+
+func testNonceOnce(e *keysEnv) {
+	if err := e.a.PutNonce(e.ctx, nonce1, 5*time.Minute); err != nil {
+		e.t.Fatalf("PutNonce(): %v", err)
+	}
+	if err := e.a.PutNonce(e.ctx, nonce1, 5*time.Minute); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("PutNonce() again = %v, want ErrConflict", err)
+	}
+	if err := e.b.ConsumeNonce(e.ctx, "n0nce0000000000000002"); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("ConsumeNonce(never issued) = %v, want ErrNotFound", err)
+	}
+	if err := e.b.ConsumeNonce(e.ctx, nonce1); err != nil {
+		e.t.Fatalf("ConsumeNonce(): %v", err)
+	}
+	if err := e.a.ConsumeNonce(e.ctx, nonce1); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("ConsumeNonce() again = %v, want ErrNotFound", err)
+	}
+}
+
+func testNonceExpiry(e *keysEnv) {
+	// The TTL is rounded up to the millisecond: the nonce is good until
+	// start + 2 ms, exclusive.
+	if err := e.a.PutNonce(e.ctx, nonce1, time.Millisecond+time.Nanosecond); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.a.PutNonce(e.ctx, "n0nce0000000000000002", time.Minute); err != nil {
+		e.t.Fatal(err)
+	}
+	e.clock.Advance(time.Millisecond)
+	if err := e.b.ConsumeNonce(e.ctx, "n0nce0000000000000002"); err != nil {
+		e.t.Fatalf("ConsumeNonce() before expiry: %v", err)
+	}
+	e.clock.Advance(time.Millisecond)
+	if err := e.b.ConsumeNonce(e.ctx, nonce1); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("ConsumeNonce() at expiry = %v, want ErrNotFound", err)
+	}
+	// An expired nonce may be issued again.
+	if err := e.a.PutNonce(e.ctx, nonce1, time.Minute); err != nil {
+		e.t.Errorf("PutNonce() of an expired nonce: %v", err)
+	}
+}
+
+func testNonceInvalid(e *keysEnv) {
+	for _, n := range []string{"", "short", "has space in it", "n0nce-with-dash", string(make([]byte, 129))} {
+		if err := e.a.PutNonce(e.ctx, n, time.Minute); err == nil || errors.Is(err, store.ErrConflict) {
+			e.t.Errorf("PutNonce(%q) = %v, want an error that is no sentinel", n, err)
+		}
+		if err := e.a.ConsumeNonce(e.ctx, n); !errors.Is(err, store.ErrNotFound) {
+			e.t.Errorf("ConsumeNonce(%q) = %v, want ErrNotFound", n, err)
+		}
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, store.MaxAuthTTL + time.Millisecond} {
+		if err := e.a.PutNonce(e.ctx, nonce1, ttl); err == nil {
+			e.t.Errorf("PutNonce(ttl %v) succeeded", ttl)
+		}
+	}
+}
+
+func testSessionLifecycle(e *keysEnv) {
+	h := hashOf("session token")
+	s, err := e.a.CreateSession(e.ctx, h, alice, 15*time.Minute)
+	if err != nil {
+		e.t.Fatalf("CreateSession(): %v", err)
+	}
+	want := store.Session{Hash: h, Owner: alice, CreatedAt: start, ExpiresAt: start.Add(15 * time.Minute)}
+	if diff := cmp.Diff(want, s); diff != "" {
+		e.t.Errorf("CreateSession() mismatch (-want +got):\n%s", diff)
+	}
+	if _, err := e.a.CreateSession(e.ctx, h, bob, time.Minute); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("CreateSession(same hash) = %v, want ErrConflict", err)
+	}
+	got, err := e.b.Session(e.ctx, h)
+	if err != nil {
+		e.t.Fatalf("Session(): %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		e.t.Errorf("Session() mismatch (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"", "nothex", hashOf("other")} {
+		if _, err := e.b.Session(e.ctx, bad); !errors.Is(err, store.ErrNotFound) {
+			e.t.Errorf("Session(%q) = %v, want ErrNotFound", bad, err)
+		}
+	}
+	e.clock.Advance(15*time.Minute - time.Millisecond)
+	if _, err := e.b.Session(e.ctx, h); err != nil {
+		e.t.Errorf("Session() just before expiry: %v", err)
+	}
+	e.clock.Advance(time.Millisecond)
+	if _, err := e.b.Session(e.ctx, h); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("Session() at expiry = %v, want ErrNotFound", err)
+	}
+
+	h2 := hashOf("second")
+	if _, err := e.a.CreateSession(e.ctx, h2, alice, time.Minute); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.a.DeleteSession(e.ctx, h2); err != nil {
+		e.t.Fatalf("DeleteSession(): %v", err)
+	}
+	if _, err := e.b.Session(e.ctx, h2); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("Session() after delete = %v, want ErrNotFound", err)
+	}
+	if err := e.a.DeleteSession(e.ctx, h2); err != nil {
+		e.t.Errorf("DeleteSession() again: %v", err)
+	}
+	for name, f := range map[string]func() error{
+		"bad hash":  func() error { _, err := e.a.CreateSession(e.ctx, "x", alice, time.Minute); return err },
+		"bad owner": func() error { _, err := e.a.CreateSession(e.ctx, hashOf("y"), "0xABC", time.Minute); return err },
+		"zero ttl":  func() error { _, err := e.a.CreateSession(e.ctx, hashOf("z"), alice, 0); return err },
+		"long ttl": func() error {
+			_, err := e.a.CreateSession(e.ctx, hashOf("z"), alice, store.MaxAuthTTL+time.Millisecond)
+			return err
+		},
+	} {
+		if err := f(); err == nil || errors.Is(err, store.ErrConflict) {
+			e.t.Errorf("CreateSession(%s) = %v, want an error that is no sentinel", name, err)
+		}
+	}
+}
+
+func testSweepAuth(e *keysEnv) {
+	for i := range 5 {
+		if err := e.a.PutNonce(e.ctx, fmt.Sprintf("expiring%04d", i), time.Minute); err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.a.CreateSession(e.ctx, hashOf(fmt.Sprint("expiring", i)), alice, time.Minute); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := e.a.PutNonce(e.ctx, "keeping0001", time.Hour); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.a.CreateSession(e.ctx, hashOf("keeping"), alice, time.Hour); err != nil {
+		e.t.Fatal(err)
+	}
+	if n, err := e.b.SweepAuth(e.ctx, 10); err != nil || n != 0 {
+		e.t.Errorf("SweepAuth() before expiry = %d, %v, want 0", n, err)
+	}
+	e.clock.Advance(time.Minute)
+	if n, err := e.b.SweepAuth(e.ctx, 3); err != nil || n != 6 {
+		e.t.Errorf("SweepAuth(3) = %d, %v, want 3 nonces + 3 sessions", n, err)
+	}
+	if n, err := e.b.SweepAuth(e.ctx, 3); err != nil || n != 4 {
+		e.t.Errorf("SweepAuth(3) again = %d, %v, want 4", n, err)
+	}
+	if err := e.a.ConsumeNonce(e.ctx, "keeping0001"); err != nil {
+		e.t.Errorf("the sweep took an unexpired nonce: %v", err)
+	}
+	if _, err := e.b.Session(e.ctx, hashOf("keeping")); err != nil {
+		e.t.Errorf("the sweep took an unexpired session: %v", err)
+	}
+	if _, err := e.b.SweepAuth(e.ctx, 0); err == nil {
+		e.t.Error("SweepAuth(0) succeeded")
+	}
+}
+
+// testRaceConsumeNonce: workers on both handles consume one nonce; exactly
+// one may succeed, the others get ErrNotFound.
+func testRaceConsumeNonce(e *keysEnv) {
+	if err := e.a.PutNonce(e.ctx, nonce1, time.Minute); err != nil {
+		e.t.Fatal(err)
+	}
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		h := e.a
+		if i%2 == 1 {
+			h = e.b
+		}
+		wg.Go(func() { errs <- h.ConsumeNonce(e.ctx, nonce1) })
+	}
+	wg.Wait()
+	close(errs)
+	won := 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrNotFound):
+			e.t.Errorf("ConsumeNonce() = %v, want nil or ErrNotFound", err)
+		}
+	}
+	if won != 1 {
+		e.t.Errorf("%d workers consumed the nonce, want exactly 1", won)
+	}
+}
+
+// testRaceCreateKey: workers on both handles create keys for one owner, each
+// key once from each handle; every id is stored once and the per-owner limit
+// holds.
+func testRaceCreateKey(e *keysEnv) {
+	n := store.MaxKeysPerOwner + 10
+	errs := make(chan error, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		for _, h := range []store.Keys{e.a, e.b} {
+			wg.Go(func() {
+				_, err := h.CreateKey(e.ctx, testKey(fmt.Sprintf("key%d", i), alice))
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	created := 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			created++
+		case !errors.Is(err, store.ErrConflict):
+			e.t.Errorf("CreateKey() = %v, want nil or ErrConflict", err)
+		}
+	}
+	list, err := e.b.KeysByOwner(e.ctx, alice)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if created != store.MaxKeysPerOwner || len(list) != store.MaxKeysPerOwner {
+		e.t.Errorf("%d created, %d stored, want %d", created, len(list), store.MaxKeysPerOwner)
+	}
+}

@@ -1,0 +1,1147 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// The credits ledger (store.Ledger), in the tables of migration 0004, seqs
+// from ledger_entry_seq (see extras in schema.go).
+//
+// # One statement per operation
+//
+// Credit, Hold and each resolution (Capture, Release, one hold of the sweep)
+// are one statement under READ COMMITTED, so an operation is applied whole
+// or not at all, in one round trip. The statement has three phases, chained
+// by data dependencies between its CTEs so that they run in this order:
+//
+//  1. Lock. SELECT ... FOR UPDATE of every row the operation decides on, in
+//     one order for every operation: the owner's user and held balances,
+//     the hold (resolutions only), the key's total, the key's window. A row
+//     another transaction is changing is waited for and read as that
+//     transaction left it, so the values the decision sees are current.
+//     Every write of an owner locks the user balance first, so it serialises
+//     them, and two of them never deadlock, alone or in batches.
+//  2. Decide. One CASE over the locked values: the operation was applied
+//     before (a replay), is refused (balance, key total cap, key period cap),
+//     needs rows that do not exist yet, or goes ahead.
+//  3. Write. The journal entry first, INSERT ... ON CONFLICT (op_class,
+//     op_id) DO NOTHING, with its seq drawn now, after the locks; the
+//     balance, key and hold updates run only if that insert did, so the
+//     unique operation id is the last guard: of two concurrent calls with one
+//     id, the second finds the first's entry (waiting for its commit if
+//     need be) and writes nothing.
+//
+// The updates set each row to its locked value plus the change (balance =
+// <locked balance> - amount), never to "balance - amount": an UPDATE first
+// builds the new row from the version its snapshot sees, and PostgreSQL
+// checks the table's CHECK constraints on that row before it finds that the
+// version is stale and builds the row again from the current one. Built
+// from a stale balance, a valid hold could fail "balance >= 0". The locked
+// value is the current one: no other transaction can change the row before
+// this one commits.
+//
+// Nothing is written unless every check passed, so no refusal needs a
+// rollback. Rows are locked, never created, in phase 1: a row that does not
+// exist yet (an owner's first credit, a key's first hold, a new cap window)
+// makes the statement write nothing and report it; ensureRows then creates
+// it with zeros, in a statement of its own, and the operation runs again.
+//
+// Reads that are not locks see the statement's snapshot, which may predate a
+// concurrent operation with the same id that committed while the statement
+// waited for a lock. So a refusal, or an entry insert that found the id
+// taken, is followed by a fresh read of the operation (findOp): a replay of
+// a committed operation is answered with its result, never refused.
+//
+// # Group commit per owner
+//
+// A write holds its owner's user balance locked until its commit is on
+// disk, so one owner's writes run one disk flush at a time: a hot account
+// (an agent with many calls in flight) would be held to a few hundred
+// operations a second on a fast disk, to tens on a slow one. So each DB
+// keeps, per owner and asset, a line: while one write of the line is in
+// flight, the others queue, and when it is done the first of them sends all
+// of them (up to maxBatch) as one batch, a pipeline of their statements in
+// one implicit transaction: one round trip, one flush, for the lot. An idle
+// line sends a write at once, so the batching costs an uncontended write
+// nothing. Writes of different owners never wait for each other in a DB;
+// between DBs (processes) the row locks order them.
+//
+// A write once sent runs to its end, bounded by store.DefaultTimeout, even
+// if its caller's context ends meanwhile, and the call returns its outcome:
+// pgx abandons a statement whose context ends without telling the server,
+// which then runs it on and may commit it after the call has returned an
+// error; and a batch carries other callers' writes. A write still queued
+// when its context ends is withdrawn and writes nothing. So a call that
+// fails wrote nothing, unless the connection to the server failed under it:
+// then the outcome is unknown, and repeating the call (with the same
+// operation id) answers it.
+//
+// # Seqs and statements
+//
+// Seqs come from ledger_entry_seq, drawn in phase 3, after the owner's
+// balance rows are locked: the entries of one user or held account get
+// increasing seqs in commit order, so a reader paging a statement by the
+// last seq it saw misses none. The system accounts (deposits, revenue, loss)
+// have no row to lock, so two operations of different owners may commit
+// their seqs out of order; store.Entry gives them no such promise.
+
+// Operation classes: the namespaces of op ids (ledger_entries.op_class) the
+// Go code looks up; resolutions are class 'resolve', written by resolveStmt.
+const (
+	classCredit = "credit"
+	classHold   = "hold"
+)
+
+// ledgerAttempts bounds how often one operation runs its statement: after
+// creating missing rows, after a deadlock or serialization failure, or when
+// the time moved into a new cap window between two attempts.
+const ledgerAttempts = 8
+
+// Verdicts of the decide phase.
+const (
+	verdictOK       = "ok"         // applied, unless the operation id was taken meanwhile
+	verdictReplay   = "replay"     // the operation id was applied before this statement began
+	verdictMissing  = "missing"    // a row the operation locks does not exist yet
+	verdictOverflow = "overflow"   // a credit past int64
+	verdictBalance  = "balance"    // store.LimitBalance
+	verdictKeyTotal = "key_total"  // store.LimitKeyTotal
+	verdictKeyWin   = "key_period" // store.LimitKeyPeriod
+	verdictAbsent   = "absent"     // no such hold
+	verdictSettled  = "settled"    // the hold is resolved, or not expired for the sweep
+)
+
+// creditStmt: $1 now (nowExpr), $2 op id, $3 owner, $4 asset, $5 amount,
+// $6 user account, $7 held account, $8 args.
+//
+// The held balance is locked as well as the user balance: user + held must
+// stay within int64 (see store.Ledger.Credit), and only a lock reads held as
+// it is now rather than as the statement's snapshot saw it.
+const creditStmt = withNow + `,
+prev AS MATERIALIZED (
+    SELECT seq, args FROM ledger_entries WHERE op_class = 'credit' AND op_id = $2::text),
+bal AS MATERIALIZED (
+    SELECT account, balance FROM ledger_balances
+    WHERE asset = $4::text AND account IN ($6::text, $7::text) AND NOT EXISTS (SELECT 1 FROM prev)
+    ORDER BY account DESC
+    FOR UPDATE),
+v AS MATERIALIZED (
+    SELECT (SELECT balance FROM bal WHERE account = $6::text) AS ubal,
+        (SELECT balance FROM bal WHERE account = $7::text) AS hbal),
+d AS MATERIALIZED (
+    SELECT CASE
+        WHEN EXISTS (SELECT 1 FROM prev) THEN 'replay'
+        WHEN v.ubal IS NULL OR v.hbal IS NULL THEN 'missing'
+        WHEN v.ubal > 9223372036854775807 - $5::bigint - v.hbal THEN 'overflow'
+        ELSE 'ok' END AS verdict
+    FROM v),
+e AS (
+    INSERT INTO ledger_entries (seq, op_class, op_id, kind, asset, owner, hold_id, args, created_at_ms)
+    SELECT nextval('ledger_entry_seq'), 'credit', $2::text, 'credit', $4::text, $3::text, '', $8::text, n.ms
+    FROM d, n WHERE d.verdict = 'ok'
+    ON CONFLICT (op_class, op_id) DO NOTHING
+    RETURNING seq, created_at_ms),
+ub AS (
+    UPDATE ledger_balances SET balance = v.ubal + $5::bigint
+    FROM v
+    WHERE account = $6::text AND asset = $4::text AND EXISTS (SELECT 1 FROM e)
+    RETURNING balance),
+p AS (
+    INSERT INTO ledger_postings (seq, account, asset, delta, balance_after)
+    SELECT e.seq, 'deposits', $4::text, -$5::bigint, 0 FROM e
+    UNION ALL
+    SELECT e.seq, $6::text, $4::text, $5::bigint, ub.balance FROM e, ub)
+SELECT d.verdict, prev.seq, prev.args, e.seq, e.created_at_ms, ub.balance
+FROM d LEFT JOIN prev ON true LEFT JOIN e ON true LEFT JOIN ub ON true`
+
+// Credit implements store.Ledger.
+func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int64) (_ store.Entry, err error) {
+	defer wrap(&err, "credit %q", opID)
+	if err := store.ValidateCredit(opID, owner, asset, amount); err != nil {
+		return store.Entry{}, err
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	defer cancel()
+
+	args := fmt.Sprintf("owner=%s asset=%s amount=%d", owner, asset, amount)
+	user, held := store.UserAccount(owner), store.HeldAccount(owner)
+	now := db.nowArg()
+	for range ledgerAttempts {
+		var verdict string
+		var prevSeq, seq, created, userAfter *int64
+		var prevArgs *string
+		err := db.write(ctx, owner, asset, &ledgerWrite{sql: creditStmt,
+			args: []any{now, opID, owner, asset, amount, user, held, args},
+			dest: []any{&verdict, &prevSeq, &prevArgs, &seq, &created, &userAfter}})
+		switch {
+		case db.retry(ctx, err, "credit"):
+			continue
+		case err != nil:
+			return store.Entry{}, db.mapErr(ctx, err)
+		}
+		switch verdict {
+		case verdictOK:
+			if seq == nil {
+				return db.replayEntry(ctx, classCredit, opID, args) // a concurrent credit with this id won
+			}
+			return store.Entry{Seq: *seq, OpID: opID, Kind: store.EntryCredit, Asset: asset, Owner: owner,
+				Postings: []store.Posting{
+					{Account: store.AccountDeposits, Delta: -amount},
+					{Account: user, Delta: amount, BalanceAfter: *userAfter},
+				},
+				CreatedAt: time.UnixMilli(*created).UTC(),
+			}, nil
+		case verdictReplay:
+			if err := sameArgs(*prevArgs, args); err != nil {
+				return store.Entry{}, err
+			}
+			return db.loadEntry(ctx, *prevSeq)
+		case verdictMissing:
+			if err := db.ensureRows(ctx, owner, asset, nil, 0); err != nil {
+				return store.Entry{}, err
+			}
+		case verdictOverflow:
+			if e, err := db.replayEntry(ctx, classCredit, opID, args); !errors.Is(err, store.ErrNotFound) {
+				return e, err
+			}
+			return store.Entry{}, fmt.Errorf("the balance would exceed %d", int64(math.MaxInt64))
+		default:
+			return store.Entry{}, fmt.Errorf("unexpected verdict %q", verdict)
+		}
+	}
+	return store.Entry{}, fmt.Errorf("no decision after %d attempts", ledgerAttempts)
+}
+
+// holdStmt: $1 now, $2 hold id, $3 owner, $4 asset, $5 amount, $6 user
+// account, $7 held account, $8 key id (” for none), $9 key total cap, $10
+// key period in ms (0 for no period cap), $11 key period cap, $12 TTL in
+// ms, $13 args. w.start is the cap window the hold counts against (0
+// without a period cap), aligned to the unix epoch as store.PeriodStart.
+const holdStmt = withNow + `,
+prev AS MATERIALIZED (
+    SELECT seq, args FROM ledger_entries WHERE op_class = 'hold' AND op_id = $2::text),
+w AS MATERIALIZED (
+    SELECT CASE WHEN $10::bigint > 0
+        THEN n.ms - ((n.ms % $10::bigint) + $10::bigint) % $10::bigint ELSE 0 END AS start
+    FROM n),
+bal AS MATERIALIZED (
+    SELECT account, balance FROM ledger_balances
+    WHERE asset = $4::text AND account IN ($6::text, $7::text) AND NOT EXISTS (SELECT 1 FROM prev)
+    ORDER BY account DESC
+    FOR UPDATE),
+kt AS MATERIALIZED (
+    SELECT held, spent FROM ledger_key_usage, (SELECT count(*) FROM bal) AS after_bal
+    WHERE $8::text <> '' AND key_id = $8::text AND asset = $4::text AND NOT EXISTS (SELECT 1 FROM prev)
+    FOR UPDATE OF ledger_key_usage),
+kp AS MATERIALIZED (
+    SELECT held, spent FROM ledger_key_periods, w, (SELECT count(*) FROM kt) AS after_kt
+    WHERE $10::bigint > 0 AND key_id = $8::text AND asset = $4::text AND period_ms = $10::bigint
+        AND period_start_ms = w.start AND NOT EXISTS (SELECT 1 FROM prev)
+    FOR UPDATE OF ledger_key_periods),
+v AS MATERIALIZED (
+    SELECT (SELECT balance FROM bal WHERE account = $6::text) AS ubal,
+        (SELECT balance FROM bal WHERE account = $7::text) AS hbal,
+        (SELECT held FROM kt) AS kt_held, (SELECT spent FROM kt) AS kt_spent,
+        (SELECT held FROM kp) AS kp_held, (SELECT spent FROM kp) AS kp_spent),
+d AS MATERIALIZED (
+    SELECT v.*, CASE
+        WHEN EXISTS (SELECT 1 FROM prev) THEN 'replay'
+        WHEN COALESCE(v.ubal, 0) < $5::bigint THEN 'balance'
+        WHEN $8::text <> '' AND $5::bigint > $9::bigint - COALESCE(v.kt_held, 0) - COALESCE(v.kt_spent, 0) THEN 'key_total'
+        WHEN $10::bigint > 0 AND $5::bigint > $11::bigint - COALESCE(v.kp_held, 0) - COALESCE(v.kp_spent, 0) THEN 'key_period'
+        WHEN v.ubal IS NULL OR v.hbal IS NULL OR ($8::text <> '' AND v.kt_held IS NULL)
+            OR ($10::bigint > 0 AND v.kp_held IS NULL) THEN 'missing'
+        ELSE 'ok' END AS verdict
+    FROM v),
+e AS (
+    INSERT INTO ledger_entries (seq, op_class, op_id, kind, asset, owner, hold_id, args, created_at_ms)
+    SELECT nextval('ledger_entry_seq'), 'hold', $2::text, 'hold', $4::text, $3::text, $2::text, $13::text, n.ms
+    FROM d, n WHERE d.verdict = 'ok'
+    ON CONFLICT (op_class, op_id) DO NOTHING
+    RETURNING seq, created_at_ms),
+ub AS (
+    UPDATE ledger_balances b
+    SET balance = CASE WHEN b.account = $6::text THEN d.ubal - $5::bigint ELSE d.hbal + $5::bigint END
+    FROM d
+    WHERE b.asset = $4::text AND b.account IN ($6::text, $7::text) AND EXISTS (SELECT 1 FROM e)
+    RETURNING b.account, b.balance),
+ku AS (
+    UPDATE ledger_key_usage SET held = d.kt_held + $5::bigint
+    FROM d
+    WHERE $8::text <> '' AND key_id = $8::text AND asset = $4::text AND EXISTS (SELECT 1 FROM e)),
+kpu AS (
+    UPDATE ledger_key_periods SET held = d.kp_held + $5::bigint
+    FROM d, w
+    WHERE $10::bigint > 0 AND key_id = $8::text AND asset = $4::text AND period_ms = $10::bigint
+        AND period_start_ms = w.start AND EXISTS (SELECT 1 FROM e)),
+p AS (
+    INSERT INTO ledger_postings (seq, account, asset, delta, balance_after)
+    SELECT e.seq, ub.account, $4::text,
+        CASE WHEN ub.account = $6::text THEN -$5::bigint ELSE $5::bigint END, ub.balance
+    FROM e, ub),
+h AS (
+    INSERT INTO ledger_holds (hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms,
+        state, expires_at_ms, created_at_ms, seq)
+    SELECT $2::text, $3::text, $4::text, $5::bigint, $8::text, $10::bigint, w.start,
+        'held', e.created_at_ms + $12::bigint, e.created_at_ms, e.seq
+    FROM e, w
+    RETURNING ` + holdColumns + `)
+SELECT d.verdict, d.ubal, d.kt_held, d.kt_spent, d.kp_held, d.kp_spent, w.start, prev.args, h.*
+FROM d CROSS JOIN w LEFT JOIN prev ON true LEFT JOIN h ON true`
+
+// Hold implements store.Ledger.
+func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err error) {
+	defer wrap(&err, "hold %q", r.ID)
+	if err := r.Validate(); err != nil {
+		return store.Hold{}, err
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.Hold{}, err
+	}
+	defer cancel()
+
+	var keyID string
+	var totalCap, periodMs, periodCap int64 = store.NoCap, 0, store.NoCap
+	if r.Key != nil {
+		keyID, totalCap = r.Key.ID, r.Key.TotalCap
+		if r.Key.PeriodCap != store.NoCap {
+			periodMs, periodCap = r.Key.Period.Milliseconds(), r.Key.PeriodCap
+		}
+	}
+	args := fmt.Sprintf("owner=%s asset=%s amount=%d key=%s", r.Owner, r.Asset, r.Amount, keyID)
+	now := db.nowArg()
+	for range ledgerAttempts {
+		var verdict string
+		var userBal, ktHeld, ktSpent, kpHeld, kpSpent *int64
+		var windowStart int64
+		var prevArgs *string
+		var hs holdScan
+		err := db.write(ctx, r.Owner, r.Asset, &ledgerWrite{sql: holdStmt,
+			args: []any{now, r.ID, r.Owner, r.Asset, r.Amount, store.UserAccount(r.Owner), store.HeldAccount(r.Owner),
+				keyID, totalCap, periodMs, periodCap, leaseMs(r.TTL), args},
+			dest: hs.dest(&verdict, &userBal, &ktHeld, &ktSpent, &kpHeld, &kpSpent, &windowStart, &prevArgs)})
+		h, found := hs.hold()
+		switch {
+		case db.retry(ctx, err, "hold"):
+			continue
+		case err != nil:
+			return store.Hold{}, db.mapErr(ctx, err)
+		}
+		var refused *store.InsufficientError
+		switch verdict {
+		case verdictOK:
+			if found {
+				return h, nil
+			}
+			return db.replayHold(ctx, r.ID, args) // a concurrent hold with this id won
+		case verdictReplay:
+			if err := sameArgs(*prevArgs, args); err != nil {
+				return store.Hold{}, err
+			}
+			return db.HoldRecord(ctx, r.ID)
+		case verdictMissing:
+			if err := db.ensureRows(ctx, r.Owner, r.Asset, r.Key, windowStart); err != nil {
+				return store.Hold{}, err
+			}
+			continue
+		case verdictBalance:
+			refused = &store.InsufficientError{Limit: store.LimitBalance, Available: deref(userBal)}
+		case verdictKeyTotal:
+			refused = &store.InsufficientError{Limit: store.LimitKeyTotal, Available: remaining(totalCap, ktHeld, ktSpent)}
+		case verdictKeyWin:
+			refused = &store.InsufficientError{Limit: store.LimitKeyPeriod, Available: remaining(periodCap, kpHeld, kpSpent)}
+		default:
+			return store.Hold{}, fmt.Errorf("unexpected verdict %q", verdict)
+		}
+		// Refused by what the locks saw: unless a hold with this id
+		// committed while this statement waited for them.
+		if h, err := db.replayHold(ctx, r.ID, args); !errors.Is(err, store.ErrNotFound) {
+			return h, err
+		}
+		refused.Requested = r.Amount
+		return store.Hold{}, refused
+	}
+	return store.Hold{}, fmt.Errorf("no decision after %d attempts", ledgerAttempts)
+}
+
+// remaining is what a cap leaves for a new hold, given a key's held and
+// spent (NULL when the key has no row yet): never negative, as a lowered cap
+// may be below what the key already uses.
+func remaining(limit int64, held, spent *int64) int64 {
+	return max(limit-deref(held)-deref(spent), 0)
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// ensureStmt creates, with zero balances, the rows an operation locks:
+// $1 user account, $2 held account, $3 asset, $4 key id (” for none), $5
+// key period in ms (0 for none), $6 window start. Every call inserts them
+// in the same order, so two of them never deadlock; they wait only for each
+// other's inserts, never for a row lock.
+const ensureStmt = `WITH b AS (
+    INSERT INTO ledger_balances (account, asset, balance) VALUES ($1::text, $3::text, 0), ($2::text, $3::text, 0)
+    ON CONFLICT DO NOTHING),
+k AS (
+    INSERT INTO ledger_key_usage (key_id, asset, held, spent)
+    SELECT $4::text, $3::text, 0, 0 WHERE $4::text <> ''
+    ON CONFLICT DO NOTHING)
+INSERT INTO ledger_key_periods (key_id, asset, period_ms, period_start_ms, held, spent)
+SELECT $4::text, $3::text, $5::bigint, $6::bigint, 0, 0 WHERE $5::bigint > 0
+ON CONFLICT DO NOTHING`
+
+// ensureRows creates the rows of owner's balances in asset and, with key,
+// of the key's total and of the window starting at windowStart, where
+// missing. Zero rows change no balance and no usage; they only give the
+// next attempt something to lock.
+func (db *DB) ensureRows(ctx context.Context, owner, asset string, key *store.KeyLimits, windowStart int64) error {
+	var keyID string
+	var periodMs int64
+	if key != nil {
+		keyID = key.ID
+		if key.PeriodCap != store.NoCap {
+			periodMs = key.Period.Milliseconds()
+		}
+	}
+	_, err := db.pool.Exec(ctx, ensureStmt, store.UserAccount(owner), store.HeldAccount(owner), asset,
+		keyID, periodMs, windowStart)
+	if err != nil && !db.retry(ctx, err, "create ledger rows") {
+		return db.mapErr(ctx, err)
+	}
+	return nil
+}
+
+// resolveStmt ends an open hold: $1 now, $2 hold id, $3 entry kind
+// (capture, release or expire), $4 actual cost (0 but for a capture), $5
+// args, $6 the hold's new state. An expiry applies only to a hold whose
+// ExpiresAt has come. The final SELECT returns the hold as locked, before
+// this statement changed it.
+//
+// The owner's balances are locked before the hold, as every write locks
+// them first: hs, the hold as the snapshot saw it, names them (a hold's
+// owner, asset, amount and key never change), and hl, the hold locked, says
+// whether it is still open.
+const resolveStmt = withNow + `,
+hs AS MATERIALIZED (
+    SELECT asset, 'user:' || owner AS user_account, 'held:' || owner AS held_account
+    FROM ledger_holds WHERE hold_id = $2::text AND state = 'held'),
+bal AS MATERIALIZED (
+    SELECT b.account, b.balance FROM ledger_balances b, hs
+    WHERE b.asset = hs.asset AND b.account IN (hs.user_account, hs.held_account)
+    ORDER BY b.account DESC
+    FOR UPDATE OF b),
+hl AS MATERIALIZED (
+    SELECT ` + holdColumns + ` FROM ledger_holds, (SELECT count(*) FROM bal) AS after_bal
+    WHERE hold_id = $2::text
+    FOR UPDATE OF ledger_holds),
+o AS MATERIALIZED (
+    SELECT hl.owner, hl.asset, hl.amount, hl.key_id, hl.key_period_ms, hl.key_period_start_ms,
+        'user:' || hl.owner AS user_account, 'held:' || hl.owner AS held_account,
+        LEAST($4::bigint, hl.amount) AS charged
+    FROM hl, n
+    WHERE hl.state = 'held' AND ($3::text <> 'expire' OR hl.expires_at_ms <= n.ms)),
+kt AS MATERIALIZED (
+    SELECT k.held, k.spent FROM ledger_key_usage k, o, (SELECT count(*) FROM hl) AS after_hl
+    WHERE o.key_id <> '' AND k.key_id = o.key_id AND k.asset = o.asset
+    FOR UPDATE OF k),
+kp AS MATERIALIZED (
+    SELECT k.held, k.spent FROM ledger_key_periods k, o, (SELECT count(*) FROM kt) AS after_kt
+    WHERE o.key_period_ms > 0 AND k.key_id = o.key_id AND k.asset = o.asset
+        AND k.period_ms = o.key_period_ms AND k.period_start_ms = o.key_period_start_ms
+    FOR UPDATE OF k),
+d AS MATERIALIZED (
+    SELECT CASE
+        WHEN NOT EXISTS (SELECT 1 FROM hl) THEN 'absent'
+        WHEN o.owner IS NULL THEN 'settled'
+        WHEN (SELECT count(*) FROM bal) <> 2 OR (o.key_id <> '' AND NOT EXISTS (SELECT 1 FROM kt))
+            OR (o.key_period_ms > 0 AND NOT EXISTS (SELECT 1 FROM kp)) THEN 'missing'
+        ELSE 'ok' END AS verdict,
+        (SELECT balance FROM bal WHERE account = o.user_account) AS ubal,
+        (SELECT balance FROM bal WHERE account = o.held_account) AS hbal,
+        (SELECT held FROM kt) AS kt_held, (SELECT spent FROM kt) AS kt_spent,
+        (SELECT held FROM kp) AS kp_held, (SELECT spent FROM kp) AS kp_spent
+    FROM (SELECT 1) AS one LEFT JOIN o ON true),
+e AS (
+    INSERT INTO ledger_entries (seq, op_class, op_id, kind, asset, owner, hold_id, args, created_at_ms)
+    SELECT nextval('ledger_entry_seq'), 'resolve', $2::text, $3::text, o.asset, o.owner, $2::text, $5::text, n.ms
+    FROM d, o, n WHERE d.verdict = 'ok'
+    ON CONFLICT (op_class, op_id) DO NOTHING
+    RETURNING seq, created_at_ms),
+ub AS (
+    UPDATE ledger_balances b
+    SET balance = CASE WHEN b.account = o.user_account THEN d.ubal + o.amount - o.charged ELSE d.hbal - o.amount END
+    FROM o, d
+    WHERE b.asset = o.asset AND b.account IN (o.user_account, o.held_account) AND EXISTS (SELECT 1 FROM e)
+    RETURNING b.account, b.balance),
+ku AS (
+    UPDATE ledger_key_usage k SET held = d.kt_held - o.amount, spent = d.kt_spent + o.charged
+    FROM o, d
+    WHERE o.key_id <> '' AND k.key_id = o.key_id AND k.asset = o.asset AND EXISTS (SELECT 1 FROM e)),
+kpu AS (
+    UPDATE ledger_key_periods k SET held = d.kp_held - o.amount, spent = d.kp_spent + o.charged
+    FROM o, d
+    WHERE o.key_period_ms > 0 AND k.key_id = o.key_id AND k.asset = o.asset
+        AND k.period_ms = o.key_period_ms AND k.period_start_ms = o.key_period_start_ms
+        AND EXISTS (SELECT 1 FROM e)),
+p AS (
+    INSERT INTO ledger_postings (seq, account, asset, delta, balance_after)
+    SELECT e.seq, ub.account, o.asset,
+        CASE WHEN ub.account = o.user_account THEN o.amount - o.charged ELSE -o.amount END, ub.balance
+    FROM e, o, ub
+    UNION ALL
+    SELECT e.seq, 'revenue', o.asset, $4::bigint, 0 FROM e, o WHERE $4::bigint > 0
+    UNION ALL
+    SELECT e.seq, 'loss', o.asset, o.charged - $4::bigint, 0 FROM e, o WHERE $4::bigint > o.charged),
+hu AS (
+    UPDATE ledger_holds h SET state = $6::text, actual = $4::bigint, resolved_at_ms = e.created_at_ms, resolved_seq = e.seq
+    FROM e
+    WHERE h.hold_id = $2::text)
+SELECT d.verdict, e.seq, e.created_at_ms,
+    (SELECT balance FROM ub WHERE account LIKE 'user:%'), (SELECT balance FROM ub WHERE account LIKE 'held:%'),
+    hl.*
+FROM d LEFT JOIN e ON true LEFT JOIN hl ON true`
+
+// resolution is what resolve did to a hold.
+type resolution struct {
+	verdict string      // verdictOK, verdictAbsent or verdictSettled
+	hold    store.Hold  // as it stands after the statement
+	entry   store.Entry // the resolution's entry; set for verdictOK only
+}
+
+// resolve ends the open hold holdID with an entry of kind (capture, release
+// or expire), billing min(actual, amount) and recording the rest of actual
+// as loss; release and expire pass 0. An expiry applies only to a hold past
+// its ExpiresAt by the time now.
+func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store.EntryKind, actual int64) (resolution, error) {
+	owner, asset, err := db.holdOwner(ctx, holdID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return resolution{verdict: verdictAbsent}, nil
+	case err != nil:
+		return resolution{}, err
+	}
+	return db.resolveOf(ctx, now, holdID, owner, asset, kind, actual)
+}
+
+// holdOwner reads the owner and asset of a hold, which name the line its
+// resolution runs in.
+func (db *DB) holdOwner(ctx context.Context, holdID string) (owner, asset string, err error) {
+	err = db.pool.QueryRow(ctx, `SELECT owner, asset FROM ledger_holds WHERE hold_id = $1`, holdID).Scan(&owner, &asset)
+	return owner, asset, db.mapErr(ctx, err)
+}
+
+// resolveOf is resolve for a hold of owner in asset.
+func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset string, kind store.EntryKind, actual int64) (resolution, error) {
+	state := map[store.EntryKind]store.HoldState{
+		store.EntryCapture: store.HoldCaptured, store.EntryRelease: store.HoldReleased, store.EntryExpire: store.HoldExpired,
+	}[kind]
+	args := ""
+	if kind == store.EntryCapture {
+		args = fmt.Sprintf("actual=%d", actual)
+	}
+	for range ledgerAttempts {
+		var verdict string
+		var seq, created, userAfter, heldAfter *int64
+		var hs holdScan
+		err := db.write(ctx, owner, asset, &ledgerWrite{sql: resolveStmt,
+			args: []any{now, holdID, kind, actual, args, state},
+			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter)})
+		h, found := hs.hold()
+		switch {
+		case db.retry(ctx, err, string(kind)):
+			continue
+		case err != nil:
+			return resolution{}, db.mapErr(ctx, err)
+		}
+		switch verdict {
+		case verdictAbsent:
+			return resolution{verdict: verdict}, nil
+		case verdictSettled:
+			return resolution{verdict: verdict, hold: h}, nil
+		case verdictMissing:
+			// Hold created every row; nothing deletes them.
+			return resolution{}, errors.New("the balance or key rows of an open hold are missing")
+		case verdictOK:
+			if !found || seq == nil {
+				// Only resolve writes 'resolve' entries, under the hold's
+				// lock, after checking that it is open: this cannot happen.
+				continue
+			}
+		default:
+			return resolution{}, fmt.Errorf("unexpected verdict %q", verdict)
+		}
+		charged := min(actual, h.Amount)
+		refund, loss := h.Amount-charged, actual-charged
+		h.State, h.Actual = state, actual
+		if state == store.HoldCaptured {
+			h.Captured, h.Loss = charged, loss
+		}
+		h.ResolvedAt, h.ResolvedSeq = time.UnixMilli(*created).UTC(), *seq
+		e := store.Entry{Seq: *seq, OpID: holdID, Kind: kind, Asset: h.Asset, Owner: h.Owner, HoldID: holdID,
+			Postings: []store.Posting{
+				{Account: store.HeldAccount(h.Owner), Delta: -h.Amount, BalanceAfter: *heldAfter},
+				{Account: store.UserAccount(h.Owner), Delta: refund, BalanceAfter: *userAfter},
+			},
+			CreatedAt: h.ResolvedAt,
+		}
+		if actual > 0 {
+			e.Postings = append(e.Postings, store.Posting{Account: store.AccountRevenue, Delta: actual})
+		}
+		if loss > 0 {
+			e.Postings = append(e.Postings, store.Posting{Account: store.AccountLoss, Delta: -loss})
+		}
+		sortPostings(e.Postings)
+		return resolution{verdict: verdict, hold: h, entry: e}, nil
+	}
+	return resolution{}, fmt.Errorf("no decision after %d attempts", ledgerAttempts)
+}
+
+// Capture implements store.Ledger.
+func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store.Hold, _ store.Entry, err error) {
+	defer wrap(&err, "capture %q", holdID)
+	if err := store.ValidateActual(holdID, actual); err != nil {
+		return store.Hold{}, store.Entry{}, err
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.Hold{}, store.Entry{}, err
+	}
+	defer cancel()
+
+	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryCapture, actual)
+	switch {
+	case err != nil:
+		return store.Hold{}, store.Entry{}, err
+	case res.verdict == verdictOK:
+		return res.hold, res.entry, nil
+	case res.verdict == verdictAbsent:
+		return store.Hold{}, store.Entry{}, store.ErrNotFound
+	}
+	switch h := res.hold; {
+	case h.State == store.HoldCaptured && h.Actual == actual:
+		e, err := db.loadEntry(ctx, h.ResolvedSeq)
+		return h, e, err
+	case h.State == store.HoldCaptured:
+		return store.Hold{}, store.Entry{}, fmt.Errorf("hold was captured for %d, not %d: %w", h.Actual, actual, store.ErrConflict)
+	default:
+		return store.Hold{}, store.Entry{}, fmt.Errorf("hold is %s: %w", h.State, store.ErrConflict)
+	}
+}
+
+// Release implements store.Ledger.
+func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store.Entry, err error) {
+	defer wrap(&err, "release %q", holdID)
+	if !store.ValidID(holdID) {
+		return store.Hold{}, store.Entry{}, errors.New("invalid hold id")
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.Hold{}, store.Entry{}, err
+	}
+	defer cancel()
+
+	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryRelease, 0)
+	switch {
+	case err != nil:
+		return store.Hold{}, store.Entry{}, err
+	case res.verdict == verdictOK:
+		return res.hold, res.entry, nil
+	case res.verdict == verdictAbsent:
+		return store.Hold{}, store.Entry{}, store.ErrNotFound
+	}
+	switch h := res.hold; h.State {
+	case store.HoldReleased, store.HoldExpired:
+		e, err := db.loadEntry(ctx, h.ResolvedSeq)
+		return h, e, err
+	default:
+		return store.Hold{}, store.Entry{}, fmt.Errorf("hold is %s: %w", h.State, store.ErrConflict)
+	}
+}
+
+// ReleaseExpiredHolds implements store.Ledger. It reads up to limit expired
+// open holds, then releases each in a statement of its own (one hold, one
+// owner's locks at a time, so a sweep never deadlocks with the operations
+// it overlaps), by one time. A hold captured or released, or expired by
+// another sweep, between the two is skipped, so it may return fewer than
+// limit while more remain.
+func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err error) {
+	defer wrap(&err, "release expired holds")
+	if limit <= 0 {
+		return 0, fmt.Errorf("limit %d is not positive", limit)
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+
+	var nowMs int64
+	if err := db.pool.QueryRow(ctx, withNow+`SELECT ms FROM n`, db.nowArg()).Scan(&nowMs); err != nil {
+		return 0, db.mapErr(ctx, err)
+	}
+	rows, err := db.pool.Query(ctx, `SELECT hold_id, owner, asset FROM ledger_holds
+WHERE state = 'held' AND expires_at_ms <= $1
+ORDER BY expires_at_ms, hold_id
+LIMIT $2`, nowMs, limit)
+	if err != nil {
+		return 0, db.mapErr(ctx, err)
+	}
+	type expired struct{ id, owner, asset string }
+	holds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (expired, error) {
+		var x expired
+		err := row.Scan(&x.id, &x.owner, &x.asset)
+		return x, err
+	})
+	if err != nil {
+		return 0, db.mapErr(ctx, err)
+	}
+	n := 0
+	for _, x := range holds {
+		res, err := db.resolveOf(ctx, &nowMs, x.id, x.owner, x.asset, store.EntryExpire, 0)
+		if err != nil {
+			return n, fmt.Errorf("hold %q: %w", x.id, err)
+		}
+		if res.verdict == verdictOK {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// maxBatch bounds the writes of one batch: a batch holds its owner's locks
+// until all of its statements have run and committed.
+const maxBatch = 64
+
+// A line is the queue of one owner's writes in one asset on one DB (see
+// the top of this file). lines holds a line only while one of its writes
+// is in flight, so it is empty whenever the ledger is idle and never keeps a
+// closed DB alive. It is package state, keyed by the DB, rather than a field
+// of DB only because DB is declared with the other stores in postgres.go.
+var (
+	linesMu sync.Mutex
+	lines   = map[lineKey]*line{}
+)
+
+type lineKey struct {
+	db           *DB
+	owner, asset string
+}
+
+type line struct {
+	queue []*ledgerWrite // waiting for the batch in flight, in arrival order
+}
+
+// ledgerWrite is one write statement, returning one row scanned into dest.
+type ledgerWrite struct {
+	sql  string
+	args []any
+	dest []any
+
+	err error // the outcome, set before done or lead is closed
+	// batch is set before lead is closed: the writes (this one first) that
+	// this write's caller is to send.
+	batch []*ledgerWrite
+	done  chan struct{} // closed when the write was sent by another caller
+	lead  chan struct{} // closed when this write's caller is to send batch
+}
+
+// write runs w in the line of owner and asset: at once if the line is
+// idle, else in the next batch, sent by whichever caller leads it. A write
+// withdrawn from the queue because ctx ended was never sent, so it wrote
+// nothing; once sent, it runs to its end (bounded by store.DefaultTimeout)
+// whatever becomes of ctx, so that its outcome is known when write returns:
+// a statement the client stopped waiting for could commit on the server
+// later, and a batch holds other callers' writes.
+func (db *DB) write(ctx context.Context, owner, asset string, w *ledgerWrite) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := lineKey{db: db, owner: owner, asset: asset}
+	linesMu.Lock()
+	l := lines[k]
+	if l == nil {
+		lines[k] = &line{}
+		linesMu.Unlock()
+		db.lead(ctx, k, []*ledgerWrite{w})
+		return w.err
+	}
+	w.done, w.lead = make(chan struct{}), make(chan struct{})
+	l.queue = append(l.queue, w)
+	linesMu.Unlock()
+
+	select {
+	case <-w.done:
+		return w.err
+	case <-w.lead:
+		db.lead(ctx, k, w.batch)
+		return w.err
+	case <-ctx.Done():
+	}
+	linesMu.Lock()
+	if i := slices.Index(l.queue, w); i >= 0 {
+		l.queue = slices.Delete(l.queue, i, i+1)
+		linesMu.Unlock()
+		return ctx.Err()
+	}
+	linesMu.Unlock()
+	select { // taken into a batch: wait for its outcome
+	case <-w.done:
+		return w.err
+	case <-w.lead:
+		db.lead(ctx, k, w.batch)
+		return w.err
+	}
+}
+
+// lead sends batch, whose first write is the caller's, then hands the line
+// to the first write queued meanwhile, with the writes it is to send, or
+// retires the line if none is.
+func (db *DB) lead(ctx context.Context, k lineKey, batch []*ledgerWrite) {
+	db.send(ctx, batch)
+	linesMu.Lock()
+	l := lines[k]
+	if len(l.queue) == 0 {
+		delete(lines, k)
+	} else {
+		n := min(len(l.queue), maxBatch)
+		next := l.queue[0]
+		next.batch = slices.Clone(l.queue[:n])
+		l.queue = slices.Clone(l.queue[n:])
+		close(next.lead)
+	}
+	linesMu.Unlock()
+	for _, w := range batch[1:] {
+		close(w.done)
+	}
+}
+
+// send runs batch: one write as one statement; several as a pipeline of
+// statements in one implicit transaction (pgx sends a batch with one Sync),
+// so they cost one round trip and one commit, and are applied together or
+// not at all. If the batch fails, for any reason, each write runs again on its own: every statement
+// is idempotent by its operation id, so one applied by a batch whose
+// outcome was lost is answered as a replay.
+func (db *DB) send(ctx context.Context, batch []*ledgerWrite) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), store.DefaultTimeout)
+	defer cancel()
+	if len(batch) > 1 {
+		b := &pgx.Batch{}
+		for _, w := range batch {
+			b.Queue(w.sql, w.args...)
+		}
+		br := db.pool.SendBatch(ctx, b)
+		var err error
+		for _, w := range batch {
+			if err == nil {
+				err = br.QueryRow().Scan(w.dest...)
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			return
+		}
+		db.log.DebugContext(ctx, "ledger batch failed, running its writes one by one", "writes", len(batch), "error", scrub(err.Error(), db.secret))
+	}
+	for _, w := range batch {
+		w.err = db.pool.QueryRow(ctx, w.sql, w.args...).Scan(w.dest...)
+	}
+}
+
+// sameArgs compares the arguments an operation id was applied with to a
+// repeat's.
+func sameArgs(prev, args string) error {
+	if prev != args {
+		return fmt.Errorf("operation id was used with other arguments: %w", store.ErrConflict)
+	}
+	return nil
+}
+
+// findOp reads the entry of an operation, by a statement of its own, so it
+// sees every commit before it: its seq if the operation was applied with
+// args, ErrConflict if with others, ErrNotFound if not at all.
+func (db *DB) findOp(ctx context.Context, class, opID, args string) (int64, error) {
+	var seq int64
+	var prev string
+	err := db.pool.QueryRow(ctx, `SELECT seq, args FROM ledger_entries WHERE op_class = $1 AND op_id = $2`,
+		class, opID).Scan(&seq, &prev)
+	if err != nil {
+		return 0, db.mapErr(ctx, err)
+	}
+	return seq, sameArgs(prev, args)
+}
+
+// replayEntry answers a repeated credit: the entry of its first run.
+func (db *DB) replayEntry(ctx context.Context, class, opID, args string) (store.Entry, error) {
+	seq, err := db.findOp(ctx, class, opID, args)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	return db.loadEntry(ctx, seq)
+}
+
+// replayHold answers a repeated hold: the hold as it now stands.
+func (db *DB) replayHold(ctx context.Context, holdID, args string) (store.Hold, error) {
+	if _, err := db.findOp(ctx, classHold, holdID, args); err != nil {
+		return store.Hold{}, err
+	}
+	return db.HoldRecord(ctx, holdID)
+}
+
+// retry reports whether err is a deadlock or serialization failure, which
+// aborted the statement and wrote nothing, so it may run again. The lock
+// order every statement follows should make them impossible; a retry keeps
+// a bug in that order from failing calls, and the warning shows it.
+func (db *DB) retry(ctx context.Context, err error, op string) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || (pe.Code != "40P01" && pe.Code != "40001") || ctx.Err() != nil {
+		return false
+	}
+	db.log.WarnContext(ctx, "ledger statement aborted by the server, running it again", "op", op, "sqlstate", pe.Code)
+	return true
+}
+
+const entryColumns = `e.seq, e.op_id, e.kind, e.asset, e.owner, e.hold_id, e.created_at_ms`
+
+// loadEntry reads the entry seq with its postings.
+func (db *DB) loadEntry(ctx context.Context, seq int64) (store.Entry, error) {
+	es, err := db.queryEntries(ctx, `SELECT `+entryColumns+`, p.account, p.delta, p.balance_after
+FROM ledger_entries e JOIN ledger_postings p ON p.seq = e.seq
+WHERE e.seq = $1
+ORDER BY p.account COLLATE "C"`, seq)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	if len(es) != 1 {
+		return store.Entry{}, fmt.Errorf("entry %d: %w", seq, store.ErrNotFound)
+	}
+	return es[0], nil
+}
+
+// queryEntries reads rows of entryColumns plus a posting, ordered by seq
+// and account, into entries.
+func (db *DB) queryEntries(ctx context.Context, query string, args ...any) ([]store.Entry, error) {
+	rows, err := db.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, db.mapErr(ctx, err)
+	}
+	defer rows.Close() // rows.Err reports what iterating hit
+	var out []store.Entry
+	for rows.Next() {
+		var e store.Entry
+		var kind string
+		var created int64
+		var p store.Posting
+		if err := rows.Scan(&e.Seq, &e.OpID, &kind, &e.Asset, &e.Owner, &e.HoldID, &created,
+			&p.Account, &p.Delta, &p.BalanceAfter); err != nil {
+			return nil, db.mapErr(ctx, err)
+		}
+		if n := len(out); n > 0 && out[n-1].Seq == e.Seq {
+			out[n-1].Postings = append(out[n-1].Postings, p)
+			continue
+		}
+		e.Kind = store.EntryKind(kind)
+		e.CreatedAt = time.UnixMilli(created).UTC()
+		e.Postings = []store.Posting{p}
+		out = append(out, e)
+	}
+	return out, db.mapErr(ctx, rows.Err())
+}
+
+// sortPostings puts postings in account order, byte-wise.
+func sortPostings(ps []store.Posting) {
+	slices.SortFunc(ps, func(a, b store.Posting) int { return cmp.Compare(a.Account, b.Account) })
+}
+
+// HoldRecord implements store.Ledger.
+func (db *DB) HoldRecord(ctx context.Context, holdID string) (_ store.Hold, err error) {
+	defer wrap(&err, "hold record %q", holdID)
+	if !store.ValidID(holdID) {
+		return store.Hold{}, errors.New("invalid hold id")
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.Hold{}, err
+	}
+	defer cancel()
+	h, found, err := scanHold(db.pool.QueryRow(ctx, `SELECT `+holdColumns+` FROM ledger_holds WHERE hold_id = $1`, holdID))
+	switch {
+	case err != nil:
+		return store.Hold{}, db.mapErr(ctx, err)
+	case !found:
+		return store.Hold{}, store.ErrNotFound
+	}
+	return h, nil
+}
+
+// Balance implements store.Ledger. A system account's balance is the sum of
+// its postings: a scan of its index, for reports, not for the paid path.
+func (db *DB) Balance(ctx context.Context, account, asset string) (_ int64, err error) {
+	defer wrap(&err, "balance %q", account)
+	kind, _, ok := store.ParseAccount(account)
+	if !ok {
+		return 0, errors.New("invalid account")
+	}
+	if !store.ValidAsset(asset) {
+		return 0, errors.New("invalid asset")
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	query := `SELECT COALESCE(SUM(delta), 0)::bigint FROM ledger_postings WHERE account = $1 AND asset = $2`
+	if kind == "user" || kind == "held" {
+		query = `SELECT COALESCE((SELECT balance FROM ledger_balances WHERE account = $1 AND asset = $2), 0)`
+	}
+	var b int64
+	if err := db.pool.QueryRow(ctx, query, account, asset).Scan(&b); err != nil {
+		return 0, db.mapErr(ctx, err)
+	}
+	return b, nil
+}
+
+// entriesPage is one page of an account's statement, in one statement, so
+// a page is one snapshot.
+const entriesPage = `SELECT ` + entryColumns + `, p.account, p.delta, p.balance_after
+FROM (SELECT seq FROM ledger_postings WHERE account = $1 AND asset = $2 AND seq > $3 ORDER BY seq LIMIT $4) s
+JOIN ledger_entries e ON e.seq = s.seq
+JOIN ledger_postings p ON p.seq = s.seq
+ORDER BY e.seq, p.account COLLATE "C"`
+
+// Entries implements store.Ledger, in one statement, so a page is one
+// snapshot.
+func (db *DB) Entries(ctx context.Context, account, asset string, afterSeq int64, limit int) (_ []store.Entry, err error) {
+	defer wrap(&err, "entries of %q", account)
+	switch _, _, ok := store.ParseAccount(account); {
+	case !ok:
+		return nil, errors.New("invalid account")
+	case !store.ValidAsset(asset):
+		return nil, errors.New("invalid asset")
+	case limit <= 0 || limit > store.MaxEntries:
+		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxEntries)
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	return db.queryEntries(ctx, entriesPage, account, asset, afterSeq, limit)
+}
+
+// KeyUsage implements store.Ledger.
+func (db *DB) KeyUsage(ctx context.Context, keyID, asset string, period time.Duration) (_ store.KeyUsage, err error) {
+	defer wrap(&err, "key usage %q", keyID)
+	switch {
+	case !store.ValidID(keyID):
+		return store.KeyUsage{}, errors.New("invalid key id")
+	case !store.ValidAsset(asset):
+		return store.KeyUsage{}, errors.New("invalid asset")
+	case period != 0:
+		if err := store.ValidatePeriod(period); err != nil {
+			return store.KeyUsage{}, err
+		}
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.KeyUsage{}, err
+	}
+	defer cancel()
+	u := store.KeyUsage{KeyID: keyID, Asset: asset, Period: period}
+	var nowMs int64
+	err = db.pool.QueryRow(ctx, withNow+`, w AS MATERIALIZED (
+    SELECT n.ms, CASE WHEN $4::bigint > 0
+        THEN n.ms - ((n.ms % $4::bigint) + $4::bigint) % $4::bigint ELSE 0 END AS start
+    FROM n)
+SELECT w.ms, COALESCE(u.held, 0), COALESCE(u.spent, 0), COALESCE(p.held, 0), COALESCE(p.spent, 0)
+FROM w
+LEFT JOIN ledger_key_usage u ON u.key_id = $2::text AND u.asset = $3::text
+LEFT JOIN ledger_key_periods p ON $4::bigint > 0 AND p.key_id = $2::text AND p.asset = $3::text
+    AND p.period_ms = $4::bigint AND p.period_start_ms = w.start`,
+		db.nowArg(), keyID, asset, period.Milliseconds()).Scan(&nowMs, &u.Held, &u.Spent, &u.PeriodHeld, &u.PeriodSpent)
+	if err != nil {
+		return store.KeyUsage{}, db.mapErr(ctx, err)
+	}
+	if period > 0 {
+		u.PeriodStart = store.PeriodStart(time.UnixMilli(nowMs), period)
+	}
+	return u, nil
+}
+
+const holdColumns = `hold_id, owner, asset, amount, actual, key_id, key_period_ms, key_period_start_ms, state,
+    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq`
+
+// holdScan receives one row of holdColumns, each of which may be NULL (an
+// outer join).
+type holdScan struct {
+	id, owner, asset, keyID, state                                                      *string
+	amount, actual, periodMs, periodStart, expires, created, seq, resolved, resolvedSeq *int64
+}
+
+// dest returns the scan destinations of the values of first followed by
+// holdColumns.
+func (s *holdScan) dest(first ...any) []any {
+	dest := make([]any, 0, len(first)+14)
+	dest = append(dest, first...)
+	return append(dest, &s.id, &s.owner, &s.asset, &s.amount, &s.actual, &s.keyID, &s.periodMs, &s.periodStart,
+		&s.state, &s.expires, &s.created, &s.seq, &s.resolved, &s.resolvedSeq)
+}
+
+// scanHold reads one row of holdColumns after the values of first: found
+// is false when the hold's columns are NULL.
+func scanHold(row pgx.Row, first ...any) (_ store.Hold, found bool, _ error) {
+	var s holdScan
+	if err := row.Scan(s.dest(first...)...); err != nil {
+		return store.Hold{}, false, err
+	}
+	h, found := s.hold()
+	return h, found, nil
+}
+
+// hold returns the hold scanned, or false if its columns were NULL.
+func (s *holdScan) hold() (store.Hold, bool) {
+	if s.id == nil {
+		return store.Hold{}, false
+	}
+	// The schema makes every column NOT NULL.
+	h := store.Hold{
+		ID: *s.id, Owner: *s.owner, Asset: *s.asset, Amount: *s.amount, Actual: *s.actual, KeyID: *s.keyID,
+		State:     store.HoldState(*s.state),
+		ExpiresAt: time.UnixMilli(*s.expires).UTC(),
+		CreatedAt: time.UnixMilli(*s.created).UTC(),
+		Seq:       *s.seq, ResolvedSeq: *s.resolvedSeq,
+	}
+	if h.State == store.HoldCaptured {
+		h.Captured = min(h.Actual, h.Amount)
+		h.Loss = h.Actual - h.Captured
+	}
+	if *s.periodMs > 0 {
+		h.KeyPeriod = time.Duration(*s.periodMs) * time.Millisecond
+		h.KeyPeriodStart = time.UnixMilli(*s.periodStart).UTC()
+	}
+	if *s.resolved > 0 {
+		h.ResolvedAt = time.UnixMilli(*s.resolved).UTC()
+	}
+	return h, true
+}
+
+var _ store.Ledger = (*DB)(nil)

@@ -94,15 +94,11 @@ func TestDemoCanceled(t *testing.T) {
 	cancel()
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
-	start := time.Now()
 	go func() { done <- run(ctx, []string{"demo"}, envMap(nil), &out, &errOut) }()
 	select {
 	case err := <-done:
 		if err == nil {
 			t.Errorf("demo with a canceled context returned nil; stdout:\n%s", out.String())
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("demo with a canceled context took %s to fail", d)
 		}
 		if strings.Contains(out.String(), "done.") {
 			t.Errorf("canceled demo claims to be done:\n%s", out.String())

@@ -21,6 +21,7 @@ import (
 	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/config"
+	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
@@ -186,6 +187,9 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	f, err := parseFacilitatorFlags(args, e)
 	if err != nil {
 		return err
+	}
+	if err := crashpoint.Validate(); err != nil {
+		return fmt.Errorf("facilitator: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	key, err := loadKey(f.keyFile, e.getenv)

@@ -22,6 +22,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/config"
+	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
@@ -86,7 +87,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			return nil, err
 		}
 		f, err := facilitator.New(facilitator.Config{
-			Network: cfg.Network.ID, SettleTimeout: cfg.Facilitator.SettleTimeout,
+			Network: cfg.Network.ID, SettleTimeout: cfg.Facilitator.SettleTimeout, ClaimLease: cfg.ClaimLease(),
 			Assets: []facilitator.Asset{{Address: asset, Name: cfg.Network.AssetName, Version: cfg.Network.AssetVersion}},
 		}, backend, sender, db, log)
 		if err != nil {
@@ -165,6 +166,9 @@ func runServe(ctx context.Context, args []string, e env) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument #%d (flags go before it; values are not echoed)", fs.NArg())
+	}
+	if err := crashpoint.Validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	if *path == "" {
 		return errors.New("serve: --config is required")

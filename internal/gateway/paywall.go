@@ -19,10 +19,6 @@ import (
 
 func bigU(v uint64) *big.Int { return new(big.Int).SetUint64(v) }
 
-// claimMargin keeps a claim past its authorization's validBefore, so that clock
-// skew between us and the chain can never reopen a spendable authorization.
-const claimMargin = 10 * time.Minute
-
 // quote is the price of one request and the offer that asks for it.
 type quote struct {
 	model        *Model
@@ -236,9 +232,16 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 		s.metrics.payment("invalid")
 		return nil, s.challenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
 	}
+	// The claim outlives the authorization by the network's margin, so that
+	// clock skew between us and the chain never reopens a spendable one.
+	expires, err := store.ClaimExpiry(s.cfg.Network, s.now(), time.Unix(a.ValidBefore.Int64(), 0))
+	if err != nil {
+		return nil, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+			Message: "the payment could not be recorded; nothing was charged", Err: err}
+	}
 	claim, held, err := s.claims().ClaimPayment(ctx, store.PaymentClaim{
 		Key: pd.key, Network: s.cfg.Network, Payer: pd.payer, Amount: a.Value.String(), Owner: s.cfg.Owner,
-		ExpiresAt: time.Unix(a.ValidBefore.Int64(), 0).Add(claimMargin),
+		ExpiresAt: expires,
 	}, s.cfg.ClaimLease)
 	if err != nil {
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",

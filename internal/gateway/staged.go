@@ -32,7 +32,7 @@ func (s *Server) stage(pd *paid, r store.StagedResponse) {
 	r.Fingerprint = pd.fp()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.payments.StagePayment(ctx, pd.key, pd.claim.Fence, r); err != nil {
+	if err := s.claims().StagePayment(ctx, pd.key, pd.claim.Fence, r); err != nil {
 		s.log.Error("stage response", "key", pd.key, "bytes", len(r.Body), "err", err)
 	}
 }

@@ -290,14 +290,20 @@ func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err e
 	if limit <= 0 {
 		return 0, fmt.Errorf("limit %d is not positive", limit)
 	}
+	return db.purgeExpired(ctx, "payments", "payment_key", limit)
+}
+
+// purgeExpired deletes up to limit rows of table whose expires_at_ms has
+// passed, oldest first, in one write op, and returns how many.
+func (db *DB) purgeExpired(ctx context.Context, table, key string, limit int) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
-
 	var n int64
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		// DELETE ... LIMIT is a compile-time option of SQLite; a subquery is not.
-		res, err := tx.ExecContext(ctx, `DELETE FROM payments WHERE payment_key IN (
-    SELECT payment_key FROM payments WHERE expires_at_ms <= ? ORDER BY expires_at_ms, payment_key LIMIT ?)`,
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// DELETE ... LIMIT is a compile-time option of SQLite; a subquery is
+		// not. table and key are constants of this package, never input.
+		res, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+key+` IN (
+    SELECT `+key+` FROM `+table+` WHERE expires_at_ms <= ? ORDER BY expires_at_ms, `+key+` LIMIT ?)`,
 			db.nowMs(), limit)
 		if err != nil {
 			return err
@@ -306,7 +312,7 @@ func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err e
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return 0, mapErr(ctx, err)
 	}
 	return int(n), nil
 }

@@ -262,23 +262,7 @@ func (db *DB) PurgeExpiredRecoveries(ctx context.Context, limit int) (_ int, err
 	if limit <= 0 {
 		return 0, fmt.Errorf("limit %d is not positive", limit)
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-	var n int64
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM recoveries WHERE recovery_key IN (
-    SELECT recovery_key FROM recoveries WHERE expires_at_ms <= ? ORDER BY expires_at_ms, recovery_key LIMIT ?)`,
-			db.nowMs(), limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, mapErr(ctx, err)
-	}
-	return int(n), nil
+	return db.purgeExpired(ctx, "recoveries", "recovery_key", limit)
 }
 
 func scanRecovery(row interface{ Scan(...any) error }) (store.Recovery, error) {

@@ -302,9 +302,9 @@ func (db *DB) purgeExpired(ctx context.Context, table, key string, limit int) (i
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// DELETE ... LIMIT is a compile-time option of SQLite; a subquery is
 		// not. table and key are constants of this package, never input.
-		res, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+key+` IN (
-    SELECT `+key+` FROM `+table+` WHERE expires_at_ms <= ? ORDER BY expires_at_ms, `+key+` LIMIT ?)`,
-			db.nowMs(), limit)
+		q := `DELETE FROM ` + table + ` WHERE ` + key + ` IN (SELECT ` + key + ` FROM ` + table + //nolint:gosec // G202: table and key are this package's constants, never input.
+			` WHERE expires_at_ms <= ? ORDER BY expires_at_ms, ` + key + ` LIMIT ?)`
+		res, err := tx.ExecContext(ctx, q, db.nowMs(), limit)
 		if err != nil {
 			return err
 		}

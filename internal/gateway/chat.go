@@ -91,6 +91,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "key_and_payment",
 			Message: "send either an llm4agents API key or a PAYMENT-SIGNATURE, not both; nothing was charged"}
 	}
+	if hasOwnKey(r) {
+		return s.creditChat(w, r, req, body)
+	}
 	q, err := s.price(r, req)
 	if err != nil {
 		return err

@@ -87,6 +87,9 @@ type Config struct {
 	RecoveryTTL     time.Duration
 	RecoveryReplays int
 	Models          []Model
+	// Credits turns on prepaid credits (credits.go, topup.go); nil serves
+	// x402 payments only.
+	Credits *Credits
 }
 
 // Defaults of Config.
@@ -199,6 +202,16 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 	s.mux.Handle("POST /v1/chat/completions", s.handle("chat", s.chat))
 	s.mux.Handle("GET /v1/models", s.handle("models", s.listModels))
 	s.mux.Handle("GET /v1/models/{id}", s.handle("model", s.getModel))
+	if c := cfg.Credits; c != nil {
+		s.mux.Handle("POST /v1/credits/topup", s.handle("topup", s.topUp))
+		s.mux.Handle("GET /v1/credits/balance", s.handle("balance", s.balance))
+		s.mux.Handle("GET /v1/receipts", s.handle("receipts", s.listReceipts))
+		s.mux.Handle("GET /v1/receipts/{id}", s.handle("receipt", s.getReceipt))
+		s.mux.Handle("/v1/auth/", c.Account)
+		s.mux.Handle("/v1/keys", c.Account)
+		s.mux.Handle("/v1/keys/", c.Account)
+		s.mux.Handle("GET /.well-known/llm4agents.json", c.Signer.WellKnownHandler())
+	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writePlain(w, "ok\n") })
 	s.mux.Handle("GET /readyz", s.handle("readyz", s.readyz))
 	s.mux.Handle("GET /metrics", s.metrics.Handler())

@@ -1,8 +1,9 @@
 // Package postgres is the PostgreSQL store backend, for several gateway or
 // facilitator replicas sharing one database, through
-// github.com/jackc/pgx/v5 (pgxpool). It implements store.Settlements and
-// store.Payments with the semantics the storetest suite pins down, the same
-// as the sqlite backend's.
+// github.com/jackc/pgx/v5 (pgxpool). It implements store.Settlements,
+// store.Payments, store.Ledger, store.Recoveries and store.Keys with the
+// semantics the storetest suites pin down, the same as the sqlite
+// backend's.
 //
 // # Atomicity
 //
@@ -19,10 +20,17 @@
 // default_transaction_isolation to read committed on its connections, since
 // the statements are written for it.
 //
-// Fences come from one SEQUENCE per table (nextval never blocks, is never
-// rolled back and, with the default CACHE 1, only grows), so a fence is never
-// handed out twice, not even for a key released or expired and claimed
-// again, and a takeover's fence is above the one it replaces.
+// CreateKey is the one decision of two statements: it counts the owner's
+// keys and inserts in one transaction under an advisory lock keyed by the
+// owner, so that concurrent creations cannot both pass MaxKeysPerOwner.
+//
+// Settlement and payment fences come from one SEQUENCE per table (nextval
+// never blocks, is never rolled back and, with the default CACHE 1, only
+// grows), so a fence is never handed out twice, not even for a key released
+// or expired and claimed again, and a takeover's fence is above the one it
+// replaces. Recovery fences come from the one-row counter of migration 0005,
+// incremented by the statement that begins a record and locked until it
+// commits, so they too are unique and increasing (see recovery.go).
 //
 // # Clock
 //
@@ -80,9 +88,15 @@
 //
 // Every operation is bounded by store.DefaultTimeout when its context has no
 // earlier deadline; a context that ends interrupts the statement and the
-// error wraps the context's error. Driver errors never leave this package:
-// they are mapped to store.ErrNotFound or store.ErrFenced, or kept as text
-// with the operation that failed. No error or log line carries the DSN's
-// password: DSN parse errors carry only pgx's reason, never the DSN, and the
-// password is scrubbed from every error text besides.
+// error wraps the context's error. The interruption is a cancel request to
+// the server, not only a closed socket, so a write that was waiting for a
+// row lock is rolled back there instead of committing once the lock is
+// free. A write that had already committed when the cancel arrived stays
+// committed, and an answer lost with the network leaves the outcome
+// unknown: an error from a write never proves that nothing was written
+// (see cancelOnContextEnd). Driver errors never leave this package: they
+// are mapped to store.ErrNotFound, store.ErrFenced or store.ErrConflict, or
+// kept as text with the operation that failed. No error or log line carries
+// the DSN's password: DSN parse errors carry only pgx's reason, never the
+// DSN, and the password is scrubbed from every error text besides.
 package postgres

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/llm4agents/llm4agents/internal/store"
 )
@@ -35,6 +36,12 @@ const (
 	// the caller's context ends, holding a pool slot; pgx's own default is
 	// two minutes.
 	defaultConnectTimeout = 10 * time.Second
+	// cancelGrace is how long a statement whose context ended may take to
+	// answer the cancel request sent for it before the connection is closed
+	// under it. A live server answers within milliseconds; the bound only
+	// matters when the server or the network is gone, and it is then how
+	// long past its context's end the caller waits.
+	cancelGrace = 2 * time.Second
 )
 
 // DB is a PostgreSQL store. Its methods are safe for concurrent use, and any
@@ -125,6 +132,7 @@ func parseConfig(dsn string) (*pgxpool.Config, string, error) {
 	if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
+	cfg.ConnConfig.BuildContextWatcherHandler = cancelOnContextEnd
 	rp := cfg.ConnConfig.RuntimeParams
 	if rp["application_name"] == "" {
 		rp["application_name"] = "llm4agents"
@@ -134,6 +142,27 @@ func parseConfig(dsn string) (*pgxpool.Config, string, error) {
 	// SERIALIZABLE would make them fail with serialization errors instead.
 	rp["default_transaction_isolation"] = "read committed"
 	return cfg, cfg.ConnConfig.Password, nil
+}
+
+// cancelOnContextEnd makes a statement whose context ends stop on the
+// server, not only in the client (issue 4). pgx's default closes the
+// socket, and the server does not notice a closed socket while a statement
+// waits for a row lock: the statement goes on once the lock is free and, in
+// an implicit transaction, commits, so a ClaimPayment that returned a
+// context error could still have claimed. A cancel request (sent at once
+// over a second connection) interrupts the statement where it waits; the
+// server rolls it back and answers 57014, and the connection stays usable.
+// The socket is closed only if no answer comes within cancelGrace.
+//
+// A window remains: a statement that has already committed when the cancel
+// arrives stays committed, and if the answer is lost (cancelGrace passes,
+// the network fails) the caller gets an error for a write that may have
+// happened. Callers therefore treat every error from a write as "outcome
+// unknown", never as "nothing happened": a claim stays leased until its
+// lease ends, and the chain (authorizationState, the reconciler) decides
+// whether an authorization was spent.
+func cancelOnContextEnd(c *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
 }
 
 // parseErrorReason returns what pgx says is wrong with a DSN, without the

@@ -1,0 +1,393 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// API keys, sign-in nonces and sessions (store.Keys), in the tables of
+// migration 0006. Only hashes of secrets reach the database (key_hash,
+// session_hash); the caller hashes. Every operation is one statement except
+// CreateKey, whose per-owner limit needs a count and an insert that no other
+// creation for the owner interleaves with (see createKey). Times are the
+// server's clock or DB.Now, to the millisecond.
+
+const keyColumns = `key_id, key_hash, owner, name, total_cap, period_cap, period_ms, expires_at_ms, models,
+    rate_per_minute, created_at_ms, revoked_at_ms`
+
+// ownerKeysLock serializes the key creations of one owner ($1) in one
+// schema, for the length of the transaction. READ COMMITTED gives each
+// statement a snapshot taken when it starts, so a count taken after the
+// lock is granted sees every key created under it before; without the lock
+// two creations could both count MaxKeysPerOwner-1 and both insert. A
+// collision of two owners' hashes only makes them wait for each other.
+const ownerKeysLock = `SELECT pg_advisory_xact_lock(hashtextextended('llm4agents/store/postgres keys ' || current_schema() || ' ' || $1, 0))`
+
+// createKey inserts the key unless the owner has $13 keys or a key with its
+// id or hash exists, and always returns one row: the owner's key count
+// before, then the key if inserted, else NULLs.
+const createKey = withNow + `, c AS (SELECT count(*) AS keys FROM api_keys WHERE owner = $4),
+i AS (
+    INSERT INTO api_keys (` + keyColumns + `)
+    SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, n.ms, 0
+    FROM n, c
+    WHERE c.keys < $12
+    ON CONFLICT DO NOTHING
+    RETURNING ` + keyColumns + `)
+SELECT c.keys, i.* FROM c LEFT JOIN i ON true`
+
+// CreateKey implements store.Keys.
+func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, err error) {
+	defer wrap(&err, "create key %q", k.ID)
+	if err := k.Validate(); err != nil {
+		return store.APIKey{}, err
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	defer cancel()
+
+	var expires int64 // 0 is "never"
+	if !k.ExpiresAt.IsZero() {
+		expires = max(k.ExpiresAt.UnixMilli(), 1)
+	}
+	var out store.APIKey
+	err = db.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, ownerKeysLock, k.Owner); err != nil {
+			return err
+		}
+		var count int64
+		got, found, err := scanKey(tx.QueryRow(ctx, createKey, db.nowArg(),
+			k.ID, k.Hash, k.Owner, k.Name, k.TotalCap, k.PeriodCap, k.Period.Milliseconds(), expires,
+			strings.Join(k.Models, " "), k.RatePerMinute, store.MaxKeysPerOwner), &count)
+		switch {
+		case err != nil:
+			return err
+		case found:
+			out = got
+			return nil
+		case count >= store.MaxKeysPerOwner:
+			return fmt.Errorf("owner has %d keys: %w", count, store.ErrConflict)
+		default:
+			return fmt.Errorf("a key with this id or hash exists: %w", store.ErrConflict)
+		}
+	})
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	return out, nil
+}
+
+// inTx runs f in a READ COMMITTED transaction and commits it if f returns
+// nil. Errors f returns are passed on as they are (sentinels included);
+// driver errors are mapped.
+func (db *DB) inTx(ctx context.Context, f func(pgx.Tx) error) error {
+	tx, err := db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return db.mapErr(ctx, err)
+	}
+	defer func() {
+		// A no-op after Commit. Bounded on its own: ctx may have ended.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), store.DefaultTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if err := f(tx); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		return db.mapErr(ctx, err)
+	}
+	return db.mapErr(ctx, tx.Commit(ctx))
+}
+
+// KeysByOwner implements store.Keys. Keys created in the same millisecond
+// are ordered by id, byte by byte.
+func (db *DB) KeysByOwner(ctx context.Context, owner string) (_ []store.APIKey, err error) {
+	defer wrap(&err, "keys of %q", owner)
+	if !store.ValidOwner(owner) {
+		return nil, errors.New("invalid owner")
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+
+	rows, err := db.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE owner = $1
+ORDER BY created_at_ms, key_id COLLATE "C"`, owner)
+	if err != nil {
+		return nil, db.mapErr(ctx, err)
+	}
+	keys, err := collect(rows, func(row pgx.Row) (store.APIKey, error) {
+		k, _, err := scanKey(row)
+		return k, err
+	})
+	if err != nil {
+		return nil, db.mapErr(ctx, err)
+	}
+	return keys, nil
+}
+
+// KeyByHash implements store.Keys.
+func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err error) {
+	defer wrap(&err, "key by hash")
+	if !store.ValidHash(hash) {
+		return store.APIKey{}, errors.New("invalid key hash")
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	defer cancel()
+
+	k, _, err := scanKey(db.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE key_hash = $1`, hash))
+	if err != nil {
+		return store.APIKey{}, db.mapErr(ctx, err)
+	}
+	return k, nil
+}
+
+// RevokeKey implements store.Keys: one UPDATE revokes a key not yet
+// revoked; when it changes nothing, the key is read, revoked with its first
+// RevokedAt (a revocation is never undone) or not the owner's.
+func (db *DB) RevokeKey(ctx context.Context, owner, id string) (_ store.APIKey, err error) {
+	defer wrap(&err, "revoke key %q", id)
+	if !store.ValidOwner(owner) || !store.ValidID(id) {
+		return store.APIKey{}, errors.New("invalid owner or key id")
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	defer cancel()
+
+	k, _, err := scanKey(db.pool.QueryRow(ctx, withNow+`UPDATE api_keys SET revoked_at_ms = greatest(n.ms, 1)
+FROM n WHERE key_id = $2 AND owner = $3 AND revoked_at_ms = 0
+RETURNING `+keyColumns, db.nowArg(), id, owner))
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another owner's key is not found: its existence is not disclosed.
+		k, _, err = scanKey(db.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE key_id = $1 AND owner = $2`, id, owner))
+	}
+	if err != nil {
+		return store.APIKey{}, db.mapErr(ctx, err)
+	}
+	return k, nil
+}
+
+// PutNonce implements store.Keys. A nonce of the same text that has
+// expired can no longer be consumed, so storing it again is a fresh issue:
+// the insert then takes its row over. The conflict condition finds the
+// statement's time as the new expiry minus the TTL ($3).
+func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (err error) {
+	defer wrap(&err, "put nonce")
+	if !store.ValidNonce(nonce) {
+		return errors.New("invalid nonce")
+	}
+	if err := store.ValidateAuthTTL(ttl); err != nil {
+		return err
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+
+	tag, err := db.pool.Exec(ctx, withNow+`INSERT INTO auth_nonces AS a (nonce, expires_at_ms)
+SELECT $2, n.ms + $3::bigint FROM n
+ON CONFLICT (nonce) DO UPDATE SET expires_at_ms = excluded.expires_at_ms
+WHERE a.expires_at_ms <= excluded.expires_at_ms - $3::bigint`, db.nowArg(), nonce, leaseMs(ttl))
+	switch {
+	case err != nil:
+		return db.mapErr(ctx, err)
+	case tag.RowsAffected() != 1:
+		return fmt.Errorf("nonce exists: %w", store.ErrConflict)
+	}
+	return nil
+}
+
+// ConsumeNonce implements store.Keys: one conditional DELETE. Concurrent
+// callers queue on the row; the first deletes it and the others, re-reading
+// it after the first commits, find nothing to delete.
+func (db *DB) ConsumeNonce(ctx context.Context, nonce string) (err error) {
+	defer wrap(&err, "consume nonce")
+	if !store.ValidNonce(nonce) {
+		return store.ErrNotFound // a nonce we could never have issued
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+
+	tag, err := db.pool.Exec(ctx, withNow+`DELETE FROM auth_nonces USING n WHERE nonce = $2 AND expires_at_ms > n.ms`,
+		db.nowArg(), nonce)
+	switch {
+	case err != nil:
+		return db.mapErr(ctx, err)
+	case tag.RowsAffected() != 1:
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// CreateSession implements store.Keys.
+func (db *DB) CreateSession(ctx context.Context, hash, owner string, ttl time.Duration) (_ store.Session, err error) {
+	defer wrap(&err, "create session")
+	switch {
+	case !store.ValidHash(hash):
+		return store.Session{}, errors.New("invalid session hash")
+	case !store.ValidOwner(owner):
+		return store.Session{}, errors.New("invalid owner")
+	}
+	if err := store.ValidateAuthTTL(ttl); err != nil {
+		return store.Session{}, err
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.Session{}, err
+	}
+	defer cancel()
+
+	s, err := scanSession(db.pool.QueryRow(ctx, withNow+`INSERT INTO auth_sessions (session_hash, owner, created_at_ms, expires_at_ms)
+SELECT $2, $3, n.ms, n.ms + $4::bigint FROM n
+ON CONFLICT DO NOTHING
+RETURNING session_hash, owner, created_at_ms, expires_at_ms`, db.nowArg(), hash, owner, leaseMs(ttl)))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Session{}, fmt.Errorf("session exists: %w", store.ErrConflict)
+	case err != nil:
+		return store.Session{}, db.mapErr(ctx, err)
+	}
+	return s, nil
+}
+
+// Session implements store.Keys.
+func (db *DB) Session(ctx context.Context, hash string) (_ store.Session, err error) {
+	defer wrap(&err, "session")
+	if !store.ValidHash(hash) {
+		return store.Session{}, store.ErrNotFound
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return store.Session{}, err
+	}
+	defer cancel()
+
+	s, err := scanSession(db.pool.QueryRow(ctx, withNow+`SELECT session_hash, owner, created_at_ms, expires_at_ms
+FROM auth_sessions, n WHERE session_hash = $2 AND expires_at_ms > n.ms`, db.nowArg(), hash))
+	if err != nil {
+		return store.Session{}, db.mapErr(ctx, err)
+	}
+	return s, nil
+}
+
+// DeleteSession implements store.Keys.
+func (db *DB) DeleteSession(ctx context.Context, hash string) (err error) {
+	defer wrap(&err, "delete session")
+	if !store.ValidHash(hash) {
+		return nil // no such session can exist
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+
+	_, err = db.pool.Exec(ctx, `DELETE FROM auth_sessions WHERE session_hash = $1`, hash)
+	return db.mapErr(ctx, err)
+}
+
+// sweepAuth deletes up to $2 expired nonces and up to $2 expired sessions,
+// soonest expired first, skipping rows another transaction holds (a nonce
+// being consumed or issued again), and returns how many it deleted.
+const sweepAuth = withNow + `, dn AS (
+    DELETE FROM auth_nonces USING n
+    WHERE nonce IN (
+        SELECT nonce FROM auth_nonces, n WHERE expires_at_ms <= n.ms
+        ORDER BY expires_at_ms LIMIT $2 FOR UPDATE OF auth_nonces SKIP LOCKED)
+      AND expires_at_ms <= n.ms
+    RETURNING 1),
+ds AS (
+    DELETE FROM auth_sessions USING n
+    WHERE session_hash IN (
+        SELECT session_hash FROM auth_sessions, n WHERE expires_at_ms <= n.ms
+        ORDER BY expires_at_ms LIMIT $2 FOR UPDATE OF auth_sessions SKIP LOCKED)
+      AND expires_at_ms <= n.ms
+    RETURNING 1)
+SELECT (SELECT count(*) FROM dn) + (SELECT count(*) FROM ds)`
+
+// SweepAuth implements store.Keys. Skipping locked rows, it may return
+// fewer than it could while others remain; the next call takes them.
+func (db *DB) SweepAuth(ctx context.Context, limit int) (_ int, err error) {
+	defer wrap(&err, "sweep auth")
+	if limit <= 0 {
+		return 0, fmt.Errorf("limit %d is not positive", limit)
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+
+	var n int64
+	if err := db.pool.QueryRow(ctx, sweepAuth, db.nowArg(), limit).Scan(&n); err != nil {
+		return 0, db.mapErr(ctx, err)
+	}
+	return int(n), nil
+}
+
+// scanKey reads one row of keyColumns after the values of first. Every
+// column may be NULL (createKey's outer join): found is false when the id
+// is.
+func scanKey(row pgx.Row, first ...any) (_ store.APIKey, found bool, _ error) {
+	var id, hash, owner, name, models *string
+	var totalCap, periodCap, periodMs, expires, rate, created, revoked *int64
+	dest := make([]any, 0, len(first)+12)
+	dest = append(dest, first...)
+	dest = append(dest, &id, &hash, &owner, &name, &totalCap, &periodCap, &periodMs, &expires, &models,
+		&rate, &created, &revoked)
+	if err := row.Scan(dest...); err != nil {
+		return store.APIKey{}, false, err
+	}
+	if id == nil {
+		return store.APIKey{}, false, nil
+	}
+	// The schema makes every column NOT NULL.
+	k := store.APIKey{
+		ID: *id, Hash: *hash, Owner: *owner, Name: *name, TotalCap: *totalCap, PeriodCap: *periodCap,
+		Period:        time.Duration(*periodMs) * time.Millisecond,
+		RatePerMinute: int(*rate),
+		CreatedAt:     time.UnixMilli(*created).UTC(),
+	}
+	if *expires != 0 {
+		k.ExpiresAt = time.UnixMilli(*expires).UTC()
+	}
+	if *models != "" {
+		k.Models = strings.Split(*models, " ")
+	}
+	if *revoked != 0 {
+		k.RevokedAt = time.UnixMilli(*revoked).UTC()
+	}
+	return k, true, nil
+}
+
+// scanSession reads session_hash, owner, created_at_ms, expires_at_ms.
+func scanSession(row pgx.Row) (store.Session, error) {
+	var s store.Session
+	var created, expires int64
+	if err := row.Scan(&s.Hash, &s.Owner, &created, &expires); err != nil {
+		return store.Session{}, err
+	}
+	s.CreatedAt, s.ExpiresAt = time.UnixMilli(created).UTC(), time.UnixMilli(expires).UTC()
+	return s, nil
+}
+
+var _ store.Keys = (*DB)(nil)

@@ -1,6 +1,7 @@
 // Package redis is the Redis store backend (github.com/redis/go-redis/v9):
-// store.Settlements and store.Payments with the semantics of the sqlite
-// backend, pinned down by the same conformance suite (storetest).
+// store.Settlements, store.Payments and store.Recoveries with the semantics
+// of the sqlite backend, pinned down by the same conformance suite
+// (storetest).
 //
 // # Atomicity
 //
@@ -46,6 +47,10 @@
 // D5), and a counter that restarted could hand out a fence again (the scripts
 // still keep each key's fences growing if a counter is deleted by hand).
 // Never evict these keys: run the server with maxmemory-policy noeviction.
+// Recovery records are "{l4a:}recovery:<key>", found for promotion through
+// "{l4a:}recovery-op:<operation id>", with fences from
+// "{l4a:}recovery-fence" (no TTL, like the other counters); a record and its
+// index carry a TTL ending at the record's ExpiresAt.
 //
 // # Errors
 //
@@ -73,6 +78,24 @@
 // become a second settlement either. What the chain cannot restore is a lost
 // success mark: a second settle call could then be answered success:true for
 // the one transfer that happened (DECISIONS D5 asks for exactly one).
+//
+// For recovery records a lost write costs the buyer, never the seller: it
+// can lose an answer that was paid for, it cannot hand one out unpaid. A
+// replica, and so the primary after a failover, holds an earlier state of the
+// primary (replication ships the scripts' effects in order), and a record is
+// promoted only after its settlement was seen (by the after-settle step, or
+// from a settled payment claim): a lost write takes writes away, it never adds
+// a promotion. So a lost record leaves nothing to replay: the retry is a new
+// purchase, and its authorization, already used, cannot pay again (the
+// payment claim says so, or, if that was lost too, the chain). A lost promotion
+// leaves the record staged, and a staged record is never replayed: the retry
+// gets a conflict (settlement pending) until it is promoted again from the
+// settled claim or expires. A lost abandon leaves a staged record whose
+// payment never settled, which the next lookup abandons again. A lost replay
+// count gives one more replay of a paid answer, still only to a caller with
+// proof of control (D15). A lost write to "{l4a:}recovery-fence" may hand a
+// fence out twice for one record key; both holders are requests under that
+// key, so of one payer, and neither can promote the other's operation id.
 //
 // For the settlement store, run Redis with appendonly yes and appendfsync
 // always, and maxmemory-policy noeviction; Open logs a warning when it can

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -313,7 +314,14 @@ func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err 
 		return store.Hold{}, err
 	}
 	defer cancel()
+	if h, done, err := db.unsafeHold(ctx, r); done {
+		return h, err
+	}
+	return db.hold(ctx, r)
+}
 
+// hold is Hold after its arguments were checked.
+func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error) {
 	var keyID string
 	var totalCap, periodMs, periodCap int64 = store.NoCap, 0, store.NoCap
 	if r.Key != nil {
@@ -345,6 +353,7 @@ func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err 
 		switch verdict {
 		case verdictOK:
 			if found {
+				db.rememberHold(h)
 				return h, nil
 			}
 			return db.replayHold(ctx, r.ID, args) // a concurrent hold with this id won
@@ -531,14 +540,76 @@ type resolution struct {
 // as loss; release and expire pass 0. An expiry applies only to a hold past
 // its ExpiresAt by the time now.
 func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store.EntryKind, actual int64) (resolution, error) {
-	owner, asset, err := db.holdOwner(ctx, holdID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return resolution{verdict: verdictAbsent}, nil
-	case err != nil:
-		return resolution{}, err
+	l, ok := db.heldLine(holdID)
+	if !ok {
+		var err error
+		l.owner, l.asset, err = db.holdOwner(ctx, holdID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return resolution{verdict: verdictAbsent}, nil
+		case err != nil:
+			return resolution{}, err
+		}
 	}
-	return db.resolveOf(ctx, now, holdID, owner, asset, kind, actual)
+	res, err := db.resolveOf(ctx, now, holdID, l.owner, l.asset, kind, actual)
+	if err == nil && ok {
+		db.forgetHold(holdID)
+	}
+	return res, err
+}
+
+// Hold lines.
+//
+// A resolution runs in its hold's line (owner and asset), which the hold id
+// alone does not name. Rather than read the hold first, one more round trip
+// on the paid path (hold, then capture), each DB remembers the line of the
+// holds it placed until it resolves them. A hold's owner and asset never
+// change, so a remembered line is never stale; and a wrong one would still
+// be safe: the statement locks the rows the hold names, whatever line it
+// runs in, and a batch that fails runs again write by write.
+
+// maxHeldLines bounds the remembered lines; when full, they are forgotten
+// all at once, and resolutions read their hold's line until it refills.
+const maxHeldLines = 1 << 16
+
+// heldLines holds the lines remembered, keyed by a weak pointer to the DB so
+// that a closed DB is never kept alive by them. It is package state rather
+// than a field of DB only because DB is declared in postgres.go.
+var heldLines = struct {
+	sync.Mutex
+	m map[heldKey]heldLine
+}{m: map[heldKey]heldLine{}}
+
+type heldKey struct {
+	db weak.Pointer[DB]
+	id string
+}
+
+type heldLine struct{ owner, asset string }
+
+// rememberHold remembers the line of h, placed by db.
+func (db *DB) rememberHold(h store.Hold) {
+	heldLines.Lock()
+	defer heldLines.Unlock()
+	if len(heldLines.m) >= maxHeldLines {
+		clear(heldLines.m)
+	}
+	heldLines.m[heldKey{weak.Make(db), h.ID}] = heldLine{h.Owner, h.Asset}
+}
+
+// heldLine returns the line of a hold db placed and has not resolved.
+func (db *DB) heldLine(holdID string) (heldLine, bool) {
+	heldLines.Lock()
+	defer heldLines.Unlock()
+	l, ok := heldLines.m[heldKey{weak.Make(db), holdID}]
+	return l, ok
+}
+
+// forgetHold forgets the line of a resolved hold.
+func (db *DB) forgetHold(holdID string) {
+	heldLines.Lock()
+	defer heldLines.Unlock()
+	delete(heldLines.m, heldKey{weak.Make(db), holdID})
 }
 
 // holdOwner reads the owner and asset of a hold, which name the line its
@@ -719,6 +790,7 @@ LIMIT $2`, nowMs, limit)
 		if err != nil {
 			return n, fmt.Errorf("hold %q: %w", x.id, err)
 		}
+		db.forgetHold(x.id)
 		if res.verdict == verdictOK {
 			n++
 		}

@@ -28,6 +28,82 @@ import (
 // same statements. Operations take an owner's rows in the order user, held,
 // key total, key period, and draw the entry's seq after the balance rows.
 
+// The statements of the ledger's writes, which the writer prepares once
+// (ledgerStatements); reads on the read pool use some of them too.
+const (
+	selectOp    = `SELECT seq, args FROM ledger_entries WHERE op_class = ? AND op_id = ?`
+	nextSeq     = `UPDATE ledger_seq SET last = last + 1 WHERE id = 1 RETURNING last`
+	insertEntry = `INSERT INTO ledger_entries (seq, op_class, op_id, kind, asset, owner, hold_id, args, created_at_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	selectBalance = `SELECT balance FROM ledger_balances WHERE account = ? AND asset = ?`
+	lowerBalance  = `UPDATE ledger_balances SET balance = balance + ?
+WHERE account = ? AND asset = ? AND balance >= ?
+RETURNING balance`
+	raiseBalance = `INSERT INTO ledger_balances (account, asset, balance) VALUES (?, ?, ?)
+ON CONFLICT (account, asset) DO UPDATE SET balance = ledger_balances.balance + excluded.balance
+WHERE ledger_balances.balance <= ?
+RETURNING balance`
+	holdKeyUsage = `INSERT INTO ledger_key_usage (key_id, asset, held, spent) VALUES (?, ?, ?, 0)
+ON CONFLICT (key_id, asset) DO UPDATE SET held = ledger_key_usage.held + excluded.held
+WHERE ledger_key_usage.spent + ledger_key_usage.held <= ?`
+	selectKeyUsage     = `SELECT held, spent FROM ledger_key_usage WHERE key_id = ? AND asset = ?`
+	holdKeyPeriodUsage = `INSERT INTO ledger_key_periods (key_id, asset, period_ms, period_start_ms, held, spent)
+VALUES (?, ?, ?, ?, ?, 0)
+ON CONFLICT (key_id, asset, period_ms, period_start_ms) DO UPDATE SET held = ledger_key_periods.held + excluded.held
+WHERE ledger_key_periods.spent + ledger_key_periods.held <= ?`
+	selectKeyPeriod = `SELECT held, spent FROM ledger_key_periods
+WHERE key_id = ? AND asset = ? AND period_ms = ? AND period_start_ms = ?`
+	resolveKeyUsage = `UPDATE ledger_key_usage SET held = held - ?, spent = spent + ?
+WHERE key_id = ? AND asset = ?`
+	resolveKeyPeriodUsage = `UPDATE ledger_key_periods SET held = held - ?, spent = spent + ?
+WHERE key_id = ? AND asset = ? AND period_ms = ? AND period_start_ms = ?`
+
+	holdColumns = `hold_id, owner, asset, amount, actual, key_id, key_period_ms, key_period_start_ms, state,
+    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq`
+	selectHold = `SELECT ` + holdColumns + ` FROM ledger_holds WHERE hold_id = ?`
+	insertHold = `INSERT INTO ledger_holds (
+    hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms, state, expires_at_ms, created_at_ms, seq)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?)
+RETURNING ` + holdColumns
+	resolveHold = `UPDATE ledger_holds
+SET state = ?, actual = ?, resolved_at_ms = ?, resolved_seq = ?
+WHERE hold_id = ? AND state = 'held'
+RETURNING ` + holdColumns
+	selectExpired = `SELECT hold_id FROM ledger_holds
+WHERE state = 'held' AND expires_at_ms <= ?
+ORDER BY expires_at_ms, hold_id
+LIMIT ?`
+
+	entryColumns = `e.seq, e.op_id, e.kind, e.asset, e.owner, e.hold_id, e.created_at_ms`
+	selectEntry  = `SELECT ` + entryColumns + `, p.account, p.delta, p.balance_after
+FROM ledger_entries e JOIN ledger_postings p ON p.seq = e.seq
+WHERE e.seq = ?
+ORDER BY p.account`
+)
+
+// maxPostings bounds the postings of one entry: a capture's held, user,
+// revenue and loss.
+const maxPostings = 4
+
+// insertPostings[n] writes the n postings of an entry in one statement. Only
+// placeholders are repeated; every value is a parameter.
+var insertPostings = func() (q [maxPostings + 1]string) {
+	for n := 1; n <= maxPostings; n++ {
+		q[n] = `INSERT INTO ledger_postings (seq, account, asset, delta, balance_after) VALUES (?, ?, ?, ?, ?)` +
+			strings.Repeat(`, (?, ?, ?, ?, ?)`, n-1)
+	}
+	return q
+}()
+
+// ledgerStatements returns the statements the ledger's write ops run, for
+// the writer to prepare.
+func ledgerStatements() []string {
+	qs := []string{selectOp, nextSeq, insertEntry, selectBalance, lowerBalance, raiseBalance,
+		holdKeyUsage, selectKeyUsage, holdKeyPeriodUsage, selectKeyPeriod, resolveKeyUsage, resolveKeyPeriodUsage,
+		selectHold, insertHold, resolveHold, selectExpired, selectEntry}
+	return append(qs, insertPostings[1:]...)
+}
+
 // Operation classes: the namespaces of op ids (ledger_entries.op_class).
 const (
 	classCredit  = "credit"
@@ -49,7 +125,8 @@ func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int6
 	defer cancel()
 
 	var e store.Entry
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx := db.wtx(sqlTx)
 		args := fmt.Sprintf("owner=%s asset=%s amount=%d", owner, asset, amount)
 		seq, found, err := findOp(ctx, tx, classCredit, opID, args)
 		if err != nil || found {
@@ -88,12 +165,20 @@ func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err 
 	if err := r.Validate(); err != nil {
 		return store.Hold{}, err
 	}
-	ttlMs := int64((r.TTL + time.Millisecond - 1) / time.Millisecond)
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
+	if h, done, err := db.unsafeHold(ctx, r); done {
+		return h, err
+	}
+	return db.hold(ctx, r)
+}
 
+// hold is Hold after its arguments were checked.
+func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error) {
+	ttlMs := int64((r.TTL + time.Millisecond - 1) / time.Millisecond)
 	var h store.Hold
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx := db.wtx(sqlTx)
 		keyID := ""
 		if r.Key != nil {
 			keyID = r.Key.ID
@@ -142,10 +227,7 @@ func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err 
 		if err := db.appendEntry(ctx, tx, classHold, args, &e); err != nil {
 			return err
 		}
-		h, err = scanHold(tx.QueryRowContext(ctx, `INSERT INTO ledger_holds (
-    hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms, state, expires_at_ms, created_at_ms, seq)
-VALUES (?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?)
-RETURNING `+holdColumns,
+		h, err = scanHold(tx.QueryRowContext(ctx, insertHold,
 			r.ID, r.Owner, r.Asset, r.Amount, keyID, periodMs, periodStart, now+ttlMs, e.CreatedAt.UnixMilli(), e.Seq))
 		return err
 	})
@@ -158,11 +240,9 @@ RETURNING `+holdColumns,
 // holdKey adds amount to the key's held if its spent + held stays within
 // limit, in one conditional upsert; otherwise it returns an
 // *store.InsufficientError.
-func holdKey(ctx context.Context, tx *sql.Tx, keyID, asset string, amount, limit int64) error {
+func holdKey(ctx context.Context, tx wtx, keyID, asset string, amount, limit int64) error {
 	if amount <= limit { // a new row holds amount: it must fit on its own
-		res, err := tx.ExecContext(ctx, `INSERT INTO ledger_key_usage (key_id, asset, held, spent) VALUES (?, ?, ?, 0)
-ON CONFLICT (key_id, asset) DO UPDATE SET held = ledger_key_usage.held + excluded.held
-WHERE ledger_key_usage.spent + ledger_key_usage.held <= ?`, keyID, asset, amount, limit-amount)
+		res, err := tx.ExecContext(ctx, holdKeyUsage, keyID, asset, amount, limit-amount)
 		if err != nil {
 			return err
 		}
@@ -171,8 +251,7 @@ WHERE ledger_key_usage.spent + ledger_key_usage.held <= ?`, keyID, asset, amount
 		}
 	}
 	var held, spent int64
-	err := tx.QueryRowContext(ctx, `SELECT held, spent FROM ledger_key_usage WHERE key_id = ? AND asset = ?`,
-		keyID, asset).Scan(&held, &spent)
+	err := tx.QueryRowContext(ctx, selectKeyUsage, keyID, asset).Scan(&held, &spent)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
@@ -180,12 +259,9 @@ WHERE ledger_key_usage.spent + ledger_key_usage.held <= ?`, keyID, asset, amount
 }
 
 // holdKeyPeriod is holdKey for one window of the key's period.
-func holdKeyPeriod(ctx context.Context, tx *sql.Tx, keyID, asset string, periodMs, start, amount, limit int64) error {
+func holdKeyPeriod(ctx context.Context, tx wtx, keyID, asset string, periodMs, start, amount, limit int64) error {
 	if amount <= limit {
-		res, err := tx.ExecContext(ctx, `INSERT INTO ledger_key_periods (key_id, asset, period_ms, period_start_ms, held, spent)
-VALUES (?, ?, ?, ?, ?, 0)
-ON CONFLICT (key_id, asset, period_ms, period_start_ms) DO UPDATE SET held = ledger_key_periods.held + excluded.held
-WHERE ledger_key_periods.spent + ledger_key_periods.held <= ?`, keyID, asset, periodMs, start, amount, limit-amount)
+		res, err := tx.ExecContext(ctx, holdKeyPeriodUsage, keyID, asset, periodMs, start, amount, limit-amount)
 		if err != nil {
 			return err
 		}
@@ -194,8 +270,7 @@ WHERE ledger_key_periods.spent + ledger_key_periods.held <= ?`, keyID, asset, pe
 		}
 	}
 	var held, spent int64
-	err := tx.QueryRowContext(ctx, `SELECT held, spent FROM ledger_key_periods
-WHERE key_id = ? AND asset = ? AND period_ms = ? AND period_start_ms = ?`, keyID, asset, periodMs, start).Scan(&held, &spent)
+	err := tx.QueryRowContext(ctx, selectKeyPeriod, keyID, asset, periodMs, start).Scan(&held, &spent)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
@@ -213,7 +288,8 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 
 	var h store.Hold
 	var e store.Entry
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx := db.wtx(sqlTx)
 		cur, err := scanHold(tx.QueryRowContext(ctx, selectHold, holdID))
 		if err != nil {
 			return err
@@ -249,7 +325,8 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 
 	var h store.Hold
 	var e store.Entry
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx := db.wtx(sqlTx)
 		cur, err := scanHold(tx.QueryRowContext(ctx, selectHold, holdID))
 		if err != nil {
 			return err
@@ -284,7 +361,8 @@ func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err er
 	defer cancel()
 
 	var n int
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx := db.wtx(sqlTx)
 		n = 0
 		ids, err := expiredHolds(ctx, tx, db.nowMs(), limit)
 		if err != nil {
@@ -308,11 +386,8 @@ func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err er
 	return n, nil
 }
 
-func expiredHolds(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT hold_id FROM ledger_holds
-WHERE state = 'held' AND expires_at_ms <= ?
-ORDER BY expires_at_ms, hold_id
-LIMIT ?`, now, limit)
+func expiredHolds(ctx context.Context, tx wtx, now int64, limit int) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, selectExpired, now, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +406,7 @@ LIMIT ?`, now, limit)
 // resolve ends the open hold h with an entry of kind (capture, release or
 // expire), billing min(actual, h.Amount) and recording the rest of actual as
 // loss; release and expire pass 0.
-func (db *DB) resolve(ctx context.Context, tx *sql.Tx, h store.Hold, kind store.EntryKind, actual int64) (store.Hold, store.Entry, error) {
+func (db *DB) resolve(ctx context.Context, tx wtx, h store.Hold, kind store.EntryKind, actual int64) (store.Hold, store.Entry, error) {
 	charged := min(actual, h.Amount)
 	refund, loss := h.Amount-charged, actual-charged
 	user, err := addBalance(ctx, tx, store.UserAccount(h.Owner), h.Asset, refund, math.MaxInt64)
@@ -343,14 +418,11 @@ func (db *DB) resolve(ctx context.Context, tx *sql.Tx, h store.Hold, kind store.
 		return store.Hold{}, store.Entry{}, fmt.Errorf("held balance below an open hold: %w", err)
 	}
 	if h.KeyID != "" {
-		if err := execOne(ctx, tx, `UPDATE ledger_key_usage SET held = held - ?, spent = spent + ?
-WHERE key_id = ? AND asset = ?`, h.Amount, charged, h.KeyID, h.Asset); err != nil {
+		if err := execOne(ctx, tx, resolveKeyUsage, h.Amount, charged, h.KeyID, h.Asset); err != nil {
 			return store.Hold{}, store.Entry{}, fmt.Errorf("key usage: %w", err)
 		}
 		if h.KeyPeriod > 0 {
-			if err := execOne(ctx, tx, `UPDATE ledger_key_periods SET held = held - ?, spent = spent + ?
-WHERE key_id = ? AND asset = ? AND period_ms = ? AND period_start_ms = ?`,
-				h.Amount, charged, h.KeyID, h.Asset, h.KeyPeriod.Milliseconds(), h.KeyPeriodStart.UnixMilli()); err != nil {
+			if err := execOne(ctx, tx, resolveKeyPeriodUsage, h.Amount, charged, h.KeyID, h.Asset, h.KeyPeriod.Milliseconds(), h.KeyPeriodStart.UnixMilli()); err != nil {
 				return store.Hold{}, store.Entry{}, fmt.Errorf("key period usage: %w", err)
 			}
 		}
@@ -375,10 +447,7 @@ WHERE key_id = ? AND asset = ? AND period_ms = ? AND period_start_ms = ?`,
 	state := map[store.EntryKind]store.HoldState{
 		store.EntryCapture: store.HoldCaptured, store.EntryRelease: store.HoldReleased, store.EntryExpire: store.HoldExpired,
 	}[kind]
-	h, err = scanHold(tx.QueryRowContext(ctx, `UPDATE ledger_holds
-SET state = ?, actual = ?, resolved_at_ms = ?, resolved_seq = ?
-WHERE hold_id = ? AND state = 'held'
-RETURNING `+holdColumns, state, actual, e.CreatedAt.UnixMilli(), e.Seq, h.ID))
+	h, err = scanHold(tx.QueryRowContext(ctx, resolveHold, state, actual, e.CreatedAt.UnixMilli(), e.Seq, h.ID))
 	if err != nil {
 		return store.Hold{}, store.Entry{}, err
 	}
@@ -388,11 +457,10 @@ RETURNING `+holdColumns, state, actual, e.CreatedAt.UnixMilli(), e.Seq, h.ID))
 // findOp looks up the entry of an operation. It returns its seq and true if
 // the operation was applied with the same arguments, ErrConflict if with
 // others, and false if it was not applied.
-func findOp(ctx context.Context, tx *sql.Tx, class, opID, args string) (int64, bool, error) {
+func findOp(ctx context.Context, tx wtx, class, opID, args string) (int64, bool, error) {
 	var seq int64
 	var prev string
-	err := tx.QueryRowContext(ctx, `SELECT seq, args FROM ledger_entries WHERE op_class = ? AND op_id = ?`,
-		class, opID).Scan(&seq, &prev)
+	err := tx.QueryRowContext(ctx, selectOp, class, opID).Scan(&seq, &prev)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
@@ -406,7 +474,7 @@ func findOp(ctx context.Context, tx *sql.Tx, class, opID, args string) (int64, b
 
 // appendEntry draws the next seq, stamps e with it and the store's time,
 // sorts its postings and writes it.
-func (db *DB) appendEntry(ctx context.Context, tx *sql.Tx, class, args string, e *store.Entry) error {
+func (db *DB) appendEntry(ctx context.Context, tx wtx, class, args string, e *store.Entry) error {
 	var sum int64
 	for _, p := range e.Postings {
 		sum += p.Delta
@@ -414,7 +482,7 @@ func (db *DB) appendEntry(ctx context.Context, tx *sql.Tx, class, args string, e
 	if sum != 0 {
 		return fmt.Errorf("postings of a %s entry sum to %d", e.Kind, sum) // a bug here, never input
 	}
-	err := tx.QueryRowContext(ctx, `UPDATE ledger_seq SET last = last + 1 WHERE id = 1 RETURNING last`).Scan(&e.Seq)
+	err := tx.QueryRowContext(ctx, nextSeq).Scan(&e.Seq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return errors.New("ledger sequence row missing")
 	}
@@ -424,19 +492,18 @@ func (db *DB) appendEntry(ctx context.Context, tx *sql.Tx, class, args string, e
 	now := db.nowMs()
 	e.CreatedAt = time.UnixMilli(now).UTC()
 	slices.SortFunc(e.Postings, func(a, b store.Posting) int { return cmp.Compare(a.Account, b.Account) })
-	if _, err := tx.ExecContext(ctx, `INSERT INTO ledger_entries (seq, op_class, op_id, kind, asset, owner, hold_id, args, created_at_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, e.Seq, class, e.OpID, e.Kind, e.Asset, e.Owner, e.HoldID, args, now); err != nil {
+	if _, err := tx.ExecContext(ctx, insertEntry, e.Seq, class, e.OpID, e.Kind, e.Asset, e.Owner, e.HoldID, args, now); err != nil {
 		return err
 	}
 	// One statement for all postings (two to four).
-	// Only placeholders are repeated; every value is a parameter.
-	query := `INSERT INTO ledger_postings (seq, account, asset, delta, balance_after) VALUES (?, ?, ?, ?, ?)` + //nolint:gosec // G202: see above
-		strings.Repeat(`, (?, ?, ?, ?, ?)`, len(e.Postings)-1)
+	if len(e.Postings) > maxPostings {
+		return fmt.Errorf("a %s entry has %d postings", e.Kind, len(e.Postings)) // a bug here, never input
+	}
 	values := make([]any, 0, 5*len(e.Postings))
 	for _, p := range e.Postings {
 		values = append(values, e.Seq, p.Account, e.Asset, p.Delta, p.BalanceAfter)
 	}
-	_, err = tx.ExecContext(ctx, query, values...)
+	_, err = tx.ExecContext(ctx, insertPostings[len(e.Postings)], values...)
 	return err
 }
 
@@ -445,23 +512,18 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, e.Seq, class, e.OpID, e.Kind, e.Asset, e.Ow
 // statement whose condition is the guard: a debit is an UPDATE WHERE
 // balance >= -delta, a credit an upsert WHERE balance <= hi - delta. The
 // bounds are computed here, so SQL never computes a value outside int64.
-func addBalance(ctx context.Context, tx *sql.Tx, account, asset string, delta, hi int64) (int64, error) {
+func addBalance(ctx context.Context, tx wtx, account, asset string, delta, hi int64) (int64, error) {
 	var b int64
 	var err error
 	switch {
 	case delta == 0:
 		return balance(ctx, tx, account, asset)
 	case delta < 0:
-		err = tx.QueryRowContext(ctx, `UPDATE ledger_balances SET balance = balance + ?
-WHERE account = ? AND asset = ? AND balance >= ?
-RETURNING balance`, delta, account, asset, -delta).Scan(&b)
+		err = tx.QueryRowContext(ctx, lowerBalance, delta, account, asset, -delta).Scan(&b)
 	case delta > hi:
 		return 0, errOutOfRange
 	default: // hi >= delta > 0: hi - delta cannot overflow
-		err = tx.QueryRowContext(ctx, `INSERT INTO ledger_balances (account, asset, balance) VALUES (?, ?, ?)
-ON CONFLICT (account, asset) DO UPDATE SET balance = ledger_balances.balance + excluded.balance
-WHERE ledger_balances.balance <= ?
-RETURNING balance`, account, asset, delta, hi-delta).Scan(&b)
+		err = tx.QueryRowContext(ctx, raiseBalance, account, asset, delta, hi-delta).Scan(&b)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, errOutOfRange
@@ -472,7 +534,7 @@ RETURNING balance`, account, asset, delta, hi-delta).Scan(&b)
 // balance reads a user or held balance: 0 if it has no row.
 func balance(ctx context.Context, q querier, account, asset string) (int64, error) {
 	var b int64
-	err := q.QueryRowContext(ctx, `SELECT balance FROM ledger_balances WHERE account = ? AND asset = ?`, account, asset).Scan(&b)
+	err := q.QueryRowContext(ctx, selectBalance, account, asset).Scan(&b)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -480,7 +542,7 @@ func balance(ctx context.Context, q querier, account, asset string) (int64, erro
 }
 
 // execOne runs a statement that must change exactly one row.
-func execOne(ctx context.Context, tx *sql.Tx, query string, args ...any) error {
+func execOne(ctx context.Context, tx wtx, query string, args ...any) error {
 	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		return err
@@ -503,14 +565,9 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-const entryColumns = `e.seq, e.op_id, e.kind, e.asset, e.owner, e.hold_id, e.created_at_ms`
-
 // loadEntry reads the entry seq with its postings.
 func loadEntry(ctx context.Context, q querier, seq int64) (store.Entry, error) {
-	es, err := queryEntries(ctx, q, `SELECT `+entryColumns+`, p.account, p.delta, p.balance_after
-FROM ledger_entries e JOIN ledger_postings p ON p.seq = e.seq
-WHERE e.seq = ?
-ORDER BY p.account`, seq)
+	es, err := queryEntries(ctx, q, selectEntry, seq)
 	if err != nil {
 		return store.Entry{}, err
 	}
@@ -632,8 +689,7 @@ func (db *DB) KeyUsage(ctx context.Context, keyID, asset string, period time.Dur
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 	u := store.KeyUsage{KeyID: keyID, Asset: asset, Period: period}
-	err = db.ro.QueryRowContext(ctx, `SELECT held, spent FROM ledger_key_usage WHERE key_id = ? AND asset = ?`,
-		keyID, asset).Scan(&u.Held, &u.Spent)
+	err = db.ro.QueryRowContext(ctx, selectKeyUsage, keyID, asset).Scan(&u.Held, &u.Spent)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return store.KeyUsage{}, mapErr(ctx, err)
 	}
@@ -641,19 +697,13 @@ func (db *DB) KeyUsage(ctx context.Context, keyID, asset string, period time.Dur
 		return u, nil
 	}
 	u.PeriodStart = store.PeriodStart(time.UnixMilli(db.nowMs()), period)
-	err = db.ro.QueryRowContext(ctx, `SELECT held, spent FROM ledger_key_periods
-WHERE key_id = ? AND asset = ? AND period_ms = ? AND period_start_ms = ?`,
+	err = db.ro.QueryRowContext(ctx, selectKeyPeriod,
 		keyID, asset, period.Milliseconds(), u.PeriodStart.UnixMilli()).Scan(&u.PeriodHeld, &u.PeriodSpent)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return store.KeyUsage{}, mapErr(ctx, err)
 	}
 	return u, nil
 }
-
-const holdColumns = `hold_id, owner, asset, amount, actual, key_id, key_period_ms, key_period_start_ms, state,
-    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq`
-
-const selectHold = `SELECT ` + holdColumns + ` FROM ledger_holds WHERE hold_id = ?`
 
 // scanHold reads one row of holdColumns.
 func scanHold(row interface{ Scan(...any) error }) (store.Hold, error) {

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -119,6 +120,7 @@ func (db *DB) write(ctx context.Context, fn writeFunc) error {
 // and the queue is empty, so every op queued before Close is answered.
 func (db *DB) runWriter() {
 	defer close(db.writerDone)
+	defer db.closeStatements()
 	for {
 		db.mu.Lock()
 		for len(db.queue) == 0 && !db.closing {
@@ -152,6 +154,7 @@ func (db *DB) take() []*writeOp {
 // runBatch runs one batch: BEGIN IMMEDIATE, every op taken in a savepoint of
 // its own, one COMMIT, then the answers.
 func (db *DB) runBatch() {
+	db.prepareStatements()
 	// The transaction lives on context.Background: database/sql rolls a
 	// transaction back when its context ends, the driver runs COMMIT under
 	// it, and no caller's deadline may cut a batch short. BEGIN and COMMIT
@@ -232,4 +235,159 @@ func (db *DB) fail(ctx context.Context, ops []*writeOp, err error) {
 	for _, op := range ops {
 		op.done <- err
 	}
+}
+
+// Prepared statements.
+//
+// Why: modernc.org/sqlite compiles a statement's text every time it is run
+// through database/sql, and for the ledger's short statements compiling
+// costs about as much as running them: a third of the writer's CPU in the
+// hold+capture benchmark. So the writer prepares the ledger's statements
+// (ledgerStatements) once on its connection, before its first batch, while
+// the connection is idle (preparing inside a batch would wait for the one
+// connection the batch holds), and closes them when it returns. An op runs
+// them through the batch's transaction with a wtx: sql.Tx.StmtContext reuses
+// a statement already prepared on the transaction's connection, and
+// prepares it again only if database/sql had to replace the connection.
+//
+// If preparing fails, ops run their statements from the text, as before:
+// slower, the same otherwise; the writer tries again a minute later.
+
+// prepareRetry is how long the writer waits before preparing again after a
+// failure.
+const prepareRetry = time.Minute
+
+// prepared holds, per open DB, its writer's prepared statements by their
+// text. Only the DB's writer goroutine writes its entry or reads its map
+// (ops run on that goroutine); the mutex guards the map of DBs. It is
+// package state, keyed by the DB, rather than a field of DB only because DB
+// is declared in sqlite.go.
+var prepared = struct {
+	sync.Mutex
+	m map[*DB]*stmtSet
+}{m: map[*DB]*stmtSet{}}
+
+// stmtSet is one DB's prepared statements: nil stmts until preparing
+// succeeded, and then never changed.
+type stmtSet struct {
+	stmts   map[string]*sql.Stmt
+	retryAt time.Time // after a failure: when to try again
+}
+
+// unpreparedRuns counts statements a wtx ran from their text although the
+// writer had prepared its statements: a ledger statement missing from
+// ledgerStatements. Tests check it stays 0.
+var unpreparedRuns atomic.Int64
+
+// statements returns the writer's prepared statements: nil while they are not
+// prepared. Ops call it on the writer goroutine, the only one that uses the
+// statements.
+func (db *DB) statements() map[string]*sql.Stmt {
+	prepared.Lock()
+	defer prepared.Unlock()
+	if set := prepared.m[db]; set != nil {
+		return set.stmts
+	}
+	return nil
+}
+
+// prepareStatements prepares ledgerStatements on the writer connection, once,
+// unless it failed less than prepareRetry ago. Only the writer goroutine
+// calls it, between batches.
+func (db *DB) prepareStatements() {
+	prepared.Lock()
+	set := prepared.m[db]
+	prepared.Unlock()
+	if set != nil && (set.stmts != nil || time.Now().Before(set.retryAt)) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), store.DefaultTimeout)
+	defer cancel()
+	queries := ledgerStatements()
+	stmts := make(map[string]*sql.Stmt, len(queries))
+	var err error
+	for _, q := range queries {
+		var s *sql.Stmt
+		if s, err = db.rw.PrepareContext(ctx, q); err != nil { //nolint:sqlclosecheck // kept; closeStatements closes it
+			break
+		}
+		stmts[q] = s
+	}
+	set = &stmtSet{stmts: stmts}
+	if err != nil {
+		closeAll(stmts)
+		set = &stmtSet{retryAt: time.Now().Add(prepareRetry)}
+		db.log.WarnContext(ctx, "could not prepare the ledger's statements; running them unprepared for now",
+			"retry_in", prepareRetry, "err", mapErr(ctx, err))
+	}
+	prepared.Lock()
+	prepared.m[db] = set
+	prepared.Unlock()
+}
+
+// closeStatements closes the writer's prepared statements and forgets them.
+func (db *DB) closeStatements() {
+	prepared.Lock()
+	set := prepared.m[db]
+	delete(prepared.m, db)
+	prepared.Unlock()
+	if set != nil {
+		closeAll(set.stmts)
+	}
+}
+
+func closeAll(stmts map[string]*sql.Stmt) {
+	for _, s := range stmts {
+		_ = s.Close() // closing a statement of a connection that is still open only frees it
+	}
+}
+
+// wtx is a write op's transaction that runs the statements the writer
+// prepared by their prepared handle, and any other from its text.
+type wtx struct {
+	*sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+// wtx wraps tx, the transaction of a batch, for an op: call it on the writer
+// goroutine, inside the op.
+func (db *DB) wtx(tx *sql.Tx) wtx { return wtx{Tx: tx, stmts: db.statements()} }
+
+// stmt returns the transaction's handle on query's prepared statement, or nil.
+// The transaction closes the handle when it ends; closing it earlier would
+// wait for the rows a QueryRowContext left for its caller to scan.
+func (t wtx) stmt(ctx context.Context, query string) *sql.Stmt {
+	if t.stmts == nil {
+		return nil
+	}
+	s := t.stmts[query]
+	if s == nil {
+		unpreparedRuns.Add(1)
+		return nil
+	}
+	return t.StmtContext(ctx, s)
+}
+
+// ExecContext is sql.Tx.ExecContext, prepared when it can be.
+func (t wtx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if s := t.stmt(ctx, query); s != nil { //nolint:sqlclosecheck // the transaction closes it (see stmt)
+		return s.ExecContext(ctx, args...)
+	}
+	return t.Tx.ExecContext(ctx, query, args...)
+}
+
+// QueryRowContext is sql.Tx.QueryRowContext, prepared when it can be.
+func (t wtx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if s := t.stmt(ctx, query); s != nil { //nolint:sqlclosecheck // the transaction closes it (see stmt)
+		return s.QueryRowContext(ctx, args...)
+	}
+	return t.Tx.QueryRowContext(ctx, query, args...)
+}
+
+// QueryContext is sql.Tx.QueryContext, prepared when it can be.
+func (t wtx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if s := t.stmt(ctx, query); s != nil { //nolint:sqlclosecheck // the transaction closes it (see stmt)
+		return s.QueryContext(ctx, args...)
+	}
+	return t.Tx.QueryContext(ctx, query, args...)
 }

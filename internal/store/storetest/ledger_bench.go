@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,11 +28,17 @@ type OpenLedgerBench func(b *testing.B) store.Ledger
 //   - hold-capture-one-owner: the same with every worker paying from one
 //     owner through one key, the hot account of an agent with many calls in
 //     flight.
+//   - hold-capture-serial: the same with one caller, so nothing queues: the
+//     latency the ledger adds to one call on an idle store.
 func RunLedgerBenchmarks(b *testing.B, open OpenLedgerBench) {
 	for _, tc := range []struct {
-		name   string
-		owners int
-	}{{"hold-capture", BenchWorkers}, {"hold-capture-one-owner", 1}} {
+		name            string
+		owners, workers int
+	}{
+		{"hold-capture", BenchWorkers, BenchWorkers},
+		{"hold-capture-one-owner", 1, BenchWorkers},
+		{"hold-capture-serial", 1, 1},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			l := open(b)
 			prefix := fmt.Sprintf("bench-%d-%d-", time.Now().UnixNano(), b.N)
@@ -43,7 +51,7 @@ func RunLedgerBenchmarks(b *testing.B, open OpenLedgerBench) {
 			}
 			key := store.KeyLimits{TotalCap: store.NoCap, PeriodCap: store.MaxAmount, Period: 24 * time.Hour}
 			var next atomic.Uint64
-			runTimed(b, func(ctx context.Context, id string) error {
+			runTimedBy(b, tc.workers, func(ctx context.Context, id string) error {
 				owner := owners[next.Add(1)%uint64(len(owners))]
 				k := key
 				k.ID = "key-" + owner
@@ -55,4 +63,43 @@ func RunLedgerBenchmarks(b *testing.B, open OpenLedgerBench) {
 			})
 		})
 	}
+}
+
+// runTimedBy is runTimed with workers goroutines.
+func runTimedBy(b *testing.B, workers int, fn func(ctx context.Context, key string) error) {
+	b.Helper()
+	prefix := fmt.Sprintf("bench-%d-%d-", time.Now().UnixNano(), b.N)
+	lat := make([]time.Duration, b.N)
+	var next atomic.Int64
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	began := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				t0 := time.Now()
+				if err := fn(b.Context(), fmt.Sprintf("%s%d", prefix, i)); err != nil {
+					errs <- err
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(ms(percentile(lat, 50)), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 99)), "p99-ms")
 }

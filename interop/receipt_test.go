@@ -1,0 +1,230 @@
+package interop_test
+
+import (
+	"encoding/json"
+	"math/big"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/internal/credits"
+)
+
+// The test in this file checks the gateway's signed receipts (MISSION C2,
+// DECISIONS D18) with viem's verifyTypedData from npm, the verifier a
+// JavaScript buyer would use (issue 6 item 5): every receipt credits.Signer
+// signs verifies against the published signer address, and a receipt with
+// any one field changed, in another domain, under another signer or with a
+// changed signature does not.
+
+// receiptCase is one envelope for verify-receipt.mjs and what viem must say.
+type receiptCase struct {
+	Name     string      `json:"name"`
+	Envelope string      `json:"envelope"`
+	Signer   *string     `json:"signer,omitempty"`
+	Domain   *wireDomain `json:"domain,omitempty"`
+
+	valid  bool        // what viem must answer
+	digest common.Hash // what Go hashes for the message and domain sent
+}
+
+// wireDomain is a receipt domain with its chain id as a decimal string, so
+// no JSON number has to carry it into JavaScript.
+type wireDomain struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	ChainID string `json:"chainId"`
+}
+
+func toWire(d client.ReceiptDomain) *wireDomain {
+	return &wireDomain{Name: d.Name, Version: d.Version, ChainID: d.ChainID.String()}
+}
+
+// viemResult is verify-receipt.mjs's answer for one case.
+type viemResult struct {
+	Name      string         `json:"name"`
+	Valid     bool           `json:"valid"`
+	Digest    common.Hash    `json:"digest"`
+	Recovered common.Address `json:"recovered"`
+	Thrown    string         `json:"thrown"`
+}
+
+// maxUint256 is 2^256 - 1.
+var maxUint256 = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
+
+// receipts are the receipts signed and verified: a key-paid call, a
+// wallet-paid one (zero key id) that delivered nothing, every uint256 at its
+// maximum, and model names viem must hash as UTF-8.
+func receipts() map[string]client.Receipt {
+	base := client.Receipt{
+		RequestID:    crypto.Keccak256Hash([]byte("request 1")),
+		Account:      common.HexToAddress("0x857b06519E91e3A54538791bDbb0E22373e36b66"),
+		KeyID:        crypto.Keccak256Hash([]byte("key 1")),
+		Model:        "gpt-4o-mini",
+		InputTokens:  big.NewInt(1234),
+		OutputTokens: big.NewInt(567),
+		Amount:       big.NewInt(12_345),
+		BalanceAfter: big.NewInt(987_654_321),
+		LedgerSeq:    big.NewInt(42),
+		IssuedAt:     1_764_000_000,
+	}
+	wallet := base
+	wallet.KeyID, wallet.OutputTokens, wallet.Amount = common.Hash{}, big.NewInt(0), big.NewInt(0)
+	maxed := base
+	maxed.InputTokens, maxed.OutputTokens, maxed.Amount, maxed.BalanceAfter, maxed.LedgerSeq =
+		maxUint256, maxUint256, maxUint256, maxUint256, maxUint256
+	maxed.IssuedAt = 1<<53 - 1 // the wire's issuedAt is a JSON number: exact in JavaScript up to 2^53 - 1
+	unicode := base
+	unicode.Model = "modèle-日本語-🚀 \"quoted\" \\ \u2028"
+	empty := base
+	empty.Model = ""
+	return map[string]client.Receipt{"key-paid": base, "wallet-paid": wallet, "max-uint256": maxed,
+		"unicode-model": unicode, "empty-model": empty}
+}
+
+// tampered returns the base receipt with each field changed in turn.
+func tampered(base client.Receipt) map[string]client.Receipt {
+	plus1 := func(v *big.Int) *big.Int { return new(big.Int).Add(v, big.NewInt(1)) }
+	out := map[string]client.Receipt{}
+	for name, change := range map[string]func(r *client.Receipt){
+		"requestId":    func(r *client.Receipt) { r.RequestID[31] ^= 1 },
+		"account":      func(r *client.Receipt) { r.Account[19] ^= 1 },
+		"keyId":        func(r *client.Receipt) { r.KeyID = common.Hash{} },
+		"model":        func(r *client.Receipt) { r.Model = "gpt-4o" },
+		"inputTokens":  func(r *client.Receipt) { r.InputTokens = plus1(r.InputTokens) },
+		"outputTokens": func(r *client.Receipt) { r.OutputTokens = plus1(r.OutputTokens) },
+		"amount":       func(r *client.Receipt) { r.Amount = plus1(r.Amount) },
+		"balanceAfter": func(r *client.Receipt) { r.BalanceAfter = plus1(r.BalanceAfter) },
+		"ledgerSeq":    func(r *client.Receipt) { r.LedgerSeq = plus1(r.LedgerSeq) },
+		"issuedAt":     func(r *client.Receipt) { r.IssuedAt++ },
+	} {
+		r := base
+		change(&r)
+		out["tampered "+name] = r
+	}
+	return out
+}
+
+func TestReceiptVerifiedByViem(t *testing.T) {
+	requireTools(t)
+	for _, chainID := range []int64{84532, 8453} {
+		key, err := crypto.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		signer, err := credits.NewSigner(key, big.NewInt(chainID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := receiptCases(t, signer)
+		in := map[string]any{
+			"signer": signer.Address().Hex(),
+			"domain": toWire(signer.Domain()),
+			"types":  map[string][]client.TypedField{client.ReceiptPrimaryType: client.ReceiptTypes()[client.ReceiptPrimaryType]},
+			"cases":  cases,
+		}
+		var got []viemResult
+		out := runNodeScript(t, "verify-receipt.mjs", mustMarshal(t, in))
+		if err := json.Unmarshal(out, &got); err != nil || len(got) != len(cases) {
+			t.Fatalf("chain %d: verify-receipt.mjs answered %s (%v), want %d results", chainID, out, err, len(cases))
+		}
+		for i, c := range cases {
+			checkViem(t, chainID, signer.Address(), c, got[i])
+		}
+	}
+}
+
+// receiptCases signs every receipt with signer and builds the cases: each
+// signed receipt as it is, the first with each field tampered, and the first
+// with its signature, domain or signer changed.
+func receiptCases(t *testing.T, signer *credits.Signer) []receiptCase {
+	t.Helper()
+	d := signer.Domain()
+	var cases []receiptCase
+	add := func(name string, r client.Receipt, sig []byte, d client.ReceiptDomain, valid bool) *receiptCase {
+		env, err := client.EncodeReceiptEnvelope(&r, sig)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		digest, err := client.ReceiptDigest(d, &r)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		// Our own verifier must agree with what viem is to answer.
+		if from, err := client.VerifyReceipt(&r, sig, d); (err == nil && from == signer.Address()) != valid {
+			t.Fatalf("%s: client.VerifyReceipt() = %v, %v; want valid %t", name, from, err, valid)
+		}
+		cases = append(cases, receiptCase{Name: name, Envelope: string(env), valid: valid, digest: digest})
+		return &cases[len(cases)-1]
+	}
+	all := receipts()
+	var base credits.SignedReceipt
+	for _, name := range []string{"key-paid", "wallet-paid", "max-uint256", "unicode-model", "empty-model"} {
+		s, err := signer.Sign(all[name])
+		if err != nil {
+			t.Fatalf("Sign(%s): %v", name, err)
+		}
+		if name == "key-paid" {
+			base = s
+		}
+		add(name, s.Receipt, s.Signature, d, true)
+	}
+	for name, r := range tampered(base.Receipt) {
+		add(name, r, base.Signature, d, false)
+	}
+	flip := func(i int) []byte {
+		sig := append([]byte(nil), base.Signature...)
+		sig[i] ^= 1
+		return sig
+	}
+	add("tampered signature r", base.Receipt, flip(0), d, false)
+	add("tampered signature s", base.Receipt, flip(63), d, false)
+	swapped := append([]byte(nil), base.Signature...)
+	swapped[64] = 27 + 28 - swapped[64] // the other valid parity: another address recovers
+	add("tampered signature v", base.Receipt, swapped, d, false)
+	add("invalid signature v", base.Receipt, flip(64), d, false) // 26 or 29: viem throws
+
+	for name, other := range map[string]client.ReceiptDomain{
+		"other chainId": {Name: d.Name, Version: d.Version, ChainID: new(big.Int).Add(d.ChainID, big.NewInt(1))},
+		"other name":    {Name: d.Name + "x", Version: d.Version, ChainID: d.ChainID},
+		"other version": {Name: d.Name, Version: "2", ChainID: d.ChainID},
+	} {
+		c := add("domain with "+name, base.Receipt, base.Signature, other, false)
+		c.Domain = toWire(other)
+	}
+	strangerKey, err := crypto.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger := crypto.PubkeyToAddress(strangerKey.PublicKey).Hex()
+	// Signed by signer (so our verifier recovers it), checked by viem
+	// against another address.
+	c := add("another signer's address", base.Receipt, base.Signature, d, true)
+	c.Signer, c.valid = &stranger, false
+	return cases
+}
+
+// checkViem compares viem's answer for c with what it must be: for a valid
+// receipt, true and the signer recovered; otherwise false. Whenever viem
+// hashed the message, its digest must be ours, so a refusal is the
+// signature's doing, never a different encoding.
+func checkViem(t *testing.T, chainID int64, signer common.Address, c receiptCase, got viemResult) {
+	t.Helper()
+	switch {
+	case got.Name != c.Name:
+		t.Errorf("chain %d: result %q for case %q", chainID, got.Name, c.Name)
+	case got.Thrown != "" && c.valid:
+		t.Errorf("chain %d %s: viem threw %q, want the receipt verified", chainID, c.Name, got.Thrown)
+	case got.Valid != c.valid:
+		t.Errorf("chain %d %s: viem verifyTypedData = %t, want %t (recovered %s, signer %s)",
+			chainID, c.Name, got.Valid, c.valid, got.Recovered.Hex(), signer.Hex())
+	case got.Thrown == "" && got.Digest != c.digest:
+		t.Errorf("chain %d %s: viem hashTypedData = %s, Go ReceiptDigest = %s", chainID, c.Name, got.Digest.Hex(), c.digest.Hex())
+	case c.valid && got.Recovered != signer:
+		t.Errorf("chain %d %s: viem recovered %s, want %s", chainID, c.Name, got.Recovered.Hex(), signer.Hex())
+	case got.Thrown != "":
+		t.Logf("chain %d %s: viem threw %q (refused)", chainID, c.Name, got.Thrown)
+	}
+}

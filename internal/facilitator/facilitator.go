@@ -6,8 +6,11 @@
 //
 // Exactly-once rests on three things. The settlement record's key is the
 // authorization's on-chain identity (DECISIONS D4), claimed atomically before any
-// broadcast, so one authorization is broadcast by at most one caller. A record that
-// reached "broadcast" is only ever resolved from the chain, never re-sent. And the
+// broadcast, so one authorization is broadcast by at most one caller. Every
+// transaction is written into the record before it is sent, so a record that says
+// "claimed" sent nothing, and one that reached "broadcast" is only ever resolved
+// from the chain: nothing new is signed for it, though the very bytes it holds may
+// be sent again if the node dropped them (they can be mined at most once). And the
 // one success:true an authorization may produce is decided by an atomic mark in the
 // store (DECISIONS D5).
 package facilitator
@@ -40,6 +43,8 @@ type Backend interface {
 	TransactionReceipt(ctx context.Context, hash common.Hash) (*types.Receipt, error)
 	TransactionByHash(ctx context.Context, hash common.Hash) (*types.Transaction, bool, error)
 	BlockNumber(ctx context.Context) (uint64, error)
+	NonceAt(ctx context.Context, account common.Address, blockNumber *big.Int) (uint64, error)
+	SendTransaction(ctx context.Context, tx *types.Transaction) error
 }
 
 // Sender broadcasts transactions from the facilitator's account. internal/chain's
@@ -54,6 +59,13 @@ type Sender interface {
 	// ctx ends first it returns a *chain.PendingError carrying the hash of the
 	// latest transaction broadcast for it.
 	Wait(ctx context.Context, tx *types.Transaction) (*types.Receipt, error)
+	// SendRecorded is Send calling before with every transaction signed for
+	// the call before it goes to the node, replacements included; when before
+	// fails nothing is sent (chain.BeforeBroadcast).
+	SendRecorded(ctx context.Context, to common.Address, data []byte, before chain.BeforeBroadcast) (*types.Transaction, error)
+	// WaitRecorded is Wait giving before to a transaction the Sender does not
+	// remember (one read back from a record after a restart).
+	WaitRecorded(ctx context.Context, tx *types.Transaction, before chain.BeforeBroadcast) (*types.Receipt, error)
 }
 
 // Asset is a token the facilitator settles.
@@ -245,17 +257,21 @@ func newRecord(vd *exact.Verified, owner string) store.Settlement {
 }
 
 // broadcast sends the transfer for a claim this call holds and waits for it.
+// Every transaction is written into the record before it is sent (see
+// recorder), so the record names whatever may reach the chain even if this
+// process dies right after the send.
 func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
 	data, err := exact.TransferCalldata(vd)
 	if err != nil {
 		f.release(ctx, rec)
 		return nil, err
 	}
-	tx, err := f.sender.Send(ctx, vd.Asset, data)
+	r := f.recorder(rec)
+	tx, err := f.sender.SendRecorded(ctx, vd.Asset, data, r.before)
 	if err != nil && tx == nil {
 		// Nothing left this process: give the authorization back. A revert during
 		// gas estimation is a verdict; anything else is not.
-		f.release(ctx, rec)
+		f.giveBack(ctx, rec, r.last())
 		if exact.IsRevert(err) {
 			// The node's pending state may differ from the latest block (a third
 			// party's transaction for the same authorization waiting in the pool):
@@ -275,32 +291,22 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 	if err != nil {
 		f.log.Warn("broadcast outcome unknown; resolving from chain", "key", rec.Key, "tx", tx.Hash().Hex(), "err", err)
 	}
-	crashpoint.Hit(crashpoint.AfterBroadcast) // sent, and the record does not say so yet
+	crashpoint.Hit(crashpoint.AfterBroadcast) // sent and recorded, not mined
 	f.remember(rec.Key, tx)
-	if uerr := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, tx.Hash().Hex(), ""); uerr != nil {
-		// The transaction is out; losing the record would let a later caller think
-		// nothing was sent. Report pending so the reconciler and retries look at
-		// the chain.
-		f.log.Error("record broadcast", "key", rec.Key, "tx", tx.Hash().Hex(), "err", uerr)
-		return pending(vd, tx.Hash()), nil
-	}
 	rec.State, rec.TxHash = store.StateBroadcast, tx.Hash().Hex()
 	waitCtx, cancel := context.WithTimeout(ctx, f.cfg.SettleTimeout)
 	defer cancel()
-	receipt, err := f.sender.Wait(waitCtx, tx)
+	receipt, err := f.sender.WaitRecorded(waitCtx, tx, r.before)
 	if err != nil {
 		if h, ok := PendingHash(err); ok {
-			if h != tx.Hash() {
-				_ = f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, h.Hex(), "")
-			}
 			return pending(vd, h), nil
 		}
 		// The nonce was consumed by something else, or the node failed: the chain
 		// decides.
 		f.log.Warn("wait for settlement", "key", rec.Key, "err", err)
-		return f.fromChain(ctx, vd, rec)
+		return f.fromChain(ctx, vd, rec, true)
 	}
-	return f.conclude(ctx, vd, rec, receipt)
+	return f.conclude(ctx, vd, rec, receipt, true)
 }
 
 // PendingHash extracts the latest transaction hash from a Sender.Wait error that
@@ -312,8 +318,10 @@ func PendingHash(err error) (common.Hash, bool) {
 	return common.Hash{}, false
 }
 
-// conclude records the outcome of a mined transaction.
-func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec store.Settlement, receipt *types.Receipt) (*x402.SettleResponse, error) {
+// conclude records the outcome of a mined transaction. answer says a settle
+// call is waiting for it: only then may its success be reported (D5); the
+// reconciler records outcomes without answering anyone.
+func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec store.Settlement, receipt *types.Receipt, answer bool) (*x402.SettleResponse, error) {
 	a := &vd.Payload.Authorization
 	f.forget(rec.Key) // mined: the Sender has nothing left to keep alive
 	if receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
@@ -322,19 +330,24 @@ func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec stor
 			return nil, fmt.Errorf("record settlement: %w", err)
 		}
 		crashpoint.Hit(crashpoint.AfterRecord) // recorded, nobody answered
-		return f.report(ctx, vd, rec.Key, receipt.TxHash)
+		return f.report(ctx, vd, rec.Key, receipt.TxHash, answer)
 	}
 	if receipt.Status == types.ReceiptStatusSuccessful {
 		// Mined, but the logs do not show this transfer: never call it paid.
 		return f.fail(ctx, vd, rec, x402.ReasonEVMTransferEventMismatch, receipt.TxHash, "transaction succeeded without the expected transfer")
 	}
 	// Reverted. If the authorization is now used, someone else got there first.
-	return f.fromChain(ctx, vd, rec)
+	return f.fromChain(ctx, vd, rec, answer)
 }
 
 // report answers success:true to exactly one caller per authorization (D5) and
-// "already used" with the settling transaction to every other.
-func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string, tx common.Hash) (*x402.SettleResponse, error) {
+// "already used" with the settling transaction to every other. Without a
+// caller to answer (answer false: the reconciler) it marks nothing, so the
+// success stays for the first settle call that observes it.
+func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string, tx common.Hash, answer bool) (*x402.SettleResponse, error) {
+	if !answer {
+		return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: vd.Network, Payer: vd.Payer().Hex()}, nil
+	}
 	won, err := f.store.MarkSuccessReported(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("mark success: %w", err)
@@ -352,13 +365,13 @@ func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string
 func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.Settlement, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
 	switch rec.State {
 	case store.StateSettled:
-		return f.report(ctx, vd, rec.Key, common.HexToHash(rec.TxHash))
+		return f.report(ctx, vd, rec.Key, common.HexToHash(rec.TxHash), true)
 	case store.StateFailed:
 		return &x402.SettleResponse{
 			Success: false, ErrorReason: x402.Reason(rec.Reason), Transaction: "", Network: vd.Network, Payer: vd.Payer().Hex(),
 		}, nil
 	case store.StateBroadcast:
-		return f.resolve(ctx, vd, rec)
+		return f.resolve(ctx, vd, rec, true)
 	case store.StateClaimed:
 		// Another call holds the claim. The store takes it over for us only when
 		// its lease expired (the holder died before or while broadcasting); then
@@ -379,7 +392,7 @@ func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.
 			return nil, fmt.Errorf("take over claim: %w", err)
 		}
 		if used {
-			return f.resolve(ctx, vd, rec2)
+			return f.resolve(ctx, vd, rec2, true)
 		}
 		full, err := f.verifier.Verify(ctx, p, req)
 		if err != nil {
@@ -395,39 +408,47 @@ func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.
 }
 
 // resolve settles the fate of a record whose transaction may or may not have
-// mined. A transaction this process sent is waited for again (up to the settle
-// timeout), which also re-broadcasts it if the node dropped it and replaces it if
-// it is stuck; everything else is read from the chain.
-func (f *Facilitator) resolve(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
+// mined. A transaction our own signer sent (remembered, or read back from the
+// record) is waited for again (up to the settle timeout), which also sends its
+// very bytes again if the node dropped them and replaces it, recorded first, if
+// it is stuck; everything else is read from the chain. answer is conclude's.
+func (f *Facilitator) resolve(ctx context.Context, vd *exact.Verified, rec store.Settlement, answer bool) (*x402.SettleResponse, error) {
 	if rec.State == store.StateBroadcast && rec.TxHash != "" {
 		if tx := f.knownTx(ctx, rec); tx != nil {
 			waitCtx, cancel := context.WithTimeout(ctx, f.cfg.SettleTimeout)
-			receipt, err := f.sender.Wait(waitCtx, tx)
+			receipt, err := f.sender.WaitRecorded(waitCtx, tx, f.recorder(rec).before)
 			cancel()
 			if err == nil {
-				return f.conclude(ctx, vd, rec, receipt)
+				return f.conclude(ctx, vd, rec, receipt, answer)
 			}
 			if h, ok := PendingHash(err); ok {
-				if h.Hex() != rec.TxHash {
-					_ = f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateBroadcast, h.Hex(), "")
-				}
 				return pending(vd, h), nil
 			}
 			f.log.Warn("wait for settlement", "key", rec.Key, "err", err)
 		}
 	}
-	return f.fromChain(ctx, vd, rec)
+	return f.fromChain(ctx, vd, rec, answer)
 }
 
-// knownTx returns the transaction this process broadcast for a settlement, from
-// memory or from the node's pool; nil when neither has it (a restart, then a
-// drop). The Sender tracks replacements of it by nonce.
+// knownTx returns the transaction our signer broadcast for a settlement: from
+// memory, from the record, or (a record written without its raw transaction)
+// from the node's pool; nil when none has it or another signer sent it, which
+// only the chain can resolve. The Sender tracks replacements of it by nonce.
 func (f *Facilitator) knownTx(ctx context.Context, rec store.Settlement) *types.Transaction {
 	if tx, ok := f.sent.Load(rec.Key); ok {
 		return tx.(*types.Transaction)
 	}
+	if tx, from, ok := f.recordedTx(rec); ok {
+		if from != f.sender.Address() {
+			return nil
+		}
+		return tx
+	}
 	tx, isPending, err := f.backend.TransactionByHash(ctx, common.HexToHash(rec.TxHash))
 	if err != nil || !isPending {
+		return nil
+	}
+	if from, err := types.Sender(types.LatestSignerForChainID(f.chainID), tx); err != nil || from != f.sender.Address() {
 		return nil
 	}
 	return tx
@@ -441,11 +462,11 @@ func (f *Facilitator) remember(key string, tx *types.Transaction) { f.sent.Store
 func (f *Facilitator) forget(key string) { f.sent.Delete(key) }
 
 // fromChain settles the fate of a record from the chain alone, without waiting.
-func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
+func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec store.Settlement, answer bool) (*x402.SettleResponse, error) {
 	if rec.TxHash != "" {
 		receipt, err := f.backend.TransactionReceipt(ctx, common.HexToHash(rec.TxHash))
 		if err == nil && receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization) {
-			return f.conclude(ctx, vd, rec, receipt)
+			return f.conclude(ctx, vd, rec, receipt, answer)
 		}
 		if err != nil && !errors.Is(err, ethereum.NotFound) {
 			return nil, fmt.Errorf("read receipt: %w", err)
@@ -457,8 +478,7 @@ func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec sto
 	}
 	if !used {
 		if rec.State == store.StateBroadcast {
-			// Sent and not mined; the sender keeps it alive. Never send again.
-			return pending(vd, common.HexToHash(rec.TxHash)), nil
+			return f.unmined(ctx, vd, rec)
 		}
 		return nil, fmt.Errorf("settlement %s: authorization unused and nothing broadcast", rec.Key)
 	}
@@ -477,7 +497,7 @@ func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec sto
 	}
 	ours := false
 	if !ev.Canceled {
-		if ours, err = f.ours(ctx, ev.TxHash); err != nil {
+		if ours, err = f.ours(ctx, ev.TxHash, rec); err != nil {
 			return nil, err
 		}
 	}
@@ -488,7 +508,7 @@ func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec sto
 		if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateSettled, ev.TxHash.Hex(), ""); err != nil && !errors.Is(err, store.ErrFenced) {
 			return nil, fmt.Errorf("record settlement: %w", err)
 		}
-		return f.report(ctx, vd, rec.Key, ev.TxHash)
+		return f.report(ctx, vd, rec.Key, ev.TxHash, answer)
 	default:
 		// Someone else's transaction used it first. Report it as already settled,
 		// with that transaction, never as a fresh success.
@@ -525,18 +545,6 @@ func (f *Facilitator) findUse(ctx context.Context, vd *exact.Verified) (*exact.U
 		return ev, nil, fmt.Errorf("read receipt: %w", err)
 	}
 	return ev, receipt, nil
-}
-
-// ours reports whether our signer sent tx (DECISIONS D5: any of our own
-// signers). A node that cannot answer gives no verdict: a transient error must
-// never turn our own settlement into someone else's.
-func (f *Facilitator) ours(ctx context.Context, hash common.Hash) (bool, error) {
-	tx, _, err := f.backend.TransactionByHash(ctx, hash)
-	if err != nil {
-		return false, fmt.Errorf("read transaction %s: %w", hash.Hex(), err)
-	}
-	from, err := types.Sender(types.LatestSignerForChainID(f.chainID), tx)
-	return err == nil && from == f.sender.Address(), nil
 }
 
 func (f *Facilitator) fail(ctx context.Context, vd *exact.Verified, rec store.Settlement, reason x402.Reason, tx common.Hash, msg string) (*x402.SettleResponse, error) {

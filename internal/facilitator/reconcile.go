@@ -18,8 +18,14 @@ import (
 
 // Reconcile resolves unresolved settlement records from the chain: a broadcast
 // whose outcome was never recorded (a crash, a settle that answered pending), or a
-// claim whose holder died. It never broadcasts; a record whose transaction is still
-// unmined stays as it is. It returns how many records reached a final state.
+// claim whose holder died. It never signs anything new for a record: a
+// transaction still unmined stays as it is, except that the very bytes the
+// record holds are sent again when the node dropped them (and our own Sender
+// replaces its own stuck ones, recording them first). A claim whose lease ran
+// out is released: with every transaction recorded before it is sent, a record
+// still in StateClaimed sent nothing. It reports success to nobody (D5: that is
+// for the first settle call that observes it). It returns how many records
+// reached a final state or were given back.
 func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 	recs, err := f.store.UnresolvedSettlements(ctx, 100)
 	if err != nil {
@@ -38,7 +44,11 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 		}
 		switch rec.State {
 		case store.StateBroadcast:
-			resp, err := f.resolve(ctx, vd, rec)
+			resp, err := f.resolve(ctx, vd, rec, false)
+			if errors.Is(err, errAbandoned) {
+				done++
+				continue
+			}
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -61,7 +71,7 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 				done++
 				continue
 			}
-			if _, err := f.resolve(ctx, vd, rec); err != nil {
+			if _, err := f.resolve(ctx, vd, rec, false); err != nil {
 				errs = append(errs, err)
 				continue
 			}

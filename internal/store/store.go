@@ -8,7 +8,10 @@ package store
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -26,9 +29,11 @@ var (
 type SettlementState string
 
 // Settlement states. Only StateClaimed may be released or taken over; a record that
-// reached StateBroadcast is resolved from the chain, never re-broadcast blindly.
+// reached StateBroadcast is resolved from the chain, never re-broadcast blindly,
+// and is only given back (AbandonBroadcast) once its transaction can never be
+// mined.
 const (
-	StateClaimed   SettlementState = "claimed"   // held for broadcast; nothing sent yet
+	StateClaimed   SettlementState = "claimed"   // held for broadcast; nothing sent yet (RecordBroadcast comes first)
 	StateBroadcast SettlementState = "broadcast" // a transaction was sent; outcome not known yet
 	StateSettled   SettlementState = "settled"   // mined, status 1, the transfer is in its logs
 	StateFailed    SettlementState = "failed"    // terminal: will never settle
@@ -45,8 +50,14 @@ type Settlement struct {
 	Amount  string // decimal atomic units
 	State   SettlementState
 	TxHash  string // the transaction that settled it, or the latest one broadcast
-	Reason  string // failure reason when State is StateFailed
-	Owner   string // the process holding the claim
+	// RawTx is the signed transaction TxHash names, as RecordBroadcast stored
+	// it before the transaction was sent, so whoever resolves the record can
+	// tell the signer and nonce and send the very same bytes again if the node
+	// dropped them: 0x-prefixed hex, as eth_sendRawTransaction takes it; ""
+	// when the record was never given one.
+	RawTx  string
+	Reason string // failure reason when State is StateFailed
+	Owner  string // the process holding the claim
 	// Fence is new on every claim or takeover and is never reused for a key,
 	// even after a release; writes carry it. Times are kept to the millisecond.
 	Fence int64
@@ -74,12 +85,27 @@ type Settlements interface {
 	// record never moves back to StateClaimed; StateBroadcast and StateSettled
 	// need a tx hash, StateFailed a reason; StateSettled and StateFailed are
 	// terminal (writing the same values again is a no-op, anything else
-	// ErrFenced). UpdatedAt changes on every write.
+	// ErrFenced). RawTx is left as it is. UpdatedAt changes on every write.
 	UpdateSettlement(ctx context.Context, key string, fence int64, state SettlementState, txHash, reason string) error
 	// ReleaseSettlement deletes a record still in StateClaimed under fence, so the
 	// authorization can be tried again. ErrFenced if the fence is stale or the
 	// record moved past StateClaimed; ErrNotFound if absent.
 	ReleaseSettlement(ctx context.Context, key string, fence int64) error
+	// RecordBroadcast moves the record under fence from StateClaimed or
+	// StateBroadcast to StateBroadcast with the transaction txHash and its
+	// signed bytes rawTx (see Settlement.RawTx; 1 to MaxRawTx bytes). The facilitator calls it
+	// before each transaction it sends for the record (a first one, a
+	// replacement), so that whatever reaches the node is named by the record,
+	// even if the process dies right after sending. ErrFenced if the fence is
+	// stale or the record is resolved; ErrNotFound if absent.
+	RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) error
+	// AbandonBroadcast deletes a record in StateBroadcast under fence whose
+	// transaction is still txHash, so the authorization can be tried again.
+	// The caller has seen that the transaction can never be mined: the node
+	// refused it, or another transaction used its nonce while the
+	// authorization stayed unused. ErrFenced if the fence is stale, the record
+	// is in another state or names another transaction; ErrNotFound if absent.
+	AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) error
 	// MarkSuccessReported atomically sets SuccessReported on a StateSettled record
 	// and reports whether this call set it. Exactly one call ever gets true.
 	// ErrNotFound if absent.
@@ -89,6 +115,28 @@ type Settlements interface {
 	// UnresolvedSettlements lists up to limit (> 0) records in StateClaimed or
 	// StateBroadcast, oldest first, for the reconciler.
 	UnresolvedSettlements(ctx context.Context, limit int) ([]Settlement, error)
+}
+
+// MaxRawTx bounds Settlement.RawTx: nodes refuse larger transactions (geth's
+// pool takes at most 128 KiB).
+const MaxRawTx = 128 << 10
+
+// CheckBroadcast checks the arguments of Settlements.RecordBroadcast, for
+// backends to refuse bad ones before they touch the record.
+func CheckBroadcast(txHash, rawTx string) error {
+	hexDigits, ok := strings.CutPrefix(rawTx, "0x")
+	switch {
+	case txHash == "":
+		return errors.New("no transaction hash")
+	case !ok || hexDigits == "":
+		return errors.New("raw transaction is not 0x-prefixed hex")
+	case len(hexDigits) > 2*MaxRawTx:
+		return fmt.Errorf("raw transaction of %d bytes, over %d", len(hexDigits)/2, MaxRawTx)
+	}
+	if _, err := hex.DecodeString(hexDigits); err != nil {
+		return fmt.Errorf("raw transaction is not 0x-prefixed hex: %w", err)
+	}
+	return nil
 }
 
 // DefaultTimeout bounds one store operation when the caller's context has no

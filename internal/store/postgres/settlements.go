@@ -22,7 +22,7 @@ import (
 // fence, resolved); that answer describes the record at the time of the read.
 
 const columns = `settlement_key, network, asset, payer, pay_to, amount, state, tx_hash, reason, owner,
-    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms`
+    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms, raw_tx`
 
 const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_key = $1`
 
@@ -191,6 +191,76 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	return fmt.Errorf("the record changed under %d releases in a row", claimAttempts)
 }
 
+// RecordBroadcast implements store.Settlements, refusing bad arguments as
+// the sqlite backend does. The write is one conditional UPDATE.
+func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
+	defer wrap(&err, "record broadcast of settlement %q", key)
+	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
+		return err
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+
+	for range claimAttempts {
+		tag, err := db.pool.Exec(ctx, withNow+`UPDATE settlements
+SET state = 'broadcast', tx_hash = $4, raw_tx = $5, updated_at_ms = n.ms
+FROM n
+WHERE settlement_key = $2 AND fence = $3 AND state IN ('claimed', 'broadcast')`,
+			db.nowArg(), key, fence, txHash, rawTx)
+		if err != nil {
+			return db.mapErr(ctx, err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		cur, err := db.settlementWhy(ctx, key, fence)
+		if err != nil {
+			return err
+		}
+		if cur.State == store.StateSettled || cur.State == store.StateFailed {
+			return fmt.Errorf("record is already %s: %w", cur.State, store.ErrFenced)
+		}
+		// Claimed or broadcast under this fence: the write should have
+		// applied; try again rather than guess.
+	}
+	return fmt.Errorf("the record changed under %d updates in a row", claimAttempts)
+}
+
+// AbandonBroadcast implements store.Settlements in one conditional DELETE.
+func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
+	defer wrap(&err, "abandon broadcast of settlement %q", key)
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+
+	for range claimAttempts {
+		tag, err := db.pool.Exec(ctx, `DELETE FROM settlements
+WHERE settlement_key = $1 AND fence = $2 AND state = 'broadcast' AND tx_hash = $3`, key, fence, txHash)
+		if err != nil {
+			return db.mapErr(ctx, err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		cur, err := db.settlementWhy(ctx, key, fence)
+		if err != nil {
+			return err
+		}
+		if cur.State != store.StateBroadcast {
+			return fmt.Errorf("record is %s, not broadcast: %w", cur.State, store.ErrFenced)
+		}
+		if cur.TxHash != txHash {
+			return fmt.Errorf("record names transaction %s, not %s: %w", cur.TxHash, txHash, store.ErrFenced)
+		}
+	}
+	return fmt.Errorf("the record changed under %d deletes in a row", claimAttempts)
+}
+
 // MarkSuccessReported implements store.Settlements. The mark is one
 // conditional UPDATE: concurrent callers queue on the row, and each one
 // after the first re-evaluates the condition on the marked row and changes
@@ -272,7 +342,7 @@ func scanSettlement(row pgx.Row) (store.Settlement, error) {
 	var reported int16
 	var leaseUntil, created, updated int64
 	err := row.Scan(&s.Key, &s.Network, &s.Asset, &s.Payer, &s.PayTo, &s.Amount, &state, &s.TxHash, &s.Reason, &s.Owner,
-		&s.Fence, &leaseUntil, &reported, &created, &updated)
+		&s.Fence, &leaseUntil, &reported, &created, &updated, &s.RawTx)
 	if err != nil {
 		return store.Settlement{}, err
 	}

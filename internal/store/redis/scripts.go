@@ -39,10 +39,11 @@ import (
 //     unresolvedScript reads by the names in its set: those share the set's
 //     hash tag, so they live in its cluster slot.
 
-// The fields of a settlement record, in the order the scripts read them.
+// The fields of a settlement record, in the order the scripts read them. The
+// first 14 are always there; raw_tx only once RecordBroadcast wrote it.
 var settlementFields = []string{
 	"network", "asset", "payer", "pay_to", "amount", "state", "tx_hash", "reason", "owner",
-	"fence", "lease_until_ms", "success_reported", "created_at_ms", "updated_at_ms",
+	"fence", "lease_until_ms", "success_reported", "created_at_ms", "updated_at_ms", "raw_tx",
 }
 
 // The fields of a payment record, in the order the scripts read them. The
@@ -199,6 +200,40 @@ if v[6] ~= 'claimed' then return {'fenced', 'record is ' .. v[6] .. ', past clai
 expect_type(KEYS[2], 'zset')
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
+return {'ok'}
+`)
+
+// recordBroadcastScript moves a claimed or broadcast record under its fence
+// to broadcast with a transaction hash and the signed transaction.
+//
+// KEYS: record.
+// ARGV: now, fence, tx hash, raw tx.
+// Reply: {'ok'} | {'not_found', msg} | {'fenced', msg}.
+var recordBroadcastScript = goredis.NewScript(settlementLua + `
+local now = clock(ARGV[1])
+local v = get_settlement(KEYS[1])
+if v == nil then return {'not_found', 'no record'} end
+if v[10] ~= ARGV[2] then return stale(ARGV[2], v) end
+if v[6] ~= 'claimed' and v[6] ~= 'broadcast' then return {'fenced', 'record is already ' .. v[6]} end
+redis.call('HSET', KEYS[1], 'state', 'broadcast', 'tx_hash', ARGV[3], 'raw_tx', ARGV[4], 'updated_at_ms', fmt_int(now))
+return {'ok'}
+`)
+
+// abandonBroadcastScript deletes a broadcast record under its fence that
+// still names the given transaction.
+//
+// KEYS: record, unresolved set.
+// ARGV: fence, tx hash, key.
+// Reply: {'ok'} | {'not_found', msg} | {'fenced', msg}.
+var abandonBroadcastScript = goredis.NewScript(settlementLua + `
+local v = get_settlement(KEYS[1])
+if v == nil then return {'not_found', 'no record'} end
+if v[10] ~= ARGV[1] then return stale(ARGV[1], v) end
+if v[6] ~= 'broadcast' then return {'fenced', 'record is ' .. v[6] .. ', not broadcast'} end
+if v[7] ~= ARGV[2] then return {'fenced', 'record names transaction ' .. v[7] .. ', not ' .. ARGV[2]} end
+expect_type(KEYS[2], 'zset')
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[3])
 return {'ok'}
 `)
 
@@ -413,6 +448,6 @@ func luaStrings(names []string) string {
 // scripts lists every script, for Open to load.
 var scripts = []*goredis.Script{
 	claimSettlementScript, updateSettlementScript, releaseSettlementScript, markSuccessReportedScript,
-	settlementScript, unresolvedScript,
+	settlementScript, unresolvedScript, recordBroadcastScript, abandonBroadcastScript,
 	claimPaymentScript, releasePaymentScript, updatePaymentScript, stagePaymentScript, paymentScript,
 }

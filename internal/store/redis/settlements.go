@@ -114,6 +114,33 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	return outcome(status, rest)
 }
 
+// RecordBroadcast implements store.Settlements, refusing bad arguments as
+// the sqlite backend does.
+func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
+	defer wrap(&err, "record broadcast of settlement %q", key)
+	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
+		return err
+	}
+	status, rest, err := db.run(ctx, recordBroadcastScript, []string{db.keys.settlement(key)},
+		db.nowArg(), strconv.FormatInt(fence, 10), txHash, rawTx)
+	if err != nil {
+		return err
+	}
+	return outcome(status, rest)
+}
+
+// AbandonBroadcast implements store.Settlements.
+func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
+	defer wrap(&err, "abandon broadcast of settlement %q", key)
+	status, rest, err := db.run(ctx, abandonBroadcastScript,
+		[]string{db.keys.settlement(key), db.keys.unresolved()},
+		strconv.FormatInt(fence, 10), txHash, key)
+	if err != nil {
+		return err
+	}
+	return outcome(status, rest)
+}
+
 // MarkSuccessReported implements store.Settlements: the script sets the mark
 // only on a settled record that lacks it, so only one call ever gets true.
 func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
@@ -207,6 +234,9 @@ func decodeSettlement(key string, v any) (store.Settlement, error) {
 		SuccessReported: r.int(11) == 1,
 		CreatedAt:       msTime(r.int(12)),
 		UpdatedAt:       msTime(r.int(13)),
+	}
+	if r.has(14) {
+		s.RawTx = r.str(14)
 	}
 	if r.err != nil {
 		return store.Settlement{}, fmt.Errorf("record %q: %w", key, r.err)

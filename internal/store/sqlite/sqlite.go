@@ -236,7 +236,7 @@ func appliedMigrations(ctx context.Context, tx *sql.Tx) ([]string, error) {
 }
 
 const columns = `settlement_key, network, asset, payer, pay_to, amount, state, tx_hash, reason, owner,
-    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms`
+    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms, raw_tx`
 
 const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_key = ?`
 
@@ -391,6 +391,59 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	})
 }
 
+// RecordBroadcast implements store.Settlements. Beyond the interface's
+// contract it refuses, with an error that is not a sentinel, an empty hash
+// and a raw transaction that is not 0x-prefixed hex of 1 to store.MaxRawTx
+// bytes.
+func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
+	defer wrap(&err, "record broadcast of settlement %q", key)
+	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
+		if err != nil {
+			return err
+		}
+		if cur.Fence != fence {
+			return fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
+		}
+		if cur.State != store.StateClaimed && cur.State != store.StateBroadcast {
+			return fmt.Errorf("record is already %s: %w", cur.State, store.ErrFenced)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE settlements SET state = 'broadcast', tx_hash = ?, raw_tx = ?, updated_at_ms = ? WHERE settlement_key = ?`,
+			txHash, rawTx, db.nowMs(), key)
+		return err
+	})
+}
+
+// AbandonBroadcast implements store.Settlements.
+func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
+	defer wrap(&err, "abandon broadcast of settlement %q", key)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
+		if err != nil {
+			return err
+		}
+		switch {
+		case cur.Fence != fence:
+			return fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
+		case cur.State != store.StateBroadcast:
+			return fmt.Errorf("record is %s, not broadcast: %w", cur.State, store.ErrFenced)
+		case cur.TxHash != txHash:
+			return fmt.Errorf("record names transaction %s, not %s: %w", cur.TxHash, txHash, store.ErrFenced)
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM settlements WHERE settlement_key = ?`, key)
+		return err
+	})
+}
+
 // MarkSuccessReported implements store.Settlements. The mark is one
 // conditional UPDATE; only the call that changed the row gets true. It
 // returns ErrNotFound if there is no record for key.
@@ -481,7 +534,7 @@ func scan(row interface{ Scan(...any) error }) (store.Settlement, error) {
 	var state string
 	var leaseUntil, created, updated int64
 	err := row.Scan(&s.Key, &s.Network, &s.Asset, &s.Payer, &s.PayTo, &s.Amount, &state, &s.TxHash, &s.Reason, &s.Owner,
-		&s.Fence, &leaseUntil, &s.SuccessReported, &created, &updated)
+		&s.Fence, &leaseUntil, &s.SuccessReported, &created, &updated, &s.RawTx)
 	if err != nil {
 		return store.Settlement{}, err
 	}

@@ -43,6 +43,10 @@ func RunSettlements(t *testing.T, open OpenSettlements) {
 		{"Release/StaleFence", testReleaseStaleFence},
 		{"Release/PastClaimed", testReleasePastClaimed},
 		{"Release/NotFound", testReleaseNotFound},
+		{"RecordBroadcast/Transitions", testRecordBroadcast},
+		{"RecordBroadcast/Refused", testRecordBroadcastRefused},
+		{"AbandonBroadcast/Deletes", testAbandonBroadcast},
+		{"AbandonBroadcast/Refused", testAbandonBroadcastRefused},
 		{"MarkSuccessReported/NotSettled", testMarkNotSettled},
 		{"MarkSuccessReported/Once", testMarkOnce},
 		{"MarkSuccessReported/NotFound", testMarkNotFound},
@@ -72,6 +76,13 @@ const (
 	txHash1   = "0x1111111111111111111111111111111111111111111111111111111111111111"
 	txHash2   = "0x2222222222222222222222222222222222222222222222222222222222222222"
 	notIssued = int64(1) << 62 // a fence no backend hands out in a test
+)
+
+// rawTx1 and rawTx2 stand for the signed transactions of txHash1 and
+// txHash2: the store keeps them as given.
+const (
+	rawTx1 = "0x02f80001ff00"
+	rawTx2 = "0x02f8aabbccddeeff00"
 )
 
 // clock is the store's clock during a subtest; safe for concurrent use.
@@ -168,6 +179,13 @@ func (e *env) update(key string, fence int64, state store.SettlementState, txHas
 	}
 }
 
+func (e *env) record(key string, fence int64, txHash, raw string) {
+	e.t.Helper()
+	if err := e.a.RecordBroadcast(e.ctx, key, fence, txHash, raw); err != nil {
+		e.t.Fatalf("RecordBroadcast(%q, %d, %s): %v", key, fence, txHash, err)
+	}
+}
+
 // inState claims key and moves it to state (claimed, broadcast, settled or
 // failed), returning the record as stored.
 func (e *env) inState(key string, state store.SettlementState) store.Settlement {
@@ -175,7 +193,9 @@ func (e *env) inState(key string, state store.SettlementState) store.Settlement 
 	s := e.mustClaim(key)
 	switch state {
 	case store.StateClaimed:
-	case store.StateBroadcast, store.StateSettled:
+	case store.StateBroadcast:
+		e.record(key, s.Fence, txHash1, rawTx1)
+	case store.StateSettled:
 		e.update(key, s.Fence, state, txHash1, "")
 	case store.StateFailed:
 		e.update(key, s.Fence, state, "", "transaction_failed")
@@ -480,6 +500,133 @@ func testReleaseClaimed(e *env) {
 		e.t.Errorf("ReleaseSettlement(released fence) = %v, want ErrFenced", err)
 	}
 	e.unchanged("k", second)
+}
+
+func testRecordBroadcast(e *env) {
+	s := e.mustClaim("k")
+	now := e.clock.Advance(time.Second)
+	e.record("k", s.Fence, txHash1, rawTx1)
+	want := s
+	want.State, want.TxHash, want.RawTx, want.UpdatedAt = store.StateBroadcast, txHash1, rawTx1, now
+	e.unchanged("k", want)
+
+	// A replacement is recorded over the first transaction.
+	now = e.clock.Advance(time.Second)
+	e.record("k", s.Fence, txHash2, rawTx2)
+	want.TxHash, want.RawTx, want.UpdatedAt = txHash2, rawTx2, now
+	e.unchanged("k", want)
+
+	// Past its lease a broadcast record is not taken over: it is resolved
+	// from the chain.
+	e.clock.Advance(2 * lease)
+	if got, ok := e.claim(e.b, input("k", "b"), lease); ok {
+		e.t.Errorf("ClaimSettlement() of a broadcast record won = true, want false; record %+v", got)
+	}
+	e.unchanged("k", want)
+
+	// Resolving it keeps the transaction's bytes.
+	now = e.clock.Advance(time.Second)
+	e.update("k", s.Fence, store.StateSettled, txHash2, "")
+	want.State, want.UpdatedAt = store.StateSettled, now
+	e.unchanged("k", want)
+	listed, err := e.b.UnresolvedSettlements(e.ctx, 10)
+	if err != nil || len(listed) != 0 {
+		e.t.Errorf("UnresolvedSettlements() = %+v, %v; want none", listed, err)
+	}
+}
+
+func testRecordBroadcastRefused(e *env) {
+	s := e.mustClaim("k")
+	tests := []struct {
+		name  string
+		fence int64
+		hash  string
+		raw   string
+		want  error // nil: any error that is not a sentinel
+	}{
+		{"stale fence", s.Fence + 1, txHash1, rawTx1, store.ErrFenced},
+		{"not issued fence", notIssued, txHash1, rawTx1, store.ErrFenced},
+		{"no hash", s.Fence, "", rawTx1, nil},
+		{"no raw transaction", s.Fence, txHash1, "", nil},
+		{"no hex digits", s.Fence, txHash1, "0x", nil},
+		{"no 0x", s.Fence, txHash1, rawTx1[2:], nil},
+		{"odd length", s.Fence, txHash1, rawTx1 + "0", nil},
+		{"not hex", s.Fence, txHash1, "0x02zz", nil},
+		{"raw transaction too large", s.Fence, txHash1, "0x" + strings.Repeat("00", store.MaxRawTx+1), nil},
+	}
+	for _, tc := range tests {
+		err := e.a.RecordBroadcast(e.ctx, "k", tc.fence, tc.hash, tc.raw)
+		switch {
+		case err == nil:
+			e.t.Errorf("%s: RecordBroadcast() = nil, want an error", tc.name)
+		case tc.want != nil && !errors.Is(err, tc.want):
+			e.t.Errorf("%s: RecordBroadcast() = %v, want %v", tc.name, err, tc.want)
+		case tc.want == nil && (errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound)):
+			e.t.Errorf("%s: RecordBroadcast() = %v, want a plain error", tc.name, err)
+		}
+	}
+	e.unchanged("k", s)
+	if err := e.a.RecordBroadcast(e.ctx, "absent", s.Fence, txHash1, rawTx1); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("RecordBroadcast(absent) = %v, want ErrNotFound", err)
+	}
+	// A resolved record takes no transaction any more.
+	for _, state := range []store.SettlementState{store.StateSettled, store.StateFailed} {
+		key := "k-" + string(state)
+		before := e.inState(key, state)
+		if err := e.a.RecordBroadcast(e.ctx, key, before.Fence, txHash2, rawTx2); !errors.Is(err, store.ErrFenced) {
+			e.t.Errorf("%s: RecordBroadcast() = %v, want ErrFenced", state, err)
+		}
+		e.unchanged(key, before)
+	}
+}
+
+func testAbandonBroadcast(e *env) {
+	first := e.inState("k", store.StateBroadcast)
+	if err := e.a.AbandonBroadcast(e.ctx, "k", first.Fence, txHash1); err != nil {
+		e.t.Fatalf("AbandonBroadcast(): %v", err)
+	}
+	e.gone("k")
+	if err := e.a.AbandonBroadcast(e.ctx, "k", first.Fence, txHash1); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("second AbandonBroadcast() = %v, want ErrNotFound", err)
+	}
+	listed, err := e.b.UnresolvedSettlements(e.ctx, 10)
+	if err != nil || len(listed) != 0 {
+		e.t.Errorf("UnresolvedSettlements() = %+v, %v; want none", listed, err)
+	}
+	// The authorization can be claimed again, under a new fence.
+	second, ok := e.claim(e.b, input("k", "b"), lease)
+	if !ok || second.Fence <= first.Fence || second.RawTx != "" || second.TxHash != "" {
+		e.t.Errorf("ClaimSettlement() after abandon = %+v, %v; want a new claim without a transaction", second, ok)
+	}
+}
+
+func testAbandonBroadcastRefused(e *env) {
+	s := e.inState("k", store.StateBroadcast)
+	for _, tc := range []struct {
+		name  string
+		fence int64
+		hash  string
+	}{
+		{"stale fence", s.Fence + 1, txHash1},
+		// The holder recorded another transaction since the caller looked:
+		// that one may be on its way to the node.
+		{"other transaction", s.Fence, txHash2},
+	} {
+		if err := e.a.AbandonBroadcast(e.ctx, "k", tc.fence, tc.hash); !errors.Is(err, store.ErrFenced) {
+			e.t.Errorf("%s: AbandonBroadcast() = %v, want ErrFenced", tc.name, err)
+		}
+	}
+	e.unchanged("k", s)
+	// Only a broadcast record is abandoned: a claimed one is released, a
+	// resolved one stays.
+	for _, state := range []store.SettlementState{store.StateClaimed, store.StateSettled, store.StateFailed} {
+		key := "k-" + string(state)
+		before := e.inState(key, state)
+		if err := e.a.AbandonBroadcast(e.ctx, key, before.Fence, before.TxHash); !errors.Is(err, store.ErrFenced) {
+			e.t.Errorf("%s: AbandonBroadcast() = %v, want ErrFenced", state, err)
+		}
+		e.unchanged(key, before)
+	}
 }
 
 func testReleaseStaleFence(e *env) {

@@ -334,7 +334,26 @@ func (v *Verifier) Simulate(ctx context.Context, vd *Verified) error {
 
 // diagnose maps a failed simulation to the official reasons, in the official
 // precedence: authorization state, token name, token version, balance.
+//
+// A settlement mined between a read of authorizationState and the simulation
+// makes the simulation fail while the earlier read said unused (and may leave
+// the payer short of the amount it just paid): so before blaming anything
+// else, the authorization state is read once more, after the simulation, and
+// an authorization now used is reported as such (DECISIONS D9).
 func (v *Verifier) diagnose(ctx context.Context, vd *Verified, revert string) error {
+	err := v.diagnoseState(ctx, vd, revert)
+	if verr, ok := errors.AsType[*x402.VerifyError](err); !ok || verr.Reason == x402.ReasonEVMNonceAlreadyUsed ||
+		verr.Reason == x402.ReasonEVMEIP3009NotSupported {
+		return err
+	}
+	a := &vd.Payload.Authorization
+	if used, rerr := AuthorizationState(ctx, v.Chain, vd.Asset, a.From, a.Nonce); rerr == nil && used {
+		return fail(x402.ReasonEVMNonceAlreadyUsed, a.From.Hex(), "%s (the authorization was used meanwhile)", revert)
+	}
+	return err
+}
+
+func (v *Verifier) diagnoseState(ctx context.Context, vd *Verified, revert string) error {
 	a := &vd.Payload.Authorization
 	payer := a.From.Hex()
 	used, err := AuthorizationState(ctx, v.Chain, vd.Asset, a.From, a.Nonce)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,27 +18,34 @@ import (
 	"github.com/llm4agents/llm4agents/x402"
 )
 
-// settlementLease is how long the facilitator's claim on a settlement blocks
-// the reconciler after its holder died: `serve` leaves
-// facilitator.Config.ClaimLease at its default.
+// settlementLease bounds how long the facilitator's claim on a settlement
+// blocks the reconciler after its holder died. `serve` gives the facilitator
+// the config's claim_lease (claimLease here); the facilitator's default, the
+// longer of the two, is kept as a generous deadline for a loaded machine.
 const settlementLease = facilitator.DefaultClaimLease
 
 // crashCases are the crash points of DECISIONS D21, each on a non-streaming
-// request, and after-upstream on a stream too (its point is after the first
-// content chunk). upstreamBefore is how many upstream calls the crashed
-// request made.
+// request, and after-upstream and after-broadcast on a stream too (a
+// stream's after-upstream point is after the first content chunk).
+// upstreamBefore is how many upstream calls the crashed request made;
+// replay says whether the buyer's retry gets the crashed request's staged
+// answer (200 with X-Llm4agents-Replay) or a fresh one (200, a new upstream
+// call): a crash past the broadcast of a non-streaming request leaves its
+// answer staged, a crash before it, or a stream's past it, leaves none.
 var crashCases = []struct {
 	name           string
 	point          crashpoint.Point
 	body           string
 	upstreamBefore int64
+	replay         bool
 }{
-	{"after-claim", crashpoint.AfterClaim, chatBody, 0},
-	{"after-upstream", crashpoint.AfterUpstream, chatBody, 1},
-	{"after-upstream-stream", crashpoint.AfterUpstream, streamBody, 1},
-	{"after-broadcast", crashpoint.AfterBroadcast, chatBody, 1},
-	{"after-receipt", crashpoint.AfterReceipt, chatBody, 1},
-	{"after-record", crashpoint.AfterRecord, chatBody, 1},
+	{"after-claim", crashpoint.AfterClaim, chatBody, 0, false},
+	{"after-upstream", crashpoint.AfterUpstream, chatBody, 1, false},
+	{"after-upstream-stream", crashpoint.AfterUpstream, streamBody, 1, false},
+	{"after-broadcast", crashpoint.AfterBroadcast, chatBody, 1, true},
+	{"after-broadcast-stream", crashpoint.AfterBroadcast, streamBody, 1, false},
+	{"after-receipt", crashpoint.AfterReceipt, chatBody, 1, true},
+	{"after-record", crashpoint.AfterRecord, chatBody, 1, true},
 }
 
 // TestCrashPoints kills a replica at each crash point (LLM4AGENTS_CRASHPOINT,
@@ -52,9 +58,12 @@ var crashCases = []struct {
 // one and never settled without one (the reconciler resolves what the crash
 // left, at start and periodically); no claim left in force past its lease.
 //
-// The buyer's outcome is logged, not asserted: until staged answers are
-// promoted (issue 5), a crash after the broadcast leaves the buyer paid and
-// unanswered (a 402 on retry), which this test reports.
+// And the buyer gets its answer, paying once: a 200 with the one settlement
+// at every crash point. Where the crashed request had staged its answer (past
+// the broadcast of a non-streaming request) the 200 is that answer, replayed
+// (X-Llm4agents-Replay) with no second upstream call; elsewhere it is a fresh
+// answer, one more upstream call, served once the dead request's claim lease
+// ended (before that: 409 with Retry-After).
 func TestCrashPoints(t *testing.T) {
 	skipShort(t)
 	bin := proctest.BuildBinary(t)
@@ -66,15 +75,16 @@ func TestCrashPoints(t *testing.T) {
 		report := make([]string, len(crashCases))
 		concurrently(t, len(crashCases), func(i int) string { return crashCases[i].name }, func(t *testing.T, i int) {
 			tc := crashCases[i]
-			report[i] = fmt.Sprintf("  %-22s %s", tc.name, crashAndRecover(t, bin, c, v, i, tc.point, tc.body, tc.upstreamBefore))
+			report[i] = fmt.Sprintf("  %-22s %s", tc.name, crashAndRecover(t, bin, c, v, i, tc.point, tc.body, tc.upstreamBefore, tc.replay))
 		})
 		t.Logf("buyer outcomes on %s:\n%s", v.name, strings.Join(report, "\n"))
 	})
 }
 
 // crashAndRecover runs one crash case with facilitator signer signer and
-// returns a line that says how it went for the buyer.
-func crashAndRecover(t *testing.T, bin string, c *chainEnv, v storeVariant, signer int, point crashpoint.Point, body string, upstreamBefore int64) string {
+// returns a line that says how it went for the buyer. replay: the buyer's
+// final answer must be the crashed request's, replayed.
+func crashAndRecover(t *testing.T, bin string, c *chainEnv, v storeVariant, signer int, point crashpoint.Point, body string, upstreamBefore int64, replay bool) string {
 	up := upstreamtest.NewServer(t, upstreamtest.Config{})
 	dsn := v.fresh(t)
 	cfg := replicaConfig(c, dsn, up.URL())
@@ -122,19 +132,38 @@ func crashAndRecover(t *testing.T, bin string, c *chainEnv, v storeVariant, sign
 			t.Errorf("settlement %s sent by %s, not by this replica's signer", s.tx.Hex(), s.sender.Hex())
 		}
 	}
-	if final.status == http.StatusOK {
-		switch {
-		case len(onChain) != 1:
-			t.Errorf("the buyer got a 200 with %d settlements on chain", len(onChain))
-		case final.settled == nil || !final.settled.Success || final.settled.Transaction != onChain[0].tx.Hex():
-			t.Errorf("the 200's PAYMENT-RESPONSE %+v does not name the settlement %s", final.settled, onChain[0].tx.Hex())
-		case !hasCompletion(final.body):
-			t.Errorf("the 200 carries no completion: %.300s", final.body)
-		}
+	// A store without recovery records (store.Recoveries) stages nothing
+	// but a pending settlement's answer: there, every answer is fresh.
+	rec := openRecords(t, v, dsn)
+	if _, ok := rec.(store.Recoveries); !ok {
+		replay = false
+	}
+	// The buyer: paid once, answered once.
+	switch {
+	case final.status != http.StatusOK:
+		t.Errorf("the buyer's final answer is %s (%.200s), want a 200", final.outcome(), final.body)
+	case len(onChain) != 1:
+		t.Errorf("the buyer got a 200 with %d settlements on chain", len(onChain))
+	case final.settled == nil || !final.settled.Success || final.settled.Transaction != onChain[0].tx.Hex():
+		t.Errorf("the 200's PAYMENT-RESPONSE %+v does not name the settlement %s", final.settled, onChain[0].tx.Hex())
+	case !hasCompletion(final.body):
+		t.Errorf("the 200 carries no completion: %.300s", final.body)
+	case replay && final.replay == "":
+		t.Errorf("the 200 is a fresh answer; want the crashed request's staged answer, replayed")
+	case !replay && final.replay != "":
+		t.Errorf("the 200 is a replay (%s) though the crashed request staged nothing", final.replay)
+	}
+	// The upstream: the staged answer is never asked for again; an answer
+	// that was never staged is asked for once more.
+	wantCalls := upstreamBefore
+	if !replay {
+		wantCalls++
+	}
+	if n := up.Calls(); n != wantCalls {
+		t.Errorf("the upstream was called %d times in all, want %d", n, wantCalls)
 	}
 
 	// Records: they agree with the chain once the reconciler had its chance.
-	rec := openRecords(t, v, dsn)
 	settlementState := checkSettlementRecord(t, rec, pay.key, onChain, crashed.Add(settlementLease+10*reconcileInterval+15*time.Second))
 	claimState := checkPaymentClaim(t, rec, pay.key, onChain)
 
@@ -146,12 +175,8 @@ func crashAndRecover(t *testing.T, bin string, c *chainEnv, v storeVariant, sign
 	if len(onChain) == 1 {
 		paid = "paid once"
 	}
-	unanswered := ""
-	if len(onChain) == 1 && !final.fresh() {
-		unanswered = " (paid, unanswered until issue 5)"
-	}
-	return fmt.Sprintf("buyer got %s after %d retries%s; %s on chain; upstream called %d times; settlement record %s; payment claim %s",
-		outcome, attempts, unanswered, paid, up.Calls(), settlementState, claimState)
+	return fmt.Sprintf("buyer got %s after %d retries; %s on chain; upstream called %d times; settlement record %s; payment claim %s",
+		outcome, attempts, paid, up.Calls(), settlementState, claimState)
 }
 
 // retryUntilFinal re-presents payment to url as a buyer would: after a
@@ -279,73 +304,4 @@ func checkPaymentClaim(t *testing.T, rec records, key string, onChain []settleme
 		return "held by the dead replica, lease expired (taken over by a probe)"
 	}
 	return string(pc.State)
-}
-
-// TestCrashAfterBroadcastUnmined is the after-broadcast crash on a chain that
-// does not mine at once (anvil with automine off, DECISIONS D22): the
-// settlement transaction is still in the pool when the replica dies, and is
-// mined only after the restarted replica's reconciler has looked at the
-// record the crash left (claimed, no transaction hash) once its lease ran
-// out. The money and the records must still come right: one settlement,
-// recorded as settled with its transaction.
-//
-// It fails today, so it runs only with LLM4AGENTS_E2E_KNOWN_GAPS=1 (and takes
-// two settlement leases, about 5 minutes): the reconciler releases the
-// claimed record because the authorization is still unused on chain, and
-// once the transaction mines no record is left to resolve; meanwhile the
-// gateway, told nonce_already_used by the facilitator whose claim is still
-// in force, records its payment claim settled with no transaction and calls
-// the upstream a second time.
-func TestCrashAfterBroadcastUnmined(t *testing.T) {
-	skipShort(t)
-	if os.Getenv("LLM4AGENTS_E2E_KNOWN_GAPS") != "1" {
-		t.Skip("a known gap (see the comment); set LLM4AGENTS_E2E_KNOWN_GAPS=1 to run it")
-	}
-	bin := proctest.BuildBinary(t)
-	v := storeVariants[0]
-	c := startChain(t)
-	up := upstreamtest.NewServer(t, upstreamtest.Config{})
-	dsn := v.fresh(t)
-	cfg := replicaConfig(c, dsn, up.URL())
-	hc := newHTTPClient(t)
-	crashing := proctest.Start(t, bin, proctest.Options{
-		Name: "replica armed at after-broadcast", ConfigYAML: cfg,
-		Env: []string{signerEnv(0), crashpoint.EnvVar + "=" + string(crashpoint.AfterBroadcast)},
-	})
-	b := newBuyer(t, hc, crashing.URL, chatBody)
-	pay := b.sign(t)
-	if err := c.anvil.SetAutomine(t.Context(), false); err != nil {
-		t.Fatal(err)
-	}
-	if a := post(t.Context(), hc, crashing.URL, chatBody, pay.header); a.err == nil {
-		t.Errorf("the crashing replica answered %s before dying", a.outcome())
-	}
-	crashed := time.Now()
-	if code := crashing.Wait(); code != crashpoint.ExitCode {
-		t.Fatalf("the replica exited with %d, want %d", code, crashpoint.ExitCode)
-	}
-	restarted := proctest.Start(t, bin, proctest.Options{Name: "restarted replica", ConfigYAML: cfg, Env: []string{signerEnv(0), crashpoint.EnvVar + "="}})
-	final, attempts := retryUntilFinal(t, hc, restarted.URL, chatBody, pay.header, crashed.Add(claimLease+callTimeout))
-	t.Logf("before mining, the buyer got %s after %d retries", final.outcome(), attempts)
-
-	// Past the settlement's lease the reconciler has decided about the record.
-	rec := openRecords(t, v, dsn)
-	time.Sleep(time.Until(crashed.Add(settlementLease + 3*reconcileInterval)))
-	s, err := readSettlement(t.Context(), rec, pay.key)
-	t.Logf("before mining, the settlement record is %q (tx %q), err %v", s.State, s.TxHash, err)
-
-	if err := c.anvil.SetAutomine(t.Context(), true); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.anvil.Mine(t.Context(), 1); err != nil {
-		t.Fatal(err)
-	}
-	onChain := c.settlements(t, pay.from, pay.nonce)
-	if len(onChain) != 1 {
-		t.Fatalf("%d settlements on chain after mining the crashed replica's transaction, want 1", len(onChain))
-	}
-	final, _ = retryUntilFinal(t, hc, restarted.URL, chatBody, pay.header, time.Now().Add(claimLease+callTimeout))
-	state := checkSettlementRecord(t, rec, pay.key, onChain, time.Now().Add(10*reconcileInterval+15*time.Second))
-	claim := checkPaymentClaim(t, rec, pay.key, onChain)
-	t.Logf("after mining: buyer got %s; upstream called %d times; settlement record %s; payment claim %s", final.outcome(), up.Calls(), state, claim)
 }

@@ -17,9 +17,10 @@
 //     internal/crashpoint, restarts, and the buyer retries the same payment:
 //     at most one on-chain settlement, records that agree with the chain, no
 //     claim held past its lease.
-//   - TestCrashAfterBroadcastUnmined: the after-broadcast crash with the
-//     transaction still unmined when the reconciler looks; a known gap, run
-//     only with LLM4AGENTS_E2E_KNOWN_GAPS=1.
+//   - TestCrashAfterBroadcastUnmined (unmined_test.go): the after-broadcast
+//     crash with the transaction still unmined, or dropped by the node, when
+//     the restarted replica's reconciler looks: the record names the
+//     transaction, outlives the claim's lease and is settled once it mines.
 //
 // The package has no code outside its tests, and they all skip under -short.
 // They skip without anvil (run npm ci in interop/) unless

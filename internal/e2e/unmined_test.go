@@ -18,7 +18,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 )
 
-// TestCrashAfterBroadcastUnmined2 is the after-broadcast crash (D21) on a
+// TestCrashAfterBroadcastUnmined is the after-broadcast crash (D21) on a
 // chain that does not mine at once (anvil with automine off, D22): the
 // replica dies with its settlement transaction in the pool, unmined. The
 // facilitator writes each transaction into the settlement record before it
@@ -34,7 +34,7 @@ import (
 // the record holds again, so the payment still lands, once.
 //
 // Each case takes about one claim lease (22 s) plus the settle timeout.
-func TestCrashAfterBroadcastUnmined2(t *testing.T) {
+func TestCrashAfterBroadcastUnmined(t *testing.T) {
 	skipShort(t)
 	bin := proctest.BuildBinary(t)
 	cases := []struct {

@@ -115,6 +115,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		}
 		return s.resolveStaged(w, q, pd)
 	}
+	if pd.orphan {
+		return s.resumeOrphan(w, q, pd)
+	}
 	up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
 	if err != nil {
 		s.release(pd)
@@ -149,26 +152,27 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 	// R2: the handler only stages; nothing here is replayable.
 	answer := store.RecordedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body}
 	s.stageRecovery(pd, answer)
-	sr, ok := s.settle(pd, q)
-	if !ok {
-		if sr.ErrorReason == x402.ReasonSettlementPending {
-			// D3: the answer waits with the claim for a retry with the same
-			// payment; it is annotated when served. The recovery record stays
-			// staged until the settlement is seen mined.
-			s.stage(pd, store.StagedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body})
-		} else {
-			s.abandonRecovery(pd) // not paid: never replayable
-		}
-		return settleRefusal(sr, s.settleMessage(sr))
+	sr, out := s.settle(pd, q)
+	switch out {
+	case settledPaid:
+	case settledPending, settledUnknown:
+		// D3: the answer waits with the claim for a retry with the same
+		// payment; it is annotated when served. The recovery record stays
+		// staged until the settlement is seen mined.
+		s.stage(pd, store.StagedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body})
+		return s.unsettled(sr, out)
+	default:
+		s.abandonRecovery(pd) // not paid: never replayable
+		return s.unsettled(sr, out)
 	}
 	s.promoteRecovery(pd, sr)
 	// Rendered as a replay renders it, so a replay's bytes are these.
-	out, err := s.render(w.Header(), q, sr, &answer)
+	b, err := s.render(w.Header(), q, sr, &answer)
 	if err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(out) // #nosec G705 -- a JSON body sent as application/json, not HTML
+	_, _ = w.Write(b) // #nosec G705 -- a JSON body sent as application/json, not HTML
 	return nil
 }
 

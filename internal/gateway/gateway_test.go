@@ -495,8 +495,17 @@ func TestClientGoneBeforeSettlement(t *testing.T) {
 	body := `{"model":"demo","stream":true,"messages":[{"role":"user","content":"Say hello"}],"max_tokens":32}`
 	h := e.signedHeader(t, body, buyerIdx)
 	e.up.SetFault(upstreamtest.Fault{HeaderDelay: 2 * time.Second})
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	// The client leaves once the upstream has the request (under load the
+	// gateway may take long to get there; a fixed client timeout could leave
+	// before the upstream is called at all).
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	go func() {
+		defer cancel()
+		for deadline := time.Now().Add(30 * time.Second); e.up.Calls() == 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set(x402.HeaderPaymentSignature, h)
 	if resp, err := http.DefaultClient.Do(req); err == nil {

@@ -37,7 +37,15 @@ func NewMetrics() *Metrics {
 		}, []string{"route"}),
 		payments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm4agents_payments_total",
-			Help: "Payment outcomes: challenged, malformed, mismatch, stale, invalid, replayed (claim refused), settled, pending, failed.",
+			Help: "Paid request outcomes. Refused before the upstream: challenged (no payment), malformed, mismatch (paid for another quote), " +
+				"stale (outside the authorization's time window), invalid (verify refused), unproven (a replay without proof of control), " +
+				"conflict (same payment or id for another request), replayed (the claim is held, pending or spent: 409), " +
+				"in_flight (the request that holds the payment is still running: 409 operation_in_flight), " +
+				"store_down (the claim or recovery store failed: 503, nothing charged, nothing replayed). " +
+				"Settlement: settled, pending (broadcast, not mined: 402 settlement_pending), " +
+				"unresolved (nonce_already_used and not seen paid on chain: the claim stays pending, 409), failed (not paid: the answer withheld), " +
+				"recovered (a pending or orphaned payment resolved by a later request and its staged or fresh answer served). " +
+				"Replay: replayed_promoted (a recorded answer served again with proof of control, X-Llm4agents-Replay).",
 		}, []string{"outcome"}),
 		settle: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "llm4agents_settle_duration_seconds", Help: "Time to settle a payment.",

@@ -128,6 +128,15 @@ type paid struct {
 	// recover: the claim is not this request's but a pending one with a staged
 	// answer (D3), found by the recovery lookup; resolveStaged answers it.
 	recover bool
+	// orphan: the claim is held by another request (alive or dead) whose
+	// answer is staged in the recovery record found; resumeOrphan answers it
+	// (orphan.go).
+	orphan bool
+	// prepaid is the settlement of an authorization that a dead request
+	// settled on chain before it could answer or stage anything: this request
+	// took its claim over and calls the upstream without settling again
+	// (orphan.go). nil on every other path.
+	prepaid *x402.SettleResponse
 	// request is what the request's fingerprint (DECISIONS D14) is computed
 	// from, lazily: only staging and recovery need it.
 	request     [3]string // method, path, model
@@ -136,10 +145,11 @@ type paid struct {
 	// rkey is the recovery record key (D14), "" when recovery is off; rec is
 	// the record this request holds, once begun; replay is a promoted record
 	// the lookup found with proof of control, to be served instead of
-	// anything else (recovery.go).
+	// anything else; found is the record the lookup read, if any (recovery.go).
 	rkey   string
 	rec    *store.Recovery
 	replay *store.Recovery
+	found  *store.Recovery
 }
 
 // fp returns the request's fingerprint, computed on first use.
@@ -154,8 +164,10 @@ func (pd *paid) fp() string {
 // freshness (D6), recovery lookup (D14), verify, claim, begin the recovery
 // record. A nil *paid with a nil error never happens; a *paid with replay set
 // must be answered by serveRecorded, one with recover set by resolveStaged,
-// never upstream. request is the method, path and model of the request, body
-// its bytes: the fingerprint's input.
+// one with orphan set by resumeOrphan, never upstream; one with prepaid set
+// goes upstream but is never settled again (orphan.go). request is the
+// method, path and model of the request, body its bytes: the fingerprint's
+// input.
 func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [3]string, body []byte) (*paid, error) {
 	hv := r.Header.Get(x402.HeaderPaymentSignature)
 	if hv == "" {
@@ -209,13 +221,23 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 			return pd, err
 		}
 	}
-	staged, err := s.lookup(ctx, pd.key)
+	c, err := s.lookup(ctx, pd.key)
 	if err != nil {
 		return nil, err
 	}
-	if staged != nil {
-		pd.claim, pd.recover = *staged, true
+	var heldBy *store.PaymentClaim // another request's claim, alive or dead
+	switch {
+	case c == nil:
+	case c.State == store.PaymentPending:
+		pd.claim, pd.recover = *c, true
 		return pd, nil
+	case pd.stagedHere():
+		// The claim's holder staged this very request's answer, then died or
+		// is still settling: resumeOrphan finds out which from the chain.
+		pd.claim, pd.orphan = *c, true
+		return pd, nil
+	default:
+		heldBy = c
 	}
 	// Only the fresh path calls the upstream: only it needs the authorization
 	// to outlive the request (D6); a replay or recovery above does not.
@@ -229,23 +251,19 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 			Message: "the payment could not be verified right now; nothing was charged", Err: err}
 	}
 	if !vr.IsValid {
+		if heldBy != nil && vr.InvalidReason == x402.ReasonEVMNonceAlreadyUsed {
+			// Spent on chain while another request holds the claim and
+			// staged nothing: a request that died past its broadcast.
+			if err := s.adoptPaid(ctx, q, pd); err != nil || pd.prepaid != nil {
+				return pd, err
+			}
+		}
 		s.metrics.payment("invalid")
 		return nil, s.challenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
 	}
-	// The claim outlives the authorization by the network's margin, so that
-	// clock skew between us and the chain never reopens a spendable one.
-	expires, err := store.ClaimExpiry(s.cfg.Network, s.now(), time.Unix(a.ValidBefore.Int64(), 0))
+	claim, held, err := s.claimPayment(ctx, pd)
 	if err != nil {
-		return nil, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
-			Message: "the payment could not be recorded; nothing was charged", Err: err}
-	}
-	claim, held, err := s.claims().ClaimPayment(ctx, store.PaymentClaim{
-		Key: pd.key, Network: s.cfg.Network, Payer: pd.payer, Amount: a.Value.String(), Owner: s.cfg.Owner,
-		ExpiresAt: expires,
-	}, s.cfg.ClaimLease)
-	if err != nil {
-		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
-			Message: "the payment could not be recorded; nothing was charged", Err: err}
+		return nil, err
 	}
 	if !held {
 		s.metrics.payment("replayed")
@@ -261,6 +279,30 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 		}
 	}
 	return pd, nil
+}
+
+// claimPayment claims pd's authorization for this request, or takes over
+// the claim of a request whose lease ended. It returns the claim as it stands
+// and whether this request holds it; an error is the answer to send.
+func (s *Server) claimPayment(ctx context.Context, pd *paid) (store.PaymentClaim, bool, error) {
+	a := &pd.auth.Authorization
+	// The claim outlives the authorization by the network's margin, so that
+	// clock skew between us and the chain never reopens a spendable one.
+	expires, err := store.ClaimExpiry(s.cfg.Network, s.now(), time.Unix(a.ValidBefore.Int64(), 0))
+	if err != nil {
+		return store.PaymentClaim{}, false, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+			Message: "the payment could not be recorded; nothing was charged", Err: err}
+	}
+	claim, held, err := s.claims().ClaimPayment(ctx, store.PaymentClaim{
+		Key: pd.key, Network: s.cfg.Network, Payer: pd.payer, Amount: a.Value.String(), Owner: s.cfg.Owner,
+		ExpiresAt: expires,
+	}, s.cfg.ClaimLease)
+	if err != nil {
+		s.metrics.payment("store_down")
+		return store.PaymentClaim{}, false, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
+			Message: "the payment could not be recorded; nothing was charged", Err: err}
+	}
+	return claim, held, nil
 }
 
 // inUse refuses a second presentation of an authorization another request holds
@@ -313,6 +355,13 @@ func (s *Server) lasts(p *exact.Payload) error {
 // settled, so the buyer may present it again.
 func (s *Server) release(pd *paid) {
 	s.abandonRecovery(pd)
+	if pd.prepaid != nil {
+		// Spent on chain already: the claim must keep the authorization from
+		// ever reaching the upstream as a new payment. It stays held until its
+		// lease ends, when a retry takes it over again (orphan.go).
+		s.log.Warn("kept a paid claim after its upstream failed", "key", pd.key)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.claims().ReleasePayment(ctx, pd.key, pd.claim.Fence); err != nil {
@@ -327,12 +376,37 @@ type confirmer interface {
 	Confirm(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (tx string, paid bool, err error)
 }
 
+// settleOutcome is how a settlement ended for the request that ran it.
+type settleOutcome int
+
+const (
+	// settledPaid: paid on chain; the claim is settled with the transaction.
+	settledPaid settleOutcome = iota
+	// settledPending: broadcast, not mined within the deadline (D3); the
+	// claim is pending and the answer is to be staged with it.
+	settledPending
+	// settledUnknown: the facilitator answered nonce_already_used (another
+	// call holds the settlement, or a transaction we cannot see yet) and the
+	// chain does not show this authorization paid. The claim stays pending
+	// with whatever transaction is known, never settled without one; the
+	// answer is staged and the buyer told to retry.
+	settledUnknown
+	// settledFailed: not paid; the claim was released (or never settles) and
+	// the answer is withheld.
+	settledFailed
+)
+
 // settle settles a claimed payment after the upstream answered, within the
-// settle deadline, and records the outcome on the claim. It returns the settle
-// response and whether the buyer paid.
-func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, bool) {
+// settle deadline, and records the outcome on the claim. A payment a dead
+// request already settled (pd.prepaid) is only recorded.
+func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, settleOutcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.SettleTimeout+5*time.Second)
 	defer cancel()
+	if pd.prepaid != nil {
+		s.record(ctx, pd, store.PaymentSettled, pd.prepaid.Transaction)
+		s.metrics.payment("recovered")
+		return pd.prepaid, settledPaid
+	}
 	start := s.now()
 	sr, err := s.fac.Settle(ctx, pd.payload, q.offer)
 	s.metrics.settleLatency(s.now().Sub(start))
@@ -342,39 +416,92 @@ func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, bool) {
 	}
 	switch {
 	case sr.Success:
-		s.record(ctx, pd, store.PaymentSettled, sr.Transaction)
+		tx := sr.Transaction
+		if tx == "" {
+			// A success that names no transaction: the answer is served (the
+			// facilitator says paid) but, without a settlement reference,
+			// never promoted (R3); the claim takes the chain's transaction,
+			// or stays pending without one.
+			tx, _ = s.confirm(ctx, pd, q)
+		}
+		s.record(ctx, pd, store.PaymentSettled, tx)
 		s.metrics.payment("settled")
-		return sr, true
+		return sr, settledPaid
 	case sr.ErrorReason == x402.ReasonSettlementPending:
 		s.record(ctx, pd, store.PaymentPending, sr.Transaction)
 		s.metrics.payment("pending")
-		return sr, false
+		return sr, settledPending
 	case sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed:
 		// Ambiguous: resolved from the chain by the claim holder (D1).
-		if c, ok := s.fac.(confirmer); ok {
-			tx, yes, cerr := c.Confirm(ctx, pd.payload, q.offer)
-			if cerr == nil && yes {
-				s.record(ctx, pd, store.PaymentSettled, tx)
-				s.metrics.payment("settled")
-				return &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}, true
-			}
+		if tx, ok := s.confirm(ctx, pd, q); ok {
+			s.record(ctx, pd, store.PaymentSettled, tx)
+			s.metrics.payment("settled")
+			return &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}, settledPaid
 		}
-		s.record(ctx, pd, store.PaymentSettled, sr.Transaction) // spent: never usable again
-		s.metrics.payment("failed")
-		return sr, false
+		// Spent, or about to be, but not seen paid to us: pending, so that
+		// neither a retry nor a takeover reaches the upstream again, and
+		// never settled without the transaction that paid.
+		tx := sr.Transaction
+		if tx == "" {
+			tx = pd.claim.TxHash
+		}
+		s.record(ctx, pd, store.PaymentPending, tx)
+		s.metrics.payment("unresolved")
+		return sr, settledUnknown
 	default:
 		// Not spent on chain (insufficient funds, a node error): the authorization
 		// may be presented again once fixed.
 		s.release(pd)
 		s.metrics.payment("failed")
-		return sr, false
+		return sr, settledFailed
 	}
 }
 
+// confirm asks the chain, through the facilitator when it can tell, whether
+// pd's authorization paid q's offer (D1, D5), and returns the transaction.
+func (s *Server) confirm(ctx context.Context, pd *paid, q *quote) (string, bool) {
+	c, ok := s.fac.(confirmer)
+	if !ok {
+		return "", false
+	}
+	tx, yes, err := c.Confirm(ctx, pd.payload, q.offer)
+	if err != nil {
+		s.log.Warn("confirm a payment from the chain", "key", pd.key, "err", err)
+		return "", false
+	}
+	return tx, yes && tx != ""
+}
+
+// record writes the claim's state. A claim is settled only with the
+// transaction that paid: a settled claim without one could never be checked
+// against the chain, so the request guarantees it and this refuses it.
 func (s *Server) record(ctx context.Context, pd *paid, state store.PaymentState, tx string) {
+	if state == store.PaymentSettled && tx == "" {
+		s.log.Error("refused to record a payment settled without a transaction; kept pending", "key", pd.key)
+		state = store.PaymentPending
+	}
 	if err := s.claims().UpdatePayment(ctx, pd.key, pd.claim.Fence, state, tx); err != nil {
 		s.log.Error("record payment", "key", pd.key, "state", state, "err", err)
 	}
+}
+
+// unsettled answers a settlement that did not pay (now): D3's 402 with
+// PAYMENT-RESPONSE for a pending one, 409 with Retry-After for one that is
+// unresolved, the 402 refusal otherwise.
+func (s *Server) unsettled(sr *x402.SettleResponse, out settleOutcome) error {
+	if out == settledUnknown {
+		return settlementUnresolved()
+	}
+	return settleRefusal(sr, s.settleMessage(sr))
+}
+
+// settlementUnresolved is the 409 of a settlement whose outcome the chain
+// does not show yet: the answer is kept with the claim, and a retry with the
+// same payment receives it once the settlement is seen paid.
+func settlementUnresolved() error {
+	return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "settlement_pending",
+		Message: "this payment's settlement is not confirmed on chain yet; retry the same request with the same payment to receive the answer",
+		Header:  http.Header{"X-Should-Retry": {"false"}, "Retry-After": {"5"}}}
 }
 
 // paidHeaders are set on every paid answer.

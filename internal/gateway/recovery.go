@@ -112,6 +112,24 @@ func recoveryPending() error {
 		Header:  http.Header{"X-Should-Retry": {"false"}, "Retry-After": {"5"}}}
 }
 
+// stagedElsewhere answers a request whose record is staged under another
+// payment, c being that payment's claim (zero when absent): 409
+// operation_in_flight while the request that staged it still holds the claim
+// (it is settling), 409 settlement_pending once its settlement is pending.
+func (s *Server) stagedElsewhere(c store.PaymentClaim) error {
+	if c.State == store.PaymentHeld {
+		s.metrics.payment("in_flight")
+		return operationInFlight()
+	}
+	return recoveryPending()
+}
+
+// storeDown is storeUnavailable, counted.
+func (s *Server) storeDown(err error) error {
+	s.metrics.payment("store_down")
+	return storeUnavailable(err)
+}
+
 func storeUnavailable(err error) error {
 	return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
 		Message: "the payment could not be looked up; nothing was charged", Err: err}
@@ -127,12 +145,13 @@ func (s *Server) recoveryLookup(ctx context.Context, q *quote, pd *paid) error {
 	case errors.Is(err, store.ErrNotFound):
 		return nil
 	case err != nil:
-		return storeUnavailable(err)
+		return s.storeDown(err)
 	}
 	if rec.Fingerprint != pd.fp() {
 		s.metrics.payment("conflict")
 		return idempotencyConflict()
 	}
+	pd.found = &rec
 	switch rec.State {
 	case store.RecoveryInFlight:
 		// The fresh path's BeginRecovery decides: a twin gets 409, a dead
@@ -149,18 +168,18 @@ func (s *Server) recoveryLookup(ctx context.Context, q *quote, pd *paid) error {
 			// by operation id.
 			if rec, err = s.recoveries.PromoteRecovery(ctx, rec.OperationID, rec.Fingerprint,
 				store.SettlementRef{Network: s.cfg.Network, TxHash: c.TxHash}, s.cfg.RecoveryTTL, s.cfg.RecoveryReplays); err != nil {
-				return storeUnavailable(err)
+				return s.storeDown(err)
 			}
 		case err == nil, !errors.Is(err, store.ErrNotFound):
 			if err != nil {
-				return storeUnavailable(err)
+				return s.storeDown(err)
 			}
-			return recoveryPending()
+			return s.stagedElsewhere(c)
 		default:
 			// The claim was released: the payment never settled, and nothing
 			// may be replayed from this record.
 			if err := s.recoveries.AbandonRecovery(ctx, rec.Key, rec.Fence); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return storeUnavailable(err)
+				return s.storeDown(err)
 			}
 			return nil
 		}
@@ -175,7 +194,7 @@ func (s *Server) recoveryLookup(ctx context.Context, q *quote, pd *paid) error {
 	case errors.Is(err, store.ErrNotFound):
 		return nil // expired in between: a new purchase
 	case err != nil:
-		return storeUnavailable(err)
+		return s.storeDown(err)
 	case !took:
 		return nil // the budget is spent: a new purchase
 	}
@@ -214,6 +233,16 @@ func (s *Server) proveControl(ctx context.Context, q *quote, pd *paid, rec *stor
 // beginRecovery begins pd's record before the upstream is called. On any
 // failure the payment claim is released and nothing is charged.
 func (s *Server) beginRecovery(ctx context.Context, q *quote, pd *paid) error {
+	if err := s.openRecovery(ctx, q, pd); err != nil {
+		s.release(pd)
+		return err
+	}
+	return nil
+}
+
+// openRecovery begins pd's record, and leaves pd's claim as it is whatever
+// happens.
+func (s *Server) openRecovery(ctx context.Context, q *quote, pd *paid) error {
 	a := &pd.auth.Authorization
 	expires := s.now().Add(s.cfg.RecoveryTTL)
 	if pd.claim.ExpiresAt.After(expires) {
@@ -225,17 +254,21 @@ func (s *Server) beginRecovery(ctx context.Context, q *quote, pd *paid) error {
 		Amount: a.Value.String(), Owner: s.cfg.Owner, ExpiresAt: expires,
 	}, s.cfg.ClaimLease)
 	if err != nil {
-		s.release(pd)
-		return storeUnavailable(err)
+		return s.storeDown(err)
 	}
 	if !held {
-		s.release(pd)
 		switch {
 		case rec.Fingerprint != pd.fp():
+			s.metrics.payment("conflict")
 			return idempotencyConflict()
-		case rec.State == store.RecoveryStaged:
-			return recoveryPending()
+		case rec.State == store.RecoveryStaged && rec.PaymentKey != pd.key:
+			c, err := s.payments.Payment(ctx, rec.PaymentKey)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return s.storeDown(err)
+			}
+			return s.stagedElsewhere(c)
 		default:
+			s.metrics.payment("in_flight")
 			return operationInFlight()
 		}
 	}

@@ -49,6 +49,10 @@ type rigOpts struct {
 	ttl      time.Duration // RecoveryTTL; 0: default
 	replays  int           // RecoveryReplays; 0: default
 	logs     *syncBuffer   // replica logs, when set
+	// skews[i], when set, runs replica i's gateway and store clocks that far
+	// ahead: leases another replica took end for it at once (orphan_test.go).
+	// With skews, the claim lease is the shortest the config allows.
+	skews []time.Duration
 }
 
 type rig struct {
@@ -76,6 +80,7 @@ type hookFac struct {
 	blankTx  bool
 	pending  bool // the next settle answers settlement_pending, broadcasting nothing
 	after    func()
+	before   func()        // when set, runs before each settle (orphan_test.go)
 	beforeMu chan struct{} // when set, settle waits on it
 }
 
@@ -89,9 +94,12 @@ func (f *hookFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.P
 	}
 	fail := f.failFor[payer]
 	delete(f.failFor, payer)
-	blank, after, pending := f.blankTx, f.after, f.pending
+	blank, after, pending, before := f.blankTx, f.after, f.pending, f.before
 	f.pending = false
 	f.mu.Unlock()
+	if before != nil {
+		before()
+	}
 	if pending {
 		return &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonSettlementPending, Network: req.Network}, nil
 	}
@@ -211,6 +219,12 @@ func newRig(t *testing.T, o rigOpts) *rig {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = db.Close() })
+		var skewed func() time.Time
+		if i < len(o.skews) && o.skews[i] != 0 {
+			d := o.skews[i]
+			skewed = func() time.Time { return time.Now().Add(d) }
+			db.Now = skewed
+		}
 		sender, err := chain.NewSender(sim.Client, sim.Keys[signerIdx-i], sim.ChainID,
 			chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
 		if err != nil {
@@ -229,16 +243,23 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		}
 		rp := &replica{db: db, fac: &hookFac{Facilitator: fac, failFor: map[string]bool{}}, tee: &tee{bodies: map[string][]byte{}}, down: &atomic.Bool{}}
 		rp.srv = httptest.NewUnstartedServer(nil)
+		var lease time.Duration
+		if len(o.skews) > 0 {
+			lease = 5*time.Second + 10*time.Second + gateway.MinClaimLeaseMargin
+		}
 		gw, err := gateway.New(gateway.Config{
 			PublicURL: "http://" + rp.srv.Listener.Addr().String(),
 			Network:   network, Asset: sim.Token.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
 			PayTo: sim.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second,
-			Owner: "replica-" + string(rune('a'+i)), RecoveryTTL: o.ttl, RecoveryReplays: o.replays,
+			Owner: "replica-" + string(rune('a'+i)), RecoveryTTL: o.ttl, RecoveryReplays: o.replays, ClaimLease: lease,
 			Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price,
 				MaxOutputTokens: 256, PaymentIDRequired: o.required}},
 		}, rp.fac, &flakyStore{DB: db, down: rp.down}, log)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if skewed != nil {
+			gw.SetNow(skewed)
 		}
 		rp.gw = gw
 		rp.srv.Config.Handler = rp.tee.wrap(gw)
@@ -544,9 +565,10 @@ func TestR3NoSettlementRefNeverPromotes(t *testing.T) {
 }
 
 // TestR3NoOperationIDNeverPromotes (R3 control 3): a staged record (its
-// settlement pending) is promoted by its operation id and by nothing else:
+// request settling) is promoted by its operation id and by nothing else:
 // not an empty id, not the fingerprint, not another record's id; meanwhile a
-// retry is 409 settlement_pending, never a replay.
+// retry is 409 operation_in_flight (its request still holds the payment),
+// never a replay.
 func TestR3NoOperationIDNeverPromotes(t *testing.T) {
 	rg := newRig(t, rigOpts{})
 	rp := rg.r(0)
@@ -590,7 +612,7 @@ func TestR3NoOperationIDNeverPromotes(t *testing.T) {
 	// A twin with a fresh payment from the same buyer while it is staged:
 	// 409 with Retry-After, not a replay, no upstream call.
 	h2 := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	resp := rp.refused(t, chatBody, h2, http.StatusConflict, "settlement_pending")
+	resp := rp.refused(t, chatBody, h2, http.StatusConflict, "operation_in_flight")
 	if resp.Header.Get("Retry-After") == "" {
 		t.Error("no Retry-After")
 	}

@@ -39,8 +39,9 @@ func (s *Server) stage(pd *paid, r store.StagedResponse) {
 
 // lookup is the recovery lookup of D0, before verify: a claim on this
 // authorization that is pending, or settled with a staged answer, is answered
-// here. It returns the claim to resolve (pending with a staged answer), or an
-// error to answer with, or neither when the request goes on to verify.
+// here. It returns the claim when it is pending with a staged answer (to
+// resolve) or held by a request (to judge: admit), an error to answer with,
+// or neither when the request goes on to verify.
 func (s *Server) lookup(ctx context.Context, key string) (*store.PaymentClaim, error) {
 	c, err := s.payments.Payment(ctx, key)
 	switch {
@@ -61,6 +62,8 @@ func (s *Server) lookup(ctx context.Context, key string) (*store.PaymentClaim, e
 		// Replaying a settled answer needs proof of control (D15): not here.
 		s.metrics.payment("replayed")
 		return nil, s.inUse(c)
+	case c.State == store.PaymentHeld:
+		return &c, nil
 	default:
 		return nil, nil
 	}
@@ -82,6 +85,13 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 		return s.inUse(pd.claim)
 	}
 	switch {
+	case sr.Success && sr.Transaction == "":
+		// Never recorded settled, nor promoted, without the transaction.
+		tx, yes := s.confirm(ctx, pd, q)
+		if !yes {
+			return s.inUse(pd.claim)
+		}
+		sr = &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
 	case sr.Success:
 	case sr.ErrorReason == x402.ReasonSettlementPending:
 		if sr.Transaction != "" && sr.Transaction != pd.claim.TxHash {
@@ -89,18 +99,19 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 		}
 		return s.inUse(pd.claim)
 	case sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed:
-		c, ok := s.fac.(confirmer)
-		if !ok {
+		tx, yes := s.confirm(ctx, pd, q)
+		switch {
+		case yes:
+			sr = &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
+		case sr.Transaction == "":
+			// Another call holds the settlement (alive, or dead until its
+			// lease ends): not known yet. The claim stays pending.
+			return s.inUse(pd.claim)
+		default:
+			// Spent by a transaction that did not pay us: the answer stays
+			// withheld, the claim pending, never settled.
 			return settleRefusal(sr, s.settleMessage(sr))
 		}
-		tx, yes, cerr := c.Confirm(ctx, pd.payload, q.offer)
-		if cerr != nil || !yes {
-			if cerr != nil {
-				s.log.Warn("confirm a pending payment", "key", pd.key, "err", cerr)
-			}
-			return settleRefusal(sr, s.settleMessage(sr))
-		}
-		sr = &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
 	default:
 		s.metrics.payment("failed")
 		return settleRefusal(sr, s.settleMessage(sr))

@@ -79,16 +79,17 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	// longer stop the upstream.
 	disarm()
 	crashpoint.Hit(crashpoint.AfterUpstream)
-	sr, ok := s.settle(pd, q)
-	if !ok {
-		if sr.ErrorReason == x402.ReasonSettlementPending {
-			// D2, D3: the upstream is read to its end (bounded by upCtx) and
-			// staged before the client hears settlement_pending.
-			s.stageStream(pd, st, held)
-		} else {
-			s.abandonRecovery(pd) // not paid: never replayable
-		}
-		return settleRefusal(sr, s.settleMessage(sr))
+	sr, out := s.settle(pd, q)
+	switch out {
+	case settledPaid:
+	case settledPending, settledUnknown:
+		// D2, D3: the upstream is read to its end (bounded by upCtx) and
+		// staged before the client hears settlement_pending.
+		s.stageStream(pd, st, held)
+		return s.unsettled(sr, out)
+	default:
+		s.abandonRecovery(pd) // not paid: never replayable
+		return s.unsettled(sr, out)
 	}
 	// The amount is known before the first byte.
 	if _, err := s.render(w.Header(), q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {

@@ -450,4 +450,6 @@ var scripts = []*goredis.Script{
 	claimSettlementScript, updateSettlementScript, releaseSettlementScript, markSuccessReportedScript,
 	settlementScript, unresolvedScript, recordBroadcastScript, abandonBroadcastScript,
 	claimPaymentScript, releasePaymentScript, updatePaymentScript, stagePaymentScript, paymentScript,
+	beginRecoveryScript, stageRecoveryScript, promoteRecoveryScript, abandonRecoveryScript, recoveryScript,
+	takeReplayScript,
 }

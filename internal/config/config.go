@@ -43,6 +43,8 @@ type Config struct {
 	Limits      Limits      `yaml:"limits"`
 	Upstreams   []Upstream  `yaml:"upstreams"`
 	Models      []Model     `yaml:"models"`
+	// Credits turns on prepaid credits (credits.go); off by default.
+	Credits Credits `yaml:"credits"`
 
 	// demo marks the embedded demo configuration, whose chain and facilitator
 	// signer are in-process: it needs no RPC URL and no key source.
@@ -335,6 +337,7 @@ func (c *Config) SetDefaults() {
 			m.PaymentIdentifier = PaymentIDOptional
 		}
 	}
+	c.setCreditDefaults()
 }
 
 func defaultPublicURL(listen string) string {
@@ -409,6 +412,7 @@ func (c *Config) validate() problems {
 	c.validateLimits(&p)
 	c.validateUpstreams(&p)
 	c.validateModels(&p)
+	c.validateCredits(&p)
 	return p
 }
 

@@ -4,7 +4,8 @@ package config
 // test network eip155:1337 with a 6-decimal test USDC, an in-process
 // facilitator, the built-in demo upstream and one model, "demo", at $1 per
 // million input tokens and $2 per million output tokens (so a short call
-// quotes the one-cent minimum), listening on a free port of 127.0.0.1.
+// quotes the one-cent minimum), listening on a free port of 127.0.0.1, with
+// prepaid credits on and a receipt key generated when it starts.
 //
 // The demo's chain and facilitator signer run in the process, so this Config
 // validates without an RPC URL or a key source, which a parsed one never does.
@@ -28,7 +29,9 @@ func Demo() *Config {
 			Upstream: "demo",
 			Price:    Price{Input: "1000000", Output: "2000000"},
 		}},
-		demo: true,
+		// Credits on, with a receipt key generated at start (ReceiptKey).
+		Credits: Credits{Enabled: true},
+		demo:    true,
 	}
 	c.SetDefaults()
 	return c

@@ -1,13 +1,27 @@
 package gateway
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"math/big"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/ledger"
+	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/upstream"
 )
 
 // Credits is what prepaid credits need (MISSION C1, C2, C4; DECISIONS D12,
@@ -26,17 +40,582 @@ type Credits struct {
 	Receipts store.Receipts
 	// TopUpMin and TopUpMax bound a top-up, in atomic units.
 	TopUpMin, TopUpMax *big.Int
+	// Chain reads the receipt of a top-up's settlement: it is credited once
+	// final (DECISIONS D17), under the index of its Transfer log
+	// (ledger.SettlementRef). Confirmations is the N of D17; 0 means 1.
+	Chain         ChainReader
+	Confirmations uint64
+}
+
+// A credit-paid call (issue 6), in the order creditChat runs it:
+//
+//	Authorization: Bearer sk-l4a-...  -> the key (401 unknown, revoked, expired)
+//	the key's scope and rate          -> 403, 429
+//	the quote of the x402 path        -> prompt tokens and the output bound (D13)
+//	ledger.Reserve of the maximum     -> 402 with the numbers on a shortfall (D12), 503 if the store fails
+//	the upstream                      -> an error releases the hold: nothing charged
+//	ledger.Charge of the usage        -> a cut stream: what was delivered, counted (D16)
+//	a signed receipt (D18)            -> stored, and delivered in a header or the final usage chunk
+//
+// Nothing before the hold calls the upstream, and every refusal before it
+// holds nothing.
+
+// creditStoreTimeout bounds each store call of the credit path.
+const creditStoreTimeout = 5 * time.Second
+
+// topUpRoute is where a buyer short of credit is sent.
+const topUpRoute = "POST /v1/credits/topup"
+
+// Pages of GET /v1/receipts.
+const defaultReceiptsPage = 20
+
+// HeaderRequestID names a credit-paid call: the receipt's requestId, and the
+// id at GET /v1/receipts/{id}.
+const HeaderRequestID = "X-Llm4agents-Request-Id"
+
+// creditCall is one credit-paid call from its hold to its receipt.
+type creditCall struct {
+	q     *quote
+	key   store.APIKey
+	payer common.Address
+	// id is the request id: "0x" and 64 hex digits of crypto/rand, the
+	// hold's id and the receipt's bytes32 requestId.
+	id string
+	// encoding counts delivered output tokens as the quote counted the
+	// prompt's.
+	encoding string
+}
+
+// creditInfo annotates a credit-paid answer: the x_llm4agents field of the
+// body, or of a stream's final usage chunk (which also carries the receipt).
+type creditInfo struct {
+	Charged        string      `json:"charged,omitempty"` // atomic units
+	ChargedDisplay string      `json:"charged_display,omitempty"`
+	Balance        string      `json:"balance,omitempty"` // atomic units, after this call
+	BalanceDisplay string      `json:"balance_display,omitempty"`
+	RequestID      string      `json:"request_id"`
+	Usage          *chat.Usage `json:"usage,omitempty"` // what was charged for
+	// Receipt is the signed envelope (D18); a non-streaming answer also
+	// carries it in client.HeaderReceipt.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
+}
+
+// creditOutcome is a captured call: what to tell the buyer.
+type creditOutcome struct {
+	info   creditInfo
+	header string // client.HeaderReceipt's value, "" without a receipt
 }
 
 // creditChat serves a chat completion paid from credits through an API key.
-func (s *Server) creditChat(_ http.ResponseWriter, _ *http.Request, _ *chat.Request, _ []byte) error {
-	return notYet()
+func (s *Server) creditChat(w http.ResponseWriter, r *http.Request, req *chat.Request, _ []byte) error {
+	if c := s.cfg.Credits; c == nil || c.Ledger == nil || c.Keys == nil {
+		return &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "this gateway takes no API keys: pay per call with x402 (send no sk-l4a- key); nothing was charged"}
+	}
+	call, err := s.admitCredit(r, req)
+	if err != nil {
+		return err
+	}
+	w.Header().Set(HeaderRequestID, call.id)
+	up, err := req.Upstream(call.q.model.UpstreamModel, call.q.model.MaxOutputTokens)
+	if err != nil {
+		s.releaseCredit(r.Context(), call)
+		return fmt.Errorf("rewrite request: %w", err)
+	}
+	if req.Stream {
+		return s.creditStream(w, r, call, up)
+	}
+	return s.creditComplete(w, r, call, up)
 }
 
-func (s *Server) listReceipts(http.ResponseWriter, *http.Request) error { return notYet() }
+// admitCredit runs everything before the upstream: the key, its scope and
+// rate, the quote and the hold. Every error it returns left nothing held.
+func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, error) {
+	key, err := s.authenticateKey(r.Context(), bearer(r))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Credits.Keys.Authorize(key, req.Model); err != nil {
+		return nil, keyRefusal(key, req.Model, err)
+	}
+	q, err := s.price(r, req)
+	if err != nil {
+		return nil, err
+	}
+	if !common.IsHexAddress(key.Owner) {
+		return nil, fmt.Errorf("key %s: owner is not an address", key.ID)
+	}
+	call := &creditCall{q: q, key: key, payer: common.HexToAddress(key.Owner), encoding: q.model.Encoding}
+	if call.encoding == "" {
+		call.encoding = pricing.EncodingFor(req.Model)
+	}
+	if call.id, err = newRequestID(); err != nil {
+		return nil, err
+	}
+	maxCost := ledger.MaxCost(q.promptTokens, q.outputBound, q.model.Price)
+	if !maxCost.IsInt64() || maxCost.Int64() > store.MaxAmount {
+		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "max_cost_too_large",
+			Message: fmt.Sprintf("this request may cost up to %s, more than one call may hold; lower max_tokens; nothing was charged", s.display(maxCost))}
+	}
+	// The hold must not depend on the client staying: a hold committed as
+	// the client leaves would otherwise wait for the sweep.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), creditStoreTimeout)
+	defer cancel()
+	_, err = s.cfg.Credits.Ledger.Reserve(ctx, ledger.Call{
+		RequestID: call.id, Payer: call.payer, Key: keyLimits(key),
+		PromptTokens: q.promptTokens, OutputBound: q.outputBound, Price: q.model.Price,
+	})
+	if ie, ok := errors.AsType[*store.InsufficientError](err); ok {
+		return nil, s.shortfall(ie)
+	}
+	if err != nil {
+		// The store may have committed the hold before failing to answer:
+		// release whatever is there (an unknown hold is fine), fail closed.
+		s.releaseCredit(r.Context(), call)
+		return nil, creditStoreUnavailable(err)
+	}
+	return call, nil
+}
 
-func (s *Server) getReceipt(http.ResponseWriter, *http.Request) error { return notYet() }
+// bearer returns the request's bearer token, "" without one.
+func bearer(r *http.Request) string {
+	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(v)
+}
 
-func notYet() error {
-	return &apiError{Status: http.StatusNotImplemented, Type: "server_error", Code: "not_implemented", Message: "credits are not served yet"}
+// authenticateKey returns the API key of secret. Refusals never carry the
+// secret, in the answer or in the log.
+func (s *Server) authenticateKey(ctx context.Context, secret string) (store.APIKey, error) {
+	ctx, cancel := context.WithTimeout(ctx, creditStoreTimeout)
+	defer cancel()
+	key, err := s.cfg.Credits.Keys.Authenticate(ctx, secret)
+	refuse := func(msg string) (store.APIKey, error) {
+		return store.APIKey{}, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: msg + "; nothing was charged", Err: err}
+	}
+	switch {
+	case errors.Is(err, credits.ErrUnknownKey):
+		return refuse("the API key is not known here")
+	case errors.Is(err, credits.ErrRevokedKey):
+		return refuse("the API key was revoked by its owner")
+	case errors.Is(err, credits.ErrExpiredKey):
+		return refuse("the API key has expired")
+	case err != nil:
+		return store.APIKey{}, creditStoreUnavailable(err)
+	}
+	return key, nil
+}
+
+// keyRefusal maps a refusal of credits.Keys.Authorize.
+func keyRefusal(key store.APIKey, model string, err error) error {
+	switch {
+	case errors.Is(err, credits.ErrModelNotAllowed):
+		return &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed",
+			Message: fmt.Sprintf("this API key may not call the model %q; nothing was charged", truncate(model, 100)), Err: err}
+	case errors.Is(err, credits.ErrRateLimited):
+		h := http.Header{}
+		h.Set("Retry-After", strconv.Itoa(retryAfterSeconds(key.RatePerMinute)))
+		return &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limited",
+			Message: fmt.Sprintf("this API key is limited to %d requests per minute; nothing was charged", key.RatePerMinute), Header: h, Err: err}
+	}
+	return fmt.Errorf("authorize key %s: %w", key.ID, err)
+}
+
+// retryAfterSeconds is when a key limited to perMinute has a token again,
+// rounded up.
+func retryAfterSeconds(perMinute int) int {
+	if perMinute <= 0 {
+		return 60
+	}
+	return max(1, (60+perMinute-1)/perMinute)
+}
+
+// keyLimits are key's caps as the ledger takes them: nil for no cap.
+func keyLimits(key store.APIKey) *ledger.Key {
+	k := &ledger.Key{ID: key.ID, Period: key.Period}
+	if key.TotalCap != store.NoCap {
+		k.TotalCap = big.NewInt(key.TotalCap)
+	}
+	if key.PeriodCap != store.NoCap {
+		k.PeriodCap = big.NewInt(key.PeriodCap)
+	}
+	return k
+}
+
+func newRequestID() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("request id: %w", err)
+	}
+	return "0x" + hex.EncodeToString(b[:]), nil
+}
+
+func creditStoreUnavailable(err error) error {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
+		Message: "the credit store is unavailable; nothing was charged, retry later", Err: err}
+}
+
+// creditShortfall is the error object of a refused hold (DECISIONS D12, MISSION
+// P2): the numbers and the way to more credit. There is no PAYMENT-REQUIRED:
+// a key holder is never switched to per-call payment silently.
+type creditShortfall struct {
+	chat.ErrorDetail
+	// Limit is what refused the hold: balance, key_total or key_period.
+	Limit store.Limit `json:"limit"`
+	// MaxCost is the hold this request needs and Available the balance or
+	// what remains of the key's cap, in atomic units of Asset.
+	MaxCost          string `json:"max_cost"`
+	MaxCostDisplay   string `json:"max_cost_display"`
+	Available        string `json:"available"`
+	AvailableDisplay string `json:"available_display"`
+	Asset            string `json:"asset"`
+	Network          string `json:"network"`
+	Decimals         uint8  `json:"decimals"`
+	TopUp            string `json:"topup"`     // "POST /v1/credits/topup"
+	TopUpURL         string `json:"topup_url"` // its absolute URL
+}
+
+func (s *Server) shortfall(ie *store.InsufficientError) error {
+	maxCost, avail := big.NewInt(ie.Requested), big.NewInt(ie.Available)
+	var msg string
+	switch ie.Limit {
+	case store.LimitKeyTotal, store.LimitKeyPeriod:
+		what := "total cap"
+		if ie.Limit == store.LimitKeyPeriod {
+			what = "cap for this period"
+		}
+		msg = fmt.Sprintf("this request may cost up to %s and this API key's %s allows %s more; a top-up (%s) does not raise a key's cap: "+
+			"lower max_tokens or ask the key's owner for another key; nothing was charged", s.display(maxCost), what, s.display(avail), topUpRoute)
+	default:
+		msg = fmt.Sprintf("insufficient credit: this request may cost up to %s and the balance is %s; top up with %s "+
+			"or lower max_tokens; nothing was charged", s.display(maxCost), s.display(avail), topUpRoute)
+	}
+	h := http.Header{}
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Should-Retry", "false")
+	return &apiError{
+		Status: http.StatusPaymentRequired, Type: "insufficient_credit", Code: "insufficient_credit", Message: msg, Header: h,
+		Detail: creditShortfall{
+			ErrorDetail: chat.ErrorDetail{Message: msg, Type: "insufficient_credit", Code: "insufficient_credit"},
+			Limit:       ie.Limit, MaxCost: maxCost.String(), MaxCostDisplay: s.display(maxCost),
+			Available: avail.String(), AvailableDisplay: s.display(avail),
+			Asset: s.cfg.Asset, Network: s.cfg.Network, Decimals: s.cfg.Decimals,
+			TopUp: topUpRoute, TopUpURL: s.cfg.PublicURL + "/v1/credits/topup",
+		},
+	}
+}
+
+// creditComplete runs a non-streaming credit-paid call: the upstream, the
+// capture of its usage, the answer with its receipt.
+func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *creditCall, body []byte) error {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
+	defer cancel()
+	start := s.now()
+	comp, err := call.q.model.Provider.Complete(ctx, body)
+	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
+	if err != nil {
+		s.releaseCredit(r.Context(), call)
+		return s.upstreamError(err, r.Context())
+	}
+	if r.Context().Err() != nil {
+		// Gone before a byte of the answer: nothing delivered, nothing
+		// charged (D16).
+		s.releaseCredit(r.Context(), call)
+		return &apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
+	}
+	u := comp.Usage
+	if !comp.UsageReported {
+		// Unknown usage is not zero usage: count what the answer holds.
+		u = chat.Usage{PromptTokens: call.q.promptTokens, CompletionTokens: s.countOutput(call, completionText(comp.Body))}
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		s.log.Warn("upstream reported no usage; charging the counted answer", "request_id", call.id, "model", call.q.model.ID)
+	}
+	out := s.captureCredit(r.Context(), call, u)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Should-Retry", "false")
+	if out.header != "" {
+		h.Set(client.HeaderReceipt, out.header)
+	}
+	if out.info.Charged != "" {
+		h.Set("X-Llm4agents-Charged", out.info.Charged)
+		h.Set("X-Llm4agents-Charged-Display", out.info.ChargedDisplay)
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(annotate(comp.Body, out.info)) // #nosec G705 -- a JSON body sent as application/json, not HTML
+	return nil
+}
+
+// captureCredit charges call for u (capped at its hold by the ledger, D16),
+// signs the receipt (D18) and stores it. It always returns what to annotate
+// the answer with: without a capture, only the request id.
+func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usage) creditOutcome {
+	out := creditOutcome{info: creditInfo{RequestID: call.id}}
+	// The answer was produced and is being delivered: the capture must not
+	// depend on the client staying.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
+	defer cancel()
+	u.PromptTokens, u.CompletionTokens = max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
+	ch, err := s.cfg.Credits.Ledger.Charge(ctx, call.id, u, call.q.model.Price)
+	if err != nil {
+		// The answer goes out unbilled: the hold stays open until the sweep
+		// (ledger.SweepExpired) releases it to the buyer. That is the
+		// operator's loss, never the buyer's: nothing is billed later.
+		s.log.Error("credit capture failed; the hold stays until the sweep releases it",
+			"request_id", call.id, "key_id", call.key.ID, "err", err)
+		return out
+	}
+	out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
+	out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
+	out.info.Usage = &u
+	s.log.Debug("credit call charged", "request_id", call.id, "key_id", call.key.ID, "model", call.q.model.ID,
+		"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq)
+	signed, err := s.signReceipt(call, u, ch)
+	if err != nil {
+		s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
+		return out
+	}
+	env, err := signed.JSON()
+	if err == nil {
+		out.header, err = signed.Header()
+	}
+	if err != nil {
+		s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
+		return out
+	}
+	out.info.Receipt = env
+	if rs := s.cfg.Credits.Receipts; rs != nil {
+		err := rs.PutReceipt(ctx, store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Seq: ch.Seq, Envelope: env})
+		if err != nil {
+			// The buyer still gets the signed receipt with the answer; only
+			// GET /v1/receipts/{id} will not find it.
+			s.log.Error("store receipt", "request_id", call.id, "err", err)
+		}
+	}
+	return out
+}
+
+// signReceipt signs the receipt of a captured call (D18).
+func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (credits.SignedReceipt, error) {
+	if s.cfg.Credits.Signer == nil {
+		return credits.SignedReceipt{}, errors.New("no receipt signer configured")
+	}
+	keyID, err := credits.KeyIDBytes32(call.key.ID)
+	if err != nil {
+		return credits.SignedReceipt{}, fmt.Errorf("key %s: %w", call.key.ID, err)
+	}
+	issued := ch.At
+	if issued.IsZero() {
+		issued = s.now()
+	}
+	return s.cfg.Credits.Signer.Sign(client.Receipt{
+		RequestID: common.HexToHash(call.id), Account: call.payer, KeyID: keyID, Model: call.q.model.ID,
+		InputTokens: big.NewInt(u.PromptTokens), OutputTokens: big.NewInt(u.CompletionTokens),
+		Amount: ch.Charged, BalanceAfter: ch.BalanceAfter, LedgerSeq: big.NewInt(ch.Seq),
+		IssuedAt: uint64(max(issued.Unix(), 0)), // #nosec G115 -- clamped at zero
+	})
+}
+
+// releaseCredit ends call with nothing charged: nothing was delivered.
+func (s *Server) releaseCredit(ctx context.Context, call *creditCall) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
+	defer cancel()
+	if _, err := s.cfg.Credits.Ledger.Release(ctx, call.id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		// The buyer's credit stays held, not lost, until the sweep
+		// releases the hold.
+		s.log.Error("credit release failed; the hold stays until the sweep releases it", "request_id", call.id, "err", err)
+	}
+}
+
+// countOutput counts output tokens of text with the call's encoding.
+func (s *Server) countOutput(call *creditCall, text string) int64 {
+	if text == "" {
+		return 0
+	}
+	n, err := s.counter.Tokens(call.encoding, text)
+	if err != nil {
+		// The encoding counted the prompt a moment ago; if it fails now,
+		// an estimate beats charging nothing or everything.
+		s.log.Warn("count output tokens", "request_id", call.id, "err", err)
+		return int64(upstream.ApproxTokenizer{}.Count(text))
+	}
+	return n
+}
+
+// completionText is the output of a chat.completion body the buyer pays for:
+// every choice's content, refusal and tool calls' names and arguments.
+func completionText(body []byte) string {
+	var c struct {
+		Choices []struct {
+			Message struct {
+				Content   json.RawMessage `json:"content"`
+				Refusal   *string         `json:"refusal"`
+				ToolCalls []toolCall      `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(body, &c) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, ch := range c.Choices {
+		m := ch.Message
+		b.WriteString(chat.Message{Content: m.Content}.Text())
+		if m.Refusal != nil {
+			b.WriteString(*m.Refusal)
+		}
+		for _, tc := range m.ToolCalls {
+			b.WriteString(tc.Function.Name)
+			b.WriteString(tc.Function.Arguments)
+		}
+	}
+	return b.String()
+}
+
+// toolCall is the part of a tool call (or a streamed delta of one) that
+// counts as output.
+type toolCall struct {
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// receiptOwner authenticates a receipts request: an API key or a sign-in
+// session of the owner. Neither secret reaches an answer or a log.
+func (s *Server) receiptOwner(r *http.Request) (string, error) {
+	if err := refusePaymentOnFreeRoute(r); err != nil {
+		return "", err
+	}
+	tok := bearer(r)
+	switch {
+	case credits.IsKey(tok) && s.cfg.Credits.Keys != nil:
+		key, err := s.authenticateKey(r.Context(), tok)
+		if err != nil {
+			return "", err
+		}
+		return key.Owner, nil
+	case strings.HasPrefix(tok, credits.SessionPrefix) && s.cfg.Credits.Auth != nil:
+		ctx, cancel := context.WithTimeout(r.Context(), creditStoreTimeout)
+		defer cancel()
+		sess, err := s.cfg.Credits.Auth.Session(ctx, tok)
+		switch {
+		case errors.Is(err, credits.ErrNoSession):
+			return "", &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_session",
+				Message: "the session token is unknown or expired; sign in again"}
+		case err != nil:
+			return "", creditStoreUnavailable(err)
+		}
+		return sess.Owner, nil
+	}
+	return "", &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "authentication_required",
+		Message: "send Authorization: Bearer with an API key (sk-l4a-...) or a sign-in session token (sess-l4a-...)"}
+}
+
+func (s *Server) receiptStore() (store.Receipts, error) {
+	if s.cfg.Credits.Receipts == nil {
+		return nil, &apiError{Status: http.StatusNotImplemented, Type: "server_error", Code: "receipts_not_kept",
+			Message: "this gateway keeps no receipts; each answer carries its own"}
+	}
+	return s.cfg.Credits.Receipts, nil
+}
+
+// getReceipt serves GET /v1/receipts/{id}: the stored envelope, to its owner
+// only. Another owner's receipt is answered as a missing one, so its
+// existence is never revealed.
+func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) error {
+	owner, err := s.receiptOwner(r)
+	if err != nil {
+		return err
+	}
+	rs, err := s.receiptStore()
+	if err != nil {
+		return err
+	}
+	notFound := &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "receipt_not_found",
+		Message: "no receipt with this id for this account"}
+	id := r.PathValue("id")
+	if !store.ValidID(id) {
+		return notFound
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), creditStoreTimeout)
+	defer cancel()
+	rec, err := rs.Receipt(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return notFound
+	case err != nil:
+		return creditStoreUnavailable(err)
+	case rec.Owner != owner:
+		return notFound
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(rec.Envelope) // #nosec G705 -- the stored JSON envelope sent as application/json, not HTML
+	return nil
+}
+
+// receiptList is the body of GET /v1/receipts.
+type receiptList struct {
+	Object string            `json:"object"`
+	Data   []json.RawMessage `json:"data"`
+}
+
+// listReceipts serves GET /v1/receipts?limit=N&before=SEQ: the owner's
+// receipts, newest first; the next page is before= the last receipt's
+// ledgerSeq.
+func (s *Server) listReceipts(w http.ResponseWriter, r *http.Request) error {
+	owner, err := s.receiptOwner(r)
+	if err != nil {
+		return err
+	}
+	rs, err := s.receiptStore()
+	if err != nil {
+		return err
+	}
+	limit, before, err := receiptsPage(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), creditStoreTimeout)
+	defer cancel()
+	recs, err := rs.ReceiptsOf(ctx, owner, before, limit)
+	if err != nil {
+		return creditStoreUnavailable(err)
+	}
+	list := receiptList{Object: "list", Data: make([]json.RawMessage, 0, len(recs))}
+	for _, rec := range recs {
+		list.Data = append(list.Data, rec.Envelope)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// receiptsPage reads limit (1..store.MaxReceiptsPage, default
+// defaultReceiptsPage) and before (a ledger seq, 0 or absent for the newest).
+func receiptsPage(r *http.Request) (limit int, before int64, err error) {
+	bad := func(msg string) error {
+		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: msg}
+	}
+	qv := r.URL.Query()
+	limit = defaultReceiptsPage
+	if v := qv.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.MaxReceiptsPage {
+			return 0, 0, bad(fmt.Sprintf("limit must be an integer from 1 to %d", store.MaxReceiptsPage))
+		}
+		limit = n
+	}
+	if v := qv.Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, bad("before must be a ledger sequence number (a non-negative integer)")
+		}
+		before = n
+	}
+	return limit, before, nil
 }

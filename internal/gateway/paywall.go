@@ -251,9 +251,11 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 			Message: "the payment could not be verified right now; nothing was charged", Err: err}
 	}
 	if !vr.IsValid {
-		if heldBy != nil && vr.InvalidReason == x402.ReasonEVMNonceAlreadyUsed {
+		if heldBy != nil && !isTopUpClaim(*heldBy) && vr.InvalidReason == x402.ReasonEVMNonceAlreadyUsed {
 			// Spent on chain while another request holds the claim and
-			// staged nothing: a request that died past its broadcast.
+			// staged nothing: a request that died past its broadcast. A
+			// top-up's claim is never adopted: its payment buys credit,
+			// and only a top-up retry may credit it (topup.go).
 			if err := s.adoptPaid(ctx, q, pd); err != nil || pd.prepaid != nil {
 				return pd, err
 			}

@@ -207,10 +207,14 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 		s.mux.Handle("GET /v1/credits/balance", s.handle("balance", s.balance))
 		s.mux.Handle("GET /v1/receipts", s.handle("receipts", s.listReceipts))
 		s.mux.Handle("GET /v1/receipts/{id}", s.handle("receipt", s.getReceipt))
-		s.mux.Handle("/v1/auth/", c.Account)
-		s.mux.Handle("/v1/keys", c.Account)
-		s.mux.Handle("/v1/keys/", c.Account)
-		s.mux.Handle("GET /.well-known/llm4agents.json", c.Signer.WellKnownHandler())
+		if c.Account != nil {
+			s.mux.Handle("/v1/auth/", c.Account)
+			s.mux.Handle("/v1/keys", c.Account)
+			s.mux.Handle("/v1/keys/", c.Account)
+		}
+		if c.Signer != nil {
+			s.mux.Handle("GET /.well-known/llm4agents.json", c.Signer.WellKnownHandler())
+		}
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writePlain(w, "ok\n") })
 	s.mux.Handle("GET /readyz", s.handle("readyz", s.readyz))
@@ -240,7 +244,11 @@ type apiError struct {
 	Code    string
 	Message string
 	Header  http.Header
-	Err     error // detail for the log, never sent
+	// Detail, when set, is sent as the body's "error" object instead of
+	// {message, type, param, code}; it embeds chat.ErrorDetail with those
+	// fields and adds its own (a credit shortfall's numbers and top-up route).
+	Detail any
+	Err    error // detail for the log, never sent
 }
 
 func (e *apiError) Error() string {
@@ -283,6 +291,12 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		for _, v := range vs {
 			w.Header().Add(k, v)
 		}
+	}
+	if e.Detail != nil {
+		writeJSON(w, e.Status, struct {
+			Error any `json:"error"`
+		}{e.Detail})
+		return
 	}
 	writeJSON(w, e.Status, chat.ErrorBody{Error: chat.ErrorDetail{Message: e.Message, Type: e.Type, Code: e.Code}})
 }

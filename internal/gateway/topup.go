@@ -1,9 +1,649 @@
 package gateway
 
-import "net/http"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"strings"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
+
+	"github.com/llm4agents/llm4agents/internal/credits"
+	"github.com/llm4agents/llm4agents/internal/ledger"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// Top-ups (MISSION C1, issue 6 item 1; DECISIONS D17). POST
+// /v1/credits/topup sells credits for an amount the buyer chooses within
+// [TopUpMin, TopUpMax], through the same x402 `exact` payment as a chat
+// completion: 402 with PAYMENT-REQUIRED quoting the amount itself, then
+// verify, claim, settle. There is no upstream. The deposit is on-chain;
+// every hold and charge after it is an off-chain ledger entry.
+//
+// Once the settlement's receipt shows status 1 with the configured
+// confirmations, the payer is credited with ledger.TopUp under the
+// settlement's reference (network, transaction, index of the token's
+// Transfer log), so one settlement credits once, whoever sees it: a retry, a
+// concurrent copy, another replica.
+//
+// The claim of a top-up carries a marker in its staged response, written
+// before the settlement: only a claim with the marker is ever credited, so
+// an authorization that paid for a chat completion (the same amount, the
+// same payTo) can never be credited as well, and a top-up's authorization
+// presented for a chat is refused by the chat's own checks of the staged
+// fingerprint.
+//
+// A settlement answered pending (D3) leaves the claim pending with the
+// marker; re-presenting the same PAYMENT-SIGNATURE settles again with the
+// same payload (the facilitator resumes its record, D5) and credits once
+// mined. A claim found settled (a lost answer, a crash between settlement
+// and credit, a receipt not yet final) is credited by the next presentation
+// of the same PAYMENT-SIGNATURE, idempotently, and answered 200 with
+// X-Llm4agents-Replay: credited. There is no background sweep: the retry is
+// the way a settled top-up gets credited, until the claim expires with its
+// authorization.
+
+// ChainReader is what a top-up reads from the chain: its settlement's
+// receipt, and the head to count confirmations. *ethclient.Client and the
+// simulated backend's client satisfy it.
+type ChainReader interface {
+	TransactionReceipt(ctx context.Context, tx common.Hash) (*types.Receipt, error)
+	BlockNumber(ctx context.Context) (uint64, error)
+}
+
+const (
+	// topUpPath is the top-up route's path, in resource URLs and markers.
+	topUpPath = "/v1/credits/topup"
+	// topUpMarker is the content type of the staged marker of a top-up's
+	// claim.
+	topUpMarker = "application/vnd.llm4agents.topup+json"
+	// maxTopUpBody bounds a top-up request: {"amount":"<up to 78 digits>"}.
+	maxTopUpBody = 1 << 10
+	// maxAmountDigits bounds the amount's text before it is parsed: 2^256
+	// has 78 digits.
+	maxAmountDigits = 78
+	// topUpReplay marks the answer of a top-up credited before.
+	topUpReplay = "credited"
+)
+
+// topUpAnswer is the body of a credited top-up.
+type topUpAnswer struct {
+	Account     string `json:"account"`
+	Credited    string `json:"credited"` // atomic units
+	Balance     string `json:"balance"`  // the account's spendable balance right after this credit
+	Transaction string `json:"transaction"`
+	LedgerSeq   int64  `json:"ledger_seq"`
+}
 
 // topUp serves POST /v1/credits/topup.
-func (s *Server) topUp(http.ResponseWriter, *http.Request) error { return notYet() }
+func (s *Server) topUp(w http.ResponseWriter, r *http.Request) error {
+	if hasOwnKey(r) && r.Header.Get(x402.HeaderPaymentSignature) != "" {
+		// D12: a top-up is paid on chain only; a key next to a payment is a
+		// client mistake, refused before anything is charged.
+		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "key_and_payment",
+			Message: "a top-up is paid with a PAYMENT-SIGNATURE only; send no API key with it; nothing was charged"}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxTopUpBody))
+	if err != nil {
+		return s.topUpBadRequest(fmt.Sprintf("the request body could not be read (at most %d bytes)", maxTopUpBody))
+	}
+	text, err := parseTopUp(body)
+	if err != nil {
+		return s.topUpBadRequest(err.Error())
+	}
+	amount, err := s.topUpAmount(text)
+	if err != nil {
+		return s.topUpBadRequest(err.Error())
+	}
+	q := s.topUpQuote(amount)
+	pd, err := s.topUpAdmit(r.Context(), r, q)
+	if err != nil {
+		return err
+	}
+	// From here on the payment may be spent: the work outlives the client,
+	// bounded by a settlement and a few reads and writes.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.SettleTimeout+3*store.DefaultTimeout)
+	defer cancel()
+	switch pd.claim.State {
+	case store.PaymentHeld: // held by this request: settle below
+	case store.PaymentSettled:
+		return s.creditTopUp(ctx, w, q, pd, pd.claim.TxHash, true)
+	case store.PaymentPending:
+		tx, err := s.resolveTopUp(ctx, q, pd)
+		if err != nil {
+			return err
+		}
+		return s.creditTopUp(ctx, w, q, pd, tx, false)
+	}
+	sr, out := s.settle(pd, q)
+	if out != settledPaid {
+		return s.unsettled(sr, out)
+	}
+	return s.creditTopUp(ctx, w, q, pd, sr.Transaction, false)
+}
 
-// balance serves GET /v1/credits/balance.
-func (s *Server) balance(http.ResponseWriter, *http.Request) error { return notYet() }
+// parseTopUp decodes a top-up request strictly: one JSON object whose only
+// member is "amount", a string, exactly once.
+func parseTopUp(body []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", errors.New("the body is not a JSON object")
+	}
+	var amount *string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", errors.New("the body is not valid JSON")
+		}
+		name, _ := tok.(string) // object keys are strings
+		switch {
+		case name != "amount":
+			return "", fmt.Errorf("unknown field %q", truncate(name, 40))
+		case amount != nil:
+			return "", errors.New(`"amount" is given twice`)
+		}
+		var v string
+		if err := dec.Decode(&v); err != nil {
+			return "", errors.New(`"amount" must be a string of decimal digits (atomic units)`)
+		}
+		amount = &v
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return "", errors.New("the body is not valid JSON")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return "", errors.New("the body has data after its JSON object")
+	}
+	if amount == nil {
+		return "", errors.New(`"amount" is required`)
+	}
+	return *amount, nil
+}
+
+// topUpAmount parses a top-up amount, decimal digits of atomic units, and
+// checks it against the bounds.
+func (s *Server) topUpAmount(text string) (*big.Int, error) {
+	c := s.cfg.Credits
+	if text == "" || len(text) > maxAmountDigits || strings.Trim(text, "0123456789") != "" || (len(text) > 1 && text[0] == '0') {
+		return nil, fmt.Errorf("amount %q is not a whole number of atomic units in decimal digits", truncate(text, 80))
+	}
+	a, _ := new(big.Int).SetString(text, 10) // digits only, checked above
+	if a.Cmp(c.TopUpMin) < 0 || a.Cmp(c.TopUpMax) > 0 || a.Cmp(big.NewInt(store.MaxAmount)) > 0 {
+		return nil, fmt.Errorf("amount %s is outside the top-up bounds", a)
+	}
+	return a, nil
+}
+
+// topUpBounds states the bounds in atomic units and in the asset.
+func (s *Server) topUpBounds() string {
+	c := s.cfg.Credits
+	return fmt.Sprintf("%s (%s) and %s (%s) atomic units", c.TopUpMin, s.display(c.TopUpMin), c.TopUpMax, s.display(c.TopUpMax))
+}
+
+// topUpBadRequest is the 400 of a malformed top-up, stating the bounds.
+func (s *Server) topUpBadRequest(msg string) error {
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_top_up",
+		Message: msg + `; a top-up is {"amount":"<atomic units>"} between ` + s.topUpBounds() + "; nothing was charged"}
+}
+
+// topUpQuote is the offer of a top-up: the amount itself.
+func (s *Server) topUpQuote(amount *big.Int) *quote {
+	return &quote{
+		amount: amount,
+		offer: x402.PaymentRequirements{
+			Scheme: exact.Scheme, Network: s.cfg.Network, Amount: amount.String(), Asset: s.cfg.Asset,
+			PayTo: s.cfg.PayTo, MaxTimeoutSeconds: s.cfg.MaxTimeoutSeconds, Extra: s.extra,
+		},
+		resource: &x402.ResourceInfo{
+			URL:         s.cfg.PublicURL + topUpPath,
+			Description: "prepaid credits: " + s.display(amount),
+			MimeType:    "application/json",
+		},
+	}
+}
+
+// topUpChallenge is the 402 of a top-up (D10). It offers no
+// payment-identifier: a top-up keeps no recovery record; its retry is the
+// same PAYMENT-SIGNATURE.
+func (s *Server) topUpChallenge(q *quote, reason string, detail error) error {
+	pr := x402.PaymentRequired{X402Version: x402.Version, Error: reason, Resource: q.resource, Accepts: []x402.PaymentRequirements{q.offer}}
+	hv, err := x402.EncodeHeader(pr)
+	if err != nil {
+		return fmt.Errorf("encode challenge: %w", err)
+	}
+	h := http.Header{}
+	h.Set(x402.HeaderPaymentRequired, hv)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Should-Retry", "false")
+	msg := fmt.Sprintf("payment required: %s for this top-up", s.display(q.amount))
+	if reason != "Payment required" {
+		msg += " (" + reason + ")"
+	}
+	return &apiError{Status: http.StatusPaymentRequired, Type: "payment_required", Code: "payment_required", Message: msg, Header: h, Err: detail}
+}
+
+// topUpAdmit runs the payment steps of D0 for a top-up: decode, match (D7),
+// freshness (D6), the lookup of an existing claim, verify, claim, mark. It
+// returns the payment with its claim: held by this request (to settle),
+// pending (to resolve) or settled (to credit), all of them top-up claims.
+func (s *Server) topUpAdmit(ctx context.Context, r *http.Request, q *quote) (*paid, error) {
+	hv := r.Header.Get(x402.HeaderPaymentSignature)
+	if hv == "" {
+		if r.Header.Get(x402.HeaderLegacyPayment) != "" {
+			return nil, s.topUpChallenge(q, "x402 v1 X-PAYMENT is not accepted; pay with PAYMENT-SIGNATURE (v2)", nil)
+		}
+		s.metrics.payment("challenged")
+		return nil, s.topUpChallenge(q, "Payment required", nil)
+	}
+	p, err := x402.DecodePaymentPayload(hv)
+	if err != nil {
+		s.metrics.payment("malformed")
+		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment",
+			Message: "PAYMENT-SIGNATURE is malformed: " + err.Error()}
+	}
+	accepted, err := p.AcceptedRequirements()
+	if err != nil {
+		s.metrics.payment("malformed")
+		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: err.Error()}
+	}
+	if err := x402.Match(q.offer, accepted); err != nil {
+		s.metrics.payment("mismatch")
+		return nil, s.topUpChallenge(q, "No matching payment requirements", err)
+	}
+	auth, err := exact.ParsePayload(p.Payload)
+	if err != nil {
+		s.metrics.payment("malformed")
+		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: "payment payload: " + err.Error()}
+	}
+	a := &auth.Authorization
+	if a.Value.Cmp(q.amount) != 0 || !strings.EqualFold(a.To.Hex(), s.cfg.PayTo) {
+		// The facilitator checks these too; the credit depends on them, so
+		// they are checked here as well.
+		s.metrics.payment("mismatch")
+		return nil, s.topUpChallenge(q, "No matching payment requirements",
+			fmt.Errorf("authorization of %s to %s for an offer of %s to %s", a.Value, a.To.Hex(), q.amount, s.cfg.PayTo))
+	}
+	if err := s.fresh(auth); err != nil {
+		s.metrics.payment("stale")
+		return nil, s.topUpChallenge(q, string(x402.ReasonEVMValidBefore), err)
+	}
+	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex()}
+	c, err := s.payments.Payment(ctx, pd.key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
+			Message: "the payment could not be looked up; nothing was charged", Err: err}
+	case !isTopUpClaim(c):
+		// Claimed for something else (a chat completion): never credited.
+		s.metrics.payment("replayed")
+		return nil, s.inUse(c)
+	case c.Amount != q.amount.String():
+		return nil, s.topUpChallenge(q, "No matching payment requirements", fmt.Errorf("claim of %s", c.Amount))
+	case c.State == store.PaymentSettled || c.State == store.PaymentPending:
+		pd.claim = c
+		return pd, nil
+	}
+	return s.topUpClaim(ctx, q, pd)
+}
+
+// topUpClaim verifies a top-up's payment and claims it for this request (a
+// new claim, or a dead request's held one whose lease ended), then marks the
+// claim as a top-up's before anything is settled.
+func (s *Server) topUpClaim(ctx context.Context, q *quote, pd *paid) (*paid, error) {
+	vr, err := s.fac.Verify(ctx, pd.payload, q.offer)
+	if err != nil {
+		return nil, &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: "facilitator_unavailable",
+			Message: "the payment could not be verified right now; nothing was charged", Err: err}
+	}
+	switch {
+	case !vr.IsValid && vr.InvalidReason != x402.ReasonEVMNonceAlreadyUsed:
+		s.metrics.payment("invalid")
+		return nil, s.topUpChallenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
+	case vr.IsValid:
+		// D6 for what is still to be settled; a spent one (a dead
+		// request's, adopted below) settles nothing more.
+		if err := s.lasts(pd.auth); err != nil {
+			s.metrics.payment("stale")
+			return nil, s.topUpChallenge(q, string(x402.ReasonEVMValidBefore), err)
+		}
+	}
+	claim, held, err := s.claimPayment(ctx, pd)
+	if err != nil {
+		return nil, err
+	}
+	if !held {
+		s.metrics.payment("replayed")
+		return nil, s.inUse(claim)
+	}
+	pd.claim = claim
+	if !vr.IsValid {
+		// Spent on chain: credited only if this was a top-up's claim whose
+		// request died after its broadcast (held with the marker) and the
+		// chain shows the payment made to us; never a claim of our own
+		// making for an authorization spent elsewhere.
+		return s.adoptTopUp(ctx, q, pd, claim)
+	}
+	if err := s.markTopUp(ctx, pd); err != nil {
+		s.release(pd)
+		return nil, err
+	}
+	return pd, nil
+}
+
+// adoptTopUp handles a held claim this request took over whose
+// authorization verify found spent.
+func (s *Server) adoptTopUp(ctx context.Context, q *quote, pd *paid, claim store.PaymentClaim) (*paid, error) {
+	if !isTopUpClaim(claim) {
+		s.release(pd)
+		s.metrics.payment("invalid")
+		return nil, s.topUpChallenge(q, string(x402.ReasonEVMNonceAlreadyUsed), errors.New("authorization already used"))
+	}
+	tx, ok := s.confirm(ctx, pd, q)
+	if !ok {
+		// A dead request's broadcast not seen paid (yet): pending, resolved
+		// by the next presentation, never released while it may be spent.
+		s.record(ctx, pd, store.PaymentPending, claim.TxHash)
+		return nil, settlementUnresolved()
+	}
+	s.record(ctx, pd, store.PaymentSettled, tx)
+	pd.claim.State, pd.claim.TxHash = store.PaymentSettled, tx
+	s.metrics.payment("recovered")
+	return pd, nil
+}
+
+// isTopUpClaim reports whether c was taken by a top-up.
+func isTopUpClaim(c store.PaymentClaim) bool {
+	return c.Staged != nil && c.Staged.ContentType == topUpMarker
+}
+
+// markTopUp stages the top-up marker with the claim pd holds.
+func (s *Server) markTopUp(ctx context.Context, pd *paid) error {
+	a := &pd.auth.Authorization
+	body := []byte(`{"amount":"` + a.Value.String() + `"}`)
+	m := store.StagedResponse{Status: http.StatusOK, ContentType: topUpMarker, Body: body,
+		Fingerprint: fingerprint(http.MethodPost, topUpPath, "", body)}
+	if err := s.claims().StagePayment(ctx, pd.key, pd.claim.Fence, m); err != nil {
+		s.metrics.payment("store_down")
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
+			Message: "the payment could not be recorded; nothing was charged", Err: err}
+	}
+	pd.claim.Staged = &m
+	return nil
+}
+
+// resolveTopUp settles a pending top-up's authorization again with the same
+// payload and offer (the facilitator resumes its record and never
+// broadcasts twice, D5) and returns the transaction once paid. Still pending
+// or unknown -> 409 settlement_pending with Retry-After; failed -> 402 with
+// PAYMENT-RESPONSE, the claim left pending for the chain to tell.
+func (s *Server) resolveTopUp(ctx context.Context, q *quote, pd *paid) (string, error) {
+	sr, err := s.fac.Settle(ctx, pd.payload, q.offer)
+	if err != nil {
+		s.log.Error("settle a pending top-up again", "key", pd.key, "err", err)
+		return "", s.inUse(pd.claim)
+	}
+	tx := sr.Transaction
+	switch {
+	case sr.Success && tx != "":
+	case sr.Success || sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed:
+		var paid bool
+		if tx, paid = s.confirm(ctx, pd, q); !paid {
+			return "", s.inUse(pd.claim)
+		}
+	case sr.ErrorReason == x402.ReasonSettlementPending:
+		if tx != "" && tx != pd.claim.TxHash {
+			s.record(ctx, pd, store.PaymentPending, tx) // a replacement transaction
+		}
+		return "", s.inUse(pd.claim)
+	default:
+		s.metrics.payment("failed")
+		return "", settleRefusal(sr, s.settleMessage(sr))
+	}
+	s.record(ctx, pd, store.PaymentSettled, tx)
+	s.metrics.payment("recovered")
+	return tx, nil
+}
+
+// creditTopUp credits a settled top-up once it is final and answers it. Any
+// failure here leaves the claim settled: the next presentation of the same
+// payment credits it, once.
+func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *quote, pd *paid, tx string, replay bool) error {
+	c := s.cfg.Credits
+	retry := func(code, msg string, err error) error {
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: code,
+			Message: msg + "; the payment settled in " + tx + "; present the same PAYMENT-SIGNATURE again to be credited, once",
+			Header:  http.Header{"X-Should-Retry": {"false"}, "Retry-After": {"2"}}, Err: err}
+	}
+	ref, err := s.topUpRef(ctx, tx, &pd.auth.Authorization)
+	switch {
+	case errors.Is(err, errNotFinal):
+		return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "settlement_not_final",
+			Message: "the top-up's settlement " + tx + " is not final yet; present the same PAYMENT-SIGNATURE again to be credited, once",
+			Header:  http.Header{"X-Should-Retry": {"false"}, "Retry-After": {"5"}}, Err: err}
+	case err != nil:
+		return retry("chain_unavailable", "the top-up's settlement could not be read from the chain", err)
+	}
+	e, err := c.Ledger.TopUp(ctx, ref, pd.auth.Authorization.From, q.amount)
+	if err != nil {
+		return retry("ledger_unavailable", "the top-up could not be credited right now", err)
+	}
+	owner := strings.ToLower(pd.auth.Authorization.From.Hex())
+	ans := topUpAnswer{Account: owner, Credited: q.amount.String(), Transaction: tx, LedgerSeq: e.Seq, Balance: "0"}
+	for _, p := range e.Postings {
+		if p.Account == store.UserAccount(owner) {
+			ans.Balance = fmt.Sprint(p.BalanceAfter)
+		}
+	}
+	sr := &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
+	if err := paidHeaders(w.Header(), sr); err != nil {
+		return fmt.Errorf("encode settle response: %w", err)
+	}
+	if replay {
+		w.Header().Set(replayHeader, topUpReplay)
+	}
+	writeJSON(w, http.StatusOK, ans)
+	return nil
+}
+
+// errNotFinal: the settlement's receipt is absent or has fewer
+// confirmations than configured.
+var errNotFinal = errors.New("settlement not final")
+
+// topUpRef reads the receipt of tx and returns the settlement reference of
+// a's transfer in it, once final (D17: status 1, N confirmations).
+func (s *Server) topUpRef(ctx context.Context, tx string, a *exact.Authorization) (string, error) {
+	c := s.cfg.Credits
+	if !isTxHash(tx) {
+		return "", fmt.Errorf("settlement transaction %q is not a hash", truncate(tx, 80))
+	}
+	h := common.HexToHash(tx)
+	rc, err := c.Chain.TransactionReceipt(ctx, h)
+	switch {
+	case errors.Is(err, ethereum.NotFound):
+		return "", errNotFinal
+	case err != nil:
+		return "", fmt.Errorf("receipt of %s: %w", tx, err)
+	case rc.Status != types.ReceiptStatusSuccessful:
+		return "", fmt.Errorf("settlement %s reverted", tx)
+	}
+	head, err := c.Chain.BlockNumber(ctx)
+	if err != nil {
+		return "", fmt.Errorf("chain head: %w", err)
+	}
+	if rc.BlockNumber == nil || head+1 < rc.BlockNumber.Uint64()+max(c.Confirmations, 1) {
+		return "", errNotFinal
+	}
+	i, ok := transferIndex(rc.Logs, s.asset, a)
+	if !ok {
+		return "", fmt.Errorf("settlement %s carries no transfer of this authorization", tx)
+	}
+	return ledger.SettlementRef(s.cfg.Network, h, i), nil
+}
+
+// transferIndex finds, among token's own logs, AuthorizationUsed(from,
+// nonce) immediately followed by Transfer(from, to, value) of a (D5), and
+// returns the Transfer's log index: what the credit is keyed by.
+func transferIndex(logs []*types.Log, token common.Address, a *exact.Authorization) (uint, bool) {
+	var own []*types.Log
+	for _, l := range logs {
+		if l.Address == token && !l.Removed {
+			own = append(own, l)
+		}
+	}
+	word := func(addr common.Address) common.Hash { return common.BytesToHash(addr[:]) }
+	for i := 0; i+1 < len(own); i++ {
+		used, tr := own[i], own[i+1]
+		if len(used.Topics) == 3 && used.Topics[0] == exact.TopicAuthorizationUsed &&
+			used.Topics[1] == word(a.From) && used.Topics[2] == a.Nonce &&
+			len(tr.Topics) == 3 && tr.Topics[0] == exact.TopicTransfer &&
+			tr.Topics[1] == word(a.From) && tr.Topics[2] == word(a.To) &&
+			len(tr.Data) == 32 && new(big.Int).SetBytes(tr.Data).Cmp(a.Value) == 0 {
+			return tr.Index, true
+		}
+	}
+	return 0, false
+}
+
+func isTxHash(s string) bool {
+	b, ok := strings.CutPrefix(s, "0x")
+	return ok && len(b) == 64 && strings.Trim(strings.ToLower(b), "0123456789abcdef") == ""
+}
+
+// balanceAnswer is the body of GET /v1/credits/balance. Amounts are decimal
+// strings of atomic units.
+type balanceAnswer struct {
+	Account string     `json:"account"`
+	Asset   string     `json:"asset"`
+	Network string     `json:"network"`
+	Balance string     `json:"balance"` // spendable
+	Held    string     `json:"held"`    // reserved for calls in flight
+	Key     *keyAnswer `json:"key,omitempty"`
+}
+
+// keyAnswer is what the key a balance was asked with has spent and may
+// still spend; a cap that does not bind is null, as is what remains under it.
+type keyAnswer struct {
+	ID              string  `json:"id"`
+	Spent           string  `json:"spent"`
+	Held            string  `json:"held"`
+	TotalCap        *string `json:"total_cap"`
+	Remaining       *string `json:"remaining"`
+	PeriodCap       *string `json:"period_cap"`
+	PeriodSpent     string  `json:"period_spent"`
+	PeriodRemaining *string `json:"period_remaining"`
+}
+
+// balance serves GET /v1/credits/balance, for an API key (its owner's
+// balance and the key's own usage) or a sign-in session.
+func (s *Server) balance(w http.ResponseWriter, r *http.Request) error {
+	if err := refusePaymentOnFreeRoute(r); err != nil {
+		return err
+	}
+	c := s.cfg.Credits
+	ctx, cancel := context.WithTimeout(r.Context(), 2*store.DefaultTimeout)
+	defer cancel()
+	bearer, err := bearerToken(r)
+	if err != nil {
+		return err
+	}
+	var owner string
+	var key *store.APIKey
+	if credits.IsKey(bearer) {
+		k, err := c.Keys.Authenticate(ctx, bearer)
+		if err != nil {
+			return credentialError(err, "the API key")
+		}
+		owner, key = k.Owner, &k
+	} else {
+		sess, err := c.Auth.Session(ctx, bearer)
+		if err != nil {
+			return credentialError(err, "the session token")
+		}
+		owner = sess.Owner
+	}
+	if !common.IsHexAddress(owner) {
+		return fmt.Errorf("account %q is not an address", owner)
+	}
+	b, err := c.Ledger.Balance(ctx, common.HexToAddress(owner))
+	if err != nil {
+		return ledgerUnavailable(err)
+	}
+	ans := balanceAnswer{Account: owner, Asset: s.cfg.Asset, Network: s.cfg.Network, Balance: b.Available.String(), Held: b.Held.String()}
+	if key != nil {
+		if ans.Key, err = s.keyUsage(ctx, *key); err != nil {
+			return ledgerUnavailable(err)
+		}
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, ans)
+	return nil
+}
+
+func ledgerUnavailable(err error) error {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "ledger_unavailable",
+		Message: "the balance could not be read right now", Header: http.Header{"Retry-After": {"2"}}, Err: err}
+}
+
+// keyUsage reports what k spent and may still spend.
+func (s *Server) keyUsage(ctx context.Context, k store.APIKey) (*keyAnswer, error) {
+	lk := ledger.Key{ID: k.ID}
+	if k.TotalCap != store.NoCap {
+		lk.TotalCap = big.NewInt(k.TotalCap)
+	}
+	if k.PeriodCap != store.NoCap {
+		lk.PeriodCap, lk.Period = big.NewInt(k.PeriodCap), k.Period
+	}
+	u, err := s.cfg.Credits.Ledger.KeyUsage(ctx, lk)
+	if err != nil {
+		return nil, err
+	}
+	left := func(limit, spent, held int64) (*string, *string) {
+		if limit == store.NoCap {
+			return nil, nil
+		}
+		l, r := fmt.Sprint(limit), fmt.Sprint(max(limit-spent-held, 0))
+		return &l, &r
+	}
+	ka := &keyAnswer{ID: k.ID, Spent: fmt.Sprint(u.Spent), Held: fmt.Sprint(u.Held), PeriodSpent: fmt.Sprint(u.PeriodSpent)}
+	ka.TotalCap, ka.Remaining = left(k.TotalCap, u.Spent, u.Held)
+	ka.PeriodCap, ka.PeriodRemaining = left(k.PeriodCap, u.PeriodSpent, u.PeriodHeld)
+	return ka, nil
+}
+
+// bearerToken returns the one bearer credential of r.
+func bearerToken(r *http.Request) (string, error) {
+	vs := r.Header.Values("Authorization")
+	if len(vs) == 1 {
+		if t, ok := strings.CutPrefix(vs[0], "Bearer "); ok && strings.TrimSpace(t) != "" {
+			return strings.TrimSpace(t), nil
+		}
+	}
+	return "", &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "credentials_required",
+		Message: "send Authorization: Bearer <sk-l4a- API key or session token>", Header: http.Header{"WWW-Authenticate": {"Bearer"}}}
+}
+
+// credentialError maps a refused key or session to 401, a store failure to
+// 503. The credential is never in the message.
+func credentialError(err error, what string) error {
+	switch {
+	case errors.Is(err, credits.ErrUnknownKey), errors.Is(err, credits.ErrNoSession):
+		return &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_credentials",
+			Message: what + " is unknown or expired", Header: http.Header{"WWW-Authenticate": {"Bearer"}}}
+	case errors.Is(err, credits.ErrRevokedKey), errors.Is(err, credits.ErrExpiredKey):
+		return &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_credentials",
+			Message: what + " is revoked or expired", Header: http.Header{"WWW-Authenticate": {"Bearer"}}}
+	default:
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
+			Message: what + " could not be checked right now", Header: http.Header{"Retry-After": {"2"}}, Err: err}
+	}
+}

@@ -1,0 +1,219 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// Credits turns on prepaid credits (issue 6; MISSION C1, C2, C4): top-ups
+// through an x402 payment, API keys drawing on the payer's balance, and
+// signed receipts. They need a store that holds the ledger (SQLite or
+// PostgreSQL; Redis does not) and a chain to read top-up settlements from.
+type Credits struct {
+	// Enabled turns the credit routes on. Every other key is read only when
+	// it is true.
+	Enabled bool `yaml:"enabled"`
+	// ReceiptKeyFile or ReceiptKeyEnv is where the key that signs receipts
+	// (EIP-712, DECISIONS D18) is: exactly one of them, a 32-byte hex
+	// private key. Use a key of its own, never the facilitator's: it holds
+	// no funds and signs nothing on chain.
+	ReceiptKeyFile string `yaml:"receipt_key_file"`
+	ReceiptKeyEnv  string `yaml:"receipt_key_env"`
+	// ReceiptChainID is the chainId of the receipts' EIP-712 domain and of
+	// sign-in messages. Default: the payment network's chain id.
+	ReceiptChainID uint64 `yaml:"receipt_chain_id"`
+	// TopUpMin and TopUpMax bound a top-up in whole atomic units of the
+	// asset, written as prices are (decimal strings; '_' may separate digit
+	// groups). Defaults: a hundredth of a token and a thousand tokens (0.01
+	// and 1000 USDC), the maximum capped at the ledger's bound of 10^15.
+	TopUpMin string `yaml:"topup_min"`
+	TopUpMax string `yaml:"topup_max"`
+	// HoldTTL is how long the hold of a credit-paid call lasts before the
+	// sweep releases it: longer than the slowest call, a stream included.
+	// Default DefaultHoldTTL.
+	HoldTTL time.Duration `yaml:"hold_ttl"`
+	// SignInOrigin is the origin (scheme://host[:port]) that wallet sign-in
+	// messages must name (EIP-4361). Default: the origin of public_url.
+	SignInOrigin string `yaml:"sign_in_origin"`
+	// Confirmations is how many blocks a top-up's settlement needs before it
+	// is credited, its own block included (DECISIONS D17). Default 1.
+	Confirmations uint64 `yaml:"confirmations"`
+}
+
+// Defaults and bounds of Credits.
+const (
+	DefaultHoldTTL       = 15 * time.Minute
+	DefaultConfirmations = 1
+	// MaxConfirmations bounds Credits.Confirmations: a deeper wait belongs in
+	// the chain's finality, not in a buyer's retry.
+	MaxConfirmations = 1000
+)
+
+// setCreditDefaults fills Credits when enabled; the receipt chain id and the
+// sign-in origin are derived when asked (ReceiptChainID, SignInOrigin), since
+// public_url may change once the port is bound.
+func (c *Config) setCreditDefaults() {
+	cr := &c.Credits
+	if !cr.Enabled {
+		return
+	}
+	if cr.HoldTTL == 0 {
+		cr.HoldTTL = DefaultHoldTTL
+	}
+	if cr.Confirmations == 0 {
+		cr.Confirmations = DefaultConfirmations
+	}
+	if c.Network.Decimals > MaxDecimals {
+		return // Validate reports it; the defaults below would be huge
+	}
+	unit := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(c.Network.Decimals)), nil)
+	if cr.TopUpMin == "" {
+		cr.TopUpMin = new(big.Int).Quo(unit, big.NewInt(100)).String()
+		if cr.TopUpMin == "0" {
+			cr.TopUpMin = "1"
+		}
+	}
+	if cr.TopUpMax == "" {
+		m := new(big.Int).Mul(unit, big.NewInt(1000))
+		if m.Cmp(big.NewInt(store.MaxAmount)) > 0 {
+			m.SetInt64(store.MaxAmount)
+		}
+		cr.TopUpMax = m.String()
+	}
+}
+
+func (c *Config) validateCredits(p *problems) {
+	cr := &c.Credits
+	if !cr.Enabled {
+		return
+	}
+	if !c.demo {
+		switch {
+		case cr.ReceiptKeyFile == "" && cr.ReceiptKeyEnv == "":
+			p.add("credits.receipt_key_file", "is required with credits: the receipt signing key's file (or set receipt_key_env)")
+		case cr.ReceiptKeyFile != "" && cr.ReceiptKeyEnv != "":
+			p.add("credits.receipt_key_env", "set receipt_key_file or receipt_key_env, not both")
+		case cr.ReceiptKeyEnv != "":
+			checkEnvName(p, "credits.receipt_key_env", cr.ReceiptKeyEnv)
+		}
+		if c.Facilitator.Mode == ModeRemote && c.Network.RPCURL == "" && c.Network.RPCURLEnv == "" {
+			p.add("network.rpc_url", "is required with credits (or set network.rpc_url_env): top-ups are credited from the settlement's receipt on chain")
+		}
+	}
+	if backend, msg := checkDSN(c.Store.DSN); c.Store.DSN != "" && msg == "" && backend == StoreRedis {
+		p.add("credits.enabled", "needs a store that holds the ledger (sqlite:// or postgres://); Redis does not")
+	}
+	lo := checkTopUp(p, "credits.topup_min", cr.TopUpMin, c.Network.Decimals)
+	hi := checkTopUp(p, "credits.topup_max", cr.TopUpMax, c.Network.Decimals)
+	if lo != nil && hi != nil && lo.Cmp(hi) > 0 {
+		p.add("credits.topup_min", "%s is more than credits.topup_max %s", lo, hi)
+	}
+	longest := c.Limits.UpstreamTimeout
+	for _, u := range c.Upstreams {
+		longest = max(longest, u.Timeout)
+	}
+	switch minHold := longest + c.Limits.MaxStreamDuration + MinClaimLeaseMargin; {
+	case cr.HoldTTL < time.Second || cr.HoldTTL > store.MaxHoldTTL:
+		p.add("credits.hold_ttl", "%s is not between 1s and %s", cr.HoldTTL, store.MaxHoldTTL)
+	case cr.HoldTTL < minHold:
+		p.add("credits.hold_ttl", "%s is shorter than the longest upstream timeout + limits.max_stream_duration + %s (%s): the sweep could release the hold of a call still running",
+			cr.HoldTTL, MinClaimLeaseMargin, minHold)
+	}
+	if cr.SignInOrigin != "" {
+		if msg := checkOrigin(cr.SignInOrigin); msg != "" {
+			p.add("credits.sign_in_origin", "%s", msg)
+		}
+	}
+	if cr.Confirmations < 1 || cr.Confirmations > MaxConfirmations {
+		p.add("credits.confirmations", "%d is not between 1 and %d", cr.Confirmations, MaxConfirmations)
+	}
+}
+
+// checkTopUp validates a top-up bound and returns it (nil on error).
+func checkTopUp(p *problems, path, s string, decimals uint8) *big.Int {
+	n, err := parseAtomic(s)
+	switch {
+	case err == nil && n == 0:
+		p.add(path, "must be at least 1 atomic unit")
+	case err == nil && n > uint64(store.MaxAmount):
+		p.add(path, "%q is more than the ledger's bound of %d atomic units", truncate(s), store.MaxAmount)
+	case err == nil:
+		return new(big.Int).SetUint64(n)
+	case errors.Is(err, strconv.ErrRange):
+		p.add(path, "%q is more than the ledger's bound of %d atomic units", truncate(s), store.MaxAmount)
+	default:
+		p.add(path, "%q must be a whole, positive number of atomic units of the asset, such as \"1000000\" (1.00 with %d decimals)", truncate(s), decimals)
+	}
+	return nil
+}
+
+// checkOrigin returns what is wrong with an http(s) origin, or "".
+func checkOrigin(s string) string {
+	if msg := checkURL(s, "http", "https"); msg != "" {
+		return msg
+	}
+	u, _ := url.Parse(s)
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(s, "#") {
+		return "must be an origin, scheme://host[:port], with no path, query or fragment"
+	}
+	return ""
+}
+
+// TopUpBounds returns Credits.TopUpMin and TopUpMax in atomic units.
+func (cr Credits) TopUpBounds() (lo, hi *big.Int, err error) {
+	a, err := parseAtomic(cr.TopUpMin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("credits.topup_min %q: %w", truncate(cr.TopUpMin), err)
+	}
+	b, err := parseAtomic(cr.TopUpMax)
+	if err != nil {
+		return nil, nil, fmt.Errorf("credits.topup_max %q: %w", truncate(cr.TopUpMax), err)
+	}
+	return new(big.Int).SetUint64(a), new(big.Int).SetUint64(b), nil
+}
+
+// ReceiptChainID returns Credits.ReceiptChainID, or the payment network's
+// chain id when unset.
+func (c *Config) ReceiptChainID() (*big.Int, error) {
+	if c.Credits.ReceiptChainID != 0 {
+		return new(big.Int).SetUint64(c.Credits.ReceiptChainID), nil
+	}
+	return c.Network.ChainID()
+}
+
+// SignInOrigin returns Credits.SignInOrigin, or the origin of PublicURL
+// when unset.
+func (c *Config) SignInOrigin() string {
+	if c.Credits.SignInOrigin != "" {
+		return strings.TrimRight(c.Credits.SignInOrigin, "/")
+	}
+	u, err := url.Parse(c.PublicURL)
+	if err != nil {
+		return c.PublicURL
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+}
+
+// ReceiptKey returns the receipt signing key as hex, from its file or
+// variable. The demo, which names neither, gets a new random key: its
+// receipts are verifiable against the address it publishes while it runs.
+func (c *Config) ReceiptKey(getenv func(string) string) (string, error) {
+	cr := c.Credits
+	if c.demo && cr.ReceiptKeyFile == "" && cr.ReceiptKeyEnv == "" {
+		k, err := crypto.GenerateKey()
+		if err != nil {
+			return "", fmt.Errorf("generate a receipt key: %w", err)
+		}
+		return fmt.Sprintf("%x", crypto.FromECDSA(k)), nil
+	}
+	return ReadSecret(cr.ReceiptKeyFile, cr.ReceiptKeyEnv, getenv)
+}

@@ -1,0 +1,234 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common/hexutil"
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/llm4agents/llm4agents/internal/credits"
+	"github.com/llm4agents/llm4agents/internal/ledger"
+	"github.com/llm4agents/llm4agents/internal/proctest"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/postgres"
+	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
+)
+
+const (
+	// capRequests is how many credit-paid requests the cap test sends at
+	// once, spread over the replicas (issue 6 item 4).
+	capRequests = 200
+	// keyCap is the key's total cap: $1.00 in 6-decimal USDC.
+	keyCap = 1_000_000
+	// accountFunds is the owner's balance: ten times the cap, so that the
+	// key's cap, not the balance, is what binds.
+	accountFunds = 10 * keyCap
+	// readThenWriteTag builds the binary whose reservation can be switched to
+	// read-then-write; readThenWriteEnv switches it.
+	readThenWriteTag = "l4a_unsafe_readthenwrite"
+	readThenWriteEnv = "LLM4AGENTS_UNSAFE_READ_THEN_WRITE=1"
+	// creditBody asks the model of creditsConfig, priced so that each call
+	// holds about 1.6 cents (its prompt and 16 output tokens at $625 per
+	// million): the $1.00 cap admits some 60 of the 200 calls.
+	creditBody = `{"model":"pricey","messages":[{"role":"user","content":"Say hello"}],"max_tokens":16}`
+	// receiptKeyIdx is the dev key the replicas sign receipts with.
+	receiptKeyIdx = 0
+)
+
+// TestCreditsCapAcrossReplicas is issue 6 item 4 with real processes: three
+// replicas on one PostgreSQL database take 200 concurrent credit-paid calls
+// through one API key whose total cap is $1.00; the key never spends more
+// than $1.00 in total, and every refused call makes no upstream call. The
+// reservation is one conditional write in the shared store, so no replica
+// can admit a call on a cap another replica has just used up.
+//
+// The replicas run the default build with the read-then-write switch set in
+// their environment on purpose: only the l4a_unsafe_readthenwrite build reads
+// it, and this run proves the default build ignores it.
+func TestCreditsCapAcrossReplicas(t *testing.T) {
+	skipShort(t)
+	r := runCapTest(t, proctest.BuildBinary(t))
+	t.Logf("default build: %s", r)
+	if r.spent > keyCap {
+		t.Errorf("the key spent %d atomic units, above its cap of %d", r.spent, keyCap)
+	}
+	if r.upstreamCalls != int64(r.answered) {
+		t.Errorf("%d upstream calls for %d answers: a refused call reached the upstream", r.upstreamCalls, r.answered)
+	}
+	if r.answered == 0 || r.refused == 0 {
+		t.Errorf("%d answered and %d refused: the test must both admit and refuse calls to mean anything", r.answered, r.refused)
+	}
+	if r.other > 0 {
+		t.Errorf("%d answers were neither a 200 nor a 402 with the numbers: %s", r.other, r.sample)
+	}
+}
+
+// TestCreditsCapControlReadThenWrite is the control of
+// TestCreditsCapAcrossReplicas: with the reservation done as a read and a
+// separate write (the test-only build and switch), the same 200 calls
+// overspend the cap. If this test fails, the cap test above proves nothing.
+func TestCreditsCapControlReadThenWrite(t *testing.T) {
+	skipShort(t)
+	r := runCapTest(t, proctest.BuildBinary(t, readThenWriteTag))
+	t.Logf("read-then-write build: %s", r)
+	if r.spent <= keyCap {
+		t.Errorf("the key spent %d atomic units, within its cap of %d: the control shows no overspend", r.spent, keyCap)
+	}
+}
+
+// capRun is what one cap test run observed.
+type capRun struct {
+	answered, refused, other int
+	upstreamCalls            int64
+	spent                    int64 // by the key, as the ledger says
+	sample                   string
+}
+
+func (r capRun) String() string {
+	return fmt.Sprintf("%d answered, %d refused (402), %d other; %d upstream calls; the key spent %d of a %d cap",
+		r.answered, r.refused, r.other, r.upstreamCalls, r.spent, keyCap)
+}
+
+func runCapTest(t *testing.T, bin string) capRun {
+	t.Helper()
+	c := startChain(t)
+	up := upstreamtest.NewServer(t, upstreamtest.Config{})
+	dsn := freshPostgres(t)
+	st := openPostgres(t, dsn)
+	asset := ledger.AssetID(network, c.token)
+	secret, keyID := fundedKey(t, st, asset)
+
+	cfg := replicaConfig(c, dsn, up.URL()) + creditsConfig
+	urls := make([]string, numReplicas)
+	for i := range numReplicas {
+		urls[i] = proctest.Start(t, bin, proctest.Options{
+			Name:       fmt.Sprintf("replica %d", i),
+			ConfigYAML: cfg,
+			Env:        []string{signerEnv(i), receiptKeyEnv(), readThenWriteEnv},
+		}).URL
+	}
+
+	hc := newHTTPClient(t)
+	calls0 := up.Calls()
+	var (
+		mu  sync.Mutex
+		run capRun
+		wg  sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for i := range capRequests {
+		wg.Go(func() {
+			status, body, err := creditCall(ctx, hc, urls[i%numReplicas], secret)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && status == http.StatusOK && hasCompletion(body):
+				run.answered++
+			case err == nil && status == http.StatusPaymentRequired && strings.Contains(string(body), "/v1/credits/topup"):
+				run.refused++
+			default:
+				run.other++
+				run.sample = fmt.Sprintf("status %d, err %v, body %.300s", status, err, body)
+			}
+		})
+	}
+	wg.Wait()
+	run.upstreamCalls = up.Calls() - calls0
+
+	u, err := st.KeyUsage(t.Context(), keyID, asset, 0)
+	if err != nil {
+		t.Fatalf("read the key's usage: %v", err)
+	}
+	if u.Held != 0 {
+		t.Errorf("the key still holds %d after every call ended", u.Held)
+	}
+	run.spent = u.Spent
+	return run
+}
+
+// creditsConfig follows replicaConfig, whose last section is the model list:
+// it adds a model priced per token high enough for the cap to bind, and turns
+// credits on; the receipt key comes from LLM4AGENTS_RECEIPT_KEY
+// (receiptKeyEnv).
+const creditsConfig = `  - id: pricey
+    upstream: fake
+    price: { input: "625000000", output: "625000000" }
+    max_output_tokens: 64
+credits:
+  enabled: true
+  receipt_key_env: LLM4AGENTS_RECEIPT_KEY
+`
+
+func receiptKeyEnv() string {
+	return "LLM4AGENTS_RECEIPT_KEY=" + hexutil.Encode(crypto.FromECDSA(testchain.DevKey(receiptKeyIdx)))
+}
+
+// fundedKey credits the buyer's account with accountFunds and creates an API
+// key with a total cap of keyCap on it, straight in the store: the test is
+// about the reservation, and top-ups and sign-in have tests of their own.
+func fundedKey(t *testing.T, st *postgres.DB, asset string) (secret, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
+	defer cancel()
+	l, err := ledger.New(st, ledger.Config{Asset: asset}, discard())
+	if err != nil {
+		t.Fatalf("ledger: %v", err)
+	}
+	payer := testchain.DevAddress(payerIdx)
+	if _, err := l.TopUp(ctx, "e2e:cap-test-funds", payer, big.NewInt(accountFunds)); err != nil {
+		t.Fatalf("fund the account: %v", err)
+	}
+	secret, id, err = credits.NewKey()
+	if err != nil {
+		t.Fatalf("new key: %v", err)
+	}
+	_, err = st.CreateKey(ctx, store.APIKey{
+		ID: id, Hash: credits.HashSecret(secret), Owner: strings.ToLower(payer.Hex()), Name: "cap test",
+		TotalCap: keyCap, PeriodCap: store.NoCap,
+	})
+	if err != nil {
+		t.Fatalf("create the key: %v", err)
+	}
+	return secret, id
+}
+
+func openPostgres(t *testing.T, dsn string) *postgres.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
+	defer cancel()
+	st, err := postgres.Open(ctx, dsn, discard())
+	if err != nil {
+		t.Fatalf("open PostgreSQL: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// creditCall sends one credit-paid chat completion with the API key.
+func creditCall(ctx context.Context, hc *http.Client, gatewayURL, key string) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayURL+"/v1/chat/completions", strings.NewReader(creditBody))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, body, err
+}

@@ -1,0 +1,286 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/internal/credits"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/upstream"
+)
+
+// creditClients is the fixed number of concurrent clients of
+// BenchmarkCreditPath: enough to make requests overlap in the store, few
+// enough that two cores are not just a queue.
+const creditClients = 4
+
+// creditFunds is what the benchmark's account is credited with: enough for
+// every call of any run (each costs a few thousand atomic units).
+const creditFunds = 1_000_000_000_000
+
+// BenchmarkCreditPath measures what the credit path adds to a chat completion
+// over calling the same fixed upstream directly (issue 6): key lookup, hold,
+// proxy, capture, receipt signing and storing, per store backend. Each b.N is
+// one round of latencyRequests requests per path at creditClients concurrent
+// clients.
+//
+//   - direct: the fixed upstream alone, its p50, p99 and req/s.
+//   - sqlite, postgres: a credit-paid request through the gateway on that
+//     backend, with the direct path measured again in the same rounds, the
+//     two taking turns, so both see the same load from the machine's
+//     neighbours; added = credit - direct of those rounds, at p50 and at p99.
+//
+// Reported per backend: credit-p50/p99-us, direct-p50/p99-us, added-p50-ms,
+// added-p99-ms (target <= 0.5 and <= 2), and req/s, the credit path's
+// sustained throughput at that concurrency; and hold- and capture-p50/p99-us,
+// how long the gateway waited for its two ledger writes.
+//
+//	go test -run '^$' -bench CreditPath -benchtime=5x ./internal/gateway/
+func BenchmarkCreditPath(b *testing.B) {
+	up := newFixedUpstream(b)
+	hc := benchHTTPClient(b)
+	direct := creditBenchPath{url: up.URL + "/v1/chat/completions"}
+
+	b.Run("direct", func(b *testing.B) {
+		creditLoad(b, hc, direct, 2*creditClients) // warm the pool, unmeasured
+		var lat []time.Duration
+		var wall time.Duration
+		b.ResetTimer()
+		for range b.N {
+			l, w := creditLoad(b, hc, direct, latencyRequests)
+			lat, wall = append(lat, l...), wall+w
+		}
+		b.StopTimer()
+		b.ReportMetric(us(percentile(lat, 0.50)), "direct-p50-us")
+		b.ReportMetric(us(percentile(lat, 0.99)), "direct-p99-us")
+		b.ReportMetric(float64(len(lat))/wall.Seconds(), "req/s")
+		b.ReportMetric(0, "ns/op") // a round's duration says nothing
+	})
+
+	for _, be := range creditBackends {
+		b.Run(be.name, func(b *testing.B) {
+			credit, timed := newCreditBenchPath(b, be, up.URL, hc)
+			paths := []creditBenchPath{direct, credit}
+			for _, p := range paths {
+				creditLoad(b, hc, p, 2*creditClients) // warm pools, tokenizer, statements
+			}
+			timed.take()
+			var lat [2][]time.Duration
+			var creditWall time.Duration
+			b.ResetTimer()
+			for round := range b.N {
+				// Rotate who goes first, so neither path always runs right
+				// after the other's checkpoint or GC.
+				for k := range paths {
+					i := (k + round) % len(paths)
+					l, w := creditLoad(b, hc, paths[i], latencyRequests)
+					lat[i] = append(lat[i], l...)
+					if i == 1 {
+						creditWall += w
+					}
+				}
+			}
+			b.StopTimer()
+			var p50, p99 [2]time.Duration
+			for i := range paths {
+				p50[i], p99[i] = percentile(lat[i], 0.50), percentile(lat[i], 0.99)
+			}
+			b.ReportMetric(us(p50[0]), "direct-p50-us")
+			b.ReportMetric(us(p99[0]), "direct-p99-us")
+			b.ReportMetric(us(p50[1]), "credit-p50-us")
+			b.ReportMetric(us(p99[1]), "credit-p99-us")
+			b.ReportMetric(ms(p50[1]-p50[0]), "added-p50-ms")
+			b.ReportMetric(ms(p99[1]-p99[0]), "added-p99-ms")
+			b.ReportMetric(float64(len(lat[1]))/creditWall.Seconds(), "req/s")
+			// Where the credit path's time goes: the two ledger writes, as
+			// the gateway waited for them.
+			holds, captures := timed.take()
+			b.ReportMetric(us(percentile(holds, 0.50)), "hold-p50-us")
+			b.ReportMetric(us(percentile(holds, 0.99)), "hold-p99-us")
+			b.ReportMetric(us(percentile(captures, 0.50)), "capture-p50-us")
+			b.ReportMetric(us(percentile(captures, 0.99)), "capture-p99-us")
+			b.ReportMetric(0, "ns/op")
+			b.Logf("%s, %d clients, %d requests per path: p50 %s / %s, p99 %s / %s (direct / credit); added %s at p50, %s at p99",
+				be.name, creditClients, len(lat[1]), p50[0], p50[1], p99[0], p99[1], p50[1]-p50[0], p99[1]-p99[0])
+		})
+	}
+}
+
+// creditBenchPath is one way to send chatBody: to url, with bearer as the
+// API key when set.
+type creditBenchPath struct {
+	url    string
+	bearer string
+}
+
+// newFixedUpstream starts an upstream that answers every chat completion with
+// fixedCompletion at once.
+func newFixedUpstream(b *testing.B) *httptest.Server {
+	b.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, fixedCompletion)
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+// benchHTTPClient is a client whose pool keeps a connection per concurrent
+// client, so the benchmark measures requests, not handshakes.
+func benchHTTPClient(b *testing.B) *http.Client {
+	b.Helper()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 256, 64
+	b.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// newCreditBenchPath starts a credit gateway on a fresh store of be in front
+// of the upstream at upstreamURL, funds an account, creates a key on it
+// without caps or rate limit, checks one call end to end, and returns the
+// path that calls it with that key, and the timer of its ledger writes.
+func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *http.Client) (creditBenchPath, *timedLedger) {
+	b.Helper()
+	log := discard()
+	db := be.open(b, log)
+	timed := &timedLedger{Ledger: db}
+	prov, err := upstream.NewOpenAI(upstream.OpenAIConfig{BaseURL: upstreamURL + "/v1", APIKey: "sk-upstream", Timeout: 5 * time.Second}, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(prov.CloseIdleConnections)
+	srv, led, _ := newCreditGateway(b, db, timed, prov, log)
+	if _, err := led.TopUp(b.Context(), "bench-topup", alice, big.NewInt(creditFunds)); err != nil {
+		b.Fatal(err)
+	}
+	secret, id, err := credits.NewKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.CreateKey(b.Context(), store.APIKey{ID: id, Hash: credits.HashSecret(secret), Owner: ownerOf(alice),
+		TotalCap: store.NoCap, PeriodCap: store.NoCap}); err != nil {
+		b.Fatal(err)
+	}
+	p := creditBenchPath{url: srv.URL + "/v1/chat/completions", bearer: secret}
+	// One call end to end, so a broken path fails here and not as a latency.
+	status, body, hdr := creditDo(b.Context(), hc, p)
+	if status != http.StatusOK || hdr.Get(client.HeaderReceipt) == "" {
+		b.Fatalf("credit call: status %d, receipt %q: %s", status, hdr.Get(client.HeaderReceipt), body)
+	}
+	return p, timed
+}
+
+// creditLoad sends n requests on p from creditClients goroutines and returns
+// each one's latency, from before the request is built to the end of its
+// body, and the wall time of the whole batch. A request that does not answer
+// 200 fails the benchmark.
+func creditLoad(b *testing.B, hc *http.Client, p creditBenchPath, n int) ([]time.Duration, time.Duration) {
+	b.Helper()
+	lat := make([]time.Duration, n)
+	var next, failed atomic.Int64
+	var first sync.Once
+	var firstErr string
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range creditClients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				status, body, _ := creditDo(context.Background(), hc, p)
+				lat[i] = time.Since(t0)
+				if status != http.StatusOK {
+					failed.Add(1)
+					first.Do(func() { firstErr = fmt.Sprintf("%d %.300s", status, body) })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%s: %d of %d requests failed; first: %s", p.url, f, n, firstErr)
+	}
+	return lat, wall
+}
+
+// creditDo sends chatBody on p and reads the whole answer. status is 0 on a
+// transport error, with the error as body.
+func creditDo(ctx context.Context, hc *http.Client, p creditBenchPath) (int, []byte, http.Header) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, strings.NewReader(chatBody))
+	if err != nil {
+		return 0, []byte(err.Error()), nil
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if p.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+p.bearer)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error()), nil
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, []byte(err.Error()), nil
+	}
+	return resp.StatusCode, body, resp.Header
+}
+
+// timedLedger records how long the gateway waits for each hold and each
+// capture: a timing harness around the real store.
+type timedLedger struct {
+	store.Ledger
+	mu       sync.Mutex
+	holds    []time.Duration
+	captures []time.Duration
+}
+
+func (t *timedLedger) Hold(ctx context.Context, r store.HoldRequest) (store.Hold, error) {
+	start := time.Now()
+	h, err := t.Ledger.Hold(ctx, r)
+	t.add(&t.holds, time.Since(start))
+	return h, err
+}
+
+func (t *timedLedger) Capture(ctx context.Context, id string, actual int64) (store.Hold, store.Entry, error) {
+	start := time.Now()
+	h, e, err := t.Ledger.Capture(ctx, id, actual)
+	t.add(&t.captures, time.Since(start))
+	return h, e, err
+}
+
+func (t *timedLedger) add(to *[]time.Duration, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	*to = append(*to, d)
+}
+
+// take returns the durations recorded since the last take and forgets them.
+func (t *timedLedger) take() (holds, captures []time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	holds, captures = t.holds, t.captures
+	t.holds, t.captures = nil, nil
+	return holds, captures
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,2 @@
+DROP INDEX receipts_owner;
+DROP TABLE receipts;

@@ -1,0 +1,18 @@
+package postgres
+
+import (
+	"testing"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/storetest"
+)
+
+// TestReceipts runs the receipts conformance suite with two DB values (two
+// pools) on one fresh schema, as two replicas would share it.
+func TestReceipts(t *testing.T) {
+	storetest.RunReceipts(t, func(t *testing.T, now func() time.Time) (a, b store.Receipts) {
+		_, dsn := freshSchema(t)
+		return open(t, dsn, now, nil), open(t, dsn, now, nil)
+	})
+}

@@ -1,0 +1,149 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// Signed receipts (store.Receipts), in the table of the receipts migration.
+// A put is one op of a write batch (writer.go): the insert and, when the id
+// exists, the comparison with the stored receipt run under the database's
+// write lock, so two processes putting one id end with one row.
+
+const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
+
+// PutReceipt implements store.Receipts.
+func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error) {
+	defer wrap(&err, "put receipt %q", r.RequestID)
+	if err := checkReceipt(r); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// ON CONFLICT DO NOTHING: an existing id is judged below, not a
+		// driver error that would spoil the batch's transaction.
+		res, err := tx.ExecContext(ctx, `INSERT INTO receipts (`+receiptColumns+`)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING`, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, db.nowMs())
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		cur, err := scanReceipt(tx.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = ?`, r.RequestID))
+		if err != nil {
+			return err
+		}
+		return sameReceipt(cur, r)
+	})
+	return mapErr(ctx, err)
+}
+
+// Receipt implements store.Receipts.
+func (db *DB) Receipt(ctx context.Context, requestID string) (_ store.StoredReceipt, err error) {
+	defer wrap(&err, "receipt %q", requestID)
+	if !store.ValidID(requestID) {
+		return store.StoredReceipt{}, store.ErrNotFound // never stored
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	r, err := scanReceipt(db.ro.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = ?`, requestID))
+	if err != nil {
+		return store.StoredReceipt{}, mapErr(ctx, err)
+	}
+	return r, nil
+}
+
+// ReceiptsOf implements store.Receipts.
+func (db *DB) ReceiptsOf(ctx context.Context, owner string, before int64, limit int) (_ []store.StoredReceipt, err error) {
+	defer wrap(&err, "receipts of %q", owner)
+	if err := checkReceiptsPage(owner, limit); err != nil {
+		return nil, err
+	}
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	rows, err := db.ro.QueryContext(ctx, `SELECT `+receiptColumns+` FROM receipts
+WHERE owner = ? AND seq < ?
+ORDER BY seq DESC, request_id DESC
+LIMIT ?`, owner, before, limit)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
+	out := []store.StoredReceipt{}
+	for rows.Next() {
+		r, err := scanReceipt(rows)
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return out, nil
+}
+
+// checkReceipt checks a receipt before it reaches the database.
+func checkReceipt(r store.StoredReceipt) error {
+	switch {
+	case !store.ValidID(r.RequestID):
+		return errors.New("invalid request id")
+	case !store.ValidOwner(r.Owner):
+		return errors.New("invalid owner")
+	case r.KeyID != "" && !store.ValidID(r.KeyID):
+		return errors.New("invalid key id")
+	case r.Seq <= 0:
+		return fmt.Errorf("ledger seq %d is not positive", r.Seq)
+	case len(r.Envelope) == 0:
+		return errors.New("empty receipt envelope")
+	case len(r.Envelope) > store.MaxReceiptBytes:
+		return fmt.Errorf("receipt envelope of %d bytes, over %d", len(r.Envelope), store.MaxReceiptBytes)
+	}
+	return nil
+}
+
+func checkReceiptsPage(owner string, limit int) error {
+	if !store.ValidOwner(owner) {
+		return errors.New("invalid owner")
+	}
+	if limit < 1 || limit > store.MaxReceiptsPage {
+		return fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxReceiptsPage)
+	}
+	return nil
+}
+
+// sameReceipt tells a repeated put (nil) from a conflicting one.
+func sameReceipt(cur, r store.StoredReceipt) error {
+	if cur.Owner != r.Owner || cur.KeyID != r.KeyID || cur.Seq != r.Seq || !bytes.Equal(cur.Envelope, r.Envelope) {
+		return fmt.Errorf("request id holds another receipt: %w", store.ErrConflict)
+	}
+	return nil
+}
+
+func scanReceipt(row interface{ Scan(...any) error }) (store.StoredReceipt, error) {
+	var r store.StoredReceipt
+	var created int64
+	if err := row.Scan(&r.RequestID, &r.Owner, &r.KeyID, &r.Seq, &r.Envelope, &created); err != nil {
+		return store.StoredReceipt{}, err
+	}
+	r.CreatedAt = time.UnixMilli(created).UTC()
+	return r, nil
+}
+
+var _ store.Receipts = (*DB)(nil)

@@ -1,0 +1,350 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// OpenReceipts opens two independent handles (separate connection pools, as
+// two processes would have) on one new, empty database. Both must take the
+// time from now for CreatedAt. It registers the handles' cleanup with
+// t.Cleanup and stops the test with t.Fatal if anything fails.
+type OpenReceipts func(t *testing.T, now func() time.Time) (a, b store.Receipts)
+
+// RunReceipts runs the store.Receipts conformance suite against the backend
+// that open opens. Every subtest opens a database of its own; handle a
+// writes, handle b reads back.
+//
+// Beyond the interface's comments, the suite pins down: CreatedAt is the
+// store's clock at the first put, to the millisecond, and a repeated put
+// leaves it; the envelope comes back byte for byte; receipts of one Seq are
+// ordered by request id, descending, byte by byte; invalid arguments (an
+// invalid request id, owner or key id, Seq <= 0, an empty or oversized
+// envelope, a limit outside 1..MaxReceiptsPage) fail with an error that is no
+// sentinel, and Receipt of an invalid id is ErrNotFound.
+func RunReceipts(t *testing.T, open OpenReceipts) {
+	tests := []struct {
+		name string
+		run  func(*receiptsEnv)
+	}{
+		{"PutAndRead", testReceiptPut},
+		{"Idempotent", testReceiptIdempotent},
+		{"Conflict", testReceiptConflict},
+		{"Pages", testReceiptPages},
+		{"Bounds", testReceiptBounds},
+		{"InvalidArguments", testReceiptInvalid},
+		{"Race/Put", testReceiptRace},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clock{now: start}
+			a, b := open(t, c.Now)
+			tc.run(&receiptsEnv{t: t, ctx: t.Context(), clock: c, a: a, b: b})
+		})
+	}
+}
+
+type receiptsEnv struct {
+	t     *testing.T
+	ctx   context.Context
+	clock *clock
+	a, b  store.Receipts
+}
+
+const receiptOwner = "0x1111111111111111111111111111111111111111"
+
+// testReceipt is a receipt as the gateway would store it.
+func testReceipt(id, owner string, seq int64) store.StoredReceipt {
+	env := fmt.Sprintf(`{"receipt":{"requestId":%q,"ledgerSeq":"%d"},"signature":"0x%s"}`, id, seq, strings.Repeat("ab", 65))
+	return store.StoredReceipt{RequestID: id, Owner: owner, KeyID: "key_" + id, Seq: seq, Envelope: []byte(env)}
+}
+
+func (e *receiptsEnv) put(r store.StoredReceipt) {
+	e.t.Helper()
+	if err := e.a.PutReceipt(e.ctx, r); err != nil {
+		e.t.Fatalf("PutReceipt(%s): %v", r.RequestID, err)
+	}
+}
+
+func (e *receiptsEnv) get(h store.Receipts, id string) store.StoredReceipt {
+	e.t.Helper()
+	r, err := h.Receipt(e.ctx, id)
+	if err != nil {
+		e.t.Fatalf("Receipt(%s): %v", id, err)
+	}
+	return r
+}
+
+func testReceiptPut(e *receiptsEnv) {
+	want := testReceipt("req_1", receiptOwner, 7)
+	e.put(want)
+	want.CreatedAt = start.Truncate(time.Millisecond)
+	if diff := cmp.Diff(want, e.get(e.b, "req_1")); diff != "" {
+		e.t.Errorf("Receipt (-want +got):\n%s", diff)
+	}
+	// A call drawn without a key: KeyID comes back empty.
+	nokey := testReceipt("req_2", receiptOwner, 8)
+	nokey.KeyID = ""
+	e.put(nokey)
+	if got := e.get(e.b, "req_2"); got.KeyID != "" {
+		e.t.Errorf("KeyID = %q, want empty", got.KeyID)
+	}
+	if _, err := e.b.Receipt(e.ctx, "req_absent"); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("Receipt of an absent id: %v, want ErrNotFound", err)
+	}
+	// Binary bytes of the envelope survive as they are (it is evidence).
+	raw := testReceipt("req_3", receiptOwner, 9)
+	raw.Envelope = []byte{0, 1, 2, 0xff, '\n', '{'}
+	e.put(raw)
+	if got := e.get(e.b, "req_3"); !bytes.Equal(got.Envelope, raw.Envelope) {
+		e.t.Errorf("Envelope = %x, want %x", got.Envelope, raw.Envelope)
+	}
+}
+
+func testReceiptIdempotent(e *receiptsEnv) {
+	r := testReceipt("req_1", receiptOwner, 7)
+	e.put(r)
+	first := e.get(e.b, "req_1")
+	e.clock.Advance(time.Minute)
+	// The same envelope again, from the other handle and in a fresh slice:
+	// a retry of the same capture, which changes nothing.
+	again := r
+	again.Envelope = bytes.Clone(r.Envelope)
+	if err := e.b.PutReceipt(e.ctx, again); err != nil {
+		e.t.Fatalf("PutReceipt again: %v", err)
+	}
+	if diff := cmp.Diff(first, e.get(e.a, "req_1")); diff != "" {
+		e.t.Errorf("a repeated put changed the receipt (-first +now):\n%s", diff)
+	}
+}
+
+func testReceiptConflict(e *receiptsEnv) {
+	r := testReceipt("req_1", receiptOwner, 7)
+	e.put(r)
+	tests := []struct {
+		name   string
+		change func(*store.StoredReceipt)
+	}{
+		{"envelope", func(r *store.StoredReceipt) { r.Envelope = append(bytes.Clone(r.Envelope), ' ') }},
+		{"owner", func(r *store.StoredReceipt) { r.Owner = "0x2222222222222222222222222222222222222222" }},
+		{"seq", func(r *store.StoredReceipt) { r.Seq++ }},
+		{"key", func(r *store.StoredReceipt) { r.KeyID = "key_other" }},
+		{"no key", func(r *store.StoredReceipt) { r.KeyID = "" }},
+	}
+	for _, tc := range tests {
+		other := r
+		tc.change(&other)
+		if err := e.b.PutReceipt(e.ctx, other); !errors.Is(err, store.ErrConflict) {
+			e.t.Errorf("PutReceipt with another %s: %v, want ErrConflict", tc.name, err)
+		}
+	}
+	if diff := cmp.Diff(r.Envelope, e.get(e.a, "req_1").Envelope); diff != "" {
+		e.t.Errorf("a conflicting put changed the envelope (-want +got):\n%s", diff)
+	}
+}
+
+func testReceiptPages(e *receiptsEnv) {
+	const other = "0x2222222222222222222222222222222222222222"
+	// Seqs out of put order, another owner's receipt in between, two
+	// receipts on one seq.
+	for _, r := range []store.StoredReceipt{
+		testReceipt("req_c", receiptOwner, 30),
+		testReceipt("req_a", receiptOwner, 10),
+		testReceipt("req_x", other, 20),
+		testReceipt("req_e", receiptOwner, 50),
+		testReceipt("req_b", receiptOwner, 20),
+		testReceipt("req_d", receiptOwner, 40),
+		testReceipt("req_d2", receiptOwner, 40),
+	} {
+		e.put(r)
+	}
+	ids := func(rs []store.StoredReceipt) []string {
+		out := []string{}
+		for _, r := range rs {
+			out = append(out, r.RequestID)
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		owner  string
+		before int64
+		limit  int
+		want   []string
+	}{
+		{"newest first", receiptOwner, 0, 100, []string{"req_e", "req_d2", "req_d", "req_c", "req_b", "req_a"}},
+		{"negative before is from the newest", receiptOwner, -5, 2, []string{"req_e", "req_d2"}},
+		{"limit", receiptOwner, 0, 3, []string{"req_e", "req_d2", "req_d"}},
+		{"before is exclusive", receiptOwner, 40, 100, []string{"req_c", "req_b", "req_a"}},
+		{"before between seqs", receiptOwner, 35, 1, []string{"req_c"}},
+		{"before the first", receiptOwner, 10, 100, []string{}},
+		{"other owner", other, 0, 100, []string{"req_x"}},
+		{"unknown owner", "0x3333333333333333333333333333333333333333", 0, 100, []string{}},
+	}
+	for _, tc := range tests {
+		got, err := e.b.ReceiptsOf(e.ctx, tc.owner, tc.before, tc.limit)
+		if err != nil {
+			e.t.Errorf("%s: ReceiptsOf: %v", tc.name, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, ids(got)); diff != "" {
+			e.t.Errorf("%s: ReceiptsOf (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	// Paging with the last seq seen walks every receipt once. (Seqs are
+	// distinct in a ledger; the one pair here shares a page of 3.)
+	var walked []string
+	before := int64(0)
+	for range 10 {
+		page, err := e.b.ReceiptsOf(e.ctx, receiptOwner, before, 3)
+		if err != nil {
+			e.t.Fatalf("ReceiptsOf page: %v", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		walked = append(walked, ids(page)...)
+		before = page[len(page)-1].Seq
+	}
+	if diff := cmp.Diff([]string{"req_e", "req_d2", "req_d", "req_c", "req_b", "req_a"}, walked); diff != "" {
+		e.t.Errorf("paging (-want +got):\n%s", diff)
+	}
+	// A full page is a whole receipt each, envelope included.
+	got, err := e.b.ReceiptsOf(e.ctx, receiptOwner, 0, 1)
+	if err != nil || len(got) != 1 {
+		e.t.Fatalf("ReceiptsOf: %v, %d receipts", err, len(got))
+	}
+	want := testReceipt("req_e", receiptOwner, 50)
+	want.CreatedAt = start.Truncate(time.Millisecond)
+	if diff := cmp.Diff(want, got[0]); diff != "" {
+		e.t.Errorf("ReceiptsOf receipt (-want +got):\n%s", diff)
+	}
+}
+
+func testReceiptBounds(e *receiptsEnv) {
+	// The largest envelope is stored and read back whole; one byte more is
+	// refused.
+	largest := testReceipt("req_big", receiptOwner, 1)
+	largest.Envelope = bytes.Repeat([]byte{'x'}, store.MaxReceiptBytes)
+	e.put(largest)
+	if got := e.get(e.b, "req_big"); len(got.Envelope) != store.MaxReceiptBytes {
+		e.t.Errorf("Envelope of %d bytes, want %d", len(got.Envelope), store.MaxReceiptBytes)
+	}
+	over := testReceipt("req_over", receiptOwner, 2)
+	over.Envelope = bytes.Repeat([]byte{'x'}, store.MaxReceiptBytes+1)
+	if err := e.a.PutReceipt(e.ctx, over); err == nil {
+		e.t.Error("PutReceipt of an envelope over MaxReceiptBytes succeeded")
+	}
+	// The largest seq the ledger can give, and a full page of receipts.
+	top := testReceipt("req_top", receiptOwner, 1<<62)
+	e.put(top)
+	if got := e.get(e.b, "req_top"); got.Seq != 1<<62 {
+		e.t.Errorf("Seq = %d, want %d", got.Seq, int64(1<<62))
+	}
+	for i := range 5 {
+		e.put(testReceipt(fmt.Sprintf("req_%d", i), receiptOwner, int64(100+i)))
+	}
+	got, err := e.b.ReceiptsOf(e.ctx, receiptOwner, 0, store.MaxReceiptsPage)
+	if err != nil {
+		e.t.Fatalf("ReceiptsOf with the largest limit: %v", err)
+	}
+	if len(got) != 7 {
+		e.t.Errorf("ReceiptsOf gave %d receipts, want 7", len(got))
+	}
+}
+
+func testReceiptInvalid(e *receiptsEnv) {
+	ok := testReceipt("req_1", receiptOwner, 1)
+	tests := []struct {
+		name   string
+		change func(*store.StoredReceipt)
+	}{
+		{"empty request id", func(r *store.StoredReceipt) { r.RequestID = "" }},
+		{"request id with a space", func(r *store.StoredReceipt) { r.RequestID = "req 1" }},
+		{"long request id", func(r *store.StoredReceipt) { r.RequestID = strings.Repeat("r", 1000) }},
+		{"empty owner", func(r *store.StoredReceipt) { r.Owner = "" }},
+		{"upper-case owner", func(r *store.StoredReceipt) { r.Owner = strings.ToUpper(receiptOwner) }},
+		{"key id with a newline", func(r *store.StoredReceipt) { r.KeyID = "key\n1" }},
+		{"zero seq", func(r *store.StoredReceipt) { r.Seq = 0 }},
+		{"negative seq", func(r *store.StoredReceipt) { r.Seq = -1 }},
+		{"empty envelope", func(r *store.StoredReceipt) { r.Envelope = nil }},
+	}
+	for _, tc := range tests {
+		r := ok
+		tc.change(&r)
+		err := e.a.PutReceipt(e.ctx, r)
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			e.t.Errorf("PutReceipt with %s: %v, want a plain error", tc.name, err)
+		}
+	}
+	for _, limit := range []int{0, -1, store.MaxReceiptsPage + 1} {
+		if _, err := e.b.ReceiptsOf(e.ctx, receiptOwner, 0, limit); err == nil {
+			e.t.Errorf("ReceiptsOf with limit %d succeeded", limit)
+		}
+	}
+	if _, err := e.b.ReceiptsOf(e.ctx, "Not An Owner", 0, 10); err == nil {
+		e.t.Error("ReceiptsOf of an invalid owner succeeded")
+	}
+	if _, err := e.b.Receipt(e.ctx, "req 1"); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("Receipt of an invalid id: %v, want ErrNotFound", err)
+	}
+	// Nothing invalid was stored.
+	if got, err := e.b.ReceiptsOf(e.ctx, receiptOwner, 0, 10); err != nil || len(got) != 0 {
+		e.t.Errorf("ReceiptsOf after invalid puts: %d receipts, %v", len(got), err)
+	}
+}
+
+// testReceiptRace puts one request id from both handles at once, half with
+// one envelope and half with another: exactly one envelope is stored, every
+// put of it succeeds and every put of the other is ErrConflict.
+func testReceiptRace(e *receiptsEnv) {
+	const workers = 16
+	r1 := testReceipt("req_race", receiptOwner, 5)
+	r2 := r1
+	r2.Envelope = append(bytes.Clone(r1.Envelope), ' ')
+	type result struct {
+		which int
+		err   error
+	}
+	results := make(chan result, workers)
+	var wg sync.WaitGroup
+	begin := make(chan struct{})
+	for i := range workers {
+		wg.Go(func() {
+			h, r := e.a, r1
+			if i%2 == 1 {
+				h = e.b
+			}
+			if i%4 >= 2 {
+				r = r2
+			}
+			<-begin
+			results <- result{which: i % 4 / 2, err: h.PutReceipt(e.ctx, r)}
+		})
+	}
+	close(begin)
+	wg.Wait()
+	close(results)
+	stored := e.get(e.b, "req_race")
+	winner := 0
+	if bytes.Equal(stored.Envelope, r2.Envelope) {
+		winner = 1
+	}
+	for res := range results {
+		switch {
+		case res.which == winner && res.err != nil:
+			e.t.Errorf("a put of the stored envelope failed: %v", res.err)
+		case res.which != winner && !errors.Is(res.err, store.ErrConflict):
+			e.t.Errorf("a put of the other envelope: %v, want ErrConflict", res.err)
+		}
+	}
+}

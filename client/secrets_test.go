@@ -36,7 +36,7 @@ func randomHex(tb testing.TB, n int) string {
 // TestSecretsNeverLeak (MISSION W5): the Transport runs through success, every
 // failure path, refusals, retries and journal faults with one debug-level
 // log; no payment header, signature, payment-identifier id, SIGN-IN-WITH-X
-// value, API key (in a header or the URL's query) or private key appears in
+// value (the caller's or one the Transport minted), API key (in a header or the URL's query) or private key appears in
 // the log, nor in any error RoundTrip returns, printed with %v, %+v or %#v.
 func TestSecretsNeverLeak(t *testing.T) {
 	bearer := "sk-l4a-" + randomHex(t, 24)
@@ -163,6 +163,37 @@ func TestSecretsNeverLeak(t *testing.T) {
 		call(t, func(_ *server, tr *client.Transport) { tr.Journal = openJournal(t, dir) }, request{})
 		call(t, func(_ *server, tr *client.Transport) { tr.Journal = &recordingJournal{fail: "begin"} }, request{})
 		call(t, func(_ *server, tr *client.Transport) { tr.Journal = &recordingJournal{fail: "signed"} }, request{})
+	})
+	t.Run("sign-in-with-x", func(t *testing.T) {
+		// Minted proofs: one let in, one refused and then paid, one answered
+		// with a redirect to another origin, which must not see it.
+		other := newServer(t)
+		other.free = true
+		servers = append(servers, other)
+		for _, signedIn := range []bool{true, false, true} {
+			srv := newServer(t, offer(price))
+			srv.extensions = declared
+			srv.siwx, srv.signedIn = siwxOffer(nil), map[string]bool{buyer: signedIn}
+			if len(servers)%2 == 0 {
+				srv.signInRedirect = other.URL("/landing")
+			}
+			servers = append(servers, srv)
+			tr, _ := newTransport(t, policy(10), srv)
+			tr.Log, tr.SignInWithX = logger, true
+			h := map[string]string{"Authorization": "Bearer " + bearer}
+			if _, err := send(t, tr, srv.URL("/v1/chat/completions?key="+bearer), request{method: http.MethodPost, body: chatBody, header: h}); err != nil {
+				errs = append(errs, err)
+			}
+			if len(srv.proofs) != 1 {
+				t.Errorf("%d proofs minted, want 1", len(srv.proofs))
+			}
+		}
+		if r, _ := other.snapshot(); len(r) > 0 && r[0].SignIn != "" {
+			t.Error("the other origin saw a sign-in")
+		}
+		if !strings.Contains(logs.String(), "signing in with the wallet") {
+			t.Error("the log lacks the sign-in lines")
+		}
 	})
 	t.Run("cross-origin redirect", func(t *testing.T) {
 		other := newServer(t)

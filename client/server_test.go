@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -122,6 +123,13 @@ type server struct {
 	routes     map[string]string // path -> where it redirects (302), before any payment
 	extensions map[string]json.RawMessage
 	verifier   *exact.Verifier
+	// siwx, when set, makes every 402 offer sign-in-with-x as the official
+	// server does (a fresh nonce each time), built by siwx from the request;
+	// a valid proof from an address in signedIn is answered 200 unpaid.
+	siwx     func(r *http.Request, nonce string) json.RawMessage
+	signedIn map[string]bool // lower-case addresses that "already paid"
+	// signInRedirect, when set, answers a granted sign-in with a 302 there.
+	signInRedirect string
 
 	mu sync.Mutex
 	// script, when not empty, overrides after for the next valid payments, one
@@ -133,6 +141,9 @@ type server struct {
 	headers  []string        // every PAYMENT-SIGNATURE value received
 	sigs     []string        // every signature received, hex without 0x
 	ids      []string        // every payment-identifier id received
+	issued   map[string]bool // sign-in nonces offered and not yet used
+	proofs   []string        // every SIGN-IN-WITH-X value received
+	grants   int             // requests let in by a sign-in
 }
 
 func newServer(tb testing.TB, accepts ...x402.PaymentRequirements) *server {
@@ -170,6 +181,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.free {
 		_, _ = io.WriteString(w, "free")
+		return
+	}
+	if proof := r.Header.Get(x402.HeaderSignInWithX); proof != "" && s.siwx != nil && header == "" {
+		if s.acceptSignIn(r, proof) {
+			if s.signInRedirect != "" {
+				http.Redirect(w, r, s.signInRedirect, http.StatusFound)
+				return
+			}
+			_, _ = io.WriteString(w, "signed in")
+			return
+		}
+		s.challenge(w, r, "Payment required")
 		return
 	}
 	if header == "" {
@@ -247,6 +270,20 @@ func (s *server) challenge(w http.ResponseWriter, r *http.Request, reason string
 			X402Version: x402.Version, Error: reason,
 			Resource: &x402.ResourceInfo{URL: "http://" + r.Host + r.URL.Path, Description: "test", MimeType: "text/plain"},
 			Accepts:  s.offers(), Extensions: s.extensions,
+		}
+		if s.siwx != nil {
+			nonce := fmt.Sprintf("%032x", len(s.snapshotRequests()))
+			s.mu.Lock()
+			if s.issued == nil {
+				s.issued = map[string]bool{}
+			}
+			s.issued[nonce] = true
+			s.mu.Unlock()
+			pr.Extensions = maps.Clone(pr.Extensions)
+			if pr.Extensions == nil {
+				pr.Extensions = map[string]json.RawMessage{}
+			}
+			pr.Extensions[client.ExtensionSignInWithX] = s.siwx(r, nonce)
 		}
 		var err error
 		if value, err = x402.EncodeHeader(pr); err != nil {
@@ -336,7 +373,7 @@ func (s *server) snapshot() (requests []seen, paid []int) {
 func (s *server) secrets() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Concat(s.headers, s.sigs, s.ids)
+	return slices.Concat(s.headers, s.sigs, s.ids, s.proofs)
 }
 
 // paidRequests returns the requests that carried a valid payment.

@@ -137,6 +137,17 @@ type Transport struct {
 	// header, signature, payment-identifier id or other credential; nil
 	// discards.
 	Log *slog.Logger
+	// SignInWithX, when set, answers a 402 that declares the sign-in-with-x
+	// extension (x402-v2.md §7.2) with a SIGN-IN-WITH-X proof signed by Signer
+	// before paying: a server that knows the wallet already paid lets it in.
+	// The proof is minted for this one request and its origin (the offer's
+	// domain and uri must be the request's), sent once, never kept, logged
+	// or carried by the paid request that follows if the server answers 402
+	// again. Off by default: a sign-in tells the server the wallet's address
+	// before anything is paid. A request that carries its own SIGN-IN-WITH-X
+	// header gets none minted, and a 402 from an origin the Policy does not
+	// allow gets no sign-in either.
+	SignInWithX bool
 
 	initOnce sync.Once
 	log      *slog.Logger
@@ -271,7 +282,48 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		log.InfoContext(ctx, "no payable option", "error", err.Error())
 		return nil, err
 	}
+	if t.SignInWithX && signInOffered(pr) && req.Header.Get(x402.HeaderSignInWithX) == "" {
+		resp, err := t.signIn(req, out, replay, pr, log)
+		if resp != nil || err != nil {
+			return resp, err
+		}
+	}
 	return t.pay(req, out, replay, pr, rules, log)
+}
+
+// signIn sends the request once more with a SIGN-IN-WITH-X proof minted for
+// it, and returns the answer unless it is another 402 (nil, nil: pay). An
+// offer this package does not sign is skipped, and the request is paid.
+func (t *Transport) signIn(req, out *http.Request, replay func() (io.ReadCloser, error), pr *x402.PaymentRequired, log *slog.Logger) (*http.Response, error) {
+	ctx := req.Context()
+	proof, err := mintSignIn(ctx, t.Signer, pr, req.URL)
+	if errors.Is(err, ErrSignInRefused) {
+		log.InfoContext(ctx, "sign-in-with-x offer not signed; paying instead", "error", err.Error())
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	body, err := replay()
+	if err != nil {
+		return nil, fmt.Errorf("client: replay request body: %w", err)
+	}
+	si := out.Clone(ctx)
+	si.Body = body
+	si.Header.Set(x402.HeaderSignInWithX, proof.Reveal())
+	log.InfoContext(ctx, "signing in with the wallet (sign-in-with-x)", "address", t.Signer.Address().Hex())
+	resp, err := t.base().RoundTrip(si)
+	if err != nil {
+		return nil, fmt.Errorf("client: send sign-in: %w", err)
+	}
+	resp.Request = req // not si: it carries the proof
+	if resp.StatusCode != http.StatusPaymentRequired {
+		log.InfoContext(ctx, "signed in; nothing paid", "status", resp.StatusCode)
+		return resp, nil
+	}
+	drainClose(resp.Body)
+	log.InfoContext(ctx, "sign-in not accepted; paying")
+	return nil, nil
 }
 
 // call is one logical call being paid: its journal entry and the

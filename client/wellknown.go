@@ -195,24 +195,35 @@ func (v *ReceiptVerifier) VerifyResponse(ctx context.Context, resp *http.Respons
 // Verify checks that sig over r was made by the signer origin publishes, in
 // the domain it publishes.
 func (v *ReceiptVerifier) Verify(ctx context.Context, origin string, r *Receipt, sig []byte) error {
+	_, err := v.VerifySigner(ctx, origin, r, sig)
+	return err
+}
+
+// VerifySigner is Verify that also returns the published signer the
+// receipt was verified against, for a person to compare.
+func (v *ReceiptVerifier) VerifySigner(ctx context.Context, origin string, r *Receipt, sig []byte) (common.Address, error) {
 	for refresh := false; ; refresh = true {
 		wk, cached, err := v.wellKnown(ctx, origin, refresh)
 		if err != nil {
-			return err
+			return common.Address{}, err
 		}
 		got, err := VerifyReceipt(r, sig, wk.Receipts.Domain)
 		switch {
 		case err == nil && got == wk.Receipts.Signer:
-			return nil
+			return got, nil
 		case cached:
 			continue // the signer may have rotated: look again, once
 		case err != nil:
-			return err
+			return common.Address{}, err
 		default:
-			return fmt.Errorf("%w: signed by %s, not by %s's published signer %s", ErrReceiptSignature, got.Hex(), origin, wk.Receipts.Signer.Hex())
+			return common.Address{}, fmt.Errorf("%w: signed by %s, not by %s's published signer %s", ErrReceiptSignature, got.Hex(), origin, wk.Receipts.Signer.Hex())
 		}
 	}
 }
+
+// OriginOf returns scheme://host[:port] of u, lower-cased: the origin whose
+// well-known document vouches for receipts of responses from u.
+func OriginOf(u *url.URL) string { return originOf(u) }
 
 // wellKnown returns origin's document, from the cache unless refresh is set,
 // and whether it came from the cache.

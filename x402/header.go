@@ -59,13 +59,14 @@ func EncodeHeader(v any) (string, error) {
 }
 
 // DecodeHeader decodes a header value into v. It refuses oversize values, base64url,
-// unpadded or otherwise invalid base64, and anything but a JSON object.
+// unpadded or otherwise invalid base64, anything but a JSON object, and member
+// names that match a field of v only case-insensitively (see Unmarshal).
 func DecodeHeader(value string, v any) error {
 	b, err := decodeHeaderBytes(value)
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%w: %w", ErrHeaderJSON, err)
 	}
 	return nil
@@ -127,6 +128,9 @@ func DecodePaymentPayload(value string) (*PaymentPayload, error) {
 // from base64, such as the paymentPayload of a facilitator request.
 func ParsePaymentPayload(b []byte) (*PaymentPayload, error) {
 	var p PaymentPayload
+	if err := checkNames(b, paymentPayloadTyp); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrHeaderJSON, err)
+	}
 	if err := json.Unmarshal(b, &p); err != nil || p.X402Version != Version {
 		// Decode once in the common case; only a refusal pays for the second
 		// look that tells a wrong version from a malformed payload.
@@ -156,11 +160,16 @@ func (p *PaymentPayload) validate() error {
 	return nil
 }
 
-// DecodePaymentRequired decodes a PAYMENT-REQUIRED header value.
+// DecodePaymentRequired decodes a PAYMENT-REQUIRED header value. Like every
+// decoder here it refuses member names that differ from the protocol's only in
+// case (see Unmarshal): the official decoder is case-sensitive.
 func DecodePaymentRequired(value string) (*PaymentRequired, error) {
 	b, err := decodeHeaderBytes(value)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkNames(b, paymentRequiredTyp); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrHeaderJSON, err)
 	}
 	if err := checkVersion(b); err != nil {
 		return nil, err
@@ -181,6 +190,9 @@ func DecodeSettleResponse(value string) (*SettleResponse, error) {
 	b, err := decodeHeaderBytes(value)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkNames(b, settleResponseTyp); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrHeaderJSON, err)
 	}
 	var probe struct {
 		Success     *bool   `json:"success"`

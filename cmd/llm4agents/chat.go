@@ -119,7 +119,7 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 	if f.verbose {
 		logOut = e.stderr
 	}
-	in := &inspector{next: http.DefaultTransport, payTo: f.spend.payTo}
+	in := &inspector{next: http.DefaultTransport}
 	tr := &client.Transport{
 		Base:    in,
 		Signer:  exact.NewKeySigner(key),

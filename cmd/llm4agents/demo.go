@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,8 +15,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/config"
@@ -34,15 +39,26 @@ const (
 // runDemo runs the product on embedded defaults: a local chain with a USDC-like
 // token, the gateway with its in-process facilitator, a temporary SQLite store
 // and the demo model, and a buyer that pays for one completion and one stream.
+// With --serve it then keeps the gateway up at a fixed loopback address, with
+// the buyer's wallet key in a file, so the README's `pay` and `chat` examples
+// can be pasted against it.
 func runDemo(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	verbose := fs.Bool("v", false, "log what the gateway and facilitator do")
+	serveAddr := fs.String("serve", "", "after the walkthrough, keep serving at this loopback `address` (e.g. 127.0.0.1:8402) until interrupted")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("demo: unexpected argument #%d (flags go before it; values are not echoed)", fs.NArg())
+	}
+	listenAddr := "127.0.0.1:0"
+	if *serveAddr != "" {
+		if err := loopbackAddr(*serveAddr); err != nil {
+			return fmt.Errorf("demo: --serve: %w", err)
+		}
+		listenAddr = *serveAddr
 	}
 	logOut := io.Discard
 	if *verbose {
@@ -71,7 +87,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	cfg := config.Demo()
 	cfg.Network.Asset, cfg.Network.PayTo = c.Token.Hex(), payTo.Hex()
 	cfg.Store.DSN = "sqlite://" + filepath.Join(dir, "demo.db")
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listenAddr)
 	if err != nil {
 		return err
 	}
@@ -87,12 +103,17 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	}
 	defer parts.close()
 	srvCtx, stopSrv := context.WithCancel(ctx)
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- serve(srvCtx, ln, parts.server, 5*time.Second) }()
+	srvDone := make(chan struct{}) // closed once the server stopped and srvErr is set
+	var srvErr error
+	go func() {
+		defer close(srvDone)
+		srvErr = serve(srvCtx, ln, parts.server, 5*time.Second)
+	}()
 	defer func() {
 		stopSrv()
-		if err := <-srvDone; err != nil {
-			log.Warn("gateway stopped", "err", err)
+		<-srvDone
+		if srvErr != nil {
+			log.Warn("gateway stopped", "err", srvErr)
 		}
 	}()
 	printf(out, "2. the gateway is serving on %s with the demo model (a built-in fake, not a real LLM)\n", cfg.PublicURL)
@@ -216,6 +237,69 @@ func runDemo(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	printf(out, "6. the buyer paid %s USDC in all; the seller holds %s USDC. done.\n", usdc(tr.Spent()), usdc(final))
+	if *serveAddr == "" {
+		return nil
+	}
+	stopped, err := keepServing(ctx, out, cfg.PublicURL, c.Token, srvDone)
+	if err != nil {
+		return err
+	}
+	if stopped { // srvDone is closed, so srvErr is set
+		if srvErr == nil {
+			return errors.New("demo: the gateway stopped")
+		}
+		return fmt.Errorf("demo: the gateway stopped: %w", srvErr)
+	}
+	return nil
+}
+
+// demoKeyFile is where `demo --serve` leaves the buyer's wallet key, at a
+// fixed path so that the README's commands can name it. The key is a public
+// dev key of a simulated chain; the file is still written 0600 and removed
+// when the demo stops.
+func demoKeyFile() string { return filepath.Join(os.TempDir(), "llm4agents-demo", "buyer.key") }
+
+// keepServing writes the buyer's key file, prints what to paste, and waits
+// until ctx ends (Ctrl-C) or the server stops (srvDone closed: stopped).
+func keepServing(ctx context.Context, out io.Writer, publicURL string, token common.Address, srvDone <-chan struct{}) (stopped bool, err error) {
+	path := demoKeyFile()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return false, fmt.Errorf("demo: key file directory: %w", err)
+	}
+	key := hex.EncodeToString(crypto.FromECDSA(devchain.Key(demoBuyer)))
+	if err := os.WriteFile(path, []byte("0x"+key+"\n"), 0o600); err != nil {
+		return false, fmt.Errorf("demo: write the buyer's key file: %w", err)
+	}
+	defer func() { _ = os.Remove(path) }() // a dev key of a chain that ends with the demo
+	// The demo token is no USDC the buyer's default policy knows: name it.
+	asset := devchain.Network + "/" + token.Hex()
+	printf(out, "7. still serving at %s until Ctrl-C; the buyer's wallet key (a dev key, worthless) is in %s. Try:\n", publicURL, path)
+	printf(out, "   llm4agents pay --key-file %s --asset %s -d '{\"model\":\"demo\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' %s/v1/chat/completions\n", path, asset, publicURL)
+	printf(out, "   llm4agents chat --key-file %s --asset %s --url %s\n", path, asset, publicURL)
+	select {
+	case <-ctx.Done():
+		return false, nil
+	case <-srvDone:
+		return true, nil
+	}
+}
+
+// loopbackAddr accepts host:port where host is a loopback address or
+// "localhost": the demo's chain, keys and payments are for this machine only.
+func loopbackAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", shorten(addr, 64))
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q is not 1-65535", shorten(port, 16))
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("host %q is not a loopback address (127.0.0.1, ::1 or localhost): the demo serves this machine only", shorten(host, 64))
+	}
 	return nil
 }
 

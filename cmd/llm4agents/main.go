@@ -50,6 +50,8 @@ commands:
   facilitator   serve an x402 facilitator (POST /verify, POST /settle, GET /supported)
   pay           pay one x402 request within a budget (--dry-run shows the price, pays nothing)
   chat          chat with an OpenAI-compatible x402 endpoint, paying per turn
+  keys          create, list or revoke the gateway's sk-l4a- API keys (signs in with the wallet)
+  credits       top up credit with an x402 payment, show the balance, verify receipts
 
 Run 'llm4agents <command> -h' for the flags of a command.
 `
@@ -71,6 +73,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runPay(ctx, rest, e, os.Stdin)
 	case "chat":
 		return runChat(ctx, rest, e, os.Stdin)
+	case "keys":
+		return runKeys(ctx, rest, e)
+	case "credits":
+		return runCredits(ctx, rest, e)
 	case "-h", "-help", "--help", "help":
 		printf(stdout, "%s", usage)
 		return nil

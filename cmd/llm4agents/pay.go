@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -250,7 +251,6 @@ func runPay(ctx context.Context, args []string, e env, stdin io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("pay: %w", err)
 	}
-	in.payTo = f.spend.payTo
 	logOut := io.Discard
 	if f.verbose {
 		logOut = e.stderr
@@ -263,7 +263,7 @@ func runPay(ctx context.Context, args []string, e env, stdin io.Reader) error {
 		Log:     slog.New(slog.NewTextHandler(logOut, nil)),
 	}
 	hc.Transport = tr
-	b := &buyer{in: in, tr: tr, spend: f.spend}
+	b := &buyer{in: in, tr: tr, spend: f.spend, receipts: newReceiptVerifier(f.timeout)}
 	for i := 1; i <= f.repeat; i++ {
 		if err := payOnce(ctx, hc, b, f, e, i); err != nil {
 			return err
@@ -278,6 +278,56 @@ type buyer struct {
 	in    *inspector
 	tr    *client.Transport
 	spend *spending
+	// receipts verifies the gateway's signed receipts (DECISIONS D18); nil
+	// leaves them unchecked.
+	receipts *client.ReceiptVerifier
+}
+
+// newReceiptVerifier checks receipts against the well-known document of the
+// origin that sent them, fetched unpaid, never following a redirect
+// elsewhere.
+func newReceiptVerifier(timeout time.Duration) *client.ReceiptVerifier {
+	return &client.ReceiptVerifier{Client: &http.Client{Timeout: timeout, CheckRedirect: sameOriginRedirects}}
+}
+
+// receiptCheck is what a response's X-Llm4agents-Receipt came to.
+type receiptCheck struct {
+	Receipt   *client.Receipt `json:"receipt,omitempty"`
+	Signature string          `json:"signature,omitempty"`
+	Verified  bool            `json:"verified"`
+	Signer    string          `json:"signer,omitempty"`
+	Error     string          `json:"error,omitempty"`
+}
+
+// checkReceipt verifies the receipt header of resp, if any, against the
+// signer its origin publishes. It returns nil when there is no receipt.
+func (b *buyer) checkReceipt(ctx context.Context, resp *http.Response) *receiptCheck {
+	v := resp.Header.Get(client.HeaderReceipt)
+	if v == "" || b.receipts == nil {
+		return nil
+	}
+	rc := &receiptCheck{}
+	r, sig, err := client.DecodeReceiptHeader(v)
+	if err != nil {
+		rc.Error = err.Error()
+		return rc
+	}
+	rc.Receipt, rc.Signature = r, "0x"+hex.EncodeToString(sig)
+	signer, err := b.receipts.VerifySigner(ctx, client.OriginOf(resp.Request.URL), r, sig)
+	if err != nil {
+		rc.Error = err.Error()
+		return rc
+	}
+	rc.Verified, rc.Signer = true, signer.Hex()
+	return rc
+}
+
+// line says for a person what the receipt check found.
+func (rc *receiptCheck) line() string {
+	if rc.Verified {
+		return fmt.Sprintf("receipt verified (signer %s)", rc.Signer)
+	}
+	return "receipt NOT verified: " + rc.Error
 }
 
 // payOnce sends the request once and reports the outcome.
@@ -321,6 +371,13 @@ func payOnce(ctx context.Context, hc *http.Client, b *buyer, f *payFlags, e env,
 	// The payment is reported even when the body was cut short.
 	printf(e.stderr, "%s%s\n", prefix, p.summary(b))
 	err = p.err(resp)
+	if rc := b.checkReceipt(ctx, resp); rc != nil {
+		printf(e.stderr, "%s%s\n", prefix, rc.line())
+		res.Receipt = rc
+		if !rc.Verified && err == nil {
+			err = fmt.Errorf("pay: %s: the response's receipt does not verify against %s%s", line, client.OriginOf(resp.Request.URL), client.WellKnownPath)
+		}
+	}
 	if readErr != nil {
 		err = fmt.Errorf("pay: read the response body: %w", readErr)
 	}
@@ -414,7 +471,7 @@ func (b *buyer) failure(line string, err error, w io.Writer, res *payJSON) error
 	err = withoutURL(err)
 	var np *client.NoPayableOptionError
 	switch {
-	case errors.As(err, &np), errors.Is(err, errPayToRefused):
+	case errors.As(err, &np):
 		pr, vs := b.in.explain(np)
 		if pr != nil {
 			printOptions(w, line, pr, vs, b.spend)
@@ -517,11 +574,6 @@ func dryRun(ctx context.Context, hc *http.Client, f *payFlags, e env) error {
 	return nil
 }
 
-func drainClose(body io.ReadCloser) {
-	_, _ = io.CopyN(io.Discard, body, 64<<10)
-	_ = body.Close()
-}
-
 // printOptions writes a 402's options, one block each, with what is or would
 // be done with each, for a person.
 func printOptions(w io.Writer, line string, pr *x402.PaymentRequired, vs []verdict, s *spending) {
@@ -598,6 +650,7 @@ type payJSON struct {
 	Paid                 *optionJSON          `json:"paid,omitempty"`
 	PaymentResponse      *x402.SettleResponse `json:"paymentResponse,omitempty"`
 	PaymentResponseError string               `json:"paymentResponseError,omitempty"`
+	Receipt              *receiptCheck        `json:"receipt,omitempty"`
 	Headers              map[string]string    `json:"headers,omitempty"`
 	Body                 json.RawMessage      `json:"body,omitempty"`
 	BodyText             *string              `json:"bodyText,omitempty"`

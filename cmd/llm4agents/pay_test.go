@@ -397,7 +397,7 @@ func TestPayRefusedByPolicy(t *testing.T) {
 		{"unknown asset", []string{"--asset", devchain.Network + "/" + other}, "verdict  refused (asset): asset " + g.chain.Token.Hex() + " is not allowed on eip155:1337 by the policy"},
 		{"default assets", nil, "verdict  refused (network): network eip155:1337 is not allowed by the policy"},
 		{"mismatched network", []string{"--network", "eip155:8453", "--asset", g.chain.Token.Hex()}, "verdict  refused (network): network eip155:1337 is not allowed by the policy"},
-		{"pay-to", []string{g.assetFlag(), "--pay-to", other}, "verdict  refused (pay_to): payTo 0xa0Ee7A142d267C1f36714E4a8F75612F20a79720 is not allowed by --pay-to"},
+		{"pay-to", []string{g.assetFlag(), "--pay-to", other}, "verdict  refused (pay_to): recipient 0xa0Ee7A142d267C1f36714E4a8F75612F20a79720 is not allowed by the policy"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -726,8 +726,9 @@ func TestPayHostileSellers(t *testing.T) {
 			payments:   1,
 		},
 		{
-			// Go's JSON decoder matches keys regardless of case, and the last
-			// one wins: the --pay-to filter must see the list the client sees.
+			// Go's JSON decoder matches keys regardless of case and keeps the
+			// last; the official one is case-sensitive. A challenge that the
+			// two would read differently is refused, and nothing is paid.
 			name: "pay-to with two accepts keys",
 			answer: func(tb testing.TB, url string) func(http.ResponseWriter, *http.Request, bool) {
 				stranger := func(i int) x402.PaymentRequirements {
@@ -766,10 +767,8 @@ func TestPayHostileSellers(t *testing.T) {
 					_, _ = io.WriteString(w, "ok")
 				}
 			},
-			args:       []string{"--pay-to", fakePayTo},
-			wantStdout: "ok",
-			wantStderr: []string{"settled in transaction"},
-			payments:   1,
+			args:    []string{"--pay-to", fakePayTo},
+			wantErr: "402 with an undecodable PAYMENT-REQUIRED header: x402 header is not a JSON object: member names must match the protocol's field names exactly: a member differs from \"accepts\" only in case; nothing was signed or paid",
 		},
 	}
 	for _, tc := range tests {

@@ -132,6 +132,19 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			PaymentIDRequired: m.PaymentIdentifier == config.PaymentIDRequired,
 		})
 	}
+	var cred *gateway.Credits
+	if cfg.Credits.Enabled {
+		var chain gateway.ChainReader
+		if backend != nil {
+			chain = backend
+		}
+		c, stop, err := buildCredits(cfg, db, chain, getenv, log)
+		if err != nil {
+			return nil, err
+		}
+		g.closers = append(g.closers, stop)
+		cred = c
+	}
 	hostname, _ := os.Hostname()
 	srv, err := gateway.New(gateway.Config{
 		PublicURL: cfg.PublicURL, Network: cfg.Network.ID, Asset: asset.Hex(),
@@ -141,6 +154,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
 		RecoveryTTL: cfg.Limits.RecoveryTTL, RecoveryReplays: cfg.Limits.RecoveryReplays,
 		ClaimLease: cfg.ClaimLease(), Owner: fmt.Sprintf("%s/%d", hostname, os.Getpid()), Models: models,
+		Credits: cred,
 	}, fac, db, log)
 	if err != nil {
 		return nil, err
@@ -195,6 +209,10 @@ func runServe(ctx context.Context, args []string, e env) error {
 		if key, err = parseKey(hexKey, "facilitator"); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
+	}
+	// The in-process facilitator settles on the node; credits read top-up
+	// settlements from it, whoever settles.
+	if cfg.Facilitator.Mode != config.ModeRemote || cfg.Credits.Enabled {
 		rpcURL, err := cfg.Network.RPC(e.getenv)
 		if err != nil {
 			return fmt.Errorf("serve: network: %w", err)

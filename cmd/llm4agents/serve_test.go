@@ -54,6 +54,7 @@ type serveConfig struct {
 	Upstream  string // the YAML of upstreams[0], named "up", indented 4
 	Model     string // default demo
 	UpModel   string // upstream_model; omitted when empty
+	Credits   string // the keys of a credits: section, indented 2; omitted when empty
 }
 
 func (c serveConfig) yaml(tb testing.TB) string {
@@ -84,6 +85,9 @@ func (c serveConfig) yaml(tb testing.TB) string {
 		fmt.Fprintf(&b, "    upstream_model: %s\n", c.UpModel)
 	}
 	b.WriteString("    price: { input: \"1000000\", output: \"2000000\" }   # $1 / $2 per Mtok\n    max_output_tokens: 256\n")
+	if c.Credits != "" {
+		fmt.Fprintf(&b, "credits:\n%s\n", c.Credits)
+	}
 	return b.String()
 }
 

@@ -96,8 +96,6 @@ func (b *buyerFlags) register(fs *flag.FlagSet) {
 type spending struct {
 	policy   client.Policy
 	decimals int
-	// payTo lists the allowed recipients; empty allows any.
-	payTo map[common.Address]bool
 }
 
 // parse checks every spending flag. Nothing here reads a file or the network.
@@ -126,10 +124,8 @@ func (b *buyerFlags) parse() (*spending, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--pay-to %q: %w", v, err)
 		}
-		if s.payTo == nil {
-			s.payTo = map[common.Address]bool{}
-		}
-		s.payTo[a] = true
+		// The client refuses any other recipient (client.RefusedPayTo).
+		s.policy.PayTo = append(s.policy.PayTo, a.Hex())
 	}
 	return s, nil
 }
@@ -205,13 +201,10 @@ func (s *spending) describe() string {
 		assets = append(assets, a.Network+"/"+a.Address)
 	}
 	payTo := "any address"
-	if len(s.payTo) > 0 {
-		var to []string
-		for a := range s.payTo {
-			to = append(to, a.Hex())
-		}
+	if len(s.policy.PayTo) > 0 {
+		to := slices.Clone(s.policy.PayTo)
 		slices.Sort(to)
-		payTo = strings.Join(to, ", ")
+		payTo = strings.Join(slices.Compact(to), ", ")
 	}
 	return fmt.Sprintf("at most %s per payment, %s in all; assets %s; pay to %s",
 		s.human(s.policy.MaxPerRequest), s.human(s.policy.Budget), strings.Join(assets, ", "), payTo)
@@ -306,45 +299,23 @@ func loadWallet(path string, getenv func(string) string, warn io.Writer) (*ecdsa
 	return key, nil
 }
 
-// payToAllowed reports whether the --pay-to set allows the recipient of an
-// option; an empty set allows any.
-func payToAllowed(set map[common.Address]bool, payTo string) bool {
-	if len(set) == 0 {
-		return true
-	}
-	a, err := exact.ParseAddress(payTo)
-	return err == nil && set[a]
-}
-
-// refusedPayTo is the refusal of an option whose recipient --pay-to does not
-// allow; the client's own refusals are client.Refusal values.
-const refusedPayTo = "pay_to"
-
-// errPayToRefused: every option of a 402 goes to a recipient --pay-to does not
-// allow. Nothing was signed.
-var errPayToRefused = errors.New("no option of the 402 pays a --pay-to address")
-
 // inspector is the http.RoundTripper under the client.Transport. It keeps the
-// last PAYMENT-REQUIRED header, to explain a refusal; notes each payment sent,
-// to report it; and removes from a 402 the options whose recipient --pay-to
-// does not allow, before the Transport chooses (client.Policy has no recipient
-// list). It never logs or keeps a payment header, only a digest of it.
+// last PAYMENT-REQUIRED header, to explain a refusal, and notes each payment
+// sent, to report it. It changes nothing: what may be paid is the
+// Transport's Policy alone (--pay-to included, as Policy.PayTo). It never
+// logs or keeps a payment header, only a digest of it.
 type inspector struct {
-	next  http.RoundTripper
-	payTo map[common.Address]bool
+	next http.RoundTripper
 
 	mu       sync.Mutex
-	required string // the last PAYMENT-REQUIRED header, as sent
-	kept     []int  // indices of its options passed on to the Transport
+	required string // the last PAYMENT-REQUIRED header of an unpaid request, as sent
 	// payments are the requirements paid, one per distinct PAYMENT-SIGNATURE,
 	// in the order sent; seen holds the digests of those headers.
 	payments []x402.PaymentRequirements
 	seen     map[[32]byte]bool
 }
 
-// RoundTrip sends req. A 402 to an unpaid request is remembered and filtered;
-// a 402 to a paid one is passed on as it is, since the Transport never pays it
-// (and an error here would read as a lost connection, to be retried).
+// RoundTrip sends req, noting the payment it carries or the 402 it draws.
 func (in *inspector) RoundTrip(req *http.Request) (*http.Response, error) {
 	payment := req.Header.Get(x402.HeaderPaymentSignature)
 	if payment != "" {
@@ -354,49 +325,12 @@ func (in *inspector) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode != http.StatusPaymentRequired || payment != "" {
 		return resp, err
 	}
-	header := resp.Header.Get(x402.HeaderPaymentRequired)
-	if header == "" {
-		return resp, nil
+	if header := resp.Header.Get(x402.HeaderPaymentRequired); header != "" {
+		in.mu.Lock()
+		in.required = header
+		in.mu.Unlock()
 	}
-	kept, all := in.allowed(header)
-	in.remember(header, kept)
-	switch {
-	case all:
-		return resp, nil // garbage included: the Transport reports it
-	case len(kept) == 0:
-		drainClose(resp.Body)
-		return nil, errPayToRefused
-	}
-	filtered, err := withAccepts(header, kept)
-	if err != nil {
-		drainClose(resp.Body)
-		return nil, fmt.Errorf("filter the 402 by --pay-to: %w", err)
-	}
-	resp.Header = resp.Header.Clone()
-	resp.Header.Set(x402.HeaderPaymentRequired, filtered)
 	return resp, nil
-}
-
-// allowed returns the indices of the options of a PAYMENT-REQUIRED header that
-// --pay-to allows, and whether that is all of them. A header that does not
-// decode is passed on whole, for the Transport to refuse.
-func (in *inspector) allowed(header string) (kept []int, all bool) {
-	pr, err := x402.DecodePaymentRequired(header)
-	if err != nil {
-		return nil, true
-	}
-	for i, r := range pr.Accepts {
-		if payToAllowed(in.payTo, r.PayTo) {
-			kept = append(kept, i)
-		}
-	}
-	return kept, len(kept) == len(pr.Accepts)
-}
-
-func (in *inspector) remember(header string, kept []int) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.required, in.kept = header, kept
 }
 
 func (in *inspector) notePayment(header string) {
@@ -434,26 +368,23 @@ func (in *inspector) paidSince(mark int) []x402.PaymentRequirements {
 	return append([]x402.PaymentRequirements(nil), in.payments[mark:]...)
 }
 
-// explain lists the options of the last 402 with why each was refused: by
-// --pay-to here, or by the Transport as np says (np may be nil when --pay-to
-// refused them all). It returns nil when no 402 decoded.
+// explain lists the options of the last 402 with why the Transport refused
+// each, as np says. It returns nil when no 402 decoded.
 func (in *inspector) explain(np *client.NoPayableOptionError) (*x402.PaymentRequired, []verdict) {
 	in.mu.Lock()
-	header, kept := in.required, in.kept
+	header := in.required
 	in.mu.Unlock()
 	pr, err := x402.DecodePaymentRequired(header)
-	if err != nil {
+	if err != nil || np == nil {
 		return nil, nil
 	}
 	vs := make([]verdict, len(pr.Accepts))
 	for i, r := range pr.Accepts {
-		vs[i] = payToVerdict(i, r)
+		vs[i] = verdict{Index: i, Req: r, Refusal: "unknown", Label: "not judged"}
 	}
-	if np != nil {
-		for j, o := range np.Options {
-			if j < len(kept) {
-				vs[kept[j]] = verdict{Index: kept[j], Req: o.Requirements, Refusal: string(o.Refusal), Label: o.Label}
-			}
+	for _, o := range np.Options {
+		if o.Index >= 0 && o.Index < len(vs) {
+			vs[o.Index] = verdict{Index: o.Index, Req: o.Requirements, Refusal: string(o.Refusal), Label: o.Label}
 		}
 	}
 	return pr, vs
@@ -464,12 +395,8 @@ type verdict struct {
 	Index   int
 	Req     x402.PaymentRequirements
 	Pay     bool
-	Refusal string // a client.Refusal, or refusedPayTo; "" when paid
+	Refusal string // a client.Refusal, or "not_chosen"; "" when paid
 	Label   string // why, for a person
-}
-
-func payToVerdict(i int, r x402.PaymentRequirements) verdict {
-	return verdict{Index: i, Req: r, Refusal: refusedPayTo, Label: fmt.Sprintf("payTo %s is not allowed by --pay-to", r.PayTo)}
 }
 
 // judge says what the spending flags would do with each option of a 402,
@@ -479,28 +406,21 @@ func payToVerdict(i int, r x402.PaymentRequirements) verdict {
 // first payment of a run. header is the 402's PAYMENT-REQUIRED.
 func judge(ctx context.Context, s *spending, header string, pr *x402.PaymentRequired) ([]verdict, error) {
 	vs := make([]verdict, len(pr.Accepts))
-	var kept []int
-	for i, r := range pr.Accepts {
-		if !payToAllowed(s.payTo, r.PayTo) {
-			vs[i] = payToVerdict(i, r)
-			continue
-		}
-		kept = append(kept, i)
+	all := make([]int, len(pr.Accepts))
+	for i := range all {
+		all[i] = i
 	}
-	if len(kept) == 0 {
-		return vs, nil
-	}
-	chosen, refused, err := probe(ctx, s.policy, header, pr, kept)
+	chosen, refused, err := probe(ctx, s.policy, header, pr, all)
 	if err != nil {
 		return nil, err
 	}
 	if chosen < 0 {
 		for j, o := range refused {
-			vs[kept[j]] = verdict{Index: kept[j], Req: o.Requirements, Refusal: string(o.Refusal), Label: o.Label}
+			vs[j] = verdict{Index: j, Req: o.Requirements, Refusal: string(o.Refusal), Label: o.Label}
 		}
 		return vs, nil
 	}
-	for _, i := range kept {
+	for i := range pr.Accepts {
 		if i == chosen {
 			vs[i] = verdict{Index: i, Req: pr.Accepts[i], Pay: true, Label: "would be paid"}
 			continue
@@ -585,10 +505,9 @@ func (nullSigner) SignDigest(context.Context, common.Hash) ([]byte, error) {
 }
 
 // withAccepts re-encodes a PAYMENT-REQUIRED header with only the options
-// keep, each byte for byte as the server sent it. It works from the challenge
-// as x402.DecodePaymentRequired reads it, which is what the Transport reads:
-// filtering the raw JSON instead would let a header with both "accepts" and
-// "Accepts" keys show one list to the filter and another to the Transport.
+// keep, each byte for byte as the server sent it, so a dry run can ask the
+// client about each option alone. It works from the challenge as
+// x402.DecodePaymentRequired reads it, which is what the Transport reads.
 // Fields of the challenge that the decoder does not know are dropped.
 func withAccepts(header string, keep []int) (string, error) {
 	pr, err := x402.DecodePaymentRequired(header)

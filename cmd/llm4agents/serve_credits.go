@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/config"
+	"github.com/llm4agents/llm4agents/internal/credits"
+	"github.com/llm4agents/llm4agents/internal/gateway"
+	"github.com/llm4agents/llm4agents/internal/ledger"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// creditStore is what prepaid credits need from the store: the ledger, API
+// keys and sessions, and receipts. SQLite and PostgreSQL hold them; Redis
+// does not.
+type creditStore interface {
+	store.Ledger
+	store.Keys
+	store.Receipts
+}
+
+// creditSweepEvery is how often expired holds and sign-in records are swept.
+const creditSweepEvery = time.Minute
+
+// buildCredits wires prepaid credits from a validated config on the opened
+// store db, reading top-up settlements from chain. It returns them and the
+// stop of their sweeper.
+func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, getenv func(string) string, log *slog.Logger) (*gateway.Credits, func(), error) {
+	cs, ok := db.(creditStore)
+	if !ok {
+		kind, _, _ := cfg.Store.StoreDSN(getenv)
+		return nil, nil, fmt.Errorf("credits: the %s store does not hold the credits ledger, API keys and receipts; use sqlite:// or postgres://", kind)
+	}
+	if chain == nil {
+		return nil, nil, errors.New("credits: no node to read top-up settlements from (set network.rpc_url)")
+	}
+	hexKey, err := cfg.ReceiptKey(getenv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("credits: receipt key: %w", err)
+	}
+	key, err := parseKey(hexKey, "receipt")
+	if err != nil {
+		return nil, nil, fmt.Errorf("credits: %w", err)
+	}
+	receiptChain, err := cfg.ReceiptChainID()
+	if err != nil {
+		return nil, nil, fmt.Errorf("credits: %w", err)
+	}
+	signer, err := credits.NewSigner(key, receiptChain)
+	if err != nil {
+		return nil, nil, err
+	}
+	network, err := cfg.Network.ChainID()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Sign-in messages name the chain the wallets pay on.
+	auth, err := credits.NewAuth(cs, cfg.SignInOrigin(), network.Uint64(), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	asset, err := cfg.Network.AssetAddress()
+	if err != nil {
+		return nil, nil, err
+	}
+	led, err := ledger.New(cs, ledger.Config{Asset: ledger.AssetID(cfg.Network.ID, asset), HoldTTL: cfg.Credits.HoldTTL}, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	lo, hi, err := cfg.Credits.TopUpBounds()
+	if err != nil {
+		return nil, nil, err
+	}
+	c := &gateway.Credits{
+		Ledger: led, Keys: credits.NewKeys(cs, log), Auth: auth, Account: credits.NewHandler(auth, cs, log),
+		Signer: signer, Receipts: cs, TopUpMin: lo, TopUpMax: hi, Chain: chain, Confirmations: cfg.Credits.Confirmations,
+	}
+	log.Info("credits on", "receipt_signer", signer.Address().Hex(), "sign_in_origin", auth.Origin(),
+		"topup_min", lo.String(), "topup_max", hi.String())
+	return c, sweepCredits(led, cs, creditSweepEvery, log), nil
+}
+
+// sweepCredits releases expired holds and deletes expired sign-in nonces and
+// sessions at start and then every period, until stop is called. A hold
+// expires only when the request that took it died: the ledger logs how
+// many it released.
+func sweepCredits(led *ledger.Ledger, keys store.Keys, every time.Duration, log *slog.Logger) (stop func()) {
+	const batch = 500
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if _, err := led.SweepExpired(ctx); err != nil {
+				log.Warn("sweep expired holds", "err", err)
+			}
+			for {
+				n, err := keys.SweepAuth(ctx, batch)
+				if err != nil {
+					log.Warn("sweep expired sign-ins", "err", err)
+				}
+				if err != nil || n < batch {
+					break
+				}
+			}
+			cancel()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}

@@ -106,16 +106,22 @@ func claimSettlement(ctx context.Context, s store.Settlements, key string) (stor
 // records each call's latency, and reports ops/s, p50-ms and p99-ms.
 func runTimed(b *testing.B, fn func(ctx context.Context, key string) error) {
 	b.Helper()
+	runTimedBy(b, BenchWorkers, fn)
+}
+
+// runTimedBy is runTimed with workers goroutines.
+func runTimedBy(b *testing.B, workers int, fn func(ctx context.Context, key string) error) {
+	b.Helper()
 	// Keys are unique per run: a backend's database may outlive one b.N
 	// round when the framework calls the benchmark again with a larger N.
 	prefix := fmt.Sprintf("bench-%d-%d-", time.Now().UnixNano(), b.N)
 	lat := make([]time.Duration, b.N)
 	var next atomic.Int64
-	errs := make(chan error, BenchWorkers)
+	errs := make(chan error, workers)
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	began := time.Now()
-	for range BenchWorkers {
+	for range workers {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1

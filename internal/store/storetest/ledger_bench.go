@@ -3,8 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,43 +61,4 @@ func RunLedgerBenchmarks(b *testing.B, open OpenLedgerBench) {
 			})
 		})
 	}
-}
-
-// runTimedBy is runTimed with workers goroutines.
-func runTimedBy(b *testing.B, workers int, fn func(ctx context.Context, key string) error) {
-	b.Helper()
-	prefix := fmt.Sprintf("bench-%d-%d-", time.Now().UnixNano(), b.N)
-	lat := make([]time.Duration, b.N)
-	var next atomic.Int64
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	began := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				t0 := time.Now()
-				if err := fn(b.Context(), fmt.Sprintf("%s%d", prefix, i)); err != nil {
-					errs <- err
-					return
-				}
-				lat[i] = time.Since(t0)
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(began)
-	b.StopTimer()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(ms(percentile(lat, 50)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 99)), "p99-ms")
 }

@@ -115,8 +115,11 @@ func (s *Server) replayOrphan(ctx context.Context, w http.ResponseWriter, q *quo
 	case err != nil:
 		return s.recoveryFailed(err)
 	case !took:
-		// Promoted just now with a full budget, spent by concurrent retries.
-		return s.recoveryFailed(errors.New("replay budget spent"))
+		// Promoted just now with a full budget, spent by concurrent copies
+		// of this payment (each of which got the answer): the same refusal
+		// as any copy past the budget, never a store failure.
+		s.metrics.payment("replayed")
+		return replayBudgetSpent()
 	}
 	return s.serveRecorded(w, q, &r)
 }
@@ -161,6 +164,15 @@ func (s *Server) adoptPaid(ctx context.Context, q *quote, pd *paid) error {
 	}
 	pd.prepaid = &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
 	return nil
+}
+
+// replayBudgetSpent refuses a copy of a payment whose recorded answer was
+// replayed as many times as allowed (limits.recovery_replays). Nothing is
+// charged and nothing is served.
+func replayBudgetSpent() error {
+	return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "replay_budget_spent",
+		Message: "the answer to this payment was already replayed as many times as allowed; nothing was charged",
+		Header:  http.Header{"X-Should-Retry": {"false"}}}
 }
 
 // recoveryFailed is the answer when a paid answer could not be recovered

@@ -10,7 +10,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +21,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/store"
-	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
@@ -32,9 +30,11 @@ import (
 
 // Recovery of paid answers whose response was lost (MISSION R1-R5, DECISIONS
 // D14, D15, seed 002). A rig is one simulated chain, one fake upstream and one
-// SQLite file shared by one or more gateway replicas, each with a facilitator
-// of its own signer whose settle calls are counted and can be made to fail,
-// blank, block or cut the client off.
+// database (SQLite unless rigOpts.backend names another; the tests here run on
+// SQLite, PostgreSQL and Redis) shared by one or more gateway replicas, each
+// with a handle of its own and a facilitator of its own signer whose settle
+// calls are counted and can be made to fail, blank, block or cut the client
+// off.
 
 const (
 	buyerB    = 2
@@ -44,6 +44,7 @@ const (
 )
 
 type rigOpts struct {
+	backend  rigBackend // the database the replicas share; zero: SQLite
 	replicas int
 	required bool          // the model requires a payment identifier
 	ttl      time.Duration // RecoveryTTL; 0: default
@@ -62,7 +63,7 @@ type rig struct {
 }
 
 type replica struct {
-	db   *sqlite.DB
+	db   rigStore
 	gw   *gateway.Server
 	srv  *httptest.Server
 	fac  *hookFac
@@ -170,9 +171,10 @@ func (t *tee) body(op string) []byte {
 	return t.bodies[op]
 }
 
-// flakyStore is the SQLite store whose recovery half fails while down is set.
+// flakyStore is a replica's store whose recovery half fails while down is
+// set.
 type flakyStore struct {
-	*sqlite.DB
+	rigStore
 	down *atomic.Bool
 }
 
@@ -182,21 +184,21 @@ func (f *flakyStore) Recovery(ctx context.Context, key string) (store.Recovery, 
 	if f.down.Load() {
 		return store.Recovery{}, errDown
 	}
-	return f.DB.Recovery(ctx, key)
+	return f.rigStore.Recovery(ctx, key)
 }
 
 func (f *flakyStore) BeginRecovery(ctx context.Context, r store.Recovery, l time.Duration) (store.Recovery, bool, error) {
 	if f.down.Load() {
 		return store.Recovery{}, false, errDown
 	}
-	return f.DB.BeginRecovery(ctx, r, l)
+	return f.rigStore.BeginRecovery(ctx, r, l)
 }
 
 func (f *flakyStore) TakeReplay(ctx context.Context, key, op string) (store.Recovery, bool, error) {
 	if f.down.Load() {
 		return store.Recovery{}, false, errDown
 	}
-	return f.DB.TakeReplay(ctx, key, op)
+	return f.rigStore.TakeReplay(ctx, key, op)
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -212,19 +214,17 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	rg := &rig{chain: sim, up: up}
-	path := filepath.Join(t.TempDir(), "gw.db")
+	if o.backend.fresh == nil {
+		o.backend = sqliteBackend
+	}
+	open := o.backend.fresh(t)
 	for i := range o.replicas {
-		db, err := sqlite.Open(t.Context(), path, discard())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = db.Close() })
 		var skewed func() time.Time
 		if i < len(o.skews) && o.skews[i] != 0 {
 			d := o.skews[i]
 			skewed = func() time.Time { return time.Now().Add(d) }
-			db.Now = skewed
 		}
+		db := open(t, skewed)
 		sender, err := chain.NewSender(sim.Client, sim.Keys[signerIdx-i], sim.ChainID,
 			chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
 		if err != nil {
@@ -254,7 +254,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 			Owner: "replica-" + string(rune('a'+i)), RecoveryTTL: o.ttl, RecoveryReplays: o.replays, ClaimLease: lease,
 			Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price,
 				MaxOutputTokens: 256, PaymentIDRequired: o.required}},
-		}, rp.fac, &flakyStore{DB: db, down: rp.down}, log)
+		}, rp.fac, &flakyStore{rigStore: db, down: rp.down}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,38 +468,40 @@ func (rp *replica) onlyOp(t *testing.T) string {
 // receives the byte-identical answer, with zero extra settlements and zero
 // extra upstream calls.
 func TestLostResponseReplayed(t *testing.T) {
-	for _, tc := range []struct{ name, body string }{{"json", chatBody}, {"stream", streamBody}} {
-		t.Run(tc.name, func(t *testing.T) {
-			rg := newRig(t, rigOpts{})
-			rp := rg.r(0)
-			h := rg.pay(t, tc.body, buyerIdx, testID, nil)
-			rp.lostAfterSettle(t, tc.body, h)
-			op := rp.onlyOp(t) // written once the record was promoted
-			lost := rp.tee.body(op)
-			if rg.up.Calls() != 1 || rg.settles() != 1 || rg.received(t) != 10000 {
-				t.Fatalf("after the cut: upstream %d, settles %d, received %d", rg.up.Calls(), rg.settles(), rg.received(t))
-			}
-			got := rp.replayed(t, tc.body, h)
-			if tc.name == "json" && !bytes.Equal(got, lost) {
-				t.Errorf("replay is not byte-identical:\nlost   %s\nreplay %s", lost, got)
-			}
-			// A stream stops being written once its client is gone, and is
-			// still read to its end and recorded (D2): what was written is a
-			// prefix of the replay, which is whole.
-			if tc.name == "stream" && (!bytes.HasPrefix(got, lost) || len(lost) == 0 || !bytes.HasSuffix(got, []byte("data: [DONE]\n\n"))) {
-				t.Errorf("replay does not continue what was written:\nlost   %s\nreplay %s", lost, got)
-			}
-			if again := rp.replayed(t, tc.body, h); !bytes.Equal(again, got) {
-				t.Errorf("two replays differ:\n%s\n%s", got, again)
-			}
-			if !bytes.Contains(got, []byte(`"operation_id":"`+op+`"`)) {
-				t.Errorf("replay lacks the operation id %s", op)
-			}
-			if rg.up.Calls() != 1 || rg.settles() != 1 || rg.received(t) != 10000 {
-				t.Errorf("after the replay: upstream %d, settles %d, received %d; want 1, 1, 10000", rg.up.Calls(), rg.settles(), rg.received(t))
-			}
-		})
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		for _, tc := range []struct{ name, body string }{{"json", chatBody}, {"stream", streamBody}} {
+			t.Run(tc.name, func(t *testing.T) {
+				rg := newRig(t, rigOpts{backend: be})
+				rp := rg.r(0)
+				h := rg.pay(t, tc.body, buyerIdx, testID, nil)
+				rp.lostAfterSettle(t, tc.body, h)
+				op := rp.onlyOp(t) // written once the record was promoted
+				lost := rp.tee.body(op)
+				if rg.up.Calls() != 1 || rg.settles() != 1 || rg.received(t) != 10000 {
+					t.Fatalf("after the cut: upstream %d, settles %d, received %d", rg.up.Calls(), rg.settles(), rg.received(t))
+				}
+				got := rp.replayed(t, tc.body, h)
+				if tc.name == "json" && !bytes.Equal(got, lost) {
+					t.Errorf("replay is not byte-identical:\nlost   %s\nreplay %s", lost, got)
+				}
+				// A stream stops being written once its client is gone, and is
+				// still read to its end and recorded (D2): what was written is a
+				// prefix of the replay, which is whole.
+				if tc.name == "stream" && (!bytes.HasPrefix(got, lost) || len(lost) == 0 || !bytes.HasSuffix(got, []byte("data: [DONE]\n\n"))) {
+					t.Errorf("replay does not continue what was written:\nlost   %s\nreplay %s", lost, got)
+				}
+				if again := rp.replayed(t, tc.body, h); !bytes.Equal(again, got) {
+					t.Errorf("two replays differ:\n%s\n%s", got, again)
+				}
+				if !bytes.Contains(got, []byte(`"operation_id":"`+op+`"`)) {
+					t.Errorf("replay lacks the operation id %s", op)
+				}
+				if rg.up.Calls() != 1 || rg.settles() != 1 || rg.received(t) != 10000 {
+					t.Errorf("after the replay: upstream %d, settles %d, received %d; want 1, 1, 10000", rg.up.Calls(), rg.settles(), rg.received(t))
+				}
+			})
+		}
+	})
 }
 
 // recordOf reads the recovery record of (payer, id) from a replica's store.
@@ -514,54 +516,58 @@ func (rg *rig) recordOf(t *testing.T, rp *replica, payer int, id, claimKey strin
 // settlement never makes B's record replayable: B's retry meets the paywall,
 // and B's next payment is a purchase of its own.
 func TestR3IdenticalOutputNeverCrossPromotes(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	hB := rg.pay(t, chatBody, buyerB, testID, nil)
-	hA := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	rp.fac.set(func(f *hookFac) { f.failFor[strings.ToLower(rg.chain.Addr(buyerB).Hex())] = true })
-	rp.refused(t, chatBody, hB, http.StatusPaymentRequired, "")
-	bodyA, _ := rp.paid(t, chatBody, hA)
-	if rg.up.Calls() != 2 {
-		t.Fatalf("upstream calls = %d, want 2", rg.up.Calls())
-	}
-	if _, err := rg.recordOf(t, rp, buyerB, testID, ""); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("B's record after its failed settlement: %v, want none", err)
-	}
-	if r, err := rg.recordOf(t, rp, buyerIdx, testID, ""); err != nil || r.State != store.RecoveryPromoted {
-		t.Errorf("A's record = %+v, %v", r, err)
-	}
-	// B without a payment: the paywall.
-	rp.refused(t, chatBody, "", http.StatusPaymentRequired, "payment_required")
-	// B with a new payment and the same id: a new purchase, never A's answer.
-	hB2 := rg.pay(t, chatBody, buyerB, testID, nil)
-	bodyB, _ := rp.paid(t, chatBody, hB2)
-	if opOf(t, bodyB) == opOf(t, bodyA) || rg.up.Calls() != 3 {
-		t.Errorf("B got A's operation (%s) or no upstream call (%d)", opOf(t, bodyA), rg.up.Calls())
-	}
-	// A still replays its own.
-	if got := rp.replayed(t, chatBody, hA); !bytes.Equal(got, bodyA) {
-		t.Errorf("A's replay differs")
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		hB := rg.pay(t, chatBody, buyerB, testID, nil)
+		hA := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		rp.fac.set(func(f *hookFac) { f.failFor[strings.ToLower(rg.chain.Addr(buyerB).Hex())] = true })
+		rp.refused(t, chatBody, hB, http.StatusPaymentRequired, "")
+		bodyA, _ := rp.paid(t, chatBody, hA)
+		if rg.up.Calls() != 2 {
+			t.Fatalf("upstream calls = %d, want 2", rg.up.Calls())
+		}
+		if _, err := rg.recordOf(t, rp, buyerB, testID, ""); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("B's record after its failed settlement: %v, want none", err)
+		}
+		if r, err := rg.recordOf(t, rp, buyerIdx, testID, ""); err != nil || r.State != store.RecoveryPromoted {
+			t.Errorf("A's record = %+v, %v", r, err)
+		}
+		// B without a payment: the paywall.
+		rp.refused(t, chatBody, "", http.StatusPaymentRequired, "payment_required")
+		// B with a new payment and the same id: a new purchase, never A's answer.
+		hB2 := rg.pay(t, chatBody, buyerB, testID, nil)
+		bodyB, _ := rp.paid(t, chatBody, hB2)
+		if opOf(t, bodyB) == opOf(t, bodyA) || rg.up.Calls() != 3 {
+			t.Errorf("B got A's operation (%s) or no upstream call (%d)", opOf(t, bodyA), rg.up.Calls())
+		}
+		// A still replays its own.
+		if got := rp.replayed(t, chatBody, hA); !bytes.Equal(got, bodyA) {
+			t.Errorf("A's replay differs")
+		}
+	})
 }
 
 // TestR3NoSettlementRefNeverPromotes (R3 control 2): a settle answer with
 // success and no transaction serves the live answer but records nothing
 // replayable.
 func TestR3NoSettlementRefNeverPromotes(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	rp.fac.set(func(f *hookFac) { f.blankTx = true })
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	rp.paid(t, chatBody, h)
-	if _, err := rg.recordOf(t, rp, buyerIdx, testID, ""); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("record without a settlement reference: %v, want none", err)
-	}
-	rp.fac.set(func(f *hookFac) { f.blankTx = false })
-	// The same payment again: spent on chain, so the normal 402; no replay.
-	rp.refused(t, chatBody, h, http.StatusPaymentRequired, "")
-	if rg.up.Calls() != 1 {
-		t.Errorf("upstream calls = %d, want 1", rg.up.Calls())
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		rp.fac.set(func(f *hookFac) { f.blankTx = true })
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		rp.paid(t, chatBody, h)
+		if _, err := rg.recordOf(t, rp, buyerIdx, testID, ""); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("record without a settlement reference: %v, want none", err)
+		}
+		rp.fac.set(func(f *hookFac) { f.blankTx = false })
+		// The same payment again: spent on chain, so the normal 402; no replay.
+		rp.refused(t, chatBody, h, http.StatusPaymentRequired, "")
+		if rg.up.Calls() != 1 {
+			t.Errorf("upstream calls = %d, want 1", rg.up.Calls())
+		}
+	})
 }
 
 // TestR3NoOperationIDNeverPromotes (R3 control 3): a staged record (its
@@ -570,85 +576,89 @@ func TestR3NoSettlementRefNeverPromotes(t *testing.T) {
 // retry is 409 operation_in_flight (its request still holds the payment),
 // never a replay.
 func TestR3NoOperationIDNeverPromotes(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	block := make(chan struct{})
-	rp.fac.set(func(f *hookFac) { f.beforeMu = block })
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	done := make(chan []byte)
-	go func() {
-		resp, err := rp.post(t, context.Background(), chatBody, h)
-		if err != nil {
-			done <- nil
-			return
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		block := make(chan struct{})
+		rp.fac.set(func(f *hookFac) { f.beforeMu = block })
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		done := make(chan []byte)
+		go func() {
+			resp, err := rp.post(t, context.Background(), chatBody, h)
+			if err != nil {
+				done <- nil
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			done <- b
+		}()
+		// Wait for the record to be staged (the handler stages before settling).
+		var rec store.Recovery
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r, err := rg.recordOf(t, rp, buyerIdx, testID, "")
+			if err == nil && r.State == store.RecoveryStaged {
+				rec = r
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("never staged: %+v, %v", r, err)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		b, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		done <- b
-	}()
-	// Wait for the record to be staged (the handler stages before settling).
-	var rec store.Recovery
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r, err := rg.recordOf(t, rp, buyerIdx, testID, "")
-		if err == nil && r.State == store.RecoveryStaged {
-			rec = r
-			break
+		ref := store.SettlementRef{Network: network, TxHash: "0x" + strings.Repeat("ab", 32)}
+		for _, op := range []string{"", rec.Fingerprint, rec.Key, "op_00000000000000000000000000000000"} {
+			if _, err := rp.db.PromoteRecovery(t.Context(), op, rec.Fingerprint, ref, time.Hour, 1); err == nil {
+				t.Errorf("promoted by %q", op)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never staged: %+v, %v", r, err)
+		if r, _ := rg.recordOf(t, rp, buyerIdx, testID, ""); r.State != store.RecoveryStaged {
+			t.Fatalf("record = %+v", r)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	ref := store.SettlementRef{Network: network, TxHash: "0x" + strings.Repeat("ab", 32)}
-	for _, op := range []string{"", rec.Fingerprint, rec.Key, "op_00000000000000000000000000000000"} {
-		if _, err := rp.db.PromoteRecovery(t.Context(), op, rec.Fingerprint, ref, time.Hour, 1); err == nil {
-			t.Errorf("promoted by %q", op)
+		// A twin with a fresh payment from the same buyer while it is staged:
+		// 409 with Retry-After, not a replay, no upstream call.
+		h2 := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		resp := rp.refused(t, chatBody, h2, http.StatusConflict, "operation_in_flight")
+		if resp.Header.Get("Retry-After") == "" {
+			t.Error("no Retry-After")
 		}
-	}
-	if r, _ := rg.recordOf(t, rp, buyerIdx, testID, ""); r.State != store.RecoveryStaged {
-		t.Fatalf("record = %+v", r)
-	}
-	// A twin with a fresh payment from the same buyer while it is staged:
-	// 409 with Retry-After, not a replay, no upstream call.
-	h2 := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	resp := rp.refused(t, chatBody, h2, http.StatusConflict, "operation_in_flight")
-	if resp.Header.Get("Retry-After") == "" {
-		t.Error("no Retry-After")
-	}
-	rp.fac.set(func(f *hookFac) { f.beforeMu = nil })
-	close(block)
-	if b := <-done; opOf(t, b) != rec.OperationID {
-		t.Errorf("live answer's operation %q, record's %q", opOf(t, b), rec.OperationID)
-	}
-	if rg.up.Calls() != 1 {
-		t.Errorf("upstream calls = %d, want 1", rg.up.Calls())
-	}
+		rp.fac.set(func(f *hookFac) { f.beforeMu = nil })
+		close(block)
+		if b := <-done; opOf(t, b) != rec.OperationID {
+			t.Errorf("live answer's operation %q, record's %q", opOf(t, b), rec.OperationID)
+		}
+		if rg.up.Calls() != 1 {
+			t.Errorf("upstream calls = %d, want 1", rg.up.Calls())
+		}
+	})
 }
 
 // TestR3ChangedRequestConflicts (R3 control 4): the same id with another
 // request is 409 idempotency_conflict, never an answer, never the upstream;
 // the same request re-encoded (whitespace, key order) is the same request.
 func TestR3ChangedRequestConflicts(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	body, _ := rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
-	h := rg.pay(t, otherBody, buyerIdx, testID, nil)
-	rp.refused(t, otherBody, h, http.StatusConflict, "idempotency_conflict")
-	if rg.up.Calls() != 1 || rg.settles() != 1 {
-		t.Errorf("upstream %d, settles %d; want 1, 1", rg.up.Calls(), rg.settles())
-	}
-	reencoded := "{ \"max_tokens\" : 32,\n\t\"messages\":[{\"content\":\"Say hello\",\"role\":\"user\"}], \"model\":\"demo\" }\n"
-	fresh := rg.pay(t, reencoded, buyerIdx, testID, nil)
-	if got := rp.replayed(t, reencoded, fresh); !bytes.Equal(got, body) {
-		t.Errorf("re-encoded request got another answer")
-	}
-	// A value change is another request.
-	changed := strings.Replace(chatBody, `"max_tokens":32`, `"max_tokens":31`, 1)
-	rp.refused(t, changed, rg.pay(t, changed, buyerIdx, testID, nil), http.StatusConflict, "idempotency_conflict")
-	if rg.up.Calls() != 1 || rg.settles() != 1 {
-		t.Errorf("upstream %d, settles %d; want 1, 1", rg.up.Calls(), rg.settles())
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		body, _ := rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
+		h := rg.pay(t, otherBody, buyerIdx, testID, nil)
+		rp.refused(t, otherBody, h, http.StatusConflict, "idempotency_conflict")
+		if rg.up.Calls() != 1 || rg.settles() != 1 {
+			t.Errorf("upstream %d, settles %d; want 1, 1", rg.up.Calls(), rg.settles())
+		}
+		reencoded := "{ \"max_tokens\" : 32,\n\t\"messages\":[{\"content\":\"Say hello\",\"role\":\"user\"}], \"model\":\"demo\" }\n"
+		fresh := rg.pay(t, reencoded, buyerIdx, testID, nil)
+		if got := rp.replayed(t, reencoded, fresh); !bytes.Equal(got, body) {
+			t.Errorf("re-encoded request got another answer")
+		}
+		// A value change is another request.
+		changed := strings.Replace(chatBody, `"max_tokens":32`, `"max_tokens":31`, 1)
+		rp.refused(t, changed, rg.pay(t, changed, buyerIdx, testID, nil), http.StatusConflict, "idempotency_conflict")
+		if rg.up.Calls() != 1 || rg.settles() != 1 {
+			t.Errorf("upstream %d, settles %d; want 1, 1", rg.up.Calls(), rg.settles())
+		}
+	})
 }
 
 // forge returns a payment whose authorization names from as its payer but is
@@ -684,273 +694,292 @@ func (rg *rig) forge(t *testing.T, body string, from, signer int, id string, non
 // fresh authorization (facilitator verify refuses it), and a forged one that
 // reuses the paying authorization's public nonce (not the paying signature).
 func TestR3AddressWithoutProofNeverReplays(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	rp.paid(t, chatBody, h)
-	p, _ := x402.DecodePaymentPayload(h)
-	var pj struct {
-		Authorization struct {
-			Nonce string `json:"nonce"`
-		} `json:"authorization"`
-	}
-	if err := json.Unmarshal(p.Payload, &pj); err != nil {
-		t.Fatal(err)
-	}
-	for name, forged := range map[string]string{
-		"fresh nonce":  rg.forge(t, chatBody, buyerIdx, attacker, testID, nil),
-		"paying nonce": rg.forge(t, chatBody, buyerIdx, attacker, testID, &pj.Authorization.Nonce),
-	} {
-		t.Run(name, func(t *testing.T) {
-			rp.refused(t, chatBody, forged, http.StatusPaymentRequired, "payment_required")
-		})
-	}
-	// The attacker's own payment with the victim's id: its own record, a
-	// purchase of its own.
-	b, _ := rp.paid(t, chatBody, rg.pay(t, chatBody, attacker, testID, nil))
-	if rg.up.Calls() != 2 || !bytes.Contains(b, []byte(`"operation_id"`)) {
-		t.Errorf("upstream calls = %d", rg.up.Calls())
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		rp.paid(t, chatBody, h)
+		p, _ := x402.DecodePaymentPayload(h)
+		var pj struct {
+			Authorization struct {
+				Nonce string `json:"nonce"`
+			} `json:"authorization"`
+		}
+		if err := json.Unmarshal(p.Payload, &pj); err != nil {
+			t.Fatal(err)
+		}
+		for name, forged := range map[string]string{
+			"fresh nonce":  rg.forge(t, chatBody, buyerIdx, attacker, testID, nil),
+			"paying nonce": rg.forge(t, chatBody, buyerIdx, attacker, testID, &pj.Authorization.Nonce),
+		} {
+			t.Run(name, func(t *testing.T) {
+				rp.refused(t, chatBody, forged, http.StatusPaymentRequired, "payment_required")
+			})
+		}
+		// The attacker's own payment with the victim's id: its own record, a
+		// purchase of its own.
+		b, _ := rp.paid(t, chatBody, rg.pay(t, chatBody, attacker, testID, nil))
+		if rg.up.Calls() != 2 || !bytes.Contains(b, []byte(`"operation_id"`)) {
+			t.Errorf("upstream calls = %d", rg.up.Calls())
+		}
+	})
 }
 
 // TestSeed002SettleFailsNoFreeAnswer (seed 002 scenario 1): the settlement
 // fails after the handler ran; a retry with the same id and no payment gets
 // the paywall, and nothing replayable was left behind.
 func TestSeed002SettleFailsNoFreeAnswer(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	rp.fac.set(func(f *hookFac) { f.failFor[strings.ToLower(rg.chain.Addr(buyerIdx).Hex())] = true })
-	rp.refused(t, chatBody, h, http.StatusPaymentRequired, string(x402.ReasonInsufficientFunds))
-	if rg.up.Calls() != 1 {
-		t.Fatalf("upstream calls = %d", rg.up.Calls())
-	}
-	resp := rp.refused(t, chatBody, "", http.StatusPaymentRequired, "payment_required")
-	if resp.Header.Get(x402.HeaderPaymentRequired) == "" {
-		t.Error("no PAYMENT-REQUIRED on the retry")
-	}
-	if _, err := rg.recordOf(t, rp, buyerIdx, testID, ""); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("record after a failed settlement: %v", err)
-	}
-	// The same, unspent payment again is a purchase, paid this time.
-	rp.paid(t, chatBody, h)
-	if rg.up.Calls() != 2 || rg.received(t) != 10000 {
-		t.Errorf("upstream %d, received %d", rg.up.Calls(), rg.received(t))
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		rp.fac.set(func(f *hookFac) { f.failFor[strings.ToLower(rg.chain.Addr(buyerIdx).Hex())] = true })
+		rp.refused(t, chatBody, h, http.StatusPaymentRequired, string(x402.ReasonInsufficientFunds))
+		if rg.up.Calls() != 1 {
+			t.Fatalf("upstream calls = %d", rg.up.Calls())
+		}
+		resp := rp.refused(t, chatBody, "", http.StatusPaymentRequired, "payment_required")
+		if resp.Header.Get(x402.HeaderPaymentRequired) == "" {
+			t.Error("no PAYMENT-REQUIRED on the retry")
+		}
+		if _, err := rg.recordOf(t, rp, buyerIdx, testID, ""); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("record after a failed settlement: %v", err)
+		}
+		// The same, unspent payment again is a purchase, paid this time.
+		rp.paid(t, chatBody, h)
+		if rg.up.Calls() != 2 || rg.received(t) != 10000 {
+			t.Errorf("upstream %d, received %d", rg.up.Calls(), rg.received(t))
+		}
+	})
 }
 
 // TestRecoveryAcrossReplicas: recorded on one replica, replayed by the other
-// (each with its own facilitator signer, one SQLite file); a twin sent to the
-// other replica while the first is in flight is 409 with Retry-After.
+// (each with its own facilitator signer and store handle, one database); a
+// twin sent to the other replica while the first is in flight is 409 with
+// Retry-After.
 func TestRecoveryAcrossReplicas(t *testing.T) {
-	rg := newRig(t, rigOpts{replicas: 2})
-	a, b := rg.r(0), rg.r(1)
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	a.lostAfterSettle(t, chatBody, h)
-	op := a.onlyOp(t)
-	if got := b.replayed(t, chatBody, h); !bytes.Equal(got, a.tee.body(op)) {
-		t.Errorf("replay on b differs:\n%s\n%s", a.tee.body(op), got)
-	}
-	// With a fresh authorization as proof, on b: verified, never settled.
-	fresh := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	if got := b.replayed(t, chatBody, fresh); !bytes.Equal(got, a.tee.body(op)) {
-		t.Errorf("replay with a fresh proof differs")
-	}
-	if rg.up.Calls() != 1 || rg.settles() != 1 || rg.received(t) != 10000 {
-		t.Errorf("upstream %d, settles %d, received %d", rg.up.Calls(), rg.settles(), rg.received(t))
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be, replicas: 2})
+		a, b := rg.r(0), rg.r(1)
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		a.lostAfterSettle(t, chatBody, h)
+		op := a.onlyOp(t)
+		if got := b.replayed(t, chatBody, h); !bytes.Equal(got, a.tee.body(op)) {
+			t.Errorf("replay on b differs:\n%s\n%s", a.tee.body(op), got)
+		}
+		// With a fresh authorization as proof, on b: verified, never settled.
+		fresh := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		if got := b.replayed(t, chatBody, fresh); !bytes.Equal(got, a.tee.body(op)) {
+			t.Errorf("replay with a fresh proof differs")
+		}
+		if rg.up.Calls() != 1 || rg.settles() != 1 || rg.received(t) != 10000 {
+			t.Errorf("upstream %d, settles %d, received %d", rg.up.Calls(), rg.settles(), rg.received(t))
+		}
 
-	// A concurrent twin: hold a's settlement, send the twin to b.
-	const id2 = "pay_twin_0123456789abcdef"
-	block := make(chan struct{})
-	a.fac.set(func(f *hookFac) { f.beforeMu = block })
-	h1 := rg.pay(t, otherBody, buyerIdx, id2, nil)
-	done := make(chan int)
-	go func() {
-		resp, err := a.post(t, context.Background(), otherBody, h1)
-		if err != nil {
-			done <- -1
-			return
+		// A concurrent twin: hold a's settlement, send the twin to b.
+		const id2 = "pay_twin_0123456789abcdef"
+		block := make(chan struct{})
+		a.fac.set(func(f *hookFac) { f.beforeMu = block })
+		h1 := rg.pay(t, otherBody, buyerIdx, id2, nil)
+		done := make(chan int)
+		go func() {
+			resp, err := a.post(t, context.Background(), otherBody, h1)
+			if err != nil {
+				done <- -1
+				return
+			}
+			_, _ = io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for rg.up.Calls() != 2 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
 		}
-		_, _ = io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		done <- resp.StatusCode
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for rg.up.Calls() != 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	for _, twin := range []string{h1, rg.pay(t, otherBody, buyerIdx, id2, nil)} {
-		resp := b.refused(t, otherBody, twin, http.StatusConflict, "")
-		if resp.Header.Get("Retry-After") == "" {
-			t.Error("twin's 409 has no Retry-After")
+		for _, twin := range []string{h1, rg.pay(t, otherBody, buyerIdx, id2, nil)} {
+			resp := b.refused(t, otherBody, twin, http.StatusConflict, "")
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("twin's 409 has no Retry-After")
+			}
 		}
-	}
-	a.fac.set(func(f *hookFac) { f.beforeMu = nil })
-	close(block)
-	if code := <-done; code != http.StatusOK {
-		t.Errorf("first: %d", code)
-	}
-	if rg.up.Calls() != 2 {
-		t.Errorf("upstream calls = %d, want 2", rg.up.Calls())
-	}
-	b.replayed(t, otherBody, h1)
+		a.fac.set(func(f *hookFac) { f.beforeMu = nil })
+		close(block)
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("first: %d", code)
+		}
+		if rg.up.Calls() != 2 {
+			t.Errorf("upstream calls = %d, want 2", rg.up.Calls())
+		}
+		b.replayed(t, otherBody, h1)
+	})
 }
 
 // TestRecoveryBadInput: hostile and malformed input is refused before the
 // upstream and nothing is charged.
 func TestRecoveryBadInput(t *testing.T) {
-	logs := &syncBuffer{}
-	rg := newRig(t, rigOpts{logs: logs})
-	rp := rg.r(0)
-	h := rg.pay(t, chatBody, buyerIdx, "", nil)
-	for name, tc := range map[string]struct{ ext, msg string }{
-		"too short":   {`{"payment-identifier":{"info":{"required":false,"id":"pay_short"}}}`, string(x402.ErrPaymentIDFormat)},
-		"too long":    {`{"payment-identifier":{"info":{"required":false,"id":"` + strings.Repeat("a", 129) + `"}}}`, string(x402.ErrPaymentIDFormat)},
-		"non-ASCII":   {`{"payment-identifier":{"info":{"required":false,"id":"pay_ééééééééééééééé"}}}`, string(x402.ErrPaymentIDFormat)},
-		"bad charset": {`{"payment-identifier":{"info":{"required":false,"id":"pay_0123456789/abcdef"}}}`, string(x402.ErrPaymentIDFormat)},
-		"id a number": {`{"payment-identifier":{"info":{"required":false,"id":1234567890123456789}}}`, string(x402.ErrPaymentIDMalformed)},
-		"info array":  {`{"payment-identifier":{"info":[]}}`, string(x402.ErrPaymentIDMalformed)},
-		"extensions":  {`[1,2]`, string(x402.ErrPaymentIDMalformed)},
-	} {
-		t.Run(name, func(t *testing.T) {
-			_, b := rp.do(t, chatBody, withExtensions(t, h, tc.ext))
-			if errorCode(t, b) != "invalid_payment_identifier" || !strings.Contains(string(b), tc.msg) {
-				t.Errorf("%s", b)
-			}
-		})
-	}
-	if rg.up.Calls() != 0 || rg.settles() != 0 {
-		t.Errorf("upstream %d, settles %d after bad ids", rg.up.Calls(), rg.settles())
-	}
-	// The 402 declares the extension, optional here.
-	pr := rp.challenge(t, chatBody)
-	if declared, required := x402.PaymentIDDeclared(pr.Extensions); !declared || required {
-		t.Errorf("402 extensions %s: declared %v required %v", pr.Extensions, declared, required)
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		logs := &syncBuffer{}
+		rg := newRig(t, rigOpts{backend: be, logs: logs})
+		rp := rg.r(0)
+		h := rg.pay(t, chatBody, buyerIdx, "", nil)
+		for name, tc := range map[string]struct{ ext, msg string }{
+			"too short":   {`{"payment-identifier":{"info":{"required":false,"id":"pay_short"}}}`, string(x402.ErrPaymentIDFormat)},
+			"too long":    {`{"payment-identifier":{"info":{"required":false,"id":"` + strings.Repeat("a", 129) + `"}}}`, string(x402.ErrPaymentIDFormat)},
+			"non-ASCII":   {`{"payment-identifier":{"info":{"required":false,"id":"pay_ééééééééééééééé"}}}`, string(x402.ErrPaymentIDFormat)},
+			"bad charset": {`{"payment-identifier":{"info":{"required":false,"id":"pay_0123456789/abcdef"}}}`, string(x402.ErrPaymentIDFormat)},
+			"id a number": {`{"payment-identifier":{"info":{"required":false,"id":1234567890123456789}}}`, string(x402.ErrPaymentIDMalformed)},
+			"info array":  {`{"payment-identifier":{"info":[]}}`, string(x402.ErrPaymentIDMalformed)},
+			"extensions":  {`[1,2]`, string(x402.ErrPaymentIDMalformed)},
+		} {
+			t.Run(name, func(t *testing.T) {
+				_, b := rp.do(t, chatBody, withExtensions(t, h, tc.ext))
+				if errorCode(t, b) != "invalid_payment_identifier" || !strings.Contains(string(b), tc.msg) {
+					t.Errorf("%s", b)
+				}
+			})
+		}
+		if rg.up.Calls() != 0 || rg.settles() != 0 {
+			t.Errorf("upstream %d, settles %d after bad ids", rg.up.Calls(), rg.settles())
+		}
+		// The 402 declares the extension, optional here.
+		pr := rp.challenge(t, chatBody)
+		if declared, required := x402.PaymentIDDeclared(pr.Extensions); !declared || required {
+			t.Errorf("402 extensions %s: declared %v required %v", pr.Extensions, declared, required)
+		}
 
-	// Another amount as proof: the normal 402 (D7 refuses it before anything).
-	rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
-	cheaper := rg.pay(t, chatBody, buyerIdx, testID, func(pr *x402.PaymentRequired) { pr.Accepts[0].Amount = "9999" })
-	rp.refused(t, chatBody, cheaper, http.StatusPaymentRequired, "payment_required")
-	// Another payer's fresh authorization: its own record, a new purchase.
-	rp.paid(t, chatBody, rg.pay(t, chatBody, buyerB, testID, nil))
-	if rg.up.Calls() != 2 {
-		t.Errorf("upstream calls = %d, want 2", rg.up.Calls())
-	}
-	// The id never reaches the logs.
-	if strings.Contains(logs.String(), testID) || strings.Contains(logs.String(), "pay_short") {
-		t.Errorf("a payment id was logged:\n%s", logs.String())
-	}
+		// Another amount as proof: the normal 402 (D7 refuses it before anything).
+		rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
+		cheaper := rg.pay(t, chatBody, buyerIdx, testID, func(pr *x402.PaymentRequired) { pr.Accepts[0].Amount = "9999" })
+		rp.refused(t, chatBody, cheaper, http.StatusPaymentRequired, "payment_required")
+		// Another payer's fresh authorization: its own record, a new purchase.
+		rp.paid(t, chatBody, rg.pay(t, chatBody, buyerB, testID, nil))
+		if rg.up.Calls() != 2 {
+			t.Errorf("upstream calls = %d, want 2", rg.up.Calls())
+		}
+		// The id never reaches the logs.
+		if strings.Contains(logs.String(), testID) || strings.Contains(logs.String(), "pay_short") {
+			t.Errorf("a payment id was logged:\n%s", logs.String())
+		}
+	})
 }
 
 // TestRecoveryRequiredID: a model that requires the id declares it and refuses
 // a payment without one with the TS text.
 func TestRecoveryRequiredID(t *testing.T) {
-	rg := newRig(t, rigOpts{required: true})
-	rp := rg.r(0)
-	pr := rp.challenge(t, chatBody)
-	if declared, required := x402.PaymentIDDeclared(pr.Extensions); !declared || !required {
-		t.Errorf("402 extensions: declared %v required %v", declared, required)
-	}
-	_, b := rp.do(t, chatBody, rg.pay(t, chatBody, buyerIdx, "", nil))
-	if errorCode(t, b) != "invalid_payment_identifier" || !strings.Contains(string(b), string(x402.ErrPaymentIDRequired)) {
-		t.Errorf("no id: %s", b)
-	}
-	rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
-	if rg.up.Calls() != 1 {
-		t.Errorf("upstream calls = %d", rg.up.Calls())
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be, required: true})
+		rp := rg.r(0)
+		pr := rp.challenge(t, chatBody)
+		if declared, required := x402.PaymentIDDeclared(pr.Extensions); !declared || !required {
+			t.Errorf("402 extensions: declared %v required %v", declared, required)
+		}
+		_, b := rp.do(t, chatBody, rg.pay(t, chatBody, buyerIdx, "", nil))
+		if errorCode(t, b) != "invalid_payment_identifier" || !strings.Contains(string(b), string(x402.ErrPaymentIDRequired)) {
+			t.Errorf("no id: %s", b)
+		}
+		rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
+		if rg.up.Calls() != 1 {
+			t.Errorf("upstream calls = %d", rg.up.Calls())
+		}
+	})
 }
 
 // TestRecoveryProofExpiry: the same PAYMENT-SIGNATURE proves control until its
 // validBefore, even with less time left than a fresh request needs (D6's
 // mid-request margin is for the fresh path only); after it, the normal 402.
 func TestRecoveryProofExpiry(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	body, _ := rp.paid(t, chatBody, h)
-	p, _ := x402.DecodePaymentPayload(h)
-	auth, err := exact.ParsePayload(p.Payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vb := time.Unix(auth.Authorization.ValidBefore.Int64(), 0)
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		body, _ := rp.paid(t, chatBody, h)
+		p, _ := x402.DecodePaymentPayload(h)
+		auth, err := exact.ParsePayload(p.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vb := time.Unix(auth.Authorization.ValidBefore.Int64(), 0)
 
-	// 10 s left: too little for a fresh request (5 s upstream + 10 s settle)...
-	rp.gw.SetNow(func() time.Time { return vb.Add(-10 * time.Second) })
-	if got := rp.replayed(t, chatBody, h); !bytes.Equal(got, body) {
-		t.Error("replay differs")
-	}
-	fresh := rg.pay(t, otherBody, buyerIdx, "", nil)
-	p2, _ := x402.DecodePaymentPayload(fresh)
-	a2, _ := exact.ParsePayload(p2.Payload)
-	rp.gw.SetNow(func() time.Time { return time.Unix(a2.Authorization.ValidBefore.Int64(), 0).Add(-10 * time.Second) })
-	// ...which a fresh request with as little left is refused.
-	rp.refused(t, otherBody, fresh, http.StatusPaymentRequired, "payment_required")
-	// Past validBefore: the same signature proves nothing any more.
-	rp.gw.SetNow(func() time.Time { return vb.Add(time.Second) })
-	rp.refused(t, chatBody, h, http.StatusPaymentRequired, "payment_required")
-	if rg.up.Calls() != 1 || rg.settles() != 1 {
-		t.Errorf("upstream %d, settles %d", rg.up.Calls(), rg.settles())
-	}
+		// 10 s left: too little for a fresh request (5 s upstream + 10 s settle)...
+		rp.gw.SetNow(func() time.Time { return vb.Add(-10 * time.Second) })
+		if got := rp.replayed(t, chatBody, h); !bytes.Equal(got, body) {
+			t.Error("replay differs")
+		}
+		fresh := rg.pay(t, otherBody, buyerIdx, "", nil)
+		p2, _ := x402.DecodePaymentPayload(fresh)
+		a2, _ := exact.ParsePayload(p2.Payload)
+		rp.gw.SetNow(func() time.Time { return time.Unix(a2.Authorization.ValidBefore.Int64(), 0).Add(-10 * time.Second) })
+		// ...which a fresh request with as little left is refused.
+		rp.refused(t, otherBody, fresh, http.StatusPaymentRequired, "payment_required")
+		// Past validBefore: the same signature proves nothing any more.
+		rp.gw.SetNow(func() time.Time { return vb.Add(time.Second) })
+		rp.refused(t, chatBody, h, http.StatusPaymentRequired, "payment_required")
+		if rg.up.Calls() != 1 || rg.settles() != 1 {
+			t.Errorf("upstream %d, settles %d", rg.up.Calls(), rg.settles())
+		}
+	})
 }
 
 // TestRecoveryBudgetAndExpiry: a record replays its budget, then a retry is a
 // new purchase; an expired record too.
 func TestRecoveryBudgetAndExpiry(t *testing.T) {
-	rg := newRig(t, rigOpts{replays: 2, ttl: time.Second})
-	rp := rg.r(0)
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	rp.paid(t, chatBody, h)
-	rp.replayed(t, chatBody, h)
-	rp.replayed(t, chatBody, h)
-	// Spent: the same signature is no new payment (spent on chain: 402)...
-	rp.refused(t, chatBody, h, http.StatusPaymentRequired, "")
-	// ...a fresh one is a new purchase under the same id.
-	h2 := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	rp.paid(t, chatBody, h2)
-	if rg.up.Calls() != 2 || rg.received(t) != 20000 {
-		t.Fatalf("upstream %d, received %d", rg.up.Calls(), rg.received(t))
-	}
-	time.Sleep(1100 * time.Millisecond)
-	rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
-	if rg.up.Calls() != 3 {
-		t.Errorf("after expiry: upstream %d", rg.up.Calls())
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be, replays: 2, ttl: time.Second})
+		rp := rg.r(0)
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		rp.paid(t, chatBody, h)
+		rp.replayed(t, chatBody, h)
+		rp.replayed(t, chatBody, h)
+		// Spent: the same signature is no new payment (spent on chain: 402)...
+		rp.refused(t, chatBody, h, http.StatusPaymentRequired, "")
+		// ...a fresh one is a new purchase under the same id.
+		h2 := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		rp.paid(t, chatBody, h2)
+		if rg.up.Calls() != 2 || rg.received(t) != 20000 {
+			t.Fatalf("upstream %d, received %d", rg.up.Calls(), rg.received(t))
+		}
+		time.Sleep(1100 * time.Millisecond)
+		rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
+		if rg.up.Calls() != 3 {
+			t.Errorf("after expiry: upstream %d", rg.up.Calls())
+		}
+	})
 }
 
 // TestRecoveryStoreDownFailsClosed: with the recovery store down, no replay
 // and no free answer: 503, nothing settled, no upstream call.
 func TestRecoveryStoreDownFailsClosed(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	rp.paid(t, chatBody, h)
-	rp.down.Store(true)
-	rp.refused(t, chatBody, h, http.StatusServiceUnavailable, "store_unavailable")
-	rp.refused(t, chatBody, rg.pay(t, chatBody, buyerIdx, "", nil), http.StatusServiceUnavailable, "store_unavailable")
-	if rg.up.Calls() != 1 || rg.settles() != 1 {
-		t.Errorf("upstream %d, settles %d", rg.up.Calls(), rg.settles())
-	}
-	rp.down.Store(false)
-	rp.replayed(t, chatBody, h)
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		rp.paid(t, chatBody, h)
+		rp.down.Store(true)
+		rp.refused(t, chatBody, h, http.StatusServiceUnavailable, "store_unavailable")
+		rp.refused(t, chatBody, rg.pay(t, chatBody, buyerIdx, "", nil), http.StatusServiceUnavailable, "store_unavailable")
+		if rg.up.Calls() != 1 || rg.settles() != 1 {
+			t.Errorf("upstream %d, settles %d", rg.up.Calls(), rg.settles())
+		}
+		rp.down.Store(false)
+		rp.replayed(t, chatBody, h)
+	})
 }
 
 // TestRecoveryFingerprintAgreesWithClient: the record's fingerprint is the
 // buyer's client.Fingerprint of the request (D14), so the two never disagree.
 func TestRecoveryFingerprintAgreesWithClient(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
-	r, err := rg.recordOf(t, rp, buyerIdx, testID, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := client.Fingerprint(http.MethodPost, "/v1/chat/completions", "demo", []byte(chatBody)); r.Fingerprint != want {
-		t.Errorf("record fingerprint %s, client's %s", r.Fingerprint, want)
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
+		r, err := rg.recordOf(t, rp, buyerIdx, testID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := client.Fingerprint(http.MethodPost, "/v1/chat/completions", "demo", []byte(chatBody)); r.Fingerprint != want {
+			t.Errorf("record fingerprint %s, client's %s", r.Fingerprint, want)
+		}
+	})
 }
 
 // FuzzFingerprint: any re-encoding of a JSON body (key order, whitespace) has
@@ -993,35 +1022,37 @@ func FuzzFingerprint(f *testing.F) {
 // record is promoted by its operation id and replayed with the fresh proof,
 // never settled.
 func TestRecoveryPendingPromotedOnceSettled(t *testing.T) {
-	rg := newRig(t, rigOpts{})
-	rp := rg.r(0)
-	rp.fac.set(func(f *hookFac) { f.pending = true })
-	h := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	rp.refused(t, chatBody, h, http.StatusPaymentRequired, "settlement_pending")
-	r, err := rg.recordOf(t, rp, buyerIdx, testID, "")
-	if err != nil || r.State != store.RecoveryStaged {
-		t.Fatalf("record after pending = %+v, %v", r, err)
-	}
-	fresh := rg.pay(t, chatBody, buyerIdx, testID, nil)
-	resp := rp.refused(t, chatBody, fresh, http.StatusConflict, "settlement_pending")
-	if resp.Header.Get("Retry-After") == "" {
-		t.Error("no Retry-After")
-	}
-	// The reconciler finds it mined.
-	c, err := rp.db.Payment(t.Context(), r.PaymentKey)
-	if err != nil || c.State != store.PaymentPending {
-		t.Fatalf("claim = %+v, %v", c, err)
-	}
-	tx := "0x" + strings.Repeat("cd", 32)
-	if err := rp.db.UpdatePayment(t.Context(), c.Key, c.Fence, store.PaymentSettled, tx); err != nil {
-		t.Fatal(err)
-	}
-	settles := rg.settles()
-	b := rp.replayed(t, chatBody, fresh)
-	if opOf(t, b) != r.OperationID || !bytes.Contains(b, []byte(tx)) {
-		t.Errorf("replay of the wrong operation or settlement: %s", b)
-	}
-	if rg.settles() != settles || rg.up.Calls() != 1 {
-		t.Errorf("settles %d -> %d, upstream %d", settles, rg.settles(), rg.up.Calls())
-	}
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		rp.fac.set(func(f *hookFac) { f.pending = true })
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		rp.refused(t, chatBody, h, http.StatusPaymentRequired, "settlement_pending")
+		r, err := rg.recordOf(t, rp, buyerIdx, testID, "")
+		if err != nil || r.State != store.RecoveryStaged {
+			t.Fatalf("record after pending = %+v, %v", r, err)
+		}
+		fresh := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		resp := rp.refused(t, chatBody, fresh, http.StatusConflict, "settlement_pending")
+		if resp.Header.Get("Retry-After") == "" {
+			t.Error("no Retry-After")
+		}
+		// The reconciler finds it mined.
+		c, err := rp.db.Payment(t.Context(), r.PaymentKey)
+		if err != nil || c.State != store.PaymentPending {
+			t.Fatalf("claim = %+v, %v", c, err)
+		}
+		tx := "0x" + strings.Repeat("cd", 32)
+		if err := rp.db.UpdatePayment(t.Context(), c.Key, c.Fence, store.PaymentSettled, tx); err != nil {
+			t.Fatal(err)
+		}
+		settles := rg.settles()
+		b := rp.replayed(t, chatBody, fresh)
+		if opOf(t, b) != r.OperationID || !bytes.Contains(b, []byte(tx)) {
+			t.Errorf("replay of the wrong operation or settlement: %s", b)
+		}
+		if rg.settles() != settles || rg.up.Calls() != 1 {
+			t.Errorf("settles %d -> %d, upstream %d", settles, rg.settles(), rg.up.Calls())
+		}
+	})
 }

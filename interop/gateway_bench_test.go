@@ -692,8 +692,9 @@ var (
 	_ store.Payments   = (*timedStore)(nil)
 )
 
-// timedSender times the Sender's Send (estimate, sign, broadcast) and Wait
-// (receipt polling).
+// timedSender times the Sender's sends (estimate, sign, record, broadcast) and
+// waits (receipt polling). The facilitator calls the Recorded forms; the
+// plain ones are timed too, for any caller that still uses them.
 type timedSender struct {
 	facilitator.Sender
 	t *stepTimings
@@ -707,6 +708,16 @@ func (s *timedSender) Send(ctx context.Context, to common.Address, data []byte) 
 func (s *timedSender) Wait(ctx context.Context, tx *types.Transaction) (*types.Receipt, error) {
 	defer s.t.add("sender.Wait", time.Now())
 	return s.Sender.Wait(ctx, tx)
+}
+
+func (s *timedSender) SendRecorded(ctx context.Context, to common.Address, data []byte, before chain.BeforeBroadcast) (*types.Transaction, error) {
+	defer s.t.add("sender.Send", time.Now())
+	return s.Sender.SendRecorded(ctx, to, data, before)
+}
+
+func (s *timedSender) WaitRecorded(ctx context.Context, tx *types.Transaction, before chain.BeforeBroadcast) (*types.Receipt, error) {
+	defer s.t.add("sender.Wait", time.Now())
+	return s.Sender.WaitRecorded(ctx, tx, before)
 }
 
 // timedSettlements times the facilitator's settlement store.
@@ -728,6 +739,11 @@ func (s *timedSettlements) UpdateSettlement(ctx context.Context, key string, fen
 func (s *timedSettlements) MarkSuccessReported(ctx context.Context, key string) (bool, error) {
 	defer s.t.add("store.MarkSuccessReported", time.Now())
 	return s.Settlements.MarkSuccessReported(ctx, key)
+}
+
+func (s *timedSettlements) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) error {
+	defer s.t.add("store.RecordBroadcast", time.Now())
+	return s.Settlements.RecordBroadcast(ctx, key, fence, txHash, rawTx)
 }
 
 func (s *timedSettlements) Settlement(ctx context.Context, key string) (store.Settlement, error) {

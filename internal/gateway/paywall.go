@@ -414,6 +414,13 @@ func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, settleOutcome
 	s.metrics.settleLatency(s.now().Sub(start))
 	if err != nil {
 		s.log.Error("settle", "key", pd.key, "err", err)
+		// An error is no verdict: another replica may have settled this very
+		// authorization meanwhile. The claim holder asks the chain (D1).
+		if tx, ok := s.confirm(ctx, pd, q); ok {
+			s.record(ctx, pd, store.PaymentSettled, tx)
+			s.metrics.payment("settled")
+			return &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}, settledPaid
+		}
 		sr = &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonUnexpectedSettleError, Network: s.cfg.Network, Payer: pd.payer}
 	}
 	switch {

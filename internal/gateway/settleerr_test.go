@@ -1,0 +1,45 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/x402"
+)
+
+// lostSettleFac settles for real and then answers the gateway with an error,
+// as when another replica's settlement of the same authorization raced this
+// one, or the facilitator's answer was lost on the way.
+type lostSettleFac struct{ *facilitator.Facilitator }
+
+func (f *lostSettleFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	if _, err := f.Facilitator.Settle(ctx, p, req); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("the facilitator's answer was lost")
+}
+
+// TestSettleErrorResolvedFromChain: an error from settle is no verdict (D1).
+// The claim holder asks the chain, which shows the payment, and serves the
+// answer it was paid for: never a 402 for a payment that went through.
+func TestSettleErrorResolvedFromChain(t *testing.T) {
+	e := newEnvWith(t, func(f *facilitator.Facilitator) x402.Facilitator { return &lostSettleFac{Facilitator: f} })
+	c, _ := e.payer(buyerIdx)
+	resp := e.post(t, c, chatBody, nil)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, body %.300s; want 200: the chain shows the payment", resp.StatusCode, body)
+	}
+	sr, err := x402.DecodeSettleResponse(resp.Header.Get(x402.HeaderPaymentResponse))
+	if err != nil || !sr.Success || sr.Transaction == "" {
+		t.Errorf("PAYMENT-RESPONSE = %+v, %v; want success with the chain's transaction", sr, err)
+	}
+	if n := e.up.Calls(); n != 1 {
+		t.Errorf("%d upstream calls, want 1", n)
+	}
+}

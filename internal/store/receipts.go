@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -33,6 +35,26 @@ type StoredReceipt struct {
 	// at most MaxReceiptBytes.
 	Envelope  []byte
 	CreatedAt time.Time // set by the store
+}
+
+// Validate checks a receipt before it is stored, for every backend.
+// CreatedAt is not read.
+func (r StoredReceipt) Validate() error {
+	switch {
+	case !ValidID(r.RequestID):
+		return errors.New("invalid request id")
+	case !ValidOwner(r.Owner):
+		return errors.New("invalid owner")
+	case r.KeyID != "" && !ValidID(r.KeyID):
+		return errors.New("invalid key id")
+	case r.Seq <= 0:
+		return fmt.Errorf("ledger seq %d is not positive", r.Seq)
+	case len(r.Envelope) == 0:
+		return errors.New("empty receipt envelope")
+	case len(r.Envelope) > MaxReceiptBytes:
+		return fmt.Errorf("receipt envelope of %d bytes, over %d", len(r.Envelope), MaxReceiptBytes)
+	}
+	return nil
 }
 
 // Receipts keeps signed receipts.

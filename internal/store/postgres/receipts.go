@@ -23,7 +23,7 @@ const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
 // PutReceipt implements store.Receipts.
 func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error) {
 	defer wrap(&err, "put receipt %q", r.RequestID)
-	if err := checkReceipt(r); err != nil {
+	if err := r.Validate(); err != nil {
 		return err
 	}
 	ctx, cancel, err := db.opCtx(ctx)
@@ -104,25 +104,6 @@ LIMIT $3`, owner, before, limit)
 		out = []store.StoredReceipt{}
 	}
 	return out, nil
-}
-
-// checkReceipt checks a receipt before it reaches the database.
-func checkReceipt(r store.StoredReceipt) error {
-	switch {
-	case !store.ValidID(r.RequestID):
-		return errors.New("invalid request id")
-	case !store.ValidOwner(r.Owner):
-		return errors.New("invalid owner")
-	case r.KeyID != "" && !store.ValidID(r.KeyID):
-		return errors.New("invalid key id")
-	case r.Seq <= 0:
-		return fmt.Errorf("ledger seq %d is not positive", r.Seq)
-	case len(r.Envelope) == 0:
-		return errors.New("empty receipt envelope")
-	case len(r.Envelope) > store.MaxReceiptBytes:
-		return fmt.Errorf("receipt envelope of %d bytes, over %d", len(r.Envelope), store.MaxReceiptBytes)
-	}
-	return nil
 }
 
 func scanReceipt(row pgx.Row) (store.StoredReceipt, error) {

@@ -114,6 +114,7 @@ func (s *Server) creditChat(w http.ResponseWriter, r *http.Request, req *chat.Re
 	}
 	call, err := s.admitCredit(r, req)
 	if err != nil {
+		s.metrics.credit(admitOutcome(err))
 		return err
 	}
 	w.Header().Set(HeaderRequestID, call.id)
@@ -161,20 +162,43 @@ func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, e
 	// the client leaves would otherwise wait for the sweep.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), creditStoreTimeout)
 	defer cancel()
+	start := s.now()
 	_, err = s.cfg.Credits.Ledger.Reserve(ctx, ledger.Call{
 		RequestID: call.id, Payer: call.payer, Key: keyLimits(key),
 		PromptTokens: q.promptTokens, OutputBound: q.outputBound, Price: q.model.Price,
 	})
+	s.metrics.ledgerLatency("hold", s.now().Sub(start))
 	if ie, ok := errors.AsType[*store.InsufficientError](err); ok {
 		return nil, s.shortfall(ie)
 	}
 	if err != nil {
 		// The store may have committed the hold before failing to answer:
 		// release whatever is there (an unknown hold is fine), fail closed.
-		s.releaseCredit(r.Context(), call)
+		s.releaseHold(r.Context(), call)
 		return nil, creditStoreUnavailable(err)
 	}
 	return call, nil
+}
+
+// admitOutcome names a refusal of admitCredit for the metrics.
+func admitOutcome(err error) string {
+	ae, ok := errors.AsType[*apiError](err)
+	if !ok {
+		return "invalid_request"
+	}
+	switch ae.Code {
+	case "invalid_api_key":
+		return "invalid_key"
+	case "model_not_allowed":
+		return "not_allowed"
+	case "rate_limited":
+		return "rate_limited"
+	case "insufficient_credit":
+		return "insufficient"
+	case "store_unavailable":
+		return "store_down"
+	}
+	return "invalid_request"
 }
 
 // bearer returns the request's bearer token, "" without one.
@@ -359,8 +383,11 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
 	defer cancel()
 	u.PromptTokens, u.CompletionTokens = max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
+	start := s.now()
 	ch, err := s.cfg.Credits.Ledger.Charge(ctx, call.id, u, call.q.model.Price)
+	s.metrics.ledgerLatency("capture", s.now().Sub(start))
 	if err != nil {
+		s.metrics.credit("unbilled")
 		// The answer goes out unbilled: the hold stays open until the sweep
 		// (ledger.SweepExpired) releases it to the buyer. That is the
 		// operator's loss, never the buyer's: nothing is billed later.
@@ -371,10 +398,14 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
 	out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
 	out.info.Usage = &u
+	if ch.Loss.Sign() > 0 {
+		s.metrics.credit("loss")
+	}
 	s.log.Debug("credit call charged", "request_id", call.id, "key_id", call.key.ID, "model", call.q.model.ID,
 		"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq)
 	signed, err := s.signReceipt(call, u, ch)
 	if err != nil {
+		s.metrics.credit("charged_no_receipt")
 		s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
 		return out
 	}
@@ -383,18 +414,24 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 		out.header, err = signed.Header()
 	}
 	if err != nil {
+		s.metrics.credit("charged_no_receipt")
 		s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
 		return out
 	}
 	out.info.Receipt = env
+	outcome := "charged"
 	if rs := s.cfg.Credits.Receipts; rs != nil {
+		start := s.now()
 		err := rs.PutReceipt(ctx, store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Seq: ch.Seq, Envelope: env})
+		s.metrics.ledgerLatency("receipt", s.now().Sub(start))
 		if err != nil {
 			// The buyer still gets the signed receipt with the answer; only
 			// GET /v1/receipts/{id} will not find it.
+			outcome = "charged_no_receipt"
 			s.log.Error("store receipt", "request_id", call.id, "err", err)
 		}
 	}
+	s.metrics.credit(outcome)
 	return out
 }
 
@@ -421,9 +458,18 @@ func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (
 
 // releaseCredit ends call with nothing charged: nothing was delivered.
 func (s *Server) releaseCredit(ctx context.Context, call *creditCall) {
+	s.metrics.credit("released")
+	s.releaseHold(ctx, call)
+}
+
+// releaseHold releases call's hold, if there is one.
+func (s *Server) releaseHold(ctx context.Context, call *creditCall) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
 	defer cancel()
-	if _, err := s.cfg.Credits.Ledger.Release(ctx, call.id); err != nil && !errors.Is(err, store.ErrNotFound) {
+	start := s.now()
+	_, err := s.cfg.Credits.Ledger.Release(ctx, call.id)
+	s.metrics.ledgerLatency("release", s.now().Sub(start))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		// The buyer's credit stays held, not lost, until the sweep
 		// releases the hold.
 		s.log.Error("credit release failed; the hold stays until the sweep releases it", "request_id", call.id, "err", err)

@@ -22,6 +22,8 @@ type Metrics struct {
 	payments  *prometheus.CounterVec
 	settle    prometheus.Histogram
 	upstreamT *prometheus.HistogramVec
+	credits   *prometheus.CounterVec
+	ledgerT   *prometheus.HistogramVec
 }
 
 // NewMetrics registers the gateway's metrics and the Go runtime's.
@@ -55,8 +57,24 @@ func NewMetrics() *Metrics {
 			Name: "llm4agents_upstream_duration_seconds", Help: "Upstream latency by model (to the whole answer, or to the first content chunk of a stream).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"model"}),
+		credits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm4agents_credit_calls_total",
+			Help: "Credit-paid call outcomes (API key). Refused before the upstream, nothing held: invalid_key (401: unknown, revoked, expired), " +
+				"not_allowed (403: model outside the key's scope), rate_limited (429), insufficient (402: balance or a key cap below the maximum cost), " +
+				"store_down (503: the hold could not be placed). After the hold: charged (captured, receipt signed), " +
+				"charged_no_receipt (captured, the receipt could not be signed or stored; see the log), " +
+				"released (nothing delivered: an upstream error or the client gone before the first token), " +
+				"unbilled (the capture failed: the answer went out and the hold waits for the sweep; the operator's loss), " +
+				"loss (charged, and the cost exceeded the hold: the rest is the operator's loss, D16; also counted as charged).",
+		}, []string{"outcome"}),
+		ledgerT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "llm4agents_credit_ledger_duration_seconds",
+			Help: "Time the credit path waited for one ledger write, by operation (hold, capture, release, receipt).",
+			// From 100us: a ledger write is one durable commit.
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+		}, []string{"op"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.payments, m.settle, m.upstreamT,
+	m.reg.MustRegister(m.requests, m.duration, m.payments, m.settle, m.upstreamT, m.credits, m.ledgerT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -81,6 +99,17 @@ func (m *Metrics) settleLatency(d time.Duration) { m.settle.Observe(d.Seconds())
 
 func (m *Metrics) upstreamLatency(model string, d time.Duration) {
 	m.upstreamT.WithLabelValues(model).Observe(d.Seconds())
+}
+
+func (m *Metrics) credit(outcome string) { m.credits.WithLabelValues(outcome).Inc() }
+
+func (m *Metrics) ledgerLatency(op string, d time.Duration) {
+	m.ledgerT.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// CreditCount returns the count of one credit-paid call outcome (tests).
+func (m *Metrics) CreditCount(outcome string) float64 {
+	return testutil.ToFloat64(m.credits.WithLabelValues(outcome))
 }
 
 // PaymentCount returns the count of one payment outcome (tests, the demo).

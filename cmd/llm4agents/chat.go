@@ -39,6 +39,10 @@ type chatFlags struct {
 	maxTokens int
 	timeout   time.Duration
 	verbose   bool
+	// apiKeyFile names the sk-l4a- key that pays from prepaid credits
+	// instead of the wallet; apiKey is it, loaded, "" for wallet payments.
+	apiKeyFile string
+	apiKey     client.Secret
 
 	completions *url.URL // BASE/chat/completions
 	models      *url.URL // BASE/models
@@ -61,6 +65,8 @@ func parseChatFlags(args []string, e env) (*chatFlags, error) {
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max_tokens of each turn, which bounds its price (default: the server's)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "limit on each turn, its payment and its answer")
 	fs.BoolVar(&f.verbose, "v", false, "log what the payment client does (never a key or a payment header)")
+	fs.StringVar(&f.apiKeyFile, "api-key-file", "", "pay from prepaid credits with the sk-l4a- API key in this file (or set "+apiKeyEnv+
+		") instead of per turn with the wallet; each turn's signed receipt is verified; the key's caps bound the spending, not --budget")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -91,6 +97,15 @@ func parseChatFlags(args []string, e env) (*chatFlags, error) {
 	if f.spend, err = f.buyer.parse(); err != nil {
 		return nil, fmt.Errorf("chat: %w", err)
 	}
+	if f.apiKeyFile != "" || e.getenv(apiKeyEnv) != "" {
+		if f.buyer.keyFile != "" {
+			// D12: a key and a payment together are refused by the gateway.
+			return nil, errors.New("chat: give either an API key (credits) or --key-file (per-turn payments), not both")
+		}
+		if f.apiKey, err = loadAPIKey(f.apiKeyFile, e.getenv); err != nil {
+			return nil, fmt.Errorf("chat: %w", err)
+		}
+	}
 	return &f, nil
 }
 
@@ -106,6 +121,9 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 	f, err := parseChatFlags(args, e)
 	if err != nil {
 		return err
+	}
+	if f.apiKey != "" {
+		return runCreditChat(ctx, f, e, stdin)
 	}
 	key, err := loadWallet(f.buyer.keyFile, e.getenv, e.stderr)
 	if err != nil {
@@ -138,7 +156,19 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 	}
 	printf(e.stderr, "chat with %s at %s\npolicy: %s\nOne line per turn; an empty line is skipped; /quit or end of input ends.\n",
 		model, displayURL(f.completions), f.spend.describe())
+	turns, failed, err := converse(ctx, f, e, stdin, func(history []chatMessage, n int) (string, error) {
+		return chatTurn(ctx, hc, b, f, model, history, n, e)
+	})
+	if err != nil {
+		return err
+	}
+	printf(e.stderr, "chat: %d turn(s); spent %s of %s\n", turns, f.spend.human(tr.Spent()), f.spend.human(f.spend.policy.Budget))
+	return chatEnd(ctx, turns, failed)
+}
 
+// converse reads a line per turn from stdin, keeps the history and asks turn
+// for each answer. It returns how many turns were asked and how many failed.
+func converse(ctx context.Context, f *chatFlags, e env, stdin io.Reader, turn func(history []chatMessage, n int) (string, error)) (turns, failed int, err error) {
 	var history []chatMessage
 	if f.system != "" {
 		history = append(history, chatMessage{Role: "system", Content: f.system})
@@ -146,7 +176,6 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 	sc := bufio.NewScanner(stdin)
 	sc.Buffer(make([]byte, 0, 64<<10), maxChatLine)
 	prompt := isTerminal(stdin)
-	turns, failed := 0, 0
 	for {
 		if prompt {
 			printf(e.stderr, "> ")
@@ -163,7 +192,7 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 		}
 		turns++
 		history = append(history, chatMessage{Role: "user", Content: text})
-		answer, err := chatTurn(ctx, hc, b, f, model, history, turns, e)
+		answer, err := turn(history, turns)
 		if err != nil {
 			failed++
 			printf(e.stderr, "chat: turn %d: %v\n", turns, err)
@@ -172,13 +201,18 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 		}
 		history = append(history, chatMessage{Role: "assistant", Content: answer})
 		if err := ctx.Err(); err != nil {
-			return err
+			return turns, failed, err
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return fmt.Errorf("chat: read stdin: %w", err)
+		return turns, failed, fmt.Errorf("chat: read stdin: %w", err)
 	}
-	printf(e.stderr, "chat: %d turn(s); spent %s of %s\n", turns, f.spend.human(tr.Spent()), f.spend.human(f.spend.policy.Budget))
+	return turns, failed, nil
+}
+
+// chatEnd is the outcome of a conversation: an error if it was cut short or
+// any turn failed.
+func chatEnd(ctx context.Context, turns, failed int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -221,25 +255,9 @@ func firstModel(ctx context.Context, hc *http.Client, f *chatFlags) (string, err
 func chatTurn(ctx context.Context, hc *http.Client, b *buyer, f *chatFlags, model string, history []chatMessage, n int, e env) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	reqBody := map[string]any{"model": model, "messages": history}
-	if f.maxTokens > 0 {
-		reqBody["max_tokens"] = f.maxTokens
-	}
-	if f.stream {
-		reqBody["stream"] = true
-		reqBody["stream_options"] = map[string]any{"include_usage": true}
-	}
-	body, err := json.Marshal(reqBody)
+	req, err := chatRequest(ctx, f, model, history)
 	if err != nil {
 		return "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.completions.String(), bytes.NewReader(body)) // #nosec G704 -- the user names the endpoint
-	if err != nil {
-		return "", errors.New("cannot build the request (URL not echoed)")
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if f.stream {
-		req.Header.Set("Accept", "text/event-stream")
 	}
 	line := requestLine(http.MethodPost, f.completions)
 	before := b.tr.Spent()
@@ -258,19 +276,38 @@ func chatTurn(ctx context.Context, hc *http.Client, b *buyer, f *chatFlags, mode
 		}
 		return "", err
 	}
-	var answer string
-	var usage *chatUsage
-	if f.stream {
-		answer, usage, err = readStream(resp.Body, e.stdout)
-	} else {
-		answer, usage, err = readCompletion(resp.Body, e.stdout)
-	}
+	a, err := readAnswer(resp.Body, f.stream, e.stdout)
 	printf(e.stdout, "\n")
-	printf(e.stderr, "[turn %d: %s; total %s of %s%s]\n", n, turnCost(p, new(big.Int).Sub(b.tr.Spent(), before), b.spend), b.spend.human(b.tr.Spent()), b.spend.human(b.spend.policy.Budget), usage.String())
+	printf(e.stderr, "[turn %d: %s; total %s of %s%s]\n", n, turnCost(p, new(big.Int).Sub(b.tr.Spent(), before), b.spend), b.spend.human(b.tr.Spent()), b.spend.human(b.spend.policy.Budget), a.usage.String())
 	if err != nil {
 		return "", fmt.Errorf("read the answer: %w", err)
 	}
-	return answer, nil
+	return a.text, nil
+}
+
+// chatRequest builds the request of one turn: the whole conversation.
+func chatRequest(ctx context.Context, f *chatFlags, model string, history []chatMessage) (*http.Request, error) {
+	reqBody := map[string]any{"model": model, "messages": history}
+	if f.maxTokens > 0 {
+		reqBody["max_tokens"] = f.maxTokens
+	}
+	if f.stream {
+		reqBody["stream"] = true
+		reqBody["stream_options"] = map[string]any{"include_usage": true}
+	}
+	body, err := json.Marshal(reqBody)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.completions.String(), bytes.NewReader(body)) // #nosec G704 -- the user names the endpoint
+	if err != nil {
+		return nil, errors.New("cannot build the request (URL not echoed)")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if f.stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	return req, nil
 }
 
 // turnCost says what a turn cost: the amount of the option paid, read from the
@@ -303,11 +340,38 @@ func (u *chatUsage) String() string {
 	return fmt.Sprintf("; %d prompt + %d completion tokens", u.PromptTokens, u.CompletionTokens)
 }
 
+// chatAnswer is one turn's answer as read.
+type chatAnswer struct {
+	text  string
+	usage *chatUsage
+	// credit is the gateway's x_llm4agents note of a credit-paid answer
+	// (the body, or a stream's final usage chunk); nil without one.
+	credit *creditNote
+}
+
+// creditNote is what an llm4agents gateway says of a credit-paid answer.
+type creditNote struct {
+	Charged        string          `json:"charged"`
+	ChargedDisplay string          `json:"charged_display"`
+	Balance        string          `json:"balance"`
+	BalanceDisplay string          `json:"balance_display"`
+	RequestID      string          `json:"request_id"`
+	Receipt        json.RawMessage `json:"receipt"`
+}
+
+// readAnswer reads a streamed or a whole answer, writing its text to out.
+func readAnswer(r io.Reader, stream bool, out io.Writer) (chatAnswer, error) {
+	if stream {
+		return readStream(r, out)
+	}
+	return readCompletion(r, out)
+}
+
 // readCompletion reads a non-streamed answer and writes its text to out.
-func readCompletion(r io.Reader, out io.Writer) (string, *chatUsage, error) {
+func readCompletion(r io.Reader, out io.Writer) (chatAnswer, error) {
 	body, err := readBounded(r, maxChatAnswer)
 	if err != nil {
-		return "", nil, err
+		return chatAnswer{}, err
 	}
 	var c struct {
 		Choices []struct {
@@ -315,21 +379,22 @@ func readCompletion(r io.Reader, out io.Writer) (string, *chatUsage, error) {
 				Content string `json:"content"`
 			} `json:"message"`
 		} `json:"choices"`
-		Usage *chatUsage `json:"usage"`
+		Usage  *chatUsage  `json:"usage"`
+		Credit *creditNote `json:"x_llm4agents"`
 	}
 	if err := json.Unmarshal(body, &c); err != nil || len(c.Choices) == 0 {
-		return "", nil, errors.New("the answer is not a chat completion")
+		return chatAnswer{}, errors.New("the answer is not a chat completion")
 	}
 	text := c.Choices[0].Message.Content
 	printf(out, "%s", text)
-	return text, c.Usage, nil
+	return chatAnswer{text: text, usage: c.Usage, credit: c.Credit}, nil
 }
 
 // readStream reads a server-sent event stream of chat.completion.chunk
 // objects, writing each piece of content to out as it arrives.
-func readStream(r io.Reader, out io.Writer) (string, *chatUsage, error) {
+func readStream(r io.Reader, out io.Writer) (chatAnswer, error) {
 	var text strings.Builder
-	var usage *chatUsage
+	var a chatAnswer
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxChatLine)
 	for sc.Scan() {
@@ -339,7 +404,8 @@ func readStream(r io.Reader, out io.Writer) (string, *chatUsage, error) {
 		}
 		data = strings.TrimSpace(data)
 		if data == "[DONE]" {
-			return text.String(), usage, nil
+			a.text = text.String()
+			return a, nil
 		}
 		var ch struct {
 			Choices []struct {
@@ -347,29 +413,36 @@ func readStream(r io.Reader, out io.Writer) (string, *chatUsage, error) {
 					Content string `json:"content"`
 				} `json:"delta"`
 			} `json:"choices"`
-			Usage *chatUsage `json:"usage"`
-			Error *struct {
+			Usage  *chatUsage  `json:"usage"`
+			Credit *creditNote `json:"x_llm4agents"`
+			Error  *struct {
 				Message string `json:"message"`
 			} `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &ch); err != nil {
-			return text.String(), usage, errors.New("a stream event is not JSON")
+			a.text = text.String()
+			return a, errors.New("a stream event is not JSON")
 		}
 		if ch.Error != nil {
-			return text.String(), usage, fmt.Errorf("the stream ended with an error: %s", ch.Error.Message)
+			a.text = text.String()
+			return a, fmt.Errorf("the stream ended with an error: %s", ch.Error.Message)
 		}
 		for _, c := range ch.Choices {
 			text.WriteString(c.Delta.Content)
 			printf(out, "%s", c.Delta.Content)
 		}
 		if ch.Usage != nil {
-			usage = ch.Usage
+			a.usage = ch.Usage
+		}
+		if ch.Credit != nil {
+			a.credit = ch.Credit
 		}
 	}
+	a.text = text.String()
 	if err := sc.Err(); err != nil {
-		return text.String(), usage, err
+		return a, err
 	}
-	return text.String(), usage, errors.New("the stream ended without [DONE]")
+	return a, errors.New("the stream ended without [DONE]")
 }
 
 // apiErrorMessage extracts the message of an OpenAI-style error body, or
@@ -398,4 +471,114 @@ func isTerminal(r io.Reader) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// runCreditChat holds the conversation paying from prepaid credits with an
+// API key: no wallet signs anything, the gateway holds each turn's maximum
+// cost and charges its usage, and each answer's signed receipt (DECISIONS
+// D18) is verified against the signer the gateway publishes.
+func runCreditChat(ctx context.Context, f *chatFlags, e env, stdin io.Reader) error {
+	in := &inspector{next: http.DefaultTransport}
+	hc := &http.Client{Transport: in, CheckRedirect: sameOriginRedirects}
+	verifier := newReceiptVerifier(f.timeout)
+	model := f.model
+	if model == "" {
+		var err error
+		if model, err = firstModel(ctx, hc, f); err != nil {
+			return err
+		}
+	}
+	printf(e.stderr, "chat with %s at %s\npaying from prepaid credits with an API key; each receipt is verified\nOne line per turn; an empty line is skipped; /quit or end of input ends.\n",
+		model, displayURL(f.completions))
+	charged := new(big.Int)
+	turns, failed, err := converse(ctx, f, e, stdin, func(history []chatMessage, n int) (string, error) {
+		return creditTurn(ctx, hc, verifier, f, model, history, n, charged, e)
+	})
+	if err != nil {
+		return err
+	}
+	printf(e.stderr, "chat: %d turn(s); charged %s atomic units from credits\n", turns, charged)
+	return chatEnd(ctx, turns, failed)
+}
+
+// creditTurn sends the conversation with the API key, writes the answer to
+// stdout as it comes, and reports the charge, the balance and the receipt
+// check to stderr. A turn whose receipt is missing or does not verify fails:
+// the charge cannot be checked.
+func creditTurn(ctx context.Context, hc *http.Client, v *client.ReceiptVerifier, f *chatFlags, model string, history []chatMessage, n int, charged *big.Int, e env) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := chatRequest(ctx, f, model, history)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+f.apiKey.Reveal())
+	resp, err := hc.Do(req) // #nosec G704 -- the user names the endpoint
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", requestLine(http.MethodPost, f.completions), withoutURL(err))
+	}
+	defer func() { _ = resp.Body.Close() }() // read to the end or abandoned on error
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := readBounded(resp.Body, maxChatAnswer)
+		return "", fmt.Errorf("%s: %s", resp.Status, apiErrorMessage(msg))
+	}
+	a, readErr := readAnswer(resp.Body, f.stream, e.stdout)
+	printf(e.stdout, "\n")
+	rc := creditReceipt(ctx, v, resp, a.credit)
+	cost := "no charge reported"
+	if c := a.credit; c != nil && c.Charged != "" {
+		if amt, ok := new(big.Int).SetString(c.Charged, 10); ok && amt.Sign() >= 0 {
+			charged.Add(charged, amt)
+		}
+		cost = fmt.Sprintf("charged %s, balance %s", oneLine(c.ChargedDisplay, 40), oneLine(c.BalanceDisplay, 40))
+	}
+	printf(e.stderr, "[turn %d: %s; %s%s]\n", n, cost, rc.line(), a.usage.String())
+	switch {
+	case readErr != nil:
+		return "", fmt.Errorf("read the answer: %w", readErr)
+	case !rc.Verified:
+		return "", fmt.Errorf("the answer's receipt does not verify against %s%s: %s", client.OriginOf(resp.Request.URL), client.WellKnownPath, rc.Error)
+	}
+	return a.text, nil
+}
+
+// creditReceipt verifies a credit-paid answer's receipt: the
+// X-Llm4agents-Receipt header of a whole answer, or the envelope in a
+// stream's final usage chunk.
+func creditReceipt(ctx context.Context, v *client.ReceiptVerifier, resp *http.Response, note *creditNote) *receiptCheck {
+	rc := &receiptCheck{}
+	var r *client.Receipt
+	var sig []byte
+	var err error
+	switch {
+	case resp.Header.Get(client.HeaderReceipt) != "":
+		r, sig, err = client.DecodeReceiptHeader(resp.Header.Get(client.HeaderReceipt))
+	case note != nil && len(note.Receipt) > 0:
+		r, sig, err = client.ParseReceiptEnvelope(note.Receipt)
+	default:
+		err = errors.New("the answer carries no receipt")
+	}
+	if err != nil {
+		rc.Error = err.Error()
+		return rc
+	}
+	signer, err := v.VerifySigner(ctx, client.OriginOf(resp.Request.URL), r, sig)
+	if err != nil {
+		rc.Error = err.Error()
+		return rc
+	}
+	rc.Receipt, rc.Signer = r, signer.Hex()
+	// A genuine receipt of another call proves nothing about this one.
+	if note != nil {
+		switch {
+		case note.RequestID != "" && !strings.EqualFold(note.RequestID, r.RequestID.Hex()):
+			rc.Error = "the receipt is for request " + r.RequestID.Hex() + ", not this answer's " + oneLine(note.RequestID, 80)
+			return rc
+		case note.Charged != "" && (r.Amount == nil || r.Amount.String() != note.Charged):
+			rc.Error = "the receipt's amount differs from the charge the answer states"
+			return rc
+		}
+	}
+	rc.Verified = true
+	return rc
 }

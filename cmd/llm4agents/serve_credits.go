@@ -24,8 +24,15 @@ type creditStore interface {
 	store.Receipts
 }
 
-// creditSweepEvery is how often expired holds and sign-in records are swept.
+// creditSweepEvery is how often settled top-ups are credited and expired
+// holds and sign-in records swept.
 const creditSweepEvery = time.Minute
+
+// topUpSweeper credits settled top-ups nobody came back for
+// (gateway.TopUpSweep).
+type topUpSweeper interface {
+	SweepTopUps(ctx context.Context) (credited int, err error)
+}
 
 // buildCredits wires prepaid credits from a validated config on the opened
 // store db, reading top-up settlements from chain. It returns them and the
@@ -80,16 +87,29 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 		Ledger: led, Keys: credits.NewKeys(cs, log), Auth: auth, Account: credits.NewHandler(auth, cs, log),
 		Signer: signer, Receipts: cs, TopUpMin: lo, TopUpMax: hi, Chain: chain, Confirmations: cfg.Credits.Confirmations,
 	}
+	// The sweep reads the payment terms the gateway is built with
+	// (buildGateway); db lists staged claims, as every credit store does.
+	topUps, err := gateway.NewTopUpSweep(gateway.TopUpSweepConfig{
+		Network: cfg.Network.ID, Asset: asset.Hex(), PayTo: cfg.Network.PayTo, Credits: c, Payments: db,
+	}, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("credits: %w", err)
+	}
 	log.Info("credits on", "receipt_signer", signer.Address().Hex(), "sign_in_origin", auth.Origin(),
 		"topup_min", lo.String(), "topup_max", hi.String())
-	return c, sweepCredits(led, cs, creditSweepEvery, log), nil
+	return c, sweepCredits(topUps, led, cs, creditSweepEvery, log), nil
 }
 
-// sweepCredits releases expired holds and deletes expired sign-in nonces and
-// sessions at start and then every period, until stop is called. A hold
-// expires only when the request that took it died: the ledger logs how
-// many it released.
-func sweepCredits(led *ledger.Ledger, keys store.Keys, every time.Duration, log *slog.Logger) (stop func()) {
+// sweepCredits credits settled top-ups nobody came back for, releases
+// expired holds and deletes expired sign-in nonces and sessions, at start
+// and then every period, until stop is called. A hold expires only when the
+// request that took it died: the ledger logs how many it released.
+//
+// The top-up sweep runs first, at once: it also credits top-ups whose
+// claims expired while no process ran, and the only thing that deletes an
+// expired claim, purgeExpired (store.go), first runs a whole period (an
+// hour) after start.
+func sweepCredits(topUps topUpSweeper, led *ledger.Ledger, keys store.Keys, every time.Duration, log *slog.Logger) (stop func()) {
 	const batch = 500
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -98,6 +118,12 @@ func sweepCredits(led *ledger.Ledger, keys store.Keys, every time.Duration, log 
 		defer t.Stop()
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			n, err := topUps.SweepTopUps(ctx)
+			if err != nil {
+				log.Warn("credit settled top-ups", "credited", n, "err", err)
+			}
+			cancel()
+			ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 			if _, err := led.SweepExpired(ctx); err != nil {
 				log.Warn("sweep expired holds", "err", err)
 			}

@@ -1,18 +1,25 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/store/postgres"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
@@ -133,6 +140,79 @@ func TestServeCreditsErrors(t *testing.T) {
 			wantErr: []string{"credits: the redis store does not hold the credits ledger"}})
 	}
 	runServeErrors(t, tests, garbage)
+}
+
+// fakeTopUps counts its sweeps, failing each with err.
+type fakeTopUps struct {
+	calls chan struct{}
+	err   error
+}
+
+func (f fakeTopUps) SweepTopUps(context.Context) (int, error) {
+	f.calls <- struct{}{}
+	return 0, f.err
+}
+
+// lockedBuffer is a bytes.Buffer a logger may write from another goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSweepCreditsTopUps: the credit sweeper credits settled top-ups at
+// once when it starts (long before the first purge of expired claims, an
+// hour in), then every period; a failed top-up sweep is logged and keeps
+// nothing else from running.
+func TestSweepCreditsTopUps(t *testing.T) {
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "gw.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	led, err := ledger.New(db, ledger.Config{Asset: "eip155:84532/erc20:0x036cbd53842c5426634e7929541ec2318f3dcf7e"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := func(calls chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no top-up sweep %s", what)
+		}
+	}
+
+	// At start, without waiting for the period.
+	calls := make(chan struct{}, 8)
+	stop := sweepCredits(fakeTopUps{calls: calls}, led, db, time.Hour, slog.New(slog.DiscardHandler))
+	wait(calls, "at start")
+	stop()
+	if len(calls) != 0 {
+		t.Errorf("%d more sweeps within the first hour", len(calls))
+	}
+
+	// Every period, failing.
+	logs := &lockedBuffer{}
+	calls = make(chan struct{}, 8)
+	stop = sweepCredits(fakeTopUps{calls: calls, err: errors.New("node down")}, led, db, 10*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
+	wait(calls, "at start")
+	wait(calls, "after a period")
+	stop()
+	if s := logs.String(); !strings.Contains(s, `msg="credit settled top-ups"`) || !strings.Contains(s, "node down") {
+		t.Errorf("log:\n%s", s)
+	}
 }
 
 // The SQL stores hold everything credits need; Redis holds none of it.

@@ -24,6 +24,7 @@ type Metrics struct {
 	upstreamT *prometheus.HistogramVec
 	credits   *prometheus.CounterVec
 	ledgerT   *prometheus.HistogramVec
+	topUps    *prometheus.CounterVec
 }
 
 // NewMetrics registers the gateway's metrics and the Go runtime's.
@@ -73,8 +74,13 @@ func NewMetrics() *Metrics {
 			// From 100us: a ledger write is one durable commit.
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 		}, []string{"op"}),
+		topUps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm4agents_topups_total",
+			Help: "Top-up answers. credited (settled and credited), presented_again (a settled top-up presented again: credited then " +
+				"if it was not yet, never twice), not_final (settled, waiting for confirmations: 409). The background sweep logs what it credits.",
+		}, []string{"outcome"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.payments, m.settle, m.upstreamT, m.credits, m.ledgerT,
+	m.reg.MustRegister(m.requests, m.duration, m.payments, m.settle, m.upstreamT, m.credits, m.ledgerT, m.topUps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -106,6 +112,8 @@ func (m *Metrics) credit(outcome string) { m.credits.WithLabelValues(outcome).In
 func (m *Metrics) ledgerLatency(op string, d time.Duration) {
 	m.ledgerT.WithLabelValues(op).Observe(d.Seconds())
 }
+
+func (m *Metrics) topUp(outcome string) { m.topUps.WithLabelValues(outcome).Inc() }
 
 // CreditCount returns the count of one credit-paid call outcome (tests).
 func (m *Metrics) CreditCount(outcome string) float64 {

@@ -48,9 +48,12 @@ import (
 // mined. A claim found settled (a lost answer, a crash between settlement
 // and credit, a receipt not yet final) is credited by the next presentation
 // of the same PAYMENT-SIGNATURE, idempotently, and answered 200 with
-// X-Llm4agents-Replay: credited. There is no background sweep: the retry is
-// the way a settled top-up gets credited, until the claim expires with its
-// authorization.
+// X-Llm4agents-Replay: credited. A buyer who never comes back is credited
+// all the same by the background sweep (topup_sweep.go), which reads the
+// settled and pending top-up claims from the store, checks their
+// transactions against the chain with the same finality rule, and credits
+// under the same reference: the retry and the sweep credit once between
+// them.
 
 // ChainReader is what a top-up reads from the chain: its settlement's
 // receipt, and the head to count confirmations. *ethclient.Client and the
@@ -173,13 +176,23 @@ func parseTopUp(body []byte) (string, error) {
 // checks it against the bounds.
 func (s *Server) topUpAmount(text string) (*big.Int, error) {
 	c := s.cfg.Credits
+	a, err := parseAtomic(text)
+	if err != nil {
+		return nil, err
+	}
+	if a.Cmp(c.TopUpMin) < 0 || a.Cmp(c.TopUpMax) > 0 || a.Cmp(big.NewInt(store.MaxAmount)) > 0 {
+		return nil, fmt.Errorf("amount %s is outside the top-up bounds", a)
+	}
+	return a, nil
+}
+
+// parseAtomic parses an amount of atomic units written as decimal digits,
+// without sign or leading zeros, refusing anything else before it is parsed.
+func parseAtomic(text string) (*big.Int, error) {
 	if text == "" || len(text) > maxAmountDigits || strings.Trim(text, "0123456789") != "" || (len(text) > 1 && text[0] == '0') {
 		return nil, fmt.Errorf("amount %q is not a whole number of atomic units in decimal digits", truncate(text, 80))
 	}
 	a, _ := new(big.Int).SetString(text, 10) // digits only, checked above
-	if a.Cmp(c.TopUpMin) < 0 || a.Cmp(c.TopUpMax) > 0 || a.Cmp(big.NewInt(store.MaxAmount)) > 0 {
-		return nil, fmt.Errorf("amount %s is outside the top-up bounds", a)
-	}
 	return a, nil
 }
 
@@ -427,6 +440,7 @@ func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *quot
 	ref, err := s.topUpRef(ctx, tx, &pd.auth.Authorization)
 	switch {
 	case errors.Is(err, errNotFinal):
+		s.metrics.topUp("not_final")
 		return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "settlement_not_final",
 			Message: "the top-up's settlement " + tx + " is not final yet; present the same PAYMENT-SIGNATURE again to be credited, once",
 			Header:  http.Header{"X-Should-Retry": {"false"}, "Retry-After": {"5"}}, Err: err}
@@ -448,9 +462,12 @@ func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *quot
 	if err := paidHeaders(w.Header(), sr); err != nil {
 		return fmt.Errorf("encode settle response: %w", err)
 	}
+	outcome := "credited"
 	if replay {
+		outcome = "presented_again"
 		w.Header().Set(replayHeader, topUpReplay)
 	}
+	s.metrics.topUp(outcome)
 	writeJSON(w, http.StatusOK, ans)
 	return nil
 }
@@ -459,12 +476,23 @@ func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *quot
 // confirmations than configured.
 var errNotFinal = errors.New("settlement not final")
 
+// errUnpaid: the settlement named is not a transaction hash, reverted, or
+// carries no transfer of the authorization. Unlike errNotFinal, reading the
+// chain again will not change that.
+var errUnpaid = errors.New("settlement does not pay the authorization")
+
 // topUpRef reads the receipt of tx and returns the settlement reference of
 // a's transfer in it, once final (D17: status 1, N confirmations).
 func (s *Server) topUpRef(ctx context.Context, tx string, a *exact.Authorization) (string, error) {
-	c := s.cfg.Credits
+	return settlementRef(ctx, s.cfg.Credits, s.cfg.Network, s.asset, tx, a)
+}
+
+// settlementRef is topUpRef for any holder of the credits config: the
+// request path and the sweep (topup_sweep.go) both credit through it, so
+// that they credit one settlement under one reference, once between them.
+func settlementRef(ctx context.Context, c *Credits, network string, token common.Address, tx string, a *exact.Authorization) (string, error) {
 	if !isTxHash(tx) {
-		return "", fmt.Errorf("settlement transaction %q is not a hash", truncate(tx, 80))
+		return "", fmt.Errorf("settlement transaction %q is not a hash: %w", truncate(tx, 80), errUnpaid)
 	}
 	h := common.HexToHash(tx)
 	rc, err := c.Chain.TransactionReceipt(ctx, h)
@@ -474,7 +502,7 @@ func (s *Server) topUpRef(ctx context.Context, tx string, a *exact.Authorization
 	case err != nil:
 		return "", fmt.Errorf("receipt of %s: %w", tx, err)
 	case rc.Status != types.ReceiptStatusSuccessful:
-		return "", fmt.Errorf("settlement %s reverted", tx)
+		return "", fmt.Errorf("settlement %s reverted: %w", tx, errUnpaid)
 	}
 	head, err := c.Chain.BlockNumber(ctx)
 	if err != nil {
@@ -483,11 +511,11 @@ func (s *Server) topUpRef(ctx context.Context, tx string, a *exact.Authorization
 	if rc.BlockNumber == nil || head+1 < rc.BlockNumber.Uint64()+max(c.Confirmations, 1) {
 		return "", errNotFinal
 	}
-	i, ok := transferIndex(rc.Logs, s.asset, a)
+	i, ok := transferIndex(rc.Logs, token, a)
 	if !ok {
-		return "", fmt.Errorf("settlement %s carries no transfer of this authorization", tx)
+		return "", fmt.Errorf("settlement %s carries no transfer of this authorization: %w", tx, errUnpaid)
 	}
-	return ledger.SettlementRef(s.cfg.Network, h, i), nil
+	return ledger.SettlementRef(network, h, i), nil
 }
 
 // transferIndex finds, among token's own logs, AuthorizationUsed(from,

@@ -294,6 +294,10 @@ func TestTopUpSamePaymentTwice(t *testing.T) {
 	if avail, _ := e.credit(t, buyerIdx); avail != 1_000_000 || e.credits(t, buyerIdx) != 1 {
 		t.Fatalf("after two presentations: %d available, %d credits", avail, e.credits(t, buyerIdx))
 	}
+	m := scrape(t, e.srv.URL)
+	if c, p := m[`llm4agents_topups_total{outcome="credited"}`], m[`llm4agents_topups_total{outcome="presented_again"}`]; c != 1 || p != 1 {
+		t.Errorf("top-up metrics: credited %v, presented_again %v; want 1 and 1", c, p)
+	}
 
 	// 16 copies of a new payment at once.
 	payTo0 := e.chain.BalanceOf(t, e.chain.Addr(payToIdx))

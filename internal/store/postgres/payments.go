@@ -269,6 +269,56 @@ FROM payments, n WHERE payment_key = $2 AND expires_at_ms > n.ms`, db.nowArg(), 
 	return c, nil
 }
 
+// maxStagedPage bounds one page of StagedPayments.
+const maxStagedPage = 1000
+
+// StagedPayments lists up to limit (1..1000) payment records whose staged
+// response has the content type contentType and that are PaymentSettled or
+// PaymentPending with a transaction hash, oldest first by CreatedAt and then
+// Key byte by byte (COLLATE "C", as SQLite compares), starting after the
+// record (afterCreated, afterKey); the zero time and "" start at the
+// beginning. As in the sqlite backend, which documents the method, it is
+// not part of store.Payments and lists expired records too, until
+// PurgeExpiredPayments deletes them. An empty content type or a limit
+// outside 1..1000 fails with an error that is not a sentinel.
+func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) (_ []store.PaymentClaim, err error) {
+	defer wrap(&err, "staged payments of %q", contentType)
+	switch {
+	case contentType == "":
+		return nil, errors.New("empty content type")
+	case limit <= 0 || limit > maxStagedPage:
+		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, maxStagedPage)
+	}
+	ctx, cancel, err := db.opCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+
+	// The first line of the WHERE clause is the partial index's own
+	// (migration 0009), so that the planner may use it.
+	rows, err := db.pool.Query(ctx, `SELECT `+paymentColumns+` FROM payments
+WHERE state IN ('pending', 'settled') AND tx_hash <> ''
+    AND staged_content_type = $1
+    AND (created_at_ms > $2 OR (created_at_ms = $2 AND payment_key COLLATE "C" > $3))
+ORDER BY created_at_ms, payment_key COLLATE "C"
+LIMIT $4`, contentType, afterCreated.UnixMilli(), afterKey, limit)
+	if err != nil {
+		return nil, db.mapErr(ctx, err)
+	}
+	out, err := collect(rows, func(row pgx.Row) (store.PaymentClaim, error) {
+		c, _, err := scanPayment(row) // a listed row has its key
+		return c, err
+	})
+	if err != nil {
+		return nil, db.mapErr(ctx, err)
+	}
+	if out == nil {
+		out = []store.PaymentClaim{}
+	}
+	return out, nil
+}
+
 // PurgeExpiredPayments deletes up to limit (> 0) expired payment records
 // (ExpiresAt <= now, by the server's clock or DB.Now), soonest expired
 // first, and returns how many it deleted. As in the sqlite backend it is not

@@ -278,6 +278,66 @@ func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, er
 	return c, nil
 }
 
+// maxStagedPage bounds one page of StagedPayments.
+const maxStagedPage = 1000
+
+// selectStaged is the query of StagedPayments. The first line of its WHERE
+// clause is migration 0009's partial index's own, so that the planner may
+// use the index (a test checks that it does).
+const selectStaged = `SELECT ` + paymentColumns + ` FROM payments
+WHERE state IN ('pending', 'settled') AND tx_hash <> ''
+    AND staged_content_type = ?
+    AND (created_at_ms > ? OR (created_at_ms = ? AND payment_key > ?))
+ORDER BY staged_content_type, created_at_ms, payment_key
+LIMIT ?`
+
+// StagedPayments lists up to limit (1..1000) payment records whose staged
+// response has the content type contentType and that are PaymentSettled or
+// PaymentPending with a transaction hash: what a background task needs to
+// finish the work of a request that died after its settlement (the top-up
+// sweep of internal/gateway). They come oldest first, by CreatedAt and then
+// Key byte by byte, starting after the record (afterCreated, afterKey): pass
+// the last record of a page to read the next, the zero time and "" to start.
+// CreatedAt never changes while a record lives, so paging sees each record at
+// most once.
+//
+// It is not part of store.Payments, and, unlike every operation there, it
+// lists expired records too, until PurgeExpiredPayments deletes them: a
+// settled payment nobody came back for is still owed once its claim
+// expired. An empty content type or a limit outside 1..1000 fails with an
+// error that is not a sentinel; no match is an empty list. Migration 0009
+// indexes exactly this query.
+func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) (_ []store.PaymentClaim, err error) {
+	defer wrap(&err, "staged payments of %q", contentType)
+	switch {
+	case contentType == "":
+		return nil, errors.New("empty content type")
+	case limit <= 0 || limit > maxStagedPage:
+		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, maxStagedPage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	after := afterCreated.UnixMilli()
+	rows, err := db.ro.QueryContext(ctx, selectStaged, contentType, after, after, afterKey, limit)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
+	out := []store.PaymentClaim{}
+	for rows.Next() {
+		c, err := scanPayment(rows)
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return out, nil
+}
+
 // PurgeExpiredPayments deletes up to limit (> 0) expired payment records
 // (ExpiresAt <= now by db.Now), soonest expired first, and returns how many it
 // deleted. It is not part of store.Payments: expired records already count as

@@ -1,0 +1,553 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/llm4agents/llm4agents/internal/chain"
+	"github.com/llm4agents/llm4agents/internal/credits"
+	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/gateway"
+	"github.com/llm4agents/llm4agents/internal/ledger"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/internal/upstream"
+	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// topUpMarker is the content type of a top-up claim's staged marker
+// (topup.go).
+const topUpMarker = "application/vnd.llm4agents.topup+json"
+
+// sweepStore is what the sweep rig needs of a store: the credits, the
+// facilitator's settlements, and the listing the sweep reads.
+type sweepStore interface {
+	creditStore
+	store.Settlements
+	StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) ([]store.PaymentClaim, error)
+}
+
+type sweepOpts struct {
+	// confirmations is the credits' N of D17.
+	confirmations uint64
+	// failCredits is how many ledger credits fail before they work: the
+	// crash between settlement and credit.
+	failCredits int
+	// pending is how many paid settlements the facilitator answers
+	// settlement_pending, naming the transaction (the buyer saw a 402 and
+	// left).
+	pending int
+	// leaky makes the sweep's store list claims of every staged content
+	// type, as a faulty store would: only the sweep's own marker check
+	// stands between a chat's claim and a credit.
+	leaky bool
+}
+
+// sweepEnv is the top-up rig (topUpEnv's helpers) on one credit backend,
+// with the sweep of its gateway, whose log is kept.
+type sweepEnv struct {
+	*topUpEnv
+	db    sweepStore
+	fac   *facilitator.Facilitator
+	sweep *gateway.TopUpSweep
+	cfg   gateway.TopUpSweepConfig
+	logs  *syncBuffer
+}
+
+func newSweepEnv(t *testing.T, b creditBackend, o sweepOpts) *sweepEnv {
+	t.Helper()
+	sim := testchain.NewSimulated(t)
+	sim.StartAutoCommit(t, 10*time.Millisecond)
+	db, ok := b.open(t, discard()).(sweepStore)
+	if !ok {
+		t.Fatalf("the %s store cannot list staged payments", b.name)
+	}
+	sender, err := chain.NewSender(sim.Client, sim.Keys[signerIdx], sim.ChainID,
+		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fac, err := facilitator.New(facilitator.Config{
+		Network: network,
+		Assets:  []facilitator.Asset{{Address: sim.Token, Name: "USD Coin", Version: "2"}},
+	}, sim.Client, sender, db, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gwFac x402.Facilitator = fac
+	if o.pending > 0 {
+		lf := &lateFac{Facilitator: fac}
+		lf.late.Store(int32(o.pending))
+		gwFac = lf
+	}
+	up := upstreamtest.NewServer(t, upstreamtest.Config{APIKey: "sk-upstream-secret"})
+	prov, err := upstream.NewOpenAI(upstream.OpenAIConfig{BaseURL: up.URL(), APIKey: "sk-upstream-secret", Timeout: 5 * time.Second}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ls store.Ledger = db
+	if o.failCredits > 0 {
+		ls = &flakyCredits{Ledger: db, fail: o.failCredits}
+	}
+	led, err := ledger.New(ls, ledger.Config{Asset: ledger.AssetID(network, sim.Token)}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(nil)
+	public := "http://" + srv.Listener.Addr().String()
+	auth, err := credits.NewAuth(db, public, sim.ChainID.Uint64(), discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := credits.NewSigner(receiptKey(t), sim.ChainID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := &gateway.Credits{
+		Ledger: led, Keys: credits.NewKeys(db, discard()), Auth: auth,
+		Account: credits.NewHandler(auth, db, discard()), Signer: signer, Receipts: db,
+		TopUpMin: big.NewInt(topUpMin), TopUpMax: big.NewInt(topUpMax), Chain: sim.Client, Confirmations: o.confirmations,
+	}
+	gw, err := gateway.New(gateway.Config{
+		PublicURL: public,
+		Network:   network, Asset: sim.Token.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
+		PayTo: sim.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second,
+		Models:  []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
+		Credits: cr,
+	}, gwFac, db, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Config.Handler = gw
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	var payments store.Payments = db
+	if o.leaky {
+		payments = leakyLister{db}
+	}
+	e := &sweepEnv{
+		// env.db is the SQLite rig's handle; nothing the top-up helpers
+		// call reads it.
+		topUpEnv: &topUpEnv{env: &env{chain: sim, up: up, gw: gw, srv: srv}, ledger: led},
+		db:       db, fac: fac, logs: &syncBuffer{},
+		cfg: gateway.TopUpSweepConfig{
+			Network: network, Asset: sim.Token.Hex(), PayTo: sim.Addr(payToIdx).Hex(), Credits: cr, Payments: payments,
+		},
+	}
+	e.sweep = e.newSweep(t)
+	return e
+}
+
+// newSweep is a new sweep of the rig's gateway: a restarted process, which
+// remembers nothing.
+func (e *sweepEnv) newSweep(t *testing.T) *gateway.TopUpSweep {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w, err := gateway.NewTopUpSweep(e.cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// swept runs the sweep w and returns how many it credited.
+func (e *sweepEnv) swept(t *testing.T, w *gateway.TopUpSweep) int {
+	t.Helper()
+	n, err := w.SweepTopUps(t.Context())
+	if err != nil {
+		t.Fatalf("SweepTopUps: %v", err)
+	}
+	return n
+}
+
+// ledgerOf checks the buyer's spendable balance and number of credits.
+func (e *sweepEnv) ledgerOf(t *testing.T, what string, balance int64, n int) {
+	t.Helper()
+	if avail, _ := e.credit(t, buyerIdx); avail != balance || e.credits(t, buyerIdx) != n {
+		t.Errorf("%s: %d available in %d credits; want %d in %d", what, avail, e.credits(t, buyerIdx), balance, n)
+	}
+}
+
+// claim reads the claim of a PAYMENT-SIGNATURE.
+func (e *sweepEnv) claim(t *testing.T, h string) store.PaymentClaim {
+	t.Helper()
+	c, err := e.db.Payment(t.Context(), e.claimKey(t, h))
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return c
+}
+
+// flakyCredits fails the first `fail` ledger credits, as a process that
+// died between a settlement and its credit would leave them.
+type flakyCredits struct {
+	store.Ledger
+	mu   sync.Mutex
+	fail int
+}
+
+func (f *flakyCredits) Credit(ctx context.Context, opID, owner, asset string, amount int64) (store.Entry, error) {
+	f.mu.Lock()
+	if f.fail > 0 {
+		f.fail--
+		f.mu.Unlock()
+		return store.Entry{}, errors.New("ledger down (injected)")
+	}
+	f.mu.Unlock()
+	return f.Ledger.Credit(ctx, opID, owner, asset, amount)
+}
+
+// lateFac settles for real but answers the first `late` paid settlements
+// settlement_pending with their transaction: broadcast, confirmed only
+// after the buyer was answered.
+type lateFac struct {
+	*facilitator.Facilitator
+	late atomic.Int32
+}
+
+func (f *lateFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	sr, err := f.Facilitator.Settle(ctx, p, req)
+	if err == nil && sr.Success && f.late.Add(-1) >= 0 {
+		return &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonSettlementPending,
+			Transaction: sr.Transaction, Network: sr.Network, Payer: sr.Payer}, nil
+	}
+	return sr, err
+}
+
+// leakyLister lists the claims of every staged content type the gateway
+// writes, whatever it is asked for, on the first page.
+type leakyLister struct{ sweepStore }
+
+func (l leakyLister) StagedPayments(ctx context.Context, _ string, after time.Time, afterKey string, limit int) ([]store.PaymentClaim, error) {
+	if !after.IsZero() || afterKey != "" {
+		return nil, nil
+	}
+	var out []store.PaymentClaim
+	for _, kind := range []string{topUpMarker, "application/json", "text/event-stream"} {
+		page, err := l.sweepStore.StagedPayments(ctx, kind, time.Time{}, "", limit)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+	}
+	return out, nil
+}
+
+// TestTopUpSweepCrash: a top-up settled on chain and recorded, but never
+// credited (the ledger failed, as after a crash between the two), is
+// credited by the sweep exactly once; a second sweep, or a restarted one,
+// credits nothing more, and the buyer's later retry with the same
+// PAYMENT-SIGNATURE is answered credited without a second credit.
+func TestTopUpSweepCrash(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		e := newSweepEnv(t, b, sweepOpts{failCredits: 1})
+		h := e.topUpSigned(t, "1500000", buyerIdx, nil)
+		resp, body := e.topUp(t, "1500000", h)
+		if resp.StatusCode != http.StatusServiceUnavailable || errorCode(t, body) != "ledger_unavailable" {
+			t.Fatalf("top-up with the ledger down: %d %s", resp.StatusCode, body)
+		}
+		if c := e.claim(t, h); c.State != store.PaymentSettled || c.TxHash == "" {
+			t.Fatalf("claim after the failed credit: %+v", c)
+		}
+		e.ledgerOf(t, "before the sweep", 0, 0)
+
+		if n := e.swept(t, e.sweep); n != 1 {
+			t.Errorf("first sweep credited %d, want 1", n)
+		}
+		e.ledgerOf(t, "after the sweep", 1_500_000, 1)
+		if n := e.swept(t, e.sweep); n != 0 {
+			t.Errorf("second sweep credited %d, want 0", n)
+		}
+		// A restarted process checks the claim once more: ledger.TopUp
+		// answers it with the first credit.
+		e.swept(t, e.newSweep(t))
+		e.ledgerOf(t, "after a restarted sweep", 1_500_000, 1)
+
+		resp, body = e.topUp(t, "1500000", h)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Llm4agents-Replay") != "credited" {
+			t.Fatalf("retry after the sweep: %d %s", resp.StatusCode, body)
+		}
+		if got := decodeTopUp(t, body); got.Credited != "1500000" || got.Balance != "1500000" {
+			t.Errorf("retry answer %+v", got)
+		}
+		e.ledgerOf(t, "after the retry", 1_500_000, 1)
+		if s := e.logs.String(); !strings.Contains(s, "credited a settled top-up") || strings.Contains(s, h) {
+			t.Errorf("sweep log:\n%s", s)
+		}
+	})
+}
+
+// TestTopUpSweepNotFinal (D17): the sweep leaves a settlement with fewer
+// confirmations than configured, and credits it once they are mined.
+func TestTopUpSweepNotFinal(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		e := newSweepEnv(t, b, sweepOpts{confirmations: 3})
+		h := e.topUpSigned(t, "200000", buyerIdx, nil)
+		if resp, body := e.topUp(t, "200000", h); resp.StatusCode != http.StatusConflict || errorCode(t, body) != "settlement_not_final" {
+			t.Fatalf("top-up: %d %s", resp.StatusCode, body)
+		}
+		for i := range 2 {
+			if n := e.swept(t, e.sweep); n != 0 {
+				t.Fatalf("sweep %d of a settlement not final credited %d", i, n)
+			}
+			e.ledgerOf(t, "not final", 0, 0)
+			e.chain.Commit() // one more confirmation; the third comes below
+		}
+		if n := e.swept(t, e.sweep); n != 1 {
+			t.Errorf("sweep once final credited %d, want 1", n)
+		}
+		e.ledgerOf(t, "final", 200_000, 1)
+		if resp, body := e.topUp(t, "200000", h); resp.StatusCode != http.StatusOK {
+			t.Errorf("retry: %d %s", resp.StatusCode, body)
+		}
+		e.ledgerOf(t, "after the retry", 200_000, 1)
+	})
+}
+
+// TestTopUpSweepPending (D3): a top-up answered settlement_pending whose
+// transaction was mined is recorded settled by the sweep and credited once;
+// the buyer's retry then only reads the credit.
+func TestTopUpSweepPending(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		e := newSweepEnv(t, b, sweepOpts{pending: 1})
+		h := e.topUpSigned(t, "700000", buyerIdx, nil)
+		if resp, body := e.topUp(t, "700000", h); resp.StatusCode != http.StatusPaymentRequired || errorCode(t, body) != "settlement_pending" {
+			t.Fatalf("top-up: %d %s", resp.StatusCode, body)
+		}
+		before := e.claim(t, h)
+		if before.State != store.PaymentPending || before.TxHash == "" {
+			t.Fatalf("claim %+v", before)
+		}
+		if n := e.swept(t, e.sweep); n != 1 {
+			t.Errorf("sweep credited %d, want 1", n)
+		}
+		if c := e.claim(t, h); c.State != store.PaymentSettled || c.TxHash != before.TxHash || c.Fence != before.Fence {
+			t.Errorf("claim after the sweep %+v; want settled with %s under fence %d", c, before.TxHash, before.Fence)
+		}
+		e.ledgerOf(t, "after the sweep", 700_000, 1)
+		resp, body := e.topUp(t, "700000", h)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Llm4agents-Replay") != "credited" {
+			t.Fatalf("retry: %d %s", resp.StatusCode, body)
+		}
+		e.ledgerOf(t, "after the retry", 700_000, 1)
+	})
+}
+
+// settleDirect pays amount to payTo through the facilitator, outside the
+// gateway (a chat's payment, as far as the chain can tell), and returns the
+// payment's claim key, its transaction and its header.
+func (e *sweepEnv) settleDirect(t *testing.T, amount string) (key, tx, h string) {
+	t.Helper()
+	h = e.topUpSigned(t, amount, buyerIdx, nil)
+	p, err := x402.DecodePaymentPayload(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := p.AcceptedRequirements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := e.fac.Settle(t.Context(), p, req)
+	if err != nil || !sr.Success {
+		t.Fatalf("settle: %+v, %v", sr, err)
+	}
+	return e.claimKey(t, h), sr.Transaction, h
+}
+
+// craft writes a claim as the hostile case wants it: staged with kind and
+// body (nothing staged when kind is ""), then moved to state with tx.
+func (e *sweepEnv) craft(t *testing.T, c store.PaymentClaim, kind, body string, state store.PaymentState, tx string) {
+	t.Helper()
+	ctx := t.Context()
+	c.ExpiresAt = time.Now().Add(time.Hour)
+	got, held, err := e.db.ClaimPayment(ctx, c, time.Minute)
+	if err != nil || !held {
+		t.Fatalf("claim %q: %+v, %v, %v", c.Key, got, held, err)
+	}
+	if kind != "" {
+		if err := e.db.StagePayment(ctx, c.Key, got.Fence, store.StagedResponse{Status: http.StatusOK, ContentType: kind, Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.db.UpdatePayment(ctx, c.Key, got.Fence, state, tx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTopUpSweepSkips: the sweep credits only a top-up claim whose key names
+// this gateway's network and token and whose transaction pays it: never a
+// chat's claim, a payment made outside a top-up, a claim naming another
+// network, token, payer or amount, a key that does not parse or a
+// transaction that is not a hash. Each is logged at Warn, once, naming no
+// secret.
+func TestTopUpSweepSkips(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		e := newSweepEnv(t, b, sweepOpts{leaky: true})
+		// A chat completion paid through the gateway.
+		ch := e.signedHeader(t, chatBody, buyerIdx)
+		resp := e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {ch}})
+		if body := readAll(t, resp); resp.StatusCode != http.StatusOK {
+			t.Fatalf("chat: %d %s", resp.StatusCode, body)
+		}
+		// A payment to us settled outside any top-up: the chain shows it
+		// paid, the claims below carry it.
+		key, tx, h := e.settleDirect(t, "300000")
+		p, err := x402.DecodePaymentPayload(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		auth, err := exact.ParsePayload(p.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := auth.Authorization
+		buyer := e.chain.Addr(buyerIdx)
+		other := common.HexToAddress("0x00000000000000000000000000000000000000aa")
+		nonce2 := common.HexToHash("0x" + strings.Repeat("42", 32))
+		good := func(k string) store.PaymentClaim {
+			return store.PaymentClaim{Key: k, Network: network, Payer: buyer.Hex(), Amount: "300000", Owner: "crafted"}
+		}
+		marker := `{"amount":"300000"}`
+		upper := network + "/" + strings.ToUpper(hex.EncodeToString(e.chain.Token[:])) + "/" + hex.EncodeToString(buyer[:]) + "/" + hex.EncodeToString(nonce2[:])
+
+		type crafted struct {
+			name  string
+			claim store.PaymentClaim
+			kind  string
+			body  string
+			state store.PaymentState
+			tx    string
+			warn  bool // logged at Warn (a transaction not found is only not final)
+		}
+		cases := []crafted{
+			{"paid, no marker", good(key), "application/json", marker, store.PaymentSettled, tx, true},
+			{"paid, nothing staged", good(exact.Key(network, e.chain.Token, buyer, common.HexToHash("0x01"))), "", "", store.PaymentSettled, tx, false},
+			{"another network", func() store.PaymentClaim {
+				c := good(exact.Key("eip155:8453", e.chain.Token, a.From, common.HexToHash("0x09")))
+				c.Network = "eip155:8453"
+				return c
+			}(), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"key of another network", good(exact.Key("eip155:8453", e.chain.Token, a.From, a.Nonce)), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"key of another token", good(exact.Key(network, other, a.From, a.Nonce)), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"another payer", func() store.PaymentClaim {
+				c := good(exact.Key(network, e.chain.Token, a.From, common.HexToHash("0x02")))
+				c.Payer = other.Hex()
+				return c
+			}(), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"marker of another amount", good(exact.Key(network, e.chain.Token, a.From, common.HexToHash("0x03"))), topUpMarker, `{"amount":"3000000"}`, store.PaymentSettled, tx, true},
+			{"marker not JSON", good(exact.Key(network, e.chain.Token, a.From, common.HexToHash("0x04"))), topUpMarker, `amount=300000`, store.PaymentSettled, tx, true},
+			{"amount not digits", func() store.PaymentClaim {
+				c := good(exact.Key(network, e.chain.Token, a.From, common.HexToHash("0x05")))
+				c.Amount = "3e5"
+				return c
+			}(), topUpMarker, `{"amount":"3e5"}`, store.PaymentSettled, tx, true},
+			{"key garbage", good("not a key"), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"key upper-case hex", good(upper), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"key with 0x", good(network + "/0x" + hex.EncodeToString(e.chain.Token[:]) + "/" + hex.EncodeToString(buyer[:]) + "/" + hex.EncodeToString(nonce2[:])), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"key with a part more", good(exact.Key(network, e.chain.Token, buyer, nonce2) + "/00"), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"key of a short nonce", good(network + "/" + hex.EncodeToString(e.chain.Token[:]) + "/" + hex.EncodeToString(buyer[:]) + "/42"), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"key of the zero payer", func() store.PaymentClaim {
+				c := good(exact.Key(network, e.chain.Token, common.Address{}, nonce2))
+				c.Payer = common.Address{}.Hex()
+				return c
+			}(), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"tx not a hash", good(exact.Key(network, e.chain.Token, a.From, common.HexToHash("0x06"))), topUpMarker, marker, store.PaymentSettled, "0x1234", true},
+			{"tx garbage", good(exact.Key(network, e.chain.Token, a.From, common.HexToHash("0x07"))), topUpMarker, marker, store.PaymentPending, "'; DROP TABLE payments; --", true},
+			{"tx of another authorization", good(exact.Key(network, e.chain.Token, a.From, nonce2)), topUpMarker, marker, store.PaymentSettled, tx, true},
+			{"tx never mined", good(exact.Key(network, e.chain.Token, a.From, common.HexToHash("0x08"))), topUpMarker, marker, store.PaymentPending, "0x" + strings.Repeat("ab", 32), false},
+		}
+		for _, c := range cases {
+			e.craft(t, c.claim, c.kind, c.body, c.state, c.tx)
+		}
+		for i := range 2 {
+			if n := e.swept(t, e.sweep); n != 0 {
+				t.Errorf("sweep %d credited %d hostile claims", i, n)
+			}
+		}
+		e.ledgerOf(t, "after the sweeps", 0, 0)
+		logs := e.logs.String()
+		for _, c := range cases {
+			n := 0
+			for line := range strings.SplitSeq(logs, "\n") {
+				named := strings.Contains(line, " key="+c.claim.Key+" ") || strings.Contains(line, " key="+strconv.Quote(c.claim.Key)+" ")
+				if strings.Contains(line, "level=WARN") && named {
+					n++
+				}
+			}
+			switch {
+			case c.warn && n != 1:
+				t.Errorf("%s: %d Warn lines over two sweeps, want 1", c.name, n)
+			case !c.warn && n != 0:
+				t.Errorf("%s: %d Warn lines, want none", c.name, n)
+			}
+		}
+		sig := hex.EncodeToString(auth.Signature)
+		for _, secret := range []string{h, ch, sig} {
+			if strings.Contains(logs, secret) {
+				t.Errorf("the sweep's log holds a payment secret:\n%s", logs)
+			}
+		}
+		// The payment made outside a top-up stays uncredited after a
+		// restart too.
+		if n := e.swept(t, e.newSweep(t)); n != 0 {
+			t.Errorf("restarted sweep credited %d", n)
+		}
+		e.ledgerOf(t, "after a restarted sweep", 0, 0)
+	})
+}
+
+// TestNewTopUpSweepRefuses: a sweep without a ledger, a chain or a store
+// that lists staged claims is refused at construction.
+func TestNewTopUpSweepRefuses(t *testing.T) {
+	db := openCreditSQLite(t, discard())
+	led, err := ledger.New(db, ledger.Config{Asset: ledger.AssetID(network, creditToken)}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := testchain.NewSimulated(t)
+	ok := func() gateway.TopUpSweepConfig {
+		return gateway.TopUpSweepConfig{Network: network, Asset: creditToken.Hex(), PayTo: bob.Hex(),
+			Credits: &gateway.Credits{Ledger: led, Chain: sim.Client}, Payments: db}
+	}
+	if _, err := gateway.NewTopUpSweep(ok(), discard()); err != nil {
+		t.Fatalf("a good config: %v", err)
+	}
+	type onlyPayments struct{ store.Payments } // what Redis offers
+	for _, tc := range []struct {
+		name string
+		mod  func(*gateway.TopUpSweepConfig)
+	}{
+		{"no credits", func(c *gateway.TopUpSweepConfig) { c.Credits = nil }},
+		{"no ledger", func(c *gateway.TopUpSweepConfig) { c.Credits.Ledger = nil }},
+		{"no chain", func(c *gateway.TopUpSweepConfig) { c.Credits.Chain = nil }},
+		{"no network", func(c *gateway.TopUpSweepConfig) { c.Network = "" }},
+		{"bad asset", func(c *gateway.TopUpSweepConfig) { c.Asset = "0x1234" }},
+		{"bad payTo", func(c *gateway.TopUpSweepConfig) { c.PayTo = "bob" }},
+		{"no store", func(c *gateway.TopUpSweepConfig) { c.Payments = nil }},
+		{"store without the listing", func(c *gateway.TopUpSweepConfig) { c.Payments = onlyPayments{db} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ok()
+			tc.mod(&cfg)
+			if w, err := gateway.NewTopUpSweep(cfg, discard()); err == nil {
+				t.Errorf("NewTopUpSweep() = %v, nil; want an error", w)
+			}
+		})
+	}
+}

@@ -249,13 +249,21 @@ type receiptResult struct {
 func creditsReceipts(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("credits receipts", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		printf(e.stderr, "usage: llm4agents credits receipts --gateway URL [flags]\n\n"+
+			"Lists the latest signed receipts of credit-paid calls, newest first, and verifies each against\n"+
+			"the gateway's published signer. Signed in with the wallet, it lists every key's receipts of the\n"+
+			"account (--key-id: one key's); with an API key, only the receipts of that key's own calls.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	var f accountFlags
 	f.register(fs, true, true)
-	var apiKeyFile, id string
+	var apiKeyFile, id, keyID string
 	var limit int
-	fs.StringVar(&apiKeyFile, "api-key-file", "", "file holding an sk-l4a- API key to ask with instead of signing in (or set "+apiKeyEnv+")")
+	fs.StringVar(&apiKeyFile, "api-key-file", "", "file holding an sk-l4a- API key to ask with instead of signing in, seeing that key's receipts only (or set "+apiKeyEnv+")")
 	fs.IntVar(&limit, "limit", 20, fmt.Sprintf("how many of the latest receipts, 1 to %d", maxReceiptsLimit))
 	fs.StringVar(&id, "id", "", "one receipt, by its request id (0x and 64 hex digits)")
+	fs.StringVar(&keyID, "key-id", "", "only the receipts of this key, by its id as keys list shows it (signed in with the wallet only)")
 	pos, err := parseSub(fs, args)
 	if err != nil {
 		return err
@@ -267,6 +275,17 @@ func creditsReceipts(ctx context.Context, args []string, e env) error {
 		return fmt.Errorf("credits receipts: --limit %d is outside [1, %d]", limit, maxReceiptsLimit)
 	case id != "" && (!isToken(id) || strings.ContainsAny(id, "/?#%") || len(id) > 80):
 		return errors.New("credits receipts: --id is not a request id")
+	case strings.HasPrefix(keyID, "sk-l4a-") || strings.HasPrefix(keyID, "sess-l4a-"):
+		// A secret in the wrong flag: say so without repeating it.
+		return errors.New("credits receipts: --key-id takes a key's id (0x...), not an API key or token (value not echoed)")
+	case keyID != "" && (!isToken(keyID) || strings.ContainsAny(keyID, "/?#%&+") || len(keyID) > 128):
+		return errors.New("credits receipts: --key-id is not a key id, as keys list shows it")
+	case keyID != "" && id != "":
+		return errors.New("credits receipts: give --id or --key-id, not both")
+	case keyID != "" && (apiKeyFile != "" || e.getenv(apiKeyEnv) != ""):
+		// The gateway holds an API key to its own receipts whatever it
+		// asks; refuse here rather than send a request it will refuse.
+		return errors.New("credits receipts: --key-id needs a wallet sign-in; an API key lists only its own receipts")
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
@@ -285,7 +304,11 @@ func creditsReceipts(ctx context.Context, args []string, e env) error {
 		var list struct {
 			Data []json.RawMessage `json:"data"`
 		}
-		if _, err := a.do(ctx, http.MethodGet, pathReceipts+"?limit="+strconv.Itoa(limit), nil, http.StatusOK, &list); err != nil {
+		q := url.Values{"limit": {strconv.Itoa(limit)}}
+		if keyID != "" {
+			q.Set("key_id", keyID)
+		}
+		if _, err := a.do(ctx, http.MethodGet, pathReceipts+"?"+q.Encode(), nil, http.StatusOK, &list); err != nil {
 			return fmt.Errorf("credits receipts: %w", err)
 		}
 		envelopes = list.Data

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -11,6 +13,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/credits"
@@ -40,7 +44,9 @@ type accountGateway struct {
 	mu       sync.Mutex
 	bearers  []string // every Authorization value received
 	receipts [][]byte // envelopes GET /v1/receipts serves, newest first
-	keys     map[string]bool
+	// listQueries are the query strings GET /v1/receipts received.
+	listQueries []string
+	keys        map[string]bool
 	// nonceDomain, when set, replaces the domain of the nonce answer.
 	nonceDomain string
 	// ask, when set, is the amount the top-up's 402 asks instead of the one
@@ -95,7 +101,7 @@ func startAccountGateway(tb testing.TB) *accountGateway {
 	mux.HandleFunc("GET /v1/credits/balance", g.owner(func(w http.ResponseWriter, owner string) {
 		writeTestJSON(w, map[string]string{"account": owner, "asset": fakeAsset, "balance": "1500000", "held": "20000"})
 	}))
-	mux.HandleFunc("GET /v1/receipts", g.owner(func(w http.ResponseWriter, _ string) {
+	listReceipts := g.owner(func(w http.ResponseWriter, _ string) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		data := make([]json.RawMessage, len(g.receipts))
@@ -103,7 +109,13 @@ func startAccountGateway(tb testing.TB) *accountGateway {
 			data[i] = b
 		}
 		writeTestJSON(w, map[string]any{"object": "list", "data": data})
-	}))
+	})
+	mux.HandleFunc("GET /v1/receipts", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.listQueries = append(g.listQueries, r.URL.RawQuery)
+		g.mu.Unlock()
+		listReceipts(w, r)
+	})
 	mux.HandleFunc("GET /v1/receipts/{id}", g.owner(func(w http.ResponseWriter, _ string) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -445,6 +457,51 @@ func TestCreditsReceipts(t *testing.T) {
 	}
 }
 
+// TestCreditsReceiptsKeyID: signed in with the wallet, --key-id asks the
+// gateway for one key's receipts (key_id=); without it, for every key's.
+func TestCreditsReceiptsKeyID(t *testing.T) {
+	keyID := "0x" + strings.Repeat("ab", 32)
+	tests := []struct {
+		name      string
+		args      []string
+		wantQuery string
+	}{
+		{"every key", nil, "limit=20"},
+		{"one key", []string{"--key-id", keyID}, "key_id=" + keyID + "&limit=20"},
+		{"one key, a page", []string{"--key-id=" + keyID, "--limit", "5"}, "key_id=" + keyID + "&limit=5"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startAccountGateway(t)
+			g.addReceipt(t, 10_000, nil)
+			args := append([]string{"credits", "receipts", "--gateway", g.URL}, tc.args...)
+			stdout, stderr, err := runBuyer(t, args, buyerEnv(), "")
+			if err != nil || strings.Count(stdout, "receipt verified") != 1 {
+				t.Fatalf("receipts: %v\n%s%s", err, stdout, stderr)
+			}
+			g.mu.Lock()
+			got := slices.Clone(g.listQueries)
+			g.mu.Unlock()
+			if diff := cmp.Diff([]string{tc.wantQuery}, got); diff != "" {
+				t.Errorf("GET /v1/receipts queries (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCreditsReceiptsHelp: the help says who sees which receipts.
+func TestCreditsReceiptsHelp(t *testing.T) {
+	_, stderr, err := runBuyer(t, []string{"credits", "receipts", "-h"}, buyerEnv(), "")
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("err = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"every key's receipts", "only the receipts of that key's own calls", "-key-id"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("help lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
 // TestPayVerifiesReceipt: pay checks a response's X-Llm4agents-Receipt
 // against the origin's well-known signer.
 func TestPayVerifiesReceipt(t *testing.T) {
@@ -543,6 +600,11 @@ func TestAccountBadInput(t *testing.T) {
 		{[]string{"credits", "topup", gw, "--amount", "1", "--budget", "5"}, nil, "bounded by --amount alone"},
 		{[]string{"credits", "receipts", gw, "--limit", "0"}, nil, "--limit 0"},
 		{[]string{"credits", "receipts", gw, "--id", "a/b"}, nil, "not a request id"},
+		{[]string{"credits", "receipts", gw, "--key-id", "a/b"}, nil, "--key-id is not a key id"},
+		{[]string{"credits", "receipts", gw, "--key-id", "0x1&limit=1000"}, nil, "--key-id is not a key id"},
+		{[]string{"credits", "receipts", gw, "--key-id", "sk-l4a-secretvalue"}, nil, "not an API key or token"},
+		{[]string{"credits", "receipts", gw, "--key-id", "0x01", "--id", "0x02"}, nil, "not both"},
+		{[]string{"credits", "receipts", gw, "--key-id", "0x01"}, map[string]string{apiKeyEnv: "sk-l4a-secretvalue"}, "needs a wallet sign-in"},
 		{[]string{"credits", "balance", gw}, map[string]string{apiKeyEnv: "not-a-key-secretvalue"}, "not an sk-l4a- key"},
 	}
 	for _, tc := range tests {

@@ -235,7 +235,7 @@ func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gatew
 // receiptCount is how many receipts a has.
 func (e *creditEnv) receiptCount(t *testing.T, a common.Address) int {
 	t.Helper()
-	recs, err := e.db.ReceiptsOf(t.Context(), ownerOf(a), 0, store.MaxReceiptsPage)
+	recs, err := e.db.ReceiptsOf(t.Context(), store.ReceiptsQuery{Owner: ownerOf(a), Limit: store.MaxReceiptsPage})
 	if err != nil {
 		t.Fatal(err)
 	}

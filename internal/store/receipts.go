@@ -65,7 +65,37 @@ type Receipts interface {
 	PutReceipt(ctx context.Context, r StoredReceipt) error
 	// Receipt returns the receipt of requestID; ErrNotFound if absent.
 	Receipt(ctx context.Context, requestID string) (StoredReceipt, error)
-	// ReceiptsOf lists up to limit (1..MaxReceiptsPage) receipts of owner
-	// with Seq < before (before <= 0: from the newest), newest first.
-	ReceiptsOf(ctx context.Context, owner string, before int64, limit int) ([]StoredReceipt, error)
+	// ReceiptsOf lists the receipts q selects, newest first. A q that fails
+	// Validate is an error (no sentinel), before the store is asked.
+	ReceiptsOf(ctx context.Context, q ReceiptsQuery) ([]StoredReceipt, error)
+}
+
+// ReceiptsQuery selects a page of one owner's receipts. It is a struct, not
+// positional arguments, because Owner and KeyID are both strings that a
+// swapped call would silently mix up; a zero Limit is refused, so a page
+// size is always chosen by the caller.
+type ReceiptsQuery struct {
+	// Owner is whose receipts (a valid owner); required.
+	Owner string
+	// KeyID, when set (a valid id), keeps only the receipts drawn through
+	// that key. Empty means every key of Owner, and calls drawn without one.
+	// A key of another owner selects nothing: the owner always filters too.
+	KeyID string
+	// Before keeps receipts with Seq < Before; <= 0 starts at the newest.
+	Before int64
+	// Limit is the page size, 1..MaxReceiptsPage.
+	Limit int
+}
+
+// Validate checks q for every backend.
+func (q ReceiptsQuery) Validate() error {
+	switch {
+	case !ValidOwner(q.Owner):
+		return errors.New("invalid owner")
+	case q.KeyID != "" && !ValidID(q.KeyID):
+		return errors.New("invalid key id")
+	case q.Limit < 1 || q.Limit > MaxReceiptsPage:
+		return fmt.Errorf("limit %d is outside 1..%d", q.Limit, MaxReceiptsPage)
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -71,15 +70,16 @@ func (db *DB) Receipt(ctx context.Context, requestID string) (_ store.StoredRece
 }
 
 // ReceiptsOf implements store.Receipts. Receipts of one seq are ordered by
-// request id byte by byte (COLLATE "C"), as SQLite orders them.
-func (db *DB) ReceiptsOf(ctx context.Context, owner string, before int64, limit int) (_ []store.StoredReceipt, err error) {
-	defer wrap(&err, "receipts of %q", owner)
-	if !store.ValidOwner(owner) {
-		return nil, errors.New("invalid owner")
+// request id byte by byte (COLLATE "C"), as SQLite orders them. The key
+// filter is a condition of its own, added only when asked for, rather than
+// one query with "key_id = $4 OR $4 is empty", which a generic plan could
+// not match to receipts_owner_key (migration 0010).
+func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.StoredReceipt, err error) {
+	defer wrap(&err, "receipts of %q", q.Owner)
+	if err := q.Validate(); err != nil {
+		return nil, err
 	}
-	if limit < 1 || limit > store.MaxReceiptsPage {
-		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxReceiptsPage)
-	}
+	before := q.Before
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -89,10 +89,14 @@ func (db *DB) ReceiptsOf(ctx context.Context, owner string, before int64, limit 
 	}
 	defer cancel()
 
+	where, args := `owner = $1 AND seq < $2`, []any{q.Owner, before, q.Limit}
+	if q.KeyID != "" {
+		where, args = where+` AND key_id = $4`, append(args, q.KeyID)
+	}
 	rows, err := db.pool.Query(ctx, `SELECT `+receiptColumns+` FROM receipts
-WHERE owner = $1 AND seq < $2
+WHERE `+where+`
 ORDER BY seq DESC, request_id COLLATE "C" DESC
-LIMIT $3`, owner, before, limit)
+LIMIT $3`, args...)
 	if err != nil {
 		return nil, db.mapErr(ctx, err)
 	}

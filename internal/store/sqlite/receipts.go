@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -65,22 +64,27 @@ func (db *DB) Receipt(ctx context.Context, requestID string) (_ store.StoredRece
 	return r, nil
 }
 
-// ReceiptsOf implements store.Receipts.
-func (db *DB) ReceiptsOf(ctx context.Context, owner string, before int64, limit int) (_ []store.StoredReceipt, err error) {
-	defer wrap(&err, "receipts of %q", owner)
-	if err := checkReceiptsPage(owner, limit); err != nil {
+// ReceiptsOf implements store.Receipts. The key filter is a condition of
+// its own, added only when asked for, rather than one query with "key_id = ?
+// OR ? is empty": an OR on a parameter hides the condition from the query
+// planner, which could then use no index on key_id.
+func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.StoredReceipt, err error) {
+	defer wrap(&err, "receipts of %q", q.Owner)
+	if err := q.Validate(); err != nil {
 		return nil, err
 	}
+	before := q.Before
 	if before <= 0 {
 		before = math.MaxInt64
 	}
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 
-	rows, err := db.ro.QueryContext(ctx, `SELECT `+receiptColumns+` FROM receipts
-WHERE owner = ? AND seq < ?
-ORDER BY seq DESC, request_id DESC
-LIMIT ?`, owner, before, limit)
+	args := []any{q.Owner, before, q.Limit}
+	if q.KeyID != "" {
+		args = append(args, q.KeyID)
+	}
+	rows, err := db.ro.QueryContext(ctx, selectReceiptsOf(q.KeyID != ""), args...)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
@@ -99,14 +103,19 @@ LIMIT ?`, owner, before, limit)
 	return out, nil
 }
 
-func checkReceiptsPage(owner string, limit int) error {
-	if !store.ValidOwner(owner) {
-		return errors.New("invalid owner")
+// selectReceiptsOf is the query of ReceiptsOf, with the key filter when
+// keyed; its arguments are owner, before, limit and, when keyed, the key id.
+// Each form has an index that serves it in order (receipts_owner, and
+// receipts_owner_key of migration 0010).
+func selectReceiptsOf(keyed bool) string {
+	where := `owner = ?1 AND seq < ?2`
+	if keyed {
+		where += ` AND key_id = ?4`
 	}
-	if limit < 1 || limit > store.MaxReceiptsPage {
-		return fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxReceiptsPage)
-	}
-	return nil
+	return `SELECT ` + receiptColumns + ` FROM receipts
+WHERE ` + where + `
+ORDER BY seq DESC, request_id DESC
+LIMIT ?3`
 }
 
 // sameReceipt tells a repeated put (nil) from a conflicting one.

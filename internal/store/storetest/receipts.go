@@ -29,8 +29,11 @@ type OpenReceipts func(t *testing.T, now func() time.Time) (a, b store.Receipts)
 // leaves it; the envelope comes back byte for byte; receipts of one Seq are
 // ordered by request id, descending, byte by byte; invalid arguments (an
 // invalid request id, owner or key id, Seq <= 0, an empty or oversized
-// envelope, a limit outside 1..MaxReceiptsPage) fail with an error that is no
-// sentinel, and Receipt of an invalid id is ErrNotFound.
+// envelope, a limit outside 1..MaxReceiptsPage, a query's invalid key id)
+// fail with an error that is no sentinel, and Receipt of an invalid id is
+// ErrNotFound. A query's key filter never reaches past its owner, even when
+// another owner's receipt carries the same key id (the store does not make
+// key ids unique; the keys table does).
 func RunReceipts(t *testing.T, open OpenReceipts) {
 	tests := []struct {
 		name string
@@ -40,6 +43,7 @@ func RunReceipts(t *testing.T, open OpenReceipts) {
 		{"Idempotent", testReceiptIdempotent},
 		{"Conflict", testReceiptConflict},
 		{"Pages", testReceiptPages},
+		{"PagesOfKey", testReceiptKeyPages},
 		{"Bounds", testReceiptBounds},
 		{"InvalidArguments", testReceiptInvalid},
 		{"Race/Put", testReceiptRace},
@@ -167,13 +171,6 @@ func testReceiptPages(e *receiptsEnv) {
 	} {
 		e.put(r)
 	}
-	ids := func(rs []store.StoredReceipt) []string {
-		out := []string{}
-		for _, r := range rs {
-			out = append(out, r.RequestID)
-		}
-		return out
-	}
 	tests := []struct {
 		name   string
 		owner  string
@@ -191,12 +188,12 @@ func testReceiptPages(e *receiptsEnv) {
 		{"unknown owner", "0x3333333333333333333333333333333333333333", 0, 100, []string{}},
 	}
 	for _, tc := range tests {
-		got, err := e.b.ReceiptsOf(e.ctx, tc.owner, tc.before, tc.limit)
+		got, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: tc.owner, Before: tc.before, Limit: tc.limit})
 		if err != nil {
 			e.t.Errorf("%s: ReceiptsOf: %v", tc.name, err)
 			continue
 		}
-		if diff := cmp.Diff(tc.want, ids(got)); diff != "" {
+		if diff := cmp.Diff(tc.want, receiptIDs(got)); diff != "" {
 			e.t.Errorf("%s: ReceiptsOf (-want +got):\n%s", tc.name, diff)
 		}
 	}
@@ -205,21 +202,21 @@ func testReceiptPages(e *receiptsEnv) {
 	var walked []string
 	before := int64(0)
 	for range 10 {
-		page, err := e.b.ReceiptsOf(e.ctx, receiptOwner, before, 3)
+		page, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Before: before, Limit: 3})
 		if err != nil {
 			e.t.Fatalf("ReceiptsOf page: %v", err)
 		}
 		if len(page) == 0 {
 			break
 		}
-		walked = append(walked, ids(page)...)
+		walked = append(walked, receiptIDs(page)...)
 		before = page[len(page)-1].Seq
 	}
 	if diff := cmp.Diff([]string{"req_e", "req_d2", "req_d", "req_c", "req_b", "req_a"}, walked); diff != "" {
 		e.t.Errorf("paging (-want +got):\n%s", diff)
 	}
 	// A full page is a whole receipt each, envelope included.
-	got, err := e.b.ReceiptsOf(e.ctx, receiptOwner, 0, 1)
+	got, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Limit: 1})
 	if err != nil || len(got) != 1 {
 		e.t.Fatalf("ReceiptsOf: %v, %d receipts", err, len(got))
 	}
@@ -227,6 +224,91 @@ func testReceiptPages(e *receiptsEnv) {
 	want.CreatedAt = start.Truncate(time.Millisecond)
 	if diff := cmp.Diff(want, got[0]); diff != "" {
 		e.t.Errorf("ReceiptsOf receipt (-want +got):\n%s", diff)
+	}
+}
+
+// receiptIDs lists the request ids of rs, in order; empty, never nil.
+func receiptIDs(rs []store.StoredReceipt) []string {
+	out := []string{}
+	for _, r := range rs {
+		out = append(out, r.RequestID)
+	}
+	return out
+}
+
+// testReceiptKeyPages: a query with a key id selects that key's receipts of
+// the owner only (MISSION C4: a delegated key must not read what the owner's
+// other keys spent), pages like the owner's list, and never selects another
+// owner's receipts.
+func testReceiptKeyPages(e *receiptsEnv) {
+	const other = "0x2222222222222222222222222222222222222222"
+	withKey := func(r store.StoredReceipt, key string) store.StoredReceipt {
+		r.KeyID = key
+		return r
+	}
+	for _, r := range []store.StoredReceipt{
+		withKey(testReceipt("req_a1", receiptOwner, 10), "key_a"),
+		withKey(testReceipt("req_b1", receiptOwner, 20), "key_b"),
+		withKey(testReceipt("req_n1", receiptOwner, 25), ""),
+		withKey(testReceipt("req_a2", receiptOwner, 30), "key_a"),
+		withKey(testReceipt("req_x1", other, 35), "key_x"),
+		// Another owner's receipt under key_a's id: no key table stops it
+		// here, so the owner must filter too.
+		withKey(testReceipt("req_x2", other, 36), "key_a"),
+		withKey(testReceipt("req_b2", receiptOwner, 40), "key_b"),
+		withKey(testReceipt("req_a3", receiptOwner, 50), "key_a"),
+		withKey(testReceipt("req_a4", receiptOwner, 50), "key_a"),
+	} {
+		e.put(r)
+	}
+	tests := []struct {
+		name string
+		q    store.ReceiptsQuery
+		want []string
+	}{
+		{"every key", store.ReceiptsQuery{Owner: receiptOwner, Limit: 100},
+			[]string{"req_a4", "req_a3", "req_b2", "req_a2", "req_n1", "req_b1", "req_a1"}},
+		{"one key", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_a", Limit: 100},
+			[]string{"req_a4", "req_a3", "req_a2", "req_a1"}},
+		{"the other key", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_b", Limit: 100}, []string{"req_b2", "req_b1"}},
+		{"key and limit", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_a", Limit: 1}, []string{"req_a4"}},
+		{"key and before", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_a", Before: 50, Limit: 100}, []string{"req_a2", "req_a1"}},
+		{"key before its first", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_b", Before: 20, Limit: 100}, []string{}},
+		{"another owner's key", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_x", Limit: 100}, []string{}},
+		{"a key id shared with another owner", store.ReceiptsQuery{Owner: other, KeyID: "key_a", Limit: 100}, []string{"req_x2"}},
+		{"unknown key", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_none", Limit: 100}, []string{}},
+	}
+	for _, tc := range tests {
+		got, err := e.b.ReceiptsOf(e.ctx, tc.q)
+		if err != nil {
+			e.t.Errorf("%s: ReceiptsOf: %v", tc.name, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, receiptIDs(got)); diff != "" {
+			e.t.Errorf("%s: ReceiptsOf (-want +got):\n%s", tc.name, diff)
+		}
+		for _, r := range got {
+			if r.Owner != tc.q.Owner || tc.q.KeyID != "" && r.KeyID != tc.q.KeyID {
+				e.t.Errorf("%s: ReceiptsOf gave %s of owner %s, key %q", tc.name, r.RequestID, r.Owner, r.KeyID)
+			}
+		}
+	}
+	// Paging one key with the last seq seen walks its receipts once.
+	var walked []string
+	before := int64(0)
+	for range 10 {
+		page, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_a", Before: before, Limit: 2})
+		if err != nil {
+			e.t.Fatalf("ReceiptsOf page: %v", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		walked = append(walked, receiptIDs(page)...)
+		before = page[len(page)-1].Seq
+	}
+	if diff := cmp.Diff([]string{"req_a4", "req_a3", "req_a2", "req_a1"}, walked); diff != "" {
+		e.t.Errorf("paging one key (-want +got):\n%s", diff)
 	}
 }
 
@@ -253,7 +335,7 @@ func testReceiptBounds(e *receiptsEnv) {
 	for i := range 5 {
 		e.put(testReceipt(fmt.Sprintf("req_%d", i), receiptOwner, int64(100+i)))
 	}
-	got, err := e.b.ReceiptsOf(e.ctx, receiptOwner, 0, store.MaxReceiptsPage)
+	got, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Limit: store.MaxReceiptsPage})
 	if err != nil {
 		e.t.Fatalf("ReceiptsOf with the largest limit: %v", err)
 	}
@@ -287,18 +369,32 @@ func testReceiptInvalid(e *receiptsEnv) {
 		}
 	}
 	for _, limit := range []int{0, -1, store.MaxReceiptsPage + 1} {
-		if _, err := e.b.ReceiptsOf(e.ctx, receiptOwner, 0, limit); err == nil {
+		if _, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Limit: limit}); err == nil {
 			e.t.Errorf("ReceiptsOf with limit %d succeeded", limit)
 		}
 	}
-	if _, err := e.b.ReceiptsOf(e.ctx, "Not An Owner", 0, 10); err == nil {
-		e.t.Error("ReceiptsOf of an invalid owner succeeded")
+	for _, q := range []struct {
+		name string
+		q    store.ReceiptsQuery
+	}{
+		{"an invalid owner", store.ReceiptsQuery{Owner: "Not An Owner", Limit: 10}},
+		{"no owner", store.ReceiptsQuery{KeyID: "key_1", Limit: 10}},
+		{"a key id with a newline", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key\n1", Limit: 10}},
+		{"a key id with a space", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key 1", Limit: 10}},
+		{"a key id with a quote", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key' OR ''='", Limit: 10}},
+		{"a long key id", store.ReceiptsQuery{Owner: receiptOwner, KeyID: strings.Repeat("k", 1000), Limit: 10}},
+		{"a key and no limit", store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_1"}},
+	} {
+		_, err := e.b.ReceiptsOf(e.ctx, q.q)
+		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
+			e.t.Errorf("ReceiptsOf with %s: %v, want a plain error", q.name, err)
+		}
 	}
 	if _, err := e.b.Receipt(e.ctx, "req 1"); !errors.Is(err, store.ErrNotFound) {
 		e.t.Errorf("Receipt of an invalid id: %v, want ErrNotFound", err)
 	}
 	// Nothing invalid was stored.
-	if got, err := e.b.ReceiptsOf(e.ctx, receiptOwner, 0, 10); err != nil || len(got) != 0 {
+	if got, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Limit: 10}); err != nil || len(got) != 0 {
 		e.t.Errorf("ReceiptsOf after invalid puts: %d receipts, %v", len(got), err)
 	}
 }

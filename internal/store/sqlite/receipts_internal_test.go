@@ -1,0 +1,57 @@
+package sqlite
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReceiptsOfIndexed: both forms of ReceiptsOf's query search an index
+// in the order they list, sorting nothing: the owner's list receipts_owner,
+// one key's list receipts_owner_key (migration 0010), rather than reading
+// every receipt of the owner to test its key.
+func TestReceiptsOfIndexed(t *testing.T) {
+	db, err := Open(t.Context(), filepath.Join(t.TempDir(), "llm4agents.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	tests := []struct {
+		name  string
+		keyed bool
+		args  []any
+		index string
+	}{
+		{"owner", false, []any{"0xaa", int64(1) << 62, 20}, "receipts_owner "},
+		{"one key", true, []any{"0xaa", int64(1) << 62, 20, "0xkey"}, "receipts_owner_key "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rows, err := db.ro.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+selectReceiptsOf(tc.keyed), tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = rows.Close() }()
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			all := strings.Join(plan, "\n") + " "
+			if !strings.Contains(all, "INDEX "+tc.index) || strings.Contains(all, "TEMP B-TREE") {
+				t.Errorf("query plan does not search %sin order:\n%s", tc.index, all)
+			}
+		})
+	}
+}

@@ -212,8 +212,7 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 		return settleFailure(req.Network, verr), nil
 	}
 	vd, recovered, err := f.verifier.Check(p, req)
-	var verr *x402.VerifyError
-	if errors.As(err, &verr) {
+	if verr, ok := errors.AsType[*x402.VerifyError](err); ok {
 		return settleFailure(req.Network, verr), nil
 	} else if err != nil {
 		return nil, err
@@ -221,6 +220,20 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	// Work past this point outlives the caller: once a claim is taken the outcome
 	// must be recorded even if the client goes away.
 	ctx = context.WithoutCancel(ctx)
+	resp, err := f.settle(ctx, vd, recovered, p, req)
+	if errors.Is(err, errAbandoned) {
+		// The record's transaction can never be mined and the record was given
+		// back, nothing paid: settle again now, as the buyer's retry would.
+		// Once only: a second dead transaction in one call is no longer bad
+		// luck.
+		f.log.Info("settlement given back; claiming it again", "key", vd.Key(), "err", err)
+		resp, err = f.settle(ctx, vd, recovered, p, req)
+	}
+	return resp, err
+}
+
+// settle is Settle past the checks that need no store or chain state.
+func (f *Facilitator) settle(ctx context.Context, vd *exact.Verified, recovered bool, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
 	key := vd.Key()
 	rec, err := f.store.Settlement(ctx, key)
 	switch {
@@ -230,7 +243,7 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 		return nil, fmt.Errorf("settle: %w", err)
 	}
 	if err := f.verifier.VerifyForSettle(ctx, vd, recovered); err != nil {
-		if errors.As(err, &verr) {
+		if verr, ok := errors.AsType[*x402.VerifyError](err); ok {
 			if verr.Reason == x402.ReasonEVMNonceAlreadyUsed {
 				return f.usedElsewhere(ctx, vd, verr)
 			}
@@ -266,8 +279,21 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 		f.release(ctx, rec)
 		return nil, err
 	}
-	r := f.recorder(rec)
+	r := f.recorder(vd, rec)
 	tx, err := f.sender.SendRecorded(ctx, vd.Asset, data, r.before)
+	switch {
+	case tx == nil && errors.Is(err, errMayHavePaid):
+		// The transaction recorded first may have paid (checkUnpaid): the
+		// record still names it under this call's claim, and the chain tells.
+		// Giving the record back here could free an authorization that is
+		// being paid.
+		rec.State, rec.TxHash = store.StateBroadcast, r.last().Hex()
+		return f.fromChain(ctx, vd, rec, true)
+	case tx == nil && errors.Is(err, store.ErrFenced):
+		// The record moved on without this claim, and nothing was sent for
+		// it (BeforeBroadcast failed): answer from the record as it stands.
+		return f.fenced(ctx, vd, rec, err)
+	}
 	if err != nil && tx == nil {
 		// Nothing left this process: give the authorization back. A revert during
 		// gas estimation is a verdict; anything else is not.
@@ -307,6 +333,52 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 		return f.fromChain(ctx, vd, rec, true)
 	}
 	return f.conclude(ctx, vd, rec, receipt, true)
+}
+
+// fenced answers a settle call whose record-before-send the store refused
+// with ErrFenced: another holder took the claim over (this call's lease ran
+// out), or the record was resolved meanwhile, as when another replica sent
+// the recorded transaction again and its reconciler recorded it mined. The
+// call sent nothing, so there is nothing of its own to give back: the record
+// decides. Settled with a transfer that pays this authorization, the one
+// success mark decides between success and nonce_already_used (D5);
+// broadcast by another holder, the answer is settlement_pending with that
+// transaction (D3), for the chain to resolve. Anything else stays an error,
+// no verdict.
+func (f *Facilitator) fenced(ctx context.Context, vd *exact.Verified, rec store.Settlement, sendErr error) (*x402.SettleResponse, error) {
+	cur, err := f.store.Settlement(ctx, rec.Key)
+	if err != nil {
+		return nil, fmt.Errorf("settle: send: %w (re-read record: %w)", sendErr, err)
+	}
+	switch {
+	case cur.State == store.StateSettled && cur.TxHash != "":
+		return f.settled(ctx, vd, cur)
+	case cur.State == store.StateBroadcast && cur.Fence != rec.Fence && cur.TxHash != "":
+		f.log.Info("claim taken over; answering the other holder's transaction", "key", cur.Key, "tx", cur.TxHash)
+		return pending(vd, common.HexToHash(cur.TxHash)), nil
+	}
+	return nil, fmt.Errorf("settle: send: %w", sendErr)
+}
+
+// settled answers a settle call that finds its record settled. The record's
+// key is the authorization's nonce (D4), which the payer may have signed into
+// two authorizations (other amounts, say): the success may only be reported
+// for the one the settling transfer pays, so while it is not yet reported
+// the transfer is checked against this call's authorization first. Once
+// reported, the mark answers alone.
+func (f *Facilitator) settled(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
+	tx := common.HexToHash(rec.TxHash)
+	if rec.SuccessReported {
+		return alreadySettled(vd, tx), nil
+	}
+	receipt, err := f.backend.TransactionReceipt(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("settlement %s: read receipt of %s: %w", rec.Key, tx.Hex(), err)
+	}
+	if receipt.Status != types.ReceiptStatusSuccessful || !exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization) {
+		return alreadySettled(vd, tx), nil // the nonce paid another authorization
+	}
+	return f.report(ctx, vd, rec.Key, tx, true)
 }
 
 // PendingHash extracts the latest transaction hash from a Sender.Wait error that
@@ -365,7 +437,7 @@ func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string
 func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.Settlement, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
 	switch rec.State {
 	case store.StateSettled:
-		return f.report(ctx, vd, rec.Key, common.HexToHash(rec.TxHash), true)
+		return f.settled(ctx, vd, rec)
 	case store.StateFailed:
 		return &x402.SettleResponse{
 			Success: false, ErrorReason: x402.Reason(rec.Reason), Transaction: "", Network: vd.Network, Payer: vd.Payer().Hex(),
@@ -416,7 +488,7 @@ func (f *Facilitator) resolve(ctx context.Context, vd *exact.Verified, rec store
 	if rec.State == store.StateBroadcast && rec.TxHash != "" {
 		if tx := f.knownTx(ctx, rec); tx != nil {
 			waitCtx, cancel := context.WithTimeout(ctx, f.cfg.SettleTimeout)
-			receipt, err := f.sender.WaitRecorded(waitCtx, tx, f.recorder(rec).before)
+			receipt, err := f.sender.WaitRecorded(waitCtx, tx, f.recorder(vd, rec).before)
 			cancel()
 			if err == nil {
 				return f.conclude(ctx, vd, rec, receipt, answer)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
@@ -25,18 +26,28 @@ import (
 // reconciler would release while the transaction waits in the pool to pay).
 type recorder struct {
 	f     *Facilitator
+	vd    *exact.Verified
 	key   string
 	fence int64
 
 	mu       sync.Mutex
 	recorded common.Hash // the latest transaction written, or zero
+	nonce    uint64      // recorded's nonce
 }
 
-func (f *Facilitator) recorder(rec store.Settlement) *recorder {
-	return &recorder{f: f, key: rec.Key, fence: rec.Fence}
+func (f *Facilitator) recorder(vd *exact.Verified, rec store.Settlement) *recorder {
+	return &recorder{f: f, vd: vd, key: rec.Key, fence: rec.Fence}
 }
 
 func (r *recorder) before(ctx context.Context, tx *types.Transaction) error {
+	r.mu.Lock()
+	prev, prevNonce := r.recorded, r.nonce
+	r.mu.Unlock()
+	if prev != (common.Hash{}) && tx.Nonce() != prevNonce {
+		if err := r.f.checkUnpaid(ctx, r.vd, prev); err != nil {
+			return err
+		}
+	}
 	raw, err := tx.MarshalBinary()
 	if err != nil {
 		return fmt.Errorf("encode transaction: %w", err)
@@ -48,10 +59,48 @@ func (r *recorder) before(ctx context.Context, tx *types.Transaction) error {
 		return fmt.Errorf("record transaction %s: %w", tx.Hash().Hex(), err)
 	}
 	r.mu.Lock()
-	r.recorded = tx.Hash()
+	r.recorded, r.nonce = tx.Hash(), tx.Nonce()
 	r.mu.Unlock()
 	return nil
 }
+
+// errMayHavePaid refuses to send a transaction for a settlement under a new
+// nonce while the one recorded before it may have paid.
+var errMayHavePaid = errors.New("an earlier transaction of this settlement may have been mined; nothing new is sent")
+
+// checkUnpaid is asked before a settlement's call is signed again under
+// another nonce, which the Sender does when the node refused the first
+// transaction's nonce as used. The node says so too when the nonce was used by
+// that very transaction: another replica, finding it recorded but unknown to
+// the node (this process had not sent it yet), sent the same bytes and they
+// were mined. A second transaction would then only revert and burn gas, and
+// once the record is settled it cannot be recorded at all. So a new nonce is
+// only used while the earlier transaction has no receipt and the
+// authorization is unused; anything else, a node that cannot tell included,
+// is errMayHavePaid, and the chain resolves the record.
+func (f *Facilitator) checkUnpaid(ctx context.Context, vd *exact.Verified, prev common.Hash) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chainReadTimeout)
+	defer cancel()
+	_, err := f.backend.TransactionReceipt(ctx, prev)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: %s was mined", errMayHavePaid, prev.Hex())
+	case !errors.Is(err, ethereum.NotFound):
+		return fmt.Errorf("%w: receipt of %s: %w", errMayHavePaid, prev.Hex(), err)
+	}
+	a := &vd.Payload.Authorization
+	used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, a.From, a.Nonce)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", errMayHavePaid, err)
+	case used:
+		return fmt.Errorf("%w: the authorization is used", errMayHavePaid)
+	}
+	return nil
+}
+
+// chainReadTimeout bounds one read from the node made on the way to a send.
+const chainReadTimeout = 10 * time.Second
 
 // last returns the latest transaction recorded, or zero if none was.
 func (r *recorder) last() common.Hash {

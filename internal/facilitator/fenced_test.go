@@ -1,0 +1,422 @@
+package facilitator_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math/big"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/common/hexutil"
+	"github.com/ethereum/go-ethereum/core/types"
+	"github.com/ethereum/go-ethereum/params"
+
+	"github.com/llm4agents/llm4agents/internal/chain"
+	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// replicaOpts tunes newReplicaOn.
+type replicaOpts struct {
+	// node is what the replica's Sender talks to; sim's client when nil.
+	node          chain.Backend
+	settleTimeout time.Duration // default 300 ms
+	claimLease    time.Duration // the facilitator's default when zero
+}
+
+// newReplicaOn starts a facilitator signing with dev key signer on st and
+// sim, as newReplica does, with its Sender on o.node.
+func newReplicaOn(t *testing.T, sim *testchain.Simulated, st store.Settlements, signer int, o replicaOpts) *replica {
+	t.Helper()
+	if o.node == nil {
+		o.node = sim.Client
+	}
+	if o.settleTimeout == 0 {
+		o.settleTimeout = 300 * time.Millisecond
+	}
+	logs := new(syncBuffer)
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	sender, err := chain.NewSender(o.node, sim.Keys[signer], sim.ChainID,
+		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fac, err := facilitator.New(facilitator.Config{
+		Network:       network,
+		Assets:        []facilitator.Asset{{Address: sim.Token, Name: "USD Coin", Version: "2"}},
+		SettleTimeout: o.settleTimeout,
+		ClaimLease:    o.claimLease,
+	}, sim.Client, sender, st, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &replica{fac: fac, sender: sender, logs: logs}
+}
+
+// sendHook is a node whose first SendTransaction first runs fn: what other
+// replicas do between a Sender's record-before-send and its send.
+type sendHook struct {
+	chain.Backend
+	once sync.Once
+	fn   func(tx *types.Transaction)
+}
+
+func (h *sendHook) SendTransaction(ctx context.Context, tx *types.Transaction) error {
+	h.once.Do(func() { h.fn(tx) })
+	return h.Backend.SendTransaction(ctx, tx)
+}
+
+// recordHook is a store whose first RecordBroadcast first runs fn: what
+// other replicas do between a claim and its record-before-send.
+type recordHook struct {
+	settleStore
+	once sync.Once
+	fn   func()
+}
+
+func (h *recordHook) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) error {
+	h.once.Do(h.fn)
+	return h.settleStore.RecordBroadcast(ctx, key, fence, txHash, rawTx)
+}
+
+// waitNonceTooLow waits until the node refuses tx, mined, for its nonce: the
+// simulated pool drops mined transactions a moment after the block, and until
+// then calls them "already known".
+func waitNonceTooLow(t *testing.T, sim *testchain.Simulated, tx *types.Transaction) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := sim.Client.SendTransaction(context.Background(), tx)
+		if err != nil && strings.Contains(err.Error(), "nonce too low") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node still answers %v for the mined %s", err, tx.Hash().Hex())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func nonceAt(t *testing.T, sim *testchain.Simulated, addr common.Address) uint64 {
+	t.Helper()
+	n, err := sim.Client.NonceAt(context.Background(), addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestResentByReplicaIsNotSentAgain is the sequence the replica test found
+// (issue 4, 1 trial in 200 on Redis). Replica A records its transaction and,
+// before A's own send reaches the node, replica B finds the record's
+// transaction unknown to the node and sends the very same bytes, which are
+// mined. A's send is then refused ("nonce too low": the nonce is used, by
+// A's own transaction) and A's Sender signs the call again under the next
+// nonce. That second transaction must never leave: the first one paid. A's
+// settle call answers the one success, whether or not B's reconciler has
+// recorded the settlement by then (in which case A's record-before-send of
+// the second transaction is fenced), and A's account sends one transaction.
+func TestResentByReplicaIsNotSentAgain(t *testing.T) {
+	cases := []struct {
+		name string
+		// settled: B's reconciler records the settlement before A's send,
+		// so the record is final when A would record its second transaction.
+		settled bool
+	}{
+		{name: "record still broadcast"},
+		{name: "record settled by the other replica", settled: true},
+	}
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				sim := testchain.NewSimulated(t) // no auto-commit: the test mines
+				ctx := context.Background()
+				e := &env{chain: sim}
+				req := e.requirements("10000")
+				p := e.pay(t, 1, req)
+				key := keyOf(t, sim, p)
+				payTo := sim.Addr(payToIdx)
+				paidBefore := sim.BalanceOf(t, payTo)
+
+				b := newReplicaOn(t, sim, open(t), otherSignerIdx, replicaOpts{})
+				var first common.Hash
+				node := &sendHook{Backend: sim.Client, fn: func(tx *types.Transaction) {
+					first = tx.Hash()
+					if _, err := b.fac.Reconcile(ctx); err != nil {
+						t.Errorf("B's reconcile while A's transaction is recorded, not sent: %v", err)
+					}
+					if !strings.Contains(b.logs.String(), "sent again") {
+						t.Errorf("B did not send A's recorded transaction:\n%s", b.logs.String())
+					}
+					sim.Commit()
+					waitNonceTooLow(t, sim, tx)
+					if tc.settled {
+						if n, err := b.fac.Reconcile(ctx); err != nil || n != 1 {
+							t.Errorf("B's reconcile after the mining = %d, %v; want the record settled", n, err)
+						}
+					}
+				}}
+				a := newReplicaOn(t, sim, open(t), signerIdx, replicaOpts{node: node})
+				nonce := nonceAt(t, sim, a.sender.Address())
+
+				resp, err := a.fac.Settle(ctx, p, req)
+				if err != nil || !resp.Success || !strings.EqualFold(resp.Transaction, first.Hex()) {
+					t.Errorf("A's settle = %+v, %v; want the one success with its first transaction %s", resp, err, first.Hex())
+				}
+				sim.Commit() // anything A sent after all is mined now, and counted below
+				if got := pendingNonce(t, sim, a.sender.Address()); got != nonce+1 {
+					t.Errorf("A's account sent %d transactions, want 1 (its first, mined by B's re-send)", got-nonce)
+				}
+				if _, err := b.fac.Reconcile(ctx); err != nil {
+					t.Errorf("reconcile at the end: %v", err)
+				}
+				got, err := open(t).Settlement(ctx, key)
+				if err != nil || got.State != store.StateSettled || !strings.EqualFold(got.TxHash, first.Hex()) || !got.SuccessReported {
+					t.Errorf("record = %q (tx %s, success reported %t), %v; want settled with %s, success reported",
+						got.State, got.TxHash, got.SuccessReported, err, first.Hex())
+				}
+				if paid := new(big.Int).Sub(sim.BalanceOf(t, payTo), paidBefore); paid.Cmp(big.NewInt(10000)) != 0 {
+					t.Errorf("payTo received %s, want 10000", paid)
+				}
+			})
+		}
+	})
+}
+
+// TestFencedRecordResolves: replica A's claim is taken over (its lease ran
+// out while it was signing) and replica B settles the authorization, so A's
+// record-before-send is fenced. A's Settle re-reads the record and answers
+// from it instead of failing: a settlement B recorded goes through the one
+// success mark (DECISIONS D5), which B already took, and a settlement B only
+// broadcast is settlement_pending with B's transaction (D3). Nothing A
+// signed reaches the node.
+func TestFencedRecordResolves(t *testing.T) {
+	cases := []struct {
+		name string
+		// mined: B's transaction is mined within B's settle timeout.
+		mined      bool
+		wantReason x402.Reason
+	}{
+		{name: "settled by the other holder", mined: true, wantReason: x402.ReasonEVMNonceAlreadyUsed},
+		{name: "broadcast by the other holder", wantReason: x402.ReasonSettlementPending},
+	}
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				sim := testchain.NewSimulated(t)
+				if tc.mined {
+					sim.StartAutoCommit(t, 20*time.Millisecond)
+				}
+				ctx := context.Background()
+				e := &env{chain: sim}
+				req := e.requirements("10000")
+				p := e.pay(t, 2, req)
+				key := keyOf(t, sim, p)
+
+				// B waits long enough for a mined transaction, briefly for one
+				// that is not.
+				bTimeout := 300 * time.Millisecond
+				if tc.mined {
+					bTimeout = 5 * time.Second
+				}
+				b := newReplicaOn(t, sim, open(t), otherSignerIdx, replicaOpts{settleTimeout: bTimeout})
+				var bResp *x402.SettleResponse
+				st := &recordHook{settleStore: open(t), fn: func() {
+					time.Sleep(20 * time.Millisecond) // A's lease runs out
+					var err error
+					bResp, err = b.fac.Settle(ctx, p, req)
+					if err != nil {
+						t.Errorf("B's settle, taking over A's claim: %v", err)
+					}
+				}}
+				a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond})
+				nonce := pendingNonce(t, sim, a.sender.Address())
+
+				resp, err := a.fac.Settle(ctx, p, req)
+				if err != nil {
+					t.Fatalf("A's settle with its record-before-send fenced: %v; want an answer from the record", err)
+				}
+				if bResp == nil {
+					t.Fatal("B never settled: A's record-before-send was not reached")
+				}
+				if resp.Success || resp.ErrorReason != tc.wantReason || !strings.EqualFold(resp.Transaction, bResp.Transaction) {
+					t.Errorf("A's settle = %+v; want %s with B's transaction %s (B answered %+v)", resp, tc.wantReason, bResp.Transaction, bResp)
+				}
+				if got := pendingNonce(t, sim, a.sender.Address()); got != nonce {
+					t.Errorf("A's pending nonce moved from %d to %d: the fenced signer's transaction reached the node", nonce, got)
+				}
+
+				if !tc.mined {
+					sim.Commit()
+					again, err := b.fac.Settle(ctx, p, req)
+					if err != nil || !again.Success || again.Transaction != bResp.Transaction {
+						t.Errorf("B's settle once mined = %+v, %v; want the one success with %s", again, err, bResp.Transaction)
+					}
+				}
+				rec, err := open(t).Settlement(ctx, key)
+				if err != nil || rec.State != store.StateSettled || !strings.EqualFold(rec.TxHash, bResp.Transaction) {
+					t.Errorf("record = %q (tx %s), %v; want settled with B's %s", rec.State, rec.TxHash, err, bResp.Transaction)
+				}
+			})
+		}
+	})
+}
+
+// TestSettleReclaimsAbandoned: a settle call finds a record whose
+// transaction can never be mined (another transaction of its signer used
+// the nonce, the authorization stayed unused). It gives the record back and,
+// in the same call, claims the authorization again and settles it, rather
+// than failing and leaving the buyer to retry. At the replica that signed the
+// dead transaction and at another.
+func TestSettleReclaimsAbandoned(t *testing.T) {
+	cases := []struct {
+		name   string
+		signer int // of the replica that settles
+	}{
+		{name: "at the signing replica", signer: signerIdx},
+		{name: "at another replica", signer: otherSignerIdx},
+	}
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				sim := testchain.NewSimulated(t)
+				sim.StartAutoCommit(t, 20*time.Millisecond)
+				db := open(t)
+				ctx := context.Background()
+				e := &env{chain: sim}
+				req := e.requirements("10000")
+				p := e.pay(t, 3, req)
+				key := keyOf(t, sim, p)
+				dead, _ := signSettlement(t, sim, db, signerIdx, p, req)
+				filler, err := types.SignNewTx(sim.Keys[signerIdx], types.LatestSignerForChainID(sim.ChainID), &types.DynamicFeeTx{
+					ChainID: sim.ChainID, Nonce: dead.Nonce(), GasTipCap: dead.GasTipCap(), GasFeeCap: dead.GasFeeCap(),
+					Gas: params.TxGas, To: &common.Address{1},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := sim.Client.SendTransaction(ctx, filler); err != nil {
+					t.Fatal(err)
+				}
+				sim.Mine(t, filler)
+
+				r := newReplicaOn(t, sim, db, tc.signer, replicaOpts{settleTimeout: 5 * time.Second})
+				resp, err := r.fac.Settle(ctx, p, req)
+				if err != nil || !resp.Success {
+					t.Fatalf("settle of the dead record = %+v, %v; want success in the same call", resp, err)
+				}
+				rec, err := db.Settlement(ctx, key)
+				if err != nil || rec.State != store.StateSettled || !strings.EqualFold(rec.TxHash, resp.Transaction) {
+					t.Errorf("record = %q (tx %s), %v; want settled with %s", rec.State, rec.TxHash, err, resp.Transaction)
+				}
+				if decodeRaw(t, rec.RawTx).Hash() == dead.Hash() {
+					t.Errorf("record still names the dead transaction %s", dead.Hash().Hex())
+				}
+			})
+		}
+	})
+}
+
+// TestSettledForAnotherAuthorization: the payer signed two authorizations
+// with one nonce (one key, D4) for different amounts, and the record was
+// settled, success not yet reported, by a transfer of the second. A settle
+// call for the first must not take the success mark for a payment never
+// made: it answers nonce_already_used with that transaction, and sends
+// nothing. Whether it finds the record settled, or its claim is taken over
+// and settled while it signs (its record-before-send fenced).
+func TestSettledForAnotherAuthorization(t *testing.T) {
+	cases := []struct {
+		name   string
+		fenced bool // the record is settled while A signs, not before A looks
+	}{
+		{name: "record found settled"},
+		{name: "record-before-send fenced", fenced: true},
+	}
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				sim := testchain.NewSimulated(t)
+				ctx := context.Background()
+				e := &env{chain: sim}
+				req := e.requirements("10000")
+				p := e.pay(t, 4, req)
+				pl, err := exact.ParsePayload(p.Payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				other := payWithNonce(t, sim, 4, e.requirements("5000"), pl.Authorization.Nonce)
+				key := keyOf(t, sim, p)
+				if k := keyOf(t, sim, other); k != key {
+					t.Fatalf("the two authorizations have keys %s and %s, want one", key, k)
+				}
+
+				db := open(t)
+				var otherTx *types.Transaction
+				settleOther := func() {
+					otherTx = submitDirectly(t, sim.TokenContract, sim.Transactor(t, 7), other)
+					sim.Mine(t, otherTx)
+					rec, held, err := db.ClaimSettlement(ctx, store.Settlement{
+						Key: key, Network: network, Asset: sim.Token.Hex(), Payer: pl.Authorization.From.Hex(),
+						PayTo: pl.Authorization.To.Hex(), Amount: "5000", Owner: "someone else",
+					}, time.Minute)
+					if err != nil || !held {
+						t.Fatalf("claim (or take over A's claim) = %v, %v", held, err)
+					}
+					raw, err := otherTx.MarshalBinary()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := db.RecordBroadcast(ctx, key, rec.Fence, otherTx.Hash().Hex(), hexutil.Encode(raw)); err != nil {
+						t.Fatal(err)
+					}
+					if err := db.UpdateSettlement(ctx, key, rec.Fence, store.StateSettled, otherTx.Hash().Hex(), ""); err != nil {
+						t.Fatal(err)
+					}
+				}
+				st := &recordHook{settleStore: open(t), fn: func() {
+					if tc.fenced {
+						time.Sleep(20 * time.Millisecond) // A's lease runs out
+						settleOther()
+					}
+				}}
+				if !tc.fenced {
+					settleOther()
+				}
+				a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond})
+				nonce := pendingNonce(t, sim, a.sender.Address())
+
+				resp, err := a.fac.Settle(ctx, p, req)
+				if err != nil {
+					t.Fatalf("A's settle: %v; want an answer from the record", err)
+				}
+				if resp.Success || resp.ErrorReason != x402.ReasonEVMNonceAlreadyUsed || !strings.EqualFold(resp.Transaction, otherTx.Hash().Hex()) {
+					t.Errorf("A's settle = %+v; want %s with the other authorization's %s", resp, x402.ReasonEVMNonceAlreadyUsed, otherTx.Hash().Hex())
+				}
+				if got := pendingNonce(t, sim, a.sender.Address()); got != nonce {
+					t.Errorf("A's pending nonce moved from %d to %d: A's transaction reached the node", nonce, got)
+				}
+				if rec, err := db.Settlement(ctx, key); err != nil || rec.SuccessReported {
+					t.Errorf("record success reported = %t, %v; want not reported (nobody was paid what A asked)", rec.SuccessReported, err)
+				}
+			})
+		}
+	})
+}
+
+// payWithNonce signs req as dev account i with the authorization nonce n.
+func payWithNonce(t *testing.T, sim *testchain.Simulated, i int, req x402.PaymentRequirements, n common.Hash) *x402.PaymentPayload {
+	t.Helper()
+	pr := &x402.PaymentRequired{X402Version: 2, Resource: &x402.ResourceInfo{URL: "http://127.0.0.1/paid"}, Accepts: []x402.PaymentRequirements{req}}
+	p, err := exact.NewPaymentPayload(context.Background(), exact.NewKeySigner(sim.Keys[i]), pr, 0, exact.SignOptions{Nonce: &n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

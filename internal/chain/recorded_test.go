@@ -215,3 +215,44 @@ func TestWaitAdoptedAfterNonceReuse(t *testing.T) {
 		t.Errorf("receipt of the old transaction: err = %v, want not found", err)
 	}
 }
+
+// TestSendOwnTransactionMinedFirst: a replica resuming the record sent this
+// transaction's recorded bytes first and they were mined, so the node
+// answers our own broadcast "nonce too low". The Sender must take the
+// transaction as sent, not sign the call again under the next nonce: that
+// second transaction would pay nothing and spend gas (found by the replica
+// test on Redis).
+func TestSendOwnTransactionMinedFirst(t *testing.T) {
+	a := testchain.StartAnvil(t)
+	node := newProxyNode(t, a, map[string]fakeMethod{
+		"eth_sendRawTransaction": func(f *fakeNode, params []json.RawMessage) (any, error) {
+			if _, err := f.forward("eth_sendRawTransaction", params); err != nil { // the other replica's send, mined at once
+				return nil, err
+			}
+			return nil, errors.New("nonce too low: next nonce 1, tx nonce 0")
+		},
+	})
+	c := node.dial(t)
+	s, _ := newTestSender(t, c, 0, testConfig())
+	ctx := testContext(t, 30*time.Second)
+
+	r := &recorder{tb: t, node: c}
+	tx, err := s.SendRecorded(ctx, payee, []byte{1}, r.before)
+	if err != nil {
+		t.Fatalf("SendRecorded = %v, want the transaction the node already mined", err)
+	}
+	if got := r.hashes(); len(got) != 1 || got[0] != tx.Hash() {
+		t.Errorf("BeforeBroadcast saw %v, want only %s: the call was signed again", got, tx.Hash())
+	}
+	rc, err := s.WaitRecorded(ctx, tx, r.before)
+	if err != nil || rc.TxHash != tx.Hash() {
+		t.Fatalf("WaitRecorded = %v, %v; want the receipt of %s", rc, err, tx.Hash())
+	}
+	n, err := a.Client.NonceAt(ctx, testchain.DevAddress(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("the account sent %d transactions, want 1", n)
+	}
+}

@@ -319,6 +319,15 @@ func (s *Sender) broadcastNew(ctx context.Context, to *common.Address, data []by
 			s.log.Warn("broadcast outcome unknown", "nonce", tx.Nonce(), "hash", tx.Hash(), "err", err)
 			return tx, &PendingError{Hash: tx.Hash(), Nonce: tx.Nonce(), Err: fmt.Errorf("broadcast: %w", err)}
 		}
+		if isNonceTooLow(err) && s.knows(ctx, tx.Hash()) {
+			// The nonce was used by this very transaction: its recorded
+			// bytes were sent by someone else first (a replica resuming the
+			// record, D5) and mined. It is sent; signing the call again
+			// under another nonce would pay nothing and waste gas.
+			s.launched(f)
+			s.log.Info("transaction was already mined when sent", "nonce", tx.Nonce(), "hash", tx.Hash())
+			return tx, nil
+		}
 		s.abandon(f, err)
 		if !isNonceTooLow(err) && !isReplaceUnderpriced(err) {
 			return nil, fmt.Errorf("broadcast nonce %d: %w", tx.Nonce(), err)
@@ -331,6 +340,15 @@ func (s *Sender) broadcastNew(ctx context.Context, to *common.Address, data []by
 		}
 		s.log.Info("nonce taken, trying another", "nonce", tx.Nonce(), "err", err)
 	}
+}
+
+// knows reports whether the node has transaction h, pending or mined. A
+// failed lookup reports false: the caller then acts as it did without it.
+func (s *Sender) knows(ctx context.Context, h common.Hash) bool {
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	defer cancel()
+	tx, _, err := s.backend.TransactionByHash(tctx, h)
+	return err == nil && tx != nil
 }
 
 // assign hands a nonce to a new transaction for a call of to with data, signs

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -572,44 +571,31 @@ func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store
 // all at once, and resolutions read their hold's line until it refills.
 const maxHeldLines = 1 << 16
 
-// heldLines holds the lines remembered, keyed by a weak pointer to the DB so
-// that a closed DB is never kept alive by them. It is package state rather
-// than a field of DB only because DB is declared in postgres.go.
-var heldLines = struct {
-	sync.Mutex
-	m map[heldKey]heldLine
-}{m: map[heldKey]heldLine{}}
-
-type heldKey struct {
-	db weak.Pointer[DB]
-	id string
-}
-
 type heldLine struct{ owner, asset string }
 
 // rememberHold remembers the line of h, placed by db.
 func (db *DB) rememberHold(h store.Hold) {
-	heldLines.Lock()
-	defer heldLines.Unlock()
-	if len(heldLines.m) >= maxHeldLines {
-		clear(heldLines.m)
+	db.heldMu.Lock()
+	defer db.heldMu.Unlock()
+	if len(db.held) >= maxHeldLines {
+		clear(db.held)
 	}
-	heldLines.m[heldKey{weak.Make(db), h.ID}] = heldLine{h.Owner, h.Asset}
+	db.held[h.ID] = heldLine{h.Owner, h.Asset}
 }
 
 // heldLine returns the line of a hold db placed and has not resolved.
 func (db *DB) heldLine(holdID string) (heldLine, bool) {
-	heldLines.Lock()
-	defer heldLines.Unlock()
-	l, ok := heldLines.m[heldKey{weak.Make(db), holdID}]
+	db.heldMu.Lock()
+	defer db.heldMu.Unlock()
+	l, ok := db.held[holdID]
 	return l, ok
 }
 
 // forgetHold forgets the line of a resolved hold.
 func (db *DB) forgetHold(holdID string) {
-	heldLines.Lock()
-	defer heldLines.Unlock()
-	delete(heldLines.m, heldKey{weak.Make(db), holdID})
+	db.heldMu.Lock()
+	defer db.heldMu.Unlock()
+	delete(db.held, holdID)
 }
 
 // holdOwner reads the owner and asset of a hold, which name the line its

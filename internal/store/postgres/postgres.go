@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,11 @@ type DB struct {
 	log    *slog.Logger
 	secret string // the DSN's password, scrubbed from every error text
 	closed atomic.Bool
+
+	// held remembers the lines of the holds this DB placed until it resolves
+	// them (ledger.go, "Hold lines").
+	heldMu sync.Mutex
+	held   map[string]heldLine
 }
 
 // Open connects to the PostgreSQL database dsn names and brings the schema
@@ -90,7 +96,7 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (_ *DB, err error) 
 	if err != nil {
 		return nil, errors.New(scrub(err.Error(), secret))
 	}
-	db := &DB{pool: pool, log: log, secret: secret}
+	db := &DB{pool: pool, log: log, secret: secret, held: map[string]heldLine{}}
 	defer func() {
 		if err != nil {
 			_ = db.Close()

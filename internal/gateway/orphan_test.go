@@ -114,6 +114,10 @@ func settledBy(t *testing.T, a answer) *x402.SettleResponse {
 // with that transaction. The same payment for another request, and a forged
 // signature over the same nonce, get nothing.
 func TestOrphanPaidStagedReplayed(t *testing.T) {
+	eachRigBackend(t, func(t *testing.T, be rigBackend) { orphanPaidStagedReplayed(t, be) })
+}
+
+func orphanPaidStagedReplayed(t *testing.T, be rigBackend) {
 	for _, tc := range []struct {
 		name string
 		id   string
@@ -124,7 +128,7 @@ func TestOrphanPaidStagedReplayed(t *testing.T) {
 		{"id, lease over", testID, leaseSkew},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rg := newRig(t, rigOpts{replicas: 2, skews: []time.Duration{0, tc.skew}})
+			rg := newRig(t, rigOpts{backend: be, replicas: 2, skews: []time.Duration{0, tc.skew}})
 			dead, rp := rg.r(0), rg.r(1)
 			h := rg.pay(t, chatBody, buyerIdx, tc.id, nil)
 			key := rg.keyOf(t, h)
@@ -179,6 +183,10 @@ func TestOrphanPaidStagedReplayed(t *testing.T) {
 // settles the staged answer, served with X-Llm4agents-Replay: staged: one
 // transfer, one upstream call. The dead request, let go, settles nothing more.
 func TestOrphanUnpaidStaged(t *testing.T) {
+	eachRigBackend(t, func(t *testing.T, be rigBackend) { orphanUnpaidStaged(t, be) })
+}
+
+func orphanUnpaidStaged(t *testing.T, be rigBackend) {
 	for _, over := range []bool{false, true} {
 		name := map[bool]string{false: "lease running", true: "lease over"}[over]
 		t.Run(name, func(t *testing.T) {
@@ -186,7 +194,7 @@ func TestOrphanUnpaidStaged(t *testing.T) {
 			if over {
 				skew = leaseSkew
 			}
-			rg := newRig(t, rigOpts{replicas: 2, skews: []time.Duration{0, skew}})
+			rg := newRig(t, rigOpts{backend: be, replicas: 2, skews: []time.Duration{0, skew}})
 			dead, rp := rg.r(0), rg.r(1)
 			h := rg.pay(t, chatBody, buyerIdx, "", nil)
 			dying(t, dead, chatBody, h, true)
@@ -223,7 +231,11 @@ func TestOrphanUnpaidStaged(t *testing.T) {
 // gets one answer (the dead call is the operator's loss). While the lease
 // runs it is 409 operation_in_flight.
 func TestOrphanStreamPaidNothingStaged(t *testing.T) {
-	rg := newRig(t, rigOpts{replicas: 3, skews: []time.Duration{0, 0, leaseSkew}})
+	eachRigBackend(t, orphanStreamPaidNothingStaged)
+}
+
+func orphanStreamPaidNothingStaged(t *testing.T, be rigBackend) {
+	rg := newRig(t, rigOpts{backend: be, replicas: 3, skews: []time.Duration{0, 0, leaseSkew}})
 	dead, early, late := rg.r(0), rg.r(1), rg.r(2)
 	h := rg.pay(t, streamBody, buyerIdx, "", nil)
 	dying(t, dead, streamBody, h, false)

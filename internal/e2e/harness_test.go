@@ -2,15 +2,12 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,8 +21,6 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/jackc/pgx/v5"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/proctest"
@@ -34,6 +29,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store/redis"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/internal/testdb"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
@@ -292,93 +288,18 @@ var storeVariants = []storeVariant{
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// backendURL returns the test server named by env, skipping the test when it
-// is unset, or failing it under LLM4AGENTS_TEST_REQUIRE_BACKENDS=1.
-func backendURL(t *testing.T, env string) string {
-	t.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if os.Getenv("LLM4AGENTS_TEST_REQUIRE_BACKENDS") == "1" {
-			t.Fatalf("%s is unset and LLM4AGENTS_TEST_REQUIRE_BACKENDS=1", env)
-		}
-		t.Skipf("%s is unset", env)
-	}
-	return v
-}
-
-func randomName(prefix string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
-
-// freshPostgres creates a schema of its own on the test server, dropped when
-// the test ends, and returns a DSN whose search_path selects it.
+// freshPostgres returns the DSN of a schema of its own on the test server,
+// dropped when the test ends.
 func freshPostgres(t *testing.T) string {
 	t.Helper()
-	base := backendURL(t, "LLM4AGENTS_TEST_POSTGRES_DSN")
-	schema := randomName("l4a_e2e_")
-	pgExec(t, base, "CREATE SCHEMA "+schema)
-	t.Cleanup(func() { pgExec(t, base, "DROP SCHEMA "+schema+" CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("LLM4AGENTS_TEST_POSTGRES_DSN is not a URL: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-func pgExec(t *testing.T, dsn, sql string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), chainTimeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to the PostgreSQL test server: %v", err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	return testdb.PostgresDSN(t, "e2e")
 }
 
 // freshRedis returns a DSN with a key prefix of its own; the prefix's keys
 // are deleted when the test ends.
 func freshRedis(t *testing.T) string {
 	t.Helper()
-	base := backendURL(t, "LLM4AGENTS_TEST_REDIS_URL")
-	prefix := randomName("l4a-e2e-") + ":"
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("LLM4AGENTS_TEST_REDIS_URL is not a URL: %v", err)
-	}
-	q := u.Query()
-	q.Set("key_prefix", prefix)
-	u.RawQuery = q.Encode()
-	t.Cleanup(func() {
-		opts, err := goredis.ParseURL(base)
-		if err != nil {
-			t.Errorf("parse LLM4AGENTS_TEST_REDIS_URL: %v", err)
-			return
-		}
-		c := goredis.NewClient(opts)
-		defer func() { _ = c.Close() }()
-		ctx, cancel := context.WithTimeout(context.Background(), chainTimeout)
-		defer cancel()
-		// Keys may be hash-tagged ({prefix}...): match both forms.
-		for _, pattern := range []string{prefix + "*", "{" + prefix + "}*"} {
-			iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
-			for iter.Next(ctx) {
-				_ = c.Unlink(ctx, iter.Val()).Err()
-			}
-			if err := iter.Err(); err != nil {
-				t.Errorf("delete test keys: %v", err)
-			}
-		}
-	})
-	return u.String()
+	return testdb.RedisURL(t, "e2e")
 }
 
 // openRecords opens the store at dsn for reading and closes it when the test

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,8 +15,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,7 +24,6 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chat"
@@ -38,6 +34,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/store/postgres"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
+	"github.com/llm4agents/llm4agents/internal/testdb"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 	"github.com/llm4agents/llm4agents/x402"
@@ -99,27 +96,8 @@ func openCreditSQLite(t testing.TB, log *slog.Logger) creditStore {
 // server, dropped when the test ends, so tests never see each other's rows.
 func openCreditPostgres(t testing.TB, log *slog.Logger) creditStore {
 	t.Helper()
-	base := os.Getenv("LLM4AGENTS_TEST_POSTGRES_DSN")
-	if base == "" {
-		if os.Getenv("LLM4AGENTS_TEST_REQUIRE_BACKENDS") == "1" {
-			t.Fatal("LLM4AGENTS_TEST_POSTGRES_DSN is unset and LLM4AGENTS_TEST_REQUIRE_BACKENDS=1")
-		}
-		t.Skip("LLM4AGENTS_TEST_POSTGRES_DSN is unset")
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("LLM4AGENTS_TEST_POSTGRES_DSN is not a URL: %v", err)
-	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	schema := "l4a_gw_" + hex.EncodeToString(rnd[:])
-	pgAdmin(t, base, "CREATE SCHEMA "+schema)
-	// Registered first, so it runs after the store is closed.
-	t.Cleanup(func() { pgAdmin(t, base, "DROP SCHEMA "+schema+" CASCADE") })
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	db, err := postgres.Open(t.Context(), u.String(), log)
+	// The schema's drop, registered first, runs after the store is closed.
+	db, err := postgres.Open(t.Context(), testdb.PostgresDSN(t, "gw"), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,22 +107,6 @@ func openCreditPostgres(t testing.TB, log *slog.Logger) creditStore {
 		}
 	})
 	return db
-}
-
-// pgAdmin runs sql on the test server in a connection of its own, outside
-// any store.
-func pgAdmin(t testing.TB, dsn, sql string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to the PostgreSQL test server: %v", err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 // creditEnv is a gateway with prepaid credits on a fresh store of one backend

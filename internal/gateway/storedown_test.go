@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store/redis"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/internal/testdb"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 	"github.com/llm4agents/llm4agents/x402"
@@ -33,14 +33,7 @@ import (
 // upstream is never called and nothing moves on chain; once it is back, the
 // same payment buys its answer (nothing was consumed by the outage).
 func TestStoreDownFailsClosed(t *testing.T) {
-	redisURL := os.Getenv("LLM4AGENTS_TEST_REDIS_URL")
-	if redisURL == "" {
-		if os.Getenv("LLM4AGENTS_TEST_REQUIRE_BACKENDS") == "1" {
-			t.Fatal("LLM4AGENTS_TEST_REDIS_URL is not set and LLM4AGENTS_TEST_REQUIRE_BACKENDS=1")
-		}
-		t.Skip("LLM4AGENTS_TEST_REDIS_URL is not set")
-	}
-	e, proxy, logs := newStoreDownEnv(t, redisURL)
+	e, proxy, logs := newStoreDownEnv(t, testdb.Server(t, testdb.RedisEnv))
 
 	for _, tc := range []struct {
 		name  string
@@ -99,7 +92,10 @@ func newStoreDownEnv(t *testing.T, redisURL string) (*env, *faultProxy, *syncBuf
 		t.Fatal(err)
 	}
 	proxy := newFaultProxy(t, u.host)
-	payments, err := redis.Open(t.Context(), u.withHost(proxy.Addr())+"?key_prefix=storedown-"+strings.ReplaceAll(t.Name(), "/", "-")+"-"+time.Now().Format("150405.000000")+":", discard())
+	// A fresh prefix, its keys deleted on the server itself (not through
+	// the proxy) when the test ends.
+	_, prefix := testdb.RedisPrefix(t, "storedown")
+	payments, err := redis.Open(t.Context(), u.withHost(proxy.Addr())+"?key_prefix="+prefix, discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"math/big"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,15 +15,11 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/llm4agents/llm4agents/internal/chain"
-	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/testchain"
-	"github.com/llm4agents/llm4agents/internal/upstream"
-	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
@@ -71,83 +65,38 @@ type sweepEnv struct {
 
 func newSweepEnv(t *testing.T, b creditBackend, o sweepOpts) *sweepEnv {
 	t.Helper()
-	sim := testchain.NewSimulated(t)
-	sim.StartAutoCommit(t, 10*time.Millisecond)
-	db, ok := b.open(t, discard()).(sweepStore)
-	if !ok {
-		t.Fatalf("the %s store cannot list staged payments", b.name)
+	var db sweepStore
+	rig := topUpRig{
+		open: func(t *testing.T) topUpStore {
+			t.Helper()
+			var ok bool
+			if db, ok = b.open(t, discard()).(sweepStore); !ok {
+				t.Fatalf("the %s store cannot list staged payments", b.name)
+			}
+			return db
+		},
+		mod: func(c *gateway.Credits) { c.Confirmations = o.confirmations },
 	}
-	sender, err := chain.NewSender(sim.Client, sim.Keys[signerIdx], sim.ChainID,
-		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fac, err := facilitator.New(facilitator.Config{
-		Network: network,
-		Assets:  []facilitator.Asset{{Address: sim.Token, Name: "USD Coin", Version: "2"}},
-	}, sim.Client, sender, db, discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gwFac x402.Facilitator = fac
 	if o.pending > 0 {
-		lf := &lateFac{Facilitator: fac}
-		lf.late.Store(int32(o.pending))
-		gwFac = lf
+		rig.wrap = func(fac *facilitator.Facilitator) x402.Facilitator {
+			lf := &lateFac{Facilitator: fac}
+			lf.late.Store(int32(o.pending))
+			return lf
+		}
 	}
-	up := upstreamtest.NewServer(t, upstreamtest.Config{APIKey: "sk-upstream-secret"})
-	prov, err := upstream.NewOpenAI(upstream.OpenAIConfig{BaseURL: up.URL(), APIKey: "sk-upstream-secret", Timeout: 5 * time.Second}, discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ls store.Ledger = db
 	if o.failCredits > 0 {
-		ls = &flakyCredits{Ledger: db, fail: o.failCredits}
+		rig.ledger = func(l store.Ledger) store.Ledger { return &flakyCredits{Ledger: l, fail: o.failCredits} }
 	}
-	led, err := ledger.New(ls, ledger.Config{Asset: ledger.AssetID(network, sim.Token)}, discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(nil)
-	public := "http://" + srv.Listener.Addr().String()
-	auth, err := credits.NewAuth(db, public, sim.ChainID.Uint64(), discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := credits.NewSigner(receiptKey(t), sim.ChainID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cr := &gateway.Credits{
-		Ledger: led, Keys: credits.NewKeys(db, discard()), Auth: auth,
-		Account: credits.NewHandler(auth, db, discard()), Signer: signer, Receipts: db,
-		TopUpMin: big.NewInt(topUpMin), TopUpMax: big.NewInt(topUpMax), Chain: sim.Client, Confirmations: o.confirmations,
-	}
-	gw, err := gateway.New(gateway.Config{
-		PublicURL: public,
-		Network:   network, Asset: sim.Token.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
-		PayTo: sim.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second,
-		Models:  []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
-		Credits: cr,
-	}, gwFac, db, discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Config.Handler = gw
-	srv.Start()
-	t.Cleanup(srv.Close)
-
+	te, fac, cr := newTopUpRig(t, rig)
 	var payments store.Payments = db
 	if o.leaky {
 		payments = leakyLister{db}
 	}
 	e := &sweepEnv{
-		// env.db is the SQLite rig's handle; nothing the top-up helpers
-		// call reads it.
-		topUpEnv: &topUpEnv{env: &env{chain: sim, up: up, gw: gw, srv: srv}, ledger: led},
+		topUpEnv: te,
 		db:       db, fac: fac, logs: &syncBuffer{},
 		cfg: gateway.TopUpSweepConfig{
-			Network: network, Asset: sim.Token.Hex(), PayTo: sim.Addr(payToIdx).Hex(), Credits: cr, Payments: payments,
+			Network: network, Asset: te.chain.Token.Hex(), PayTo: te.chain.Addr(payToIdx).Hex(), Credits: cr, Payments: payments,
 		},
 	}
 	e.sweep = e.newSweep(t)

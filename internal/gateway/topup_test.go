@@ -7,7 +7,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -47,17 +46,44 @@ type topUpEnv struct {
 // mod changes the credits config, each when not nil.
 func newTopUpEnv(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilitator, mod func(*gateway.Credits)) *topUpEnv {
 	t.Helper()
+	e, _, _ := newTopUpRig(t, topUpRig{wrap: wrap, mod: mod})
+	return e
+}
+
+// topUpStore is what the top-up rig needs of its store: the credits and the
+// facilitator's settlements.
+type topUpStore interface {
+	creditStore
+	store.Settlements
+}
+
+// topUpRig says how newTopUpRig builds its gateway. Its zero value is the
+// plain rig: a fresh SQLite store, no faults, the default credits config.
+type topUpRig struct {
+	// open opens the rig's store, closed when the test ends; nil: a fresh
+	// SQLite file.
+	open func(t *testing.T) topUpStore
+	// wrap wraps the gateway's facilitator, to inject faults.
+	wrap func(*facilitator.Facilitator) x402.Facilitator
+	// ledger wraps the ledger's store, to inject faults.
+	ledger func(store.Ledger) store.Ledger
+	// mod changes the credits config.
+	mod func(*gateway.Credits)
+}
+
+// newTopUpRig starts a gateway with prepaid credits and the in-process
+// facilitator on one store and a fresh simulated chain, and returns it with
+// its facilitator and credits config. env.db is set when the store is
+// SQLite's.
+func newTopUpRig(t *testing.T, o topUpRig) (*topUpEnv, *facilitator.Facilitator, *gateway.Credits) {
+	t.Helper()
 	sim := testchain.NewSimulated(t)
 	sim.StartAutoCommit(t, 10*time.Millisecond)
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "gw.db"), discard())
-	if err != nil {
-		t.Fatal(err)
+	open := o.open
+	if open == nil {
+		open = func(t *testing.T) topUpStore { return openCreditSQLite(t, discard()).(*sqlite.DB) }
 	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	db := open(t)
 	sender, err := chain.NewSender(sim.Client, sim.Keys[signerIdx], sim.ChainID,
 		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
 	if err != nil {
@@ -75,14 +101,21 @@ func newTopUpEnv(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilita
 	if err != nil {
 		t.Fatal(err)
 	}
-	led, err := ledger.New(db, ledger.Config{Asset: ledger.AssetID(network, sim.Token)}, discard())
+	var ls store.Ledger = db
+	if o.ledger != nil {
+		ls = o.ledger(db)
+	}
+	led, err := ledger.New(ls, ledger.Config{Asset: ledger.AssetID(network, sim.Token)}, discard())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db, chain: sim, up: up}
+	e := &env{chain: sim, up: up}
+	if s, ok := db.(*sqlite.DB); ok {
+		e.db = s
+	}
 	var gwFac x402.Facilitator = fac
-	if wrap != nil {
-		gwFac = wrap(fac)
+	if o.wrap != nil {
+		gwFac = o.wrap(fac)
 	}
 	e.srv = httptest.NewUnstartedServer(nil)
 	public := "http://" + e.srv.Listener.Addr().String()
@@ -99,8 +132,8 @@ func newTopUpEnv(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilita
 		Account: credits.NewHandler(auth, db, discard()), Signer: signer, Receipts: db,
 		TopUpMin: big.NewInt(topUpMin), TopUpMax: big.NewInt(topUpMax), Chain: sim.Client,
 	}
-	if mod != nil {
-		mod(cr)
+	if o.mod != nil {
+		o.mod(cr)
 	}
 	gw, err := gateway.New(gateway.Config{
 		PublicURL: public,
@@ -116,7 +149,7 @@ func newTopUpEnv(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilita
 	e.srv.Config.Handler = gw
 	e.srv.Start()
 	t.Cleanup(e.srv.Close)
-	return &topUpEnv{env: e, ledger: led}
+	return &topUpEnv{env: e, ledger: led}, fac, cr
 }
 
 func receiptKey(t *testing.T) *ecdsa.PrivateKey {

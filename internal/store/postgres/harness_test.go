@@ -2,96 +2,42 @@ package postgres
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	"net/url"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/llm4agents/llm4agents/internal/testdb"
 )
 
-// testDSN returns the DSN of the test server from LLM4AGENTS_TEST_POSTGRES_DSN,
-// skipping the test when it is unset, or failing it when
+// The test server and fresh schemas on it come from testdb: without
+// LLM4AGENTS_TEST_POSTGRES_DSN a test is skipped, or fails under
 // LLM4AGENTS_TEST_REQUIRE_BACKENDS=1 (CI), so a missing server is never
 // mistaken for a pass there.
+var (
+	// withParam returns a DSN with the setting key=value added, in the
+	// DSN's own form (URL query or key=value).
+	withParam = testdb.PostgresParam
+	// rawConn connects outside any store, ignoring the DSN's pool_*
+	// settings; the caller closes the connection.
+	rawConn = testdb.PostgresConn
+	// admin runs SQL outside any store, in a connection of its own.
+	admin = testdb.PostgresExec
+)
+
+// testDSN returns the DSN of the test server.
 func testDSN(tb testing.TB) string {
 	tb.Helper()
-	dsn := os.Getenv("LLM4AGENTS_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("LLM4AGENTS_TEST_REQUIRE_BACKENDS") == "1" {
-			tb.Fatal("LLM4AGENTS_TEST_POSTGRES_DSN is unset and LLM4AGENTS_TEST_REQUIRE_BACKENDS=1")
-		}
-		tb.Skip("LLM4AGENTS_TEST_POSTGRES_DSN is unset")
-	}
-	return dsn
-}
-
-// withParam returns dsn with the setting key=value added, in the DSN's own
-// form (URL query or key=value).
-func withParam(tb testing.TB, dsn, key, value string) string {
-	tb.Helper()
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			tb.Fatalf("LLM4AGENTS_TEST_POSTGRES_DSN is not a URL: %v", err)
-		}
-		q := u.Query()
-		q.Set(key, value)
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	return dsn + " " + key + "=" + value
-}
-
-// rawConn connects to dsn outside any store. The DSN is parsed as a
-// pool's, so that pool_* settings (meant for the store) are not sent to the
-// server as run-time parameters.
-func rawConn(tb testing.TB, ctx context.Context, dsn string) *pgx.Conn {
-	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		tb.Fatalf("LLM4AGENTS_TEST_POSTGRES_DSN: %v", err)
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
-	if err != nil {
-		tb.Fatalf("connect to the test server: %v", err)
-	}
-	return conn
-}
-
-// admin runs sql on the test server outside any store, in a connection of
-// its own.
-func admin(tb testing.TB, dsn, sql string, args ...any) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn := rawConn(tb, ctx, dsn)
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		tb.Fatalf("%s: %v", sql, err)
-	}
+	return testdb.Server(tb, testdb.PostgresEnv)
 }
 
 // freshSchema creates a schema with a random name on the test server, drops
 // it when the test ends (after the handles opened on it later have been
-// closed: cleanups run last registered first), and returns the schema's
-// name and a DSN whose search_path selects it.
+// closed), and returns the schema's name and a DSN whose search_path
+// selects it.
 func freshSchema(tb testing.TB) (name, dsn string) {
 	tb.Helper()
-	base := testDSN(tb)
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name = "llm4agents_test_" + hex.EncodeToString(b[:])
-	admin(tb, base, "CREATE SCHEMA "+name)
-	tb.Cleanup(func() { admin(tb, base, "DROP SCHEMA "+name+" CASCADE") })
-	return name, withParam(tb, base, "search_path", name)
+	return testdb.PostgresSchema(tb, "pg")
 }
 
 // open opens dsn with log (nil discards), sets its clock to now unless nil,

@@ -48,10 +48,9 @@ type tamper struct {
 
 func newTamper(t *testing.T) *tamper {
 	t.Helper()
-	base := testURL(t)
-	prefix := newPrefix(t, base)
+	u, prefix := freshURL(t)
 	clk := &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
-	return &tamper{db: open(t, withPrefix(t, base, prefix), clk.Now), raw: rawClient(t, base), prefix: prefix, clock: clk}
+	return &tamper{db: open(t, u, clk.Now), raw: rawClient(t, testURL(t)), prefix: prefix, clock: clk}
 }
 
 // snapshot returns every key of the store with its DUMP, to show that an

@@ -313,10 +313,11 @@ func TestRecoveryLargeBody(t *testing.T) {
 // same operation ids, independent fences and budgets.
 func TestRecoveryPrefixIsolation(t *testing.T) {
 	ctx := t.Context()
-	base := testURL(t)
 	clk := &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
-	a := open(t, withPrefix(t, base, newPrefix(t, base)), clk.Now)
-	b := open(t, withPrefix(t, base, newPrefix(t, base)), clk.Now)
+	ua, _ := freshURL(t)
+	ub, _ := freshURL(t)
+	a := open(t, ua, clk.Now)
+	b := open(t, ub, clk.Now)
 	in := store.Recovery{Key: "k", Fingerprint: "fp", OperationID: "op", Owner: "a", ExpiresAt: clk.Now().Add(time.Hour)}
 	ref := store.SettlementRef{Network: "n:1", TxHash: "0x1"}
 

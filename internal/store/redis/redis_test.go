@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +23,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/store/redis"
 	"github.com/llm4agents/llm4agents/internal/store/storetest"
+	"github.com/llm4agents/llm4agents/internal/testdb"
 )
 
 // testURL returns the Redis server tests run against, from
@@ -32,25 +31,14 @@ import (
 // LLM4AGENTS_TEST_REQUIRE_BACKENDS=1 (CI).
 func testURL(tb testing.TB) string {
 	tb.Helper()
-	u := os.Getenv("LLM4AGENTS_TEST_REDIS_URL")
-	if u == "" {
-		if os.Getenv("LLM4AGENTS_TEST_REQUIRE_BACKENDS") == "1" {
-			tb.Fatal("LLM4AGENTS_TEST_REDIS_URL is not set and LLM4AGENTS_TEST_REQUIRE_BACKENDS=1")
-		}
-		tb.Skip("LLM4AGENTS_TEST_REDIS_URL is not set")
-	}
-	return u
+	return testdb.Server(tb, testdb.RedisEnv)
 }
 
-// newPrefix returns a key prefix no other test uses, and deletes the
-// prefix's keys when the test ends.
-func newPrefix(tb testing.TB, rawURL string) string {
+// freshURL returns a URL of the test server with a key prefix no other test
+// uses, and the prefix; the prefix's keys are deleted when the test ends.
+func freshURL(tb testing.TB) (rawURL, prefix string) {
 	tb.Helper()
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	prefix := "l4atest-" + hex.EncodeToString(b) + ":"
-	tb.Cleanup(func() { deleteKeys(tb, rawURL, prefix) })
-	return prefix
+	return testdb.RedisPrefix(tb, "store")
 }
 
 // rawClient is a plain go-redis client on the test server, to look at and
@@ -64,46 +52,6 @@ func rawClient(tb testing.TB, rawURL string) *goredis.Client {
 	c := goredis.NewClient(opts)
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// deleteKeys removes every key of the store with prefix (SCAN + UNLINK).
-func deleteKeys(tb testing.TB, rawURL, prefix string) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c := rawClient(tb, rawURL)
-	iter := c.Scan(ctx, 0, "{"+prefix+"}*", 1000).Iterator()
-	var batch []string
-	flush := func() {
-		if len(batch) > 0 {
-			if err := c.Unlink(ctx, batch...).Err(); err != nil {
-				tb.Errorf("unlink test keys: %v", err)
-			}
-			batch = batch[:0]
-		}
-	}
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == 1000 {
-			flush()
-		}
-	}
-	flush()
-	if err := iter.Err(); err != nil {
-		tb.Errorf("scan test keys: %v", err)
-	}
-}
-
-// withPrefix returns rawURL with the query option key_prefix=prefix.
-func withPrefix(tb testing.TB, rawURL, prefix string) string {
-	tb.Helper()
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("key_prefix", prefix)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // open opens a store on rawURL with clock now (nil: the server's) and closes
@@ -126,8 +74,7 @@ func open(tb testing.TB, rawURL string, now func() time.Time) *redis.DB {
 // pair opens two independent stores (two clients) on a fresh prefix.
 func pair(t *testing.T, now func() time.Time) (a, b *redis.DB) {
 	t.Helper()
-	base := testURL(t)
-	u := withPrefix(t, base, newPrefix(t, base))
+	u, _ := freshURL(t)
 	return open(t, u, now), open(t, u, now)
 }
 
@@ -326,7 +273,7 @@ func TestOpenUnreachable(t *testing.T) {
 // TestClosed checks that every operation on a closed store fails with an
 // error, never a panic.
 func TestClosed(t *testing.T) {
-	u := withPrefix(t, testURL(t), newPrefix(t, testURL(t)))
+	u, _ := freshURL(t)
 	db, err := redis.Open(t.Context(), u, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -412,8 +359,7 @@ func TestContextErrors(t *testing.T) {
 // TestConcurrentOpenClose opens and closes stores while others work, to let
 // the race detector look at Open and Close.
 func TestConcurrentOpenClose(t *testing.T) {
-	base := testURL(t)
-	u := withPrefix(t, base, newPrefix(t, base))
+	u, _ := freshURL(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for i := range 8 {
@@ -474,9 +420,10 @@ func BenchmarkPing(b *testing.B) {
 }
 
 func BenchmarkStore(b *testing.B) {
-	base := testURL(b)
+	testURL(b) // without a server, skip (or fail) before the suite starts
 	storetest.RunBenchmarks(b, func(b *testing.B) (store.Settlements, store.Payments) {
-		db := open(b, withPrefix(b, base, newPrefix(b, base)), nil)
+		u, _ := freshURL(b)
+		db := open(b, u, nil)
 		return db, db
 	})
 }

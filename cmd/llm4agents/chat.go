@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
@@ -527,10 +528,11 @@ func creditTurn(ctx context.Context, hc *http.Client, v *client.ReceiptVerifier,
 	rc := creditReceipt(ctx, v, resp, a.credit)
 	cost := "no charge reported"
 	if c := a.credit; c != nil && c.Charged != "" {
-		if amt, ok := new(big.Int).SetString(c.Charged, 10); ok && amt.Sign() >= 0 {
-			charged.Add(charged, amt)
-		}
 		cost = fmt.Sprintf("charged %s, balance %s", oneLine(c.ChargedDisplay, 40), oneLine(c.BalanceDisplay, 40))
+	}
+	if rc.Verified {
+		// Only what a verified receipt signs counts in the total.
+		charged.Add(charged, rc.Receipt.Amount)
 	}
 	printf(e.stderr, "[turn %d: %s; %s%s]\n", n, cost, rc.line(), a.usage.String())
 	switch {
@@ -568,16 +570,34 @@ func creditReceipt(ctx context.Context, v *client.ReceiptVerifier, resp *http.Re
 		return rc
 	}
 	rc.Receipt, rc.Signer = r, signer.Hex()
-	// A genuine receipt of another call proves nothing about this one.
+	// A genuine receipt of another call proves nothing about this one: it
+	// must name the request id the answer carries (the response header, and
+	// the body's note when there is one) and the charge the note states.
+	ids := []string{resp.Header.Get(gateway.HeaderRequestID)}
 	if note != nil {
-		switch {
-		case note.RequestID != "" && !strings.EqualFold(note.RequestID, r.RequestID.Hex()):
-			rc.Error = "the receipt is for request " + r.RequestID.Hex() + ", not this answer's " + oneLine(note.RequestID, 80)
-			return rc
-		case note.Charged != "" && (r.Amount == nil || r.Amount.String() != note.Charged):
-			rc.Error = "the receipt's amount differs from the charge the answer states"
+		ids = append(ids, note.RequestID)
+	}
+	named := false
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		named = true
+		if !strings.EqualFold(id, r.RequestID.Hex()) {
+			rc.Error = "the receipt is for request " + r.RequestID.Hex() + ", not this answer's " + oneLine(id, 80)
 			return rc
 		}
+	}
+	switch {
+	case !named:
+		rc.Error = "the answer names no request id to match the receipt with"
+		return rc
+	case r.Amount == nil:
+		rc.Error = "the receipt states no amount"
+		return rc
+	case note != nil && note.Charged != "" && r.Amount.String() != note.Charged:
+		rc.Error = "the receipt's amount differs from the charge the answer states"
+		return rc
 	}
 	rc.Verified = true
 	return rc

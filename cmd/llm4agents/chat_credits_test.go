@@ -127,18 +127,32 @@ func TestChatCreditsReceipts(t *testing.T) {
 		return string(env)
 	}
 	const key = "sk-l4a-" + "0123456789abcdef0123456789abcdef0123456789ab"
+	// ids: "" is the request's own id, "-" none at all.
+	id := func(v string) string {
+		switch v {
+		case "":
+			return reqID.Hex()
+		case "-":
+			return ""
+		}
+		return v
+	}
 	for _, tc := range []struct {
 		name, envelope, want string
 		stream               bool
+		headerID, noteID     string
 	}{
-		{"genuine", receipt(gateway, reqID, 42), "", false},
-		{"genuine, streamed", receipt(gateway, reqID, 42), "", true},
-		{"missing", "", "the answer carries no receipt", false},
-		{"missing, streamed", "", "the answer carries no receipt", true},
-		{"forged", receipt(forger, reqID, 42), "receipt NOT verified", true},
-		{"another request", receipt(gateway, common.HexToHash("0x02"), 42), "the receipt is for request", false},
-		{"another amount", receipt(gateway, reqID, 41), "the receipt's amount differs", true},
-		{"garbage", `{"receipt":1}`, "receipt NOT verified", true},
+		{"genuine", receipt(gateway, reqID, 42), "", false, "", ""},
+		{"genuine, streamed", receipt(gateway, reqID, 42), "", true, "", ""},
+		{"missing", "", "the answer carries no receipt", false, "", ""},
+		{"missing, streamed", "", "the answer carries no receipt", true, "", ""},
+		{"forged", receipt(forger, reqID, 42), "receipt NOT verified", true, "", ""},
+		{"another request", receipt(gateway, common.HexToHash("0x02"), 42), "the receipt is for request", false, "", ""},
+		{"another amount", receipt(gateway, reqID, 41), "the receipt's amount differs", true, "", ""},
+		{"garbage", `{"receipt":1}`, "receipt NOT verified", true, "", ""},
+		{"the header names another request", receipt(gateway, reqID, 42), "the receipt is for request", false, common.HexToHash("0x03").Hex(), ""},
+		{"only the header names it", receipt(gateway, reqID, 42), "", true, "", "-"},
+		{"no request id anywhere", receipt(gateway, reqID, 42), "the answer names no request id", false, "-", "-"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var auth string
@@ -146,7 +160,10 @@ func TestChatCreditsReceipts(t *testing.T) {
 			mux.Handle(client.WellKnownPath, gateway.WellKnownHandler())
 			mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 				auth = r.Header.Get("Authorization")
-				note := `"x_llm4agents":{"charged":"42","charged_display":"0.000042 USDC","balance":"100","balance_display":"0.0001 USDC","request_id":"` + reqID.Hex() + `"`
+				if h := id(tc.headerID); h != "" {
+					w.Header().Set("X-Llm4agents-Request-Id", h)
+				}
+				note := `"x_llm4agents":{"charged":"42","charged_display":"0.000042 USDC","balance":"100","balance_display":"0.0001 USDC","request_id":"` + id(tc.noteID) + `"`
 				if tc.envelope != "" {
 					note += `,"receipt":` + tc.envelope
 				}

@@ -181,7 +181,7 @@ func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, e
 func admitOutcome(err error) string {
 	ae, ok := errors.AsType[*apiError](err)
 	if !ok {
-		return "invalid_request"
+		return "error" // a 500: a bug, never a refusal of the buyer's
 	}
 	switch ae.Code {
 	case "invalid_api_key":

@@ -62,7 +62,7 @@ func NewMetrics() *Metrics {
 			Name: "llm4agents_credit_calls_total",
 			Help: "Credit-paid call outcomes (API key). Refused before the upstream, nothing held: invalid_key (401: unknown, revoked, expired), " +
 				"not_allowed (403: model outside the key's scope), rate_limited (429), insufficient (402: balance or a key cap below the maximum cost), " +
-				"store_down (503: the hold could not be placed). After the hold: charged (captured, receipt signed), " +
+				"store_down (503: the hold could not be placed), invalid_request (400), error (500, see the log). After the hold: charged (captured, receipt signed), " +
 				"charged_no_receipt (captured, the receipt could not be signed or stored; see the log), " +
 				"released (nothing delivered: an upstream error or the client gone before the first token), " +
 				"unbilled (the capture failed: the answer went out and the hold waits for the sweep; the operator's loss), " +

@@ -185,7 +185,7 @@ func receiptsQuery(r *http.Request, who receiptReader) (store.ReceiptsQuery, err
 	if qv.Has("key_id") {
 		v := qv.Get("key_id")
 		switch {
-		case credits.IsKey(v) || strings.HasPrefix(v, credits.SessionPrefix):
+		case strings.Contains(v, credits.KeyPrefix) || strings.Contains(v, credits.SessionPrefix):
 			// A secret pasted in the wrong place: name the mistake, never
 			// a byte of it, since the message is logged.
 			return q, bad("key_id", "key_id must be a key's id (0x...), not an API key or session token; the value is not repeated here")

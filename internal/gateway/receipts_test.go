@@ -205,6 +205,9 @@ func TestCreditReceiptsKeyIDBadInput(t *testing.T) {
 			{"long", g.session, long, long[:40]},
 			{"an API key secret", g.session, g.keyA, g.keyA[len("sk-l4a-") : len("sk-l4a-")+8]},
 			{"a session token", g.session, g.session, g.session[len("sess-l4a-") : len("sess-l4a-")+8]},
+			{"an API key after a space", g.session, " " + g.keyA, g.keyA[len("sk-l4a-") : len("sk-l4a-")+6]},
+			{"a bearer header pasted", g.session, "Bearer " + g.keyA, g.keyA[len("sk-l4a-") : len("sk-l4a-")+6]},
+			{"a session token after a prefix", g.session, "0x" + g.session, g.session[len("sess-l4a-") : len("sess-l4a-")+6]},
 			{"key A naming key B", g.keyA, g.idB, g.idB},
 			{"key A naming another owner's key", g.keyA, g.bobID, g.bobID},
 		}

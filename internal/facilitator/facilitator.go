@@ -206,7 +206,10 @@ func (f *Facilitator) Verify(ctx context.Context, p *x402.PaymentPayload, req x4
 
 // Settle verifies a payment and settles it on chain, at most once per
 // authorization. It answers protocol outcomes as responses; an error means no
-// verdict could be reached and nothing was broadcast.
+// verdict could be reached. A transaction may still have been broadcast for
+// the authorization (by this call or another holder of its record): the
+// record keeps it, and the caller asks the chain (D1) or settles again later,
+// never treats the error as "not paid".
 func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
 	if verr := f.route(req); verr != nil {
 		return settleFailure(req.Network, verr), nil
@@ -220,17 +223,38 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	// Work past this point outlives the caller: once a claim is taken the outcome
 	// must be recorded even if the client goes away.
 	ctx = context.WithoutCancel(ctx)
+	start := time.Now()
 	resp, err := f.settle(ctx, vd, recovered, p, req)
-	if errors.Is(err, errAbandoned) {
-		// The record's transaction can never be mined and the record was given
-		// back, nothing paid: settle again now, as the buyer's retry would.
-		// Once only: a second dead transaction in one call is no longer bad
-		// luck.
-		f.log.Info("settlement given back; claiming it again", "key", vd.Key(), "err", err)
-		resp, err = f.settle(ctx, vd, recovered, p, req)
+	if !errors.Is(err, errAbandoned) {
+		return resp, err
 	}
-	return resp, err
+	// The record's transaction can never be mined and the record was given
+	// back, nothing paid: settle again now, as the buyer's retry would. Once
+	// only: a second dead transaction in one call is no longer bad luck.
+	//
+	// The retry gets what remains of two settle timeouts from the call's
+	// start: one for the attempt that found the record dead (its wait for a
+	// receipt is one settle timeout), one for the retry's own wait. However
+	// slow the first attempt was, the call so ends near 2 x SettleTimeout, as
+	// a caller that bounds its request by the settle timeout can bear, rather
+	// than two full timeouts plus chain reads. Cut short, the retry answers
+	// settlement_pending with what it broadcast (D3), or an error before it
+	// broadcast anything; its store writes run to their end (writeCtx). With
+	// nothing left, the abandoned record's error stands: nothing was paid, and
+	// the authorization is free for the buyer's own retry.
+	deadline := start.Add(retryBudget * f.cfg.SettleTimeout)
+	if time.Until(deadline) <= 0 {
+		return nil, err
+	}
+	f.log.Info("settlement given back; claiming it again", "key", vd.Key(), "err", err)
+	retryCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return f.settle(retryCtx, vd, recovered, p, req)
 }
+
+// retryBudget is how many settle timeouts a Settle call that re-settles an
+// abandoned record may take in all (see Settle).
+const retryBudget = 2
 
 // settle is Settle past the checks that need no store or chain state.
 func (f *Facilitator) settle(ctx context.Context, vd *exact.Verified, recovered bool, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
@@ -251,7 +275,7 @@ func (f *Facilitator) settle(ctx context.Context, vd *exact.Verified, recovered 
 		}
 		return nil, fmt.Errorf("settle: %w", err)
 	}
-	rec, held, err := f.store.ClaimSettlement(ctx, newRecord(vd, f.cfg.Owner), f.cfg.ClaimLease)
+	rec, held, err := f.claim(ctx, vd)
 	if err != nil {
 		return nil, fmt.Errorf("settle: claim: %w", err)
 	}
@@ -343,8 +367,9 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 // decides. Settled with a transfer that pays this authorization, the one
 // success mark decides between success and nonce_already_used (D5);
 // broadcast by another holder, the answer is settlement_pending with that
-// transaction (D3), for the chain to resolve. Anything else stays an error,
-// no verdict.
+// transaction (D3), for the chain to resolve; failed by another holder, its
+// recorded reason, as resume answers it. Anything else stays an error, no
+// verdict.
 func (f *Facilitator) fenced(ctx context.Context, vd *exact.Verified, rec store.Settlement, sendErr error) (*x402.SettleResponse, error) {
 	cur, err := f.store.Settlement(ctx, rec.Key)
 	if err != nil {
@@ -356,6 +381,11 @@ func (f *Facilitator) fenced(ctx context.Context, vd *exact.Verified, rec store.
 	case cur.State == store.StateBroadcast && cur.Fence != rec.Fence && cur.TxHash != "":
 		f.log.Info("claim taken over; answering the other holder's transaction", "key", cur.Key, "tx", cur.TxHash)
 		return pending(vd, common.HexToHash(cur.TxHash)), nil
+	case cur.State == store.StateFailed:
+		// Final: another holder recorded a verdict (a revert, a transfer
+		// that did not pay). Its reason is the answer, as for any call that
+		// finds the record failed.
+		return failed(vd, cur), nil
 	}
 	return nil, fmt.Errorf("settle: send: %w", sendErr)
 }
@@ -398,7 +428,7 @@ func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec stor
 	f.forget(rec.Key) // mined: the Sender has nothing left to keep alive
 	if receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
 		crashpoint.Hit(crashpoint.AfterReceipt) // paid on chain, not recorded
-		if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateSettled, receipt.TxHash.Hex(), ""); err != nil && !errors.Is(err, store.ErrFenced) {
+		if err := f.update(ctx, rec, store.StateSettled, receipt.TxHash, ""); err != nil && !errors.Is(err, store.ErrFenced) {
 			return nil, fmt.Errorf("record settlement: %w", err)
 		}
 		crashpoint.Hit(crashpoint.AfterRecord) // recorded, nobody answered
@@ -420,7 +450,9 @@ func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string
 	if !answer {
 		return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: vd.Network, Payer: vd.Payer().Hex()}, nil
 	}
-	won, err := f.store.MarkSuccessReported(ctx, key)
+	wctx, cancel := writeCtx(ctx)
+	won, err := f.store.MarkSuccessReported(wctx, key)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("mark success: %w", err)
 	}
@@ -439,16 +471,14 @@ func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.
 	case store.StateSettled:
 		return f.settled(ctx, vd, rec)
 	case store.StateFailed:
-		return &x402.SettleResponse{
-			Success: false, ErrorReason: x402.Reason(rec.Reason), Transaction: "", Network: vd.Network, Payer: vd.Payer().Hex(),
-		}, nil
+		return failed(vd, rec), nil
 	case store.StateBroadcast:
 		return f.resolve(ctx, vd, rec, true)
 	case store.StateClaimed:
 		// Another call holds the claim. The store takes it over for us only when
 		// its lease expired (the holder died before or while broadcasting); then
 		// the chain is read before anything else.
-		rec2, held, err := f.store.ClaimSettlement(ctx, newRecord(vd, f.cfg.Owner), f.cfg.ClaimLease)
+		rec2, held, err := f.claim(ctx, vd)
 		if err != nil {
 			return nil, fmt.Errorf("take over claim: %w", err)
 		}
@@ -577,7 +607,7 @@ func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec sto
 	case ev.Canceled:
 		return f.fail(ctx, vd, rec, x402.ReasonEVMNonceAlreadyUsed, ev.TxHash, "authorization canceled by the payer")
 	case receipt != nil && ours && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization):
-		if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateSettled, ev.TxHash.Hex(), ""); err != nil && !errors.Is(err, store.ErrFenced) {
+		if err := f.update(ctx, rec, store.StateSettled, ev.TxHash, ""); err != nil && !errors.Is(err, store.ErrFenced) {
 			return nil, fmt.Errorf("record settlement: %w", err)
 		}
 		return f.report(ctx, vd, rec.Key, ev.TxHash, answer)
@@ -621,7 +651,7 @@ func (f *Facilitator) findUse(ctx context.Context, vd *exact.Verified) (*exact.U
 
 func (f *Facilitator) fail(ctx context.Context, vd *exact.Verified, rec store.Settlement, reason x402.Reason, tx common.Hash, msg string) (*x402.SettleResponse, error) {
 	f.forget(rec.Key)
-	if err := f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, store.StateFailed, txHex(tx), string(reason)); err != nil && !errors.Is(err, store.ErrFenced) {
+	if err := f.update(ctx, rec, store.StateFailed, tx, reason); err != nil && !errors.Is(err, store.ErrFenced) {
 		return nil, fmt.Errorf("record failure: %w", err)
 	}
 	return &x402.SettleResponse{
@@ -638,9 +668,35 @@ func (f *Facilitator) diagnose(ctx context.Context, vd *exact.Verified) *x402.Ve
 }
 
 func (f *Facilitator) release(ctx context.Context, rec store.Settlement) {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
 	if err := f.store.ReleaseSettlement(ctx, rec.Key, rec.Fence); err != nil {
 		f.log.Warn("release claim", "key", rec.Key, "err", err)
 	}
+}
+
+// writeCtx gives one store write a deadline of its own, detached from ctx:
+// a deadline that cut a write after it committed would leave the store ahead
+// of the call (a success mark taken that nobody was told of, a claim or a
+// verdict its caller reports as an error). So a call's deadline bounds its
+// reads and waits, never its writes; each runs to its end within
+// store.DefaultTimeout, as the record-before-send always has.
+func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), store.DefaultTimeout)
+}
+
+// claim claims the settlement of vd for this process (writeCtx).
+func (f *Facilitator) claim(ctx context.Context, vd *exact.Verified) (store.Settlement, bool, error) {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
+	return f.store.ClaimSettlement(ctx, newRecord(vd, f.cfg.Owner), f.cfg.ClaimLease)
+}
+
+// update moves a record held under rec.Fence to state (writeCtx).
+func (f *Facilitator) update(ctx context.Context, rec store.Settlement, state store.SettlementState, tx common.Hash, reason x402.Reason) error {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
+	return f.store.UpdateSettlement(ctx, rec.Key, rec.Fence, state, txHex(tx), string(reason))
 }
 
 func txHex(h common.Hash) string {
@@ -667,6 +723,14 @@ func alreadySettled(vd *exact.Verified, tx common.Hash) *x402.SettleResponse {
 	return &x402.SettleResponse{
 		Success: false, ErrorReason: x402.ReasonEVMNonceAlreadyUsed, ErrorMessage: "authorization already settled",
 		Transaction: txHex(tx), Network: vd.Network, Payer: vd.Payer().Hex(),
+	}
+}
+
+// failed answers a call that finds its record failed: the recorded reason,
+// final.
+func failed(vd *exact.Verified, rec store.Settlement) *x402.SettleResponse {
+	return &x402.SettleResponse{
+		Success: false, ErrorReason: x402.Reason(rec.Reason), Transaction: "", Network: vd.Network, Payer: vd.Payer().Hex(),
 	}
 }
 

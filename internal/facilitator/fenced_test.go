@@ -26,7 +26,10 @@ import (
 // replicaOpts tunes newReplicaOn.
 type replicaOpts struct {
 	// node is what the replica's Sender talks to; sim's client when nil.
-	node          chain.Backend
+	node chain.Backend
+	// backend is what the facilitator reads the chain from; sim's client
+	// when nil.
+	backend       facilitator.Backend
 	settleTimeout time.Duration // default 300 ms
 	claimLease    time.Duration // the facilitator's default when zero
 }
@@ -37,6 +40,9 @@ func newReplicaOn(t *testing.T, sim *testchain.Simulated, st store.Settlements, 
 	t.Helper()
 	if o.node == nil {
 		o.node = sim.Client
+	}
+	if o.backend == nil {
+		o.backend = sim.Client
 	}
 	if o.settleTimeout == 0 {
 		o.settleTimeout = 300 * time.Millisecond
@@ -53,7 +59,7 @@ func newReplicaOn(t *testing.T, sim *testchain.Simulated, st store.Settlements, 
 		Assets:        []facilitator.Asset{{Address: sim.Token, Name: "USD Coin", Version: "2"}},
 		SettleTimeout: o.settleTimeout,
 		ClaimLease:    o.claimLease,
-	}, sim.Client, sender, st, log)
+	}, o.backend, sender, st, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,4 +425,170 @@ func payWithNonce(t *testing.T, sim *testchain.Simulated, i int, req x402.Paymen
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestFencedRecordFailed: replica A's claim is taken over while A signs,
+// and the other holder records a verdict (the record failed, say its
+// transfer did not pay), so A's record-before-send is fenced. A answers the
+// recorded reason, as a call that finds the record failed does, instead of
+// an error that is no verdict; and sends nothing.
+func TestFencedRecordFailed(t *testing.T) {
+	const reason = x402.ReasonEVMTransferEventMismatch
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		sim := testchain.NewSimulated(t)
+		ctx := context.Background()
+		e := &env{chain: sim}
+		req := e.requirements("10000")
+		p := e.pay(t, 5, req)
+		key := keyOf(t, sim, p)
+		pl, err := exact.ParsePayload(p.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		db := open(t)
+		st := &recordHook{settleStore: open(t), fn: func() {
+			time.Sleep(20 * time.Millisecond) // A's lease runs out
+			rec, held, err := db.ClaimSettlement(ctx, store.Settlement{
+				Key: key, Network: network, Asset: sim.Token.Hex(), Payer: pl.Authorization.From.Hex(),
+				PayTo: pl.Authorization.To.Hex(), Amount: "10000", Owner: "someone else",
+			}, time.Minute)
+			if err != nil || !held {
+				t.Errorf("take over A's claim = %v, %v", held, err)
+				return
+			}
+			if err := db.UpdateSettlement(ctx, key, rec.Fence, store.StateFailed, "", string(reason)); err != nil {
+				t.Errorf("record the other holder's verdict: %v", err)
+			}
+		}}
+		a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond})
+		nonce := pendingNonce(t, sim, a.sender.Address())
+
+		resp, err := a.fac.Settle(ctx, p, req)
+		if err != nil {
+			t.Fatalf("A's settle with its record-before-send fenced by a failed record: %v; want the recorded reason", err)
+		}
+		if resp.Success || resp.ErrorReason != reason || resp.Transaction != "" || resp.Network != network || resp.Payer != pl.Authorization.From.Hex() {
+			t.Errorf("A's settle = %+v; want %s, no transaction, payer %s", resp, reason, pl.Authorization.From.Hex())
+		}
+		if got := pendingNonce(t, sim, a.sender.Address()); got != nonce {
+			t.Errorf("A's pending nonce moved from %d to %d: the fenced signer's transaction reached the node", nonce, got)
+		}
+	})
+}
+
+// slowNonce is a node whose first NonceAt takes delay: a slow read on the
+// way to finding a record dead.
+type slowNonce struct {
+	facilitator.Backend
+	delay time.Duration
+	once  sync.Once
+}
+
+func (s *slowNonce) NonceAt(ctx context.Context, account common.Address, block *big.Int) (uint64, error) {
+	s.once.Do(func() { time.Sleep(s.delay) })
+	return s.Backend.NonceAt(ctx, account, block)
+}
+
+// slowMark is a store whose success mark, when its caller's deadline is
+// near, commits only once that deadline passed: the reply of a write that
+// reached the database arrives too late for a caller that bounded it.
+type slowMark struct {
+	settleStore
+}
+
+func (s *slowMark) MarkSuccessReported(ctx context.Context, key string) (bool, error) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < store.DefaultTimeout/2 {
+		time.Sleep(time.Until(d) + 10*time.Millisecond)
+	}
+	won, err := s.settleStore.MarkSuccessReported(context.WithoutCancel(ctx), key)
+	if err == nil {
+		err = ctx.Err()
+	}
+	return won, err
+}
+
+// deadRecord records a settlement of p by the signing replica whose
+// transaction can never be mined: another transaction of its signer took the
+// nonce, and the authorization stayed unused.
+func deadRecord(t *testing.T, sim *testchain.Simulated, db store.Settlements, p *x402.PaymentPayload, req x402.PaymentRequirements) *types.Transaction {
+	t.Helper()
+	dead, _ := signSettlement(t, sim, db, signerIdx, p, req)
+	filler, err := types.SignNewTx(sim.Keys[signerIdx], types.LatestSignerForChainID(sim.ChainID), &types.DynamicFeeTx{
+		ChainID: sim.ChainID, Nonce: dead.Nonce(), GasTipCap: dead.GasTipCap(), GasFeeCap: dead.GasFeeCap(),
+		Gas: params.TxGas, To: &common.Address{1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Client.SendTransaction(context.Background(), filler); err != nil {
+		t.Fatal(err)
+	}
+	sim.Mine(t, filler)
+	return dead
+}
+
+// TestSettleRetryBounded: a settle call that finds its record dead, slowly
+// (a node read takes 1.5 settle timeouts), re-settles within what remains of
+// two settle timeouts from its start, not a full settle timeout more: its
+// new transaction, not mined, is answered settlement_pending (D3) once the
+// budget is spent. The next settle call, once it is mined, gets the success.
+func TestSettleRetryBounded(t *testing.T) {
+	const settleTimeout = time.Second
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		sim := testchain.NewSimulated(t) // no auto-commit: the retry's transaction waits
+		db := open(t)
+		ctx := context.Background()
+		e := &env{chain: sim}
+		req := e.requirements("10000")
+		p := e.pay(t, 1, req)
+		dead := deadRecord(t, sim, db, p, req)
+
+		slow := &slowNonce{Backend: sim.Client, delay: settleTimeout * 3 / 2}
+		r := newReplicaOn(t, sim, db, otherSignerIdx, replicaOpts{backend: slow, settleTimeout: settleTimeout})
+		start := time.Now()
+		resp, err := r.fac.Settle(ctx, p, req)
+		elapsed := time.Since(start)
+		if err != nil || resp.Success || resp.ErrorReason != x402.ReasonSettlementPending || resp.Transaction == "" || strings.EqualFold(resp.Transaction, dead.Hash().Hex()) {
+			t.Fatalf("settle of the dead record = %+v, %v; want %s with a new transaction", resp, err, x402.ReasonSettlementPending)
+		}
+		if limit := 2*settleTimeout + settleTimeout/4; elapsed > limit {
+			t.Errorf("settle took %s, want at most %s (two settle timeouts and a little)", elapsed, limit)
+		}
+
+		sim.Commit()
+		again, err := r.fac.Settle(ctx, p, req)
+		if err != nil || !again.Success || again.Transaction != resp.Transaction {
+			t.Errorf("settle once mined = %+v, %v; want the one success with %s", again, err, resp.Transaction)
+		}
+	})
+}
+
+// TestRetrySuccessMarkOutlivesBudget: the retry of a dead record settles
+// within its budget, and the success mark's reply comes after the budget
+// ran out. The mark is a write: it runs to its end, and the call answers the
+// one success it took (D5) rather than an error that would leave the
+// success reported to nobody, ever.
+func TestRetrySuccessMarkOutlivesBudget(t *testing.T) {
+	const settleTimeout = time.Second
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		sim := testchain.NewSimulated(t)
+		sim.StartAutoCommit(t, 20*time.Millisecond)
+		db := open(t)
+		ctx := context.Background()
+		e := &env{chain: sim}
+		req := e.requirements("10000")
+		p := e.pay(t, 2, req)
+		key := keyOf(t, sim, p)
+		deadRecord(t, sim, db, p, req)
+
+		r := newReplicaOn(t, sim, &slowMark{settleStore: db}, otherSignerIdx, replicaOpts{settleTimeout: settleTimeout})
+		resp, err := r.fac.Settle(ctx, p, req)
+		if err != nil || !resp.Success {
+			t.Errorf("settle of the dead record = %+v, %v; want the success it marked", resp, err)
+		}
+		if rec, err := db.Settlement(ctx, key); err != nil || rec.State != store.StateSettled || !rec.SuccessReported {
+			t.Errorf("record = %q (success reported %t), %v; want settled, success reported", rec.State, rec.SuccessReported, err)
+		}
+	})
 }

@@ -53,9 +53,9 @@ func (r *recorder) before(ctx context.Context, tx *types.Transaction) error {
 		return fmt.Errorf("encode transaction: %w", err)
 	}
 	// The write outlives a caller that gives up: the send depends on it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), store.DefaultTimeout)
+	wctx, cancel := writeCtx(ctx)
 	defer cancel()
-	if err := r.f.store.RecordBroadcast(ctx, r.key, r.fence, tx.Hash().Hex(), hexutil.Encode(raw)); err != nil {
+	if err := r.f.store.RecordBroadcast(wctx, r.key, r.fence, tx.Hash().Hex(), hexutil.Encode(raw)); err != nil {
 		return fmt.Errorf("record transaction %s: %w", tx.Hash().Hex(), err)
 	}
 	r.mu.Lock()
@@ -118,6 +118,8 @@ func (f *Facilitator) giveBack(ctx context.Context, rec store.Settlement, record
 		f.release(ctx, rec)
 		return
 	}
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
 	if err := f.store.AbandonBroadcast(ctx, rec.Key, rec.Fence, recorded.Hex()); err != nil {
 		f.log.Warn("abandon refused transaction", "key", rec.Key, "tx", recorded.Hex(), "err", err)
 	}
@@ -208,7 +210,9 @@ func (f *Facilitator) unmined(ctx context.Context, vd *exact.Verified, rec store
 		return pending(vd, tx.Hash()), nil // the chain resolves it on the next look
 	}
 	f.forget(rec.Key)
-	if err := f.store.AbandonBroadcast(ctx, rec.Key, rec.Fence, rec.TxHash); err != nil && !errors.Is(err, store.ErrNotFound) {
+	wctx, cancel := writeCtx(ctx)
+	defer cancel()
+	if err := f.store.AbandonBroadcast(wctx, rec.Key, rec.Fence, rec.TxHash); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("abandon settlement %s: %w", rec.Key, err)
 	}
 	f.log.Warn("settlement transaction can never be mined; authorization released", "key", rec.Key, "tx", rec.TxHash, "nonce", tx.Nonce())

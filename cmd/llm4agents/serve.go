@@ -64,7 +64,6 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		return nil, err
 	}
 	g.closers = append(g.closers, func() { _ = db.Close() })
-	g.closers = append(g.closers, purgeExpired(db, time.Hour, log))
 
 	asset, _ := cfg.Network.AssetAddress()
 	var fac x402.Facilitator
@@ -133,18 +132,22 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		})
 	}
 	var cred *gateway.Credits
+	// With credits on, expired claims are purged only once the top-up sweep
+	// left none of them waiting for its credit (purgeGate).
+	var gate purgeGate
 	if cfg.Credits.Enabled {
 		var chain gateway.ChainReader
 		if backend != nil {
 			chain = backend
 		}
-		c, stop, err := buildCredits(cfg, db, chain, getenv, log)
+		c, topUps, stop, err := buildCredits(cfg, db, chain, getenv, log)
 		if err != nil {
 			return nil, err
 		}
 		g.closers = append(g.closers, stop)
-		cred = c
+		cred, gate = c, topUps
 	}
+	g.closers = append(g.closers, purgeExpired(db, gate, time.Hour, log))
 	hostname, _ := os.Hostname()
 	srv, err := gateway.New(gateway.Config{
 		PublicURL: cfg.PublicURL, Network: cfg.Network.ID, Asset: asset.Hex(),

@@ -35,53 +35,54 @@ type topUpSweeper interface {
 }
 
 // buildCredits wires prepaid credits from a validated config on the opened
-// store db, reading top-up settlements from chain. It returns them and the
+// store db, reading top-up settlements from chain. It returns them, their
+// top-up sweep (the purge of expired claims waits for it, purgeGate) and the
 // stop of their sweeper.
-func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, getenv func(string) string, log *slog.Logger) (*gateway.Credits, func(), error) {
+func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, getenv func(string) string, log *slog.Logger) (_ *gateway.Credits, _ *gateway.TopUpSweep, stop func(), err error) {
 	cs, ok := db.(creditStore)
 	if !ok {
 		kind, _, _ := cfg.Store.StoreDSN(getenv)
-		return nil, nil, fmt.Errorf("credits: the %s store does not hold the credits ledger, API keys and receipts; use sqlite:// or postgres://", kind)
+		return nil, nil, nil, fmt.Errorf("credits: the %s store does not hold the credits ledger, API keys and receipts; use sqlite:// or postgres://", kind)
 	}
 	if chain == nil {
-		return nil, nil, errors.New("credits: no node to read top-up settlements from (set network.rpc_url)")
+		return nil, nil, nil, errors.New("credits: no node to read top-up settlements from (set network.rpc_url)")
 	}
 	hexKey, err := cfg.ReceiptKey(getenv)
 	if err != nil {
-		return nil, nil, fmt.Errorf("credits: receipt key: %w", err)
+		return nil, nil, nil, fmt.Errorf("credits: receipt key: %w", err)
 	}
 	key, err := parseKey(hexKey, "receipt")
 	if err != nil {
-		return nil, nil, fmt.Errorf("credits: %w", err)
+		return nil, nil, nil, fmt.Errorf("credits: %w", err)
 	}
 	receiptChain, err := cfg.ReceiptChainID()
 	if err != nil {
-		return nil, nil, fmt.Errorf("credits: %w", err)
+		return nil, nil, nil, fmt.Errorf("credits: %w", err)
 	}
 	signer, err := credits.NewSigner(key, receiptChain)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	network, err := cfg.Network.ChainID()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// Sign-in messages name the chain the wallets pay on.
 	auth, err := credits.NewAuth(cs, cfg.SignInOrigin(), network.Uint64(), log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	asset, err := cfg.Network.AssetAddress()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	led, err := ledger.New(cs, ledger.Config{Asset: ledger.AssetID(cfg.Network.ID, asset), HoldTTL: cfg.Credits.HoldTTL}, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lo, hi, err := cfg.Credits.TopUpBounds()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	c := &gateway.Credits{
 		Ledger: led, Keys: credits.NewKeys(cs, log), Auth: auth, Account: credits.NewHandler(auth, cs, log),
@@ -93,11 +94,11 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 		Network: cfg.Network.ID, Asset: asset.Hex(), PayTo: cfg.Network.PayTo, Credits: c, Payments: db,
 	}, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("credits: %w", err)
+		return nil, nil, nil, fmt.Errorf("credits: %w", err)
 	}
 	log.Info("credits on", "receipt_signer", signer.Address().Hex(), "sign_in_origin", auth.Origin(),
 		"topup_min", lo.String(), "topup_max", hi.String())
-	return c, sweepCredits(topUps, led, cs, creditSweepEvery, log), nil
+	return c, topUps, sweepCredits(topUps, led, cs, creditSweepEvery, log), nil
 }
 
 // sweepCredits credits settled top-ups nobody came back for, releases
@@ -108,7 +109,8 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 // The top-up sweep runs first, at once: it also credits top-ups whose
 // claims expired while no process ran, and the only thing that deletes an
 // expired claim, purgeExpired (store.go), first runs a whole period (an
-// hour) after start.
+// hour) after start, and then only after a sweep of its own that left no
+// expired top-up waiting (purgeGate).
 func sweepCredits(topUps topUpSweeper, led *ledger.Ledger, keys store.Keys, every time.Duration, log *slog.Logger) (stop func()) {
 	const batch = 500
 	done := make(chan struct{})

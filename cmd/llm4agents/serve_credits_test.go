@@ -220,3 +220,62 @@ var (
 	_ creditStore = (*sqlite.DB)(nil)
 	_ creditStore = (*postgres.DB)(nil)
 )
+
+// purgeCounter is a backend that counts its purges and deletes nothing.
+type purgeCounter struct {
+	backend
+	payments, recoveries int
+}
+
+func (p *purgeCounter) PurgeExpiredPayments(context.Context, int) (int, error) {
+	p.payments++
+	return 0, nil
+}
+
+func (p *purgeCounter) PurgeExpiredRecoveries(context.Context, int) (int, error) {
+	p.recoveries++
+	return 0, nil
+}
+
+// fakeGate answers SweepBeforePurge with waiting and err.
+type fakeGate struct {
+	waiting int
+	err     error
+}
+
+func (g fakeGate) SweepBeforePurge(context.Context) (int, error) { return g.waiting, g.err }
+
+// TestServePurgeWaitsForTopUps: with credits on, a purge round deletes
+// expired payment claims only after a top-up sweep that left none of them
+// waiting for its credit and did not fail; otherwise it keeps them, purges
+// the recoveries all the same, and warns with the count.
+func TestServePurgeWaitsForTopUps(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		gate     purgeGate
+		payments int
+		warn     string
+	}{
+		{"credits off", nil, 1, ""},
+		{"nothing waiting", fakeGate{}, 1, ""},
+		{"an expired top-up waiting", fakeGate{waiting: 2}, 0, "waiting=2"},
+		{"the sweep failed", fakeGate{err: errors.New("node down")}, 0, "node down"},
+		{"waiting and failed", fakeGate{waiting: 1, err: errors.New("node down")}, 0, "waiting=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := &purgeCounter{}
+			logs := &lockedBuffer{}
+			purgeRound(db, tc.gate, slog.New(slog.NewTextHandler(logs, nil)))
+			if db.payments != tc.payments || db.recoveries != 1 {
+				t.Errorf("purged payments %d times, recoveries %d; want %d, 1", db.payments, db.recoveries, tc.payments)
+			}
+			s := logs.String()
+			switch {
+			case tc.warn == "" && s != "":
+				t.Errorf("log:\n%s", s)
+			case tc.warn != "" && (!strings.Contains(s, "level=WARN") || !strings.Contains(s, "kept expired payment claims") || !strings.Contains(s, tc.warn)):
+				t.Errorf("log:\n%s", s)
+			}
+		})
+	}
+}

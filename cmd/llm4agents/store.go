@@ -56,11 +56,26 @@ func openStore(ctx context.Context, s config.Store, getenv func(string) string, 
 	return db, nil
 }
 
-// purgeExpired deletes expired payment claims every period, in batches, until
-// stop is called. A backend whose records expire by themselves (Redis) purges
-// nothing here, cheaply.
-func purgeExpired(db backend, every time.Duration, log *slog.Logger) (stop func()) {
-	const batch = 500
+// purgeGate says whether expired payment claims may be purged: the top-up
+// sweep (gateway.TopUpSweep.SweepBeforePurge) sweeps and returns how many
+// expired claims it left waiting for their credit. Once expired, a top-up's
+// claim is credited by the sweep alone; purging it first would lose a paid
+// top-up.
+type purgeGate interface {
+	SweepBeforePurge(ctx context.Context) (waiting int, err error)
+}
+
+// purgeGateTimeout bounds the sweep a purge waits for: longer than a minute
+// sweep, as it may read many claims from the chain.
+const purgeGateTimeout = 5 * time.Minute
+
+// purgeExpired deletes expired payment claims and recoveries every period,
+// in batches, until stop is called. With a gate (credits on), a round purges
+// payment claims only after a sweep of the gate that left no expired claim
+// waiting and failed nowhere; otherwise it keeps them all, purges the rest,
+// and logs a warning. A backend whose records expire by themselves (Redis)
+// purges nothing here, cheaply.
+func purgeExpired(db backend, gate purgeGate, every time.Duration, log *slog.Logger) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -72,23 +87,44 @@ func purgeExpired(db backend, every time.Duration, log *slog.Logger) (stop func(
 				return
 			case <-t.C:
 			}
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				n, err := db.PurgeExpiredPayments(ctx, batch)
-				if r, ok := db.(recoveryPurger); ok && err == nil {
-					var m int
-					m, err = r.PurgeExpiredRecoveries(ctx, batch)
-					n = max(n, m)
-				}
-				cancel()
-				if err != nil {
-					log.Warn("purge expired payments", "err", err)
-				}
-				if err != nil || n < batch {
-					break
-				}
-			}
+			purgeRound(db, gate, log)
 		}
 	})
 	return func() { close(done); wg.Wait() }
+}
+
+// purgeRound is one round of purgeExpired.
+func purgeRound(db backend, gate purgeGate, log *slog.Logger) {
+	const batch = 500
+	payments := true
+	if gate != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), purgeGateTimeout)
+		waiting, err := gate.SweepBeforePurge(ctx)
+		cancel()
+		if err != nil || waiting > 0 {
+			payments = false
+			log.Warn("kept expired payment claims: top-ups may still be waiting for their credit", "waiting", waiting, "err", err)
+		}
+	}
+	if payments {
+		purgeBatches(batch, "purge expired payments", log, db.PurgeExpiredPayments)
+	}
+	if r, ok := db.(recoveryPurger); ok {
+		purgeBatches(batch, "purge expired recoveries", log, r.PurgeExpiredRecoveries)
+	}
+}
+
+// purgeBatches calls purge with batch until it deletes fewer or fails.
+func purgeBatches(batch int, what string, log *slog.Logger, purge func(ctx context.Context, limit int) (int, error)) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		n, err := purge(ctx, batch)
+		cancel()
+		if err != nil {
+			log.Warn(what, "err", err)
+		}
+		if err != nil || n < batch {
+			return
+		}
+	}
 }

@@ -56,11 +56,16 @@ import (
 // them.
 
 // ChainReader is what a top-up reads from the chain: its settlement's
-// receipt, and the head to count confirmations. *ethclient.Client and the
-// simulated backend's client satisfy it.
+// receipt, and the head to count confirmations; and, for the sweep of a
+// pending top-up whose transaction was replaced (topup_sweep.go), the
+// token's authorizationState, its AuthorizationUsed logs and the head's
+// time. *ethclient.Client and the simulated backend's client satisfy it.
 type ChainReader interface {
+	ethereum.ContractCaller
 	TransactionReceipt(ctx context.Context, tx common.Hash) (*types.Receipt, error)
 	BlockNumber(ctx context.Context) (uint64, error)
+	FilterLogs(ctx context.Context, q ethereum.FilterQuery) ([]types.Log, error)
+	HeaderByNumber(ctx context.Context, number *big.Int) (*types.Header, error)
 }
 
 const (
@@ -476,6 +481,10 @@ func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *quot
 // confirmations than configured.
 var errNotFinal = errors.New("settlement not final")
 
+// errNotMined is the errNotFinal of a transaction the node does not know:
+// not mined yet, or replaced by another (a fee bump, D19).
+var errNotMined = fmt.Errorf("%w: transaction not found", errNotFinal)
+
 // errUnpaid: the settlement named is not a transaction hash, reverted, or
 // carries no transfer of the authorization. Unlike errNotFinal, reading the
 // chain again will not change that.
@@ -498,7 +507,7 @@ func settlementRef(ctx context.Context, c *Credits, network string, token common
 	rc, err := c.Chain.TransactionReceipt(ctx, h)
 	switch {
 	case errors.Is(err, ethereum.NotFound):
-		return "", errNotFinal
+		return "", errNotMined
 	case err != nil:
 		return "", fmt.Errorf("receipt of %s: %w", tx, err)
 	case rc.Status != types.ReceiptStatusSuccessful:

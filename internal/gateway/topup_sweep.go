@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/llm4agents/llm4agents/internal/store"
@@ -27,7 +28,12 @@ import (
 // key is exact.Key(network, token, from, nonce), the amount the claim's, the
 // payee ours), reads the transaction's receipt with the finality rule of the
 // request path (settlementRef), and credits with ledger.TopUp under the same
-// reference, so that the sweep and a retry credit once between them.
+// reference, so that the sweep and a retry credit once between them. A
+// pending claim whose transaction the node does not know (replaced by a fee
+// bump, D19) is credited through the transaction that used its
+// authorization, found by the token's AuthorizationUsed log. Once a claim
+// has expired, only the sweep can credit it: the purge of expired claims
+// waits for a sweep that left none of them waiting (SweepBeforePurge).
 
 // stagedLister is what the sweep needs of the payments store besides
 // store.Payments: the claims whose staged response is of one content type,
@@ -134,15 +140,53 @@ const (
 	sweptNever                        // will never credit: skipped for good
 )
 
+const (
+	// sweepMaxFailures is how many claims in a row may fail on the chain or
+	// the ledger before a sweep stops: one bad claim is skipped until the
+	// next sweep, so that it cannot starve the claims listed after it, but
+	// several in a row mean the chain or the ledger is down.
+	sweepMaxFailures = 3
+	// sweepGiveUp is how long past its claim's expiry a claim may wait for
+	// its credit before the sweep gives it up: until then it holds back the
+	// purge of expired claims (SweepBeforePurge), and a claim that cannot be
+	// read in a week must not hold it back for ever.
+	sweepGiveUp = 7 * 24 * time.Hour
+	// purgeLead is how soon a claim must expire, at the end of the sweep
+	// that precedes a purge, to count as expired for that purge: the purge
+	// runs after the sweep and takes time of its own.
+	purgeLead = 5 * time.Minute
+)
+
 // SweepTopUps credits, once, every listed top-up claim whose transaction is
 // final and pays its authorization, and returns how many it credited. A
 // claim credited before (by a retry, or by a sweep before a restart) counts
 // as credited again the first time this sweep sees it: ledger.TopUp answers
 // it without a second credit. Claims it is done with are remembered and
-// skipped by later sweeps. It stops at the first failure of the store, the
-// chain or the ledger, returning what it credited until then and the
-// error; the next sweep tries again.
+// skipped by later sweeps. A claim that fails on the chain or the ledger is
+// logged and left for the next sweep; the sweep stops at a failure of the
+// listing or after sweepMaxFailures such failures in a row, returning what
+// it credited until then and the error; the next sweep tries again.
 func (w *TopUpSweep) SweepTopUps(ctx context.Context) (credited int, err error) {
+	credited, _, err = w.run(ctx)
+	return credited, err
+}
+
+// SweepBeforePurge sweeps as SweepTopUps does and returns how many expired
+// claims (or claims about to expire, purgeLead) it left waiting for their
+// credit: not final yet, or not readable. Expired payment claims may be
+// purged only when it returns 0 and no error: once expired, a top-up's claim
+// is credited by the sweep alone (a retry no longer finds it), and a claim
+// purged before its credit is a payment never credited. A claim still
+// waiting sweepGiveUp past its expiry is given up, logged at Error, and no
+// longer counted.
+func (w *TopUpSweep) SweepBeforePurge(ctx context.Context) (waiting int, err error) {
+	_, waiting, err = w.run(ctx)
+	return waiting, err
+}
+
+// run is one sweep: what it credited, how many expired claims it left
+// waiting, and the failure that stopped it.
+func (w *TopUpSweep) run(ctx context.Context) (credited, waiting int, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()
@@ -153,10 +197,11 @@ func (w *TopUpSweep) SweepTopUps(ctx context.Context) (credited int, err error) 
 	}
 	var after time.Time
 	var afterKey string
+	failures := 0
 	for {
 		page, err := w.list.StagedPayments(ctx, topUpMarker, after, afterKey, sweepPage)
 		if err != nil {
-			return credited, fmt.Errorf("list top-up claims: %w", err)
+			return credited, waiting, fmt.Errorf("list top-up claims: %w", err)
 		}
 		for _, c := range page {
 			if _, ok := w.done[doneKey(c)]; ok {
@@ -164,7 +209,19 @@ func (w *TopUpSweep) SweepTopUps(ctx context.Context) (credited int, err error) 
 			}
 			out, err := w.sweep(ctx, c, now)
 			if err != nil {
-				return credited, err
+				failures++
+				if failures >= sweepMaxFailures {
+					return credited, waiting, fmt.Errorf("stopped after %d top-up claims failed in a row: %w", failures, err)
+				}
+				w.log.Warn("a top-up claim failed; left for the next sweep", "key", c.Key, "tx", c.TxHash, "err", err)
+			} else {
+				failures = 0
+			}
+			if out == sweptLater && !now.Before(c.ExpiresAt.Add(sweepGiveUp)) {
+				// Only the key and the transaction: what an operator needs to
+				// credit it by hand, and no secret.
+				w.log.Error("gave up a top-up claim still uncredited a week past its expiry", "key", c.Key, "tx", c.TxHash)
+				out = sweptNever
 			}
 			switch out {
 			case sweptCredited:
@@ -173,10 +230,13 @@ func (w *TopUpSweep) SweepTopUps(ctx context.Context) (credited int, err error) 
 			case sweptNever:
 				w.remember(c, now)
 			case sweptLater:
+				if !w.now().Add(purgeLead).Before(c.ExpiresAt) {
+					waiting++
+				}
 			}
 		}
 		if len(page) < sweepPage {
-			return credited, nil
+			return credited, waiting, nil
 		}
 		last := page[len(page)-1]
 		after, afterKey = last.CreatedAt, last.Key
@@ -198,9 +258,10 @@ func (w *TopUpSweep) remember(c store.PaymentClaim, now time.Time) {
 	w.done[doneKey(c)] = until.Add(sweepMemory)
 }
 
-// sweep credits one claim. The error is a failure of the chain, the store
-// or the ledger that would fail the next claim too; anything wrong with the
-// claim itself is logged and answered sweptNever.
+// sweep credits one claim. The error is a failure of the chain or the
+// ledger on this claim, answered sweptLater: the caller goes on with the next
+// claim unless several fail in a row. Anything wrong with the claim itself
+// is logged and answered sweptNever.
 func (w *TopUpSweep) sweep(ctx context.Context, c store.PaymentClaim, now time.Time) (sweepOutcome, error) {
 	a, err := w.authorization(c)
 	if err != nil {
@@ -210,6 +271,23 @@ func (w *TopUpSweep) sweep(ctx context.Context, c store.PaymentClaim, now time.T
 	ctx, cancel := context.WithTimeout(ctx, sweepClaimTimeout)
 	defer cancel()
 	ref, err := settlementRef(ctx, w.credits, w.network, w.asset, c.TxHash, a)
+	if errors.Is(err, errNotMined) && c.State == store.PaymentPending {
+		// The claim's transaction may have been replaced (a fee bump, D19):
+		// the chain then knows the authorization used by another one.
+		tx, found, ferr := w.replacement(ctx, a, c.ExpiresAt)
+		switch {
+		case errors.Is(ferr, errUnusable):
+			// Otherwise it would hold back the purge until given up.
+			w.log.Warn("skipped a pending top-up claim whose authorization expired unused", "key", c.Key, "tx", c.TxHash)
+			return sweptNever, nil
+		case ferr != nil:
+			return sweptLater, fmt.Errorf("top-up %s: %w", c.Key, ferr)
+		case found:
+			w.log.Info("found the transaction that replaced a pending top-up's", "key", c.Key, "tx", c.TxHash, "replacement", tx)
+			c.TxHash = tx // the caller remembers the claim as listed
+			ref, err = settlementRef(ctx, w.credits, w.network, w.asset, c.TxHash, a)
+		}
+	}
 	switch {
 	case errors.Is(err, errNotFinal):
 		w.log.Debug("top-up settlement not final yet", "key", c.Key, "tx", c.TxHash)
@@ -246,6 +324,65 @@ func (w *TopUpSweep) sweep(ctx context.Context, c store.PaymentClaim, now time.T
 	return sweptCredited, nil
 }
 
+// replacedLookback is how many blocks back from the head the sweep looks
+// for the transaction that used a pending claim's authorization: a claim is
+// hours old, and a week past its expiry it is given up (sweepGiveUp); node
+// providers cap the range of one log query, often at 10,000 blocks.
+const replacedLookback = 10_000
+
+// unusableAfter is how long past its claim's expiry (validBefore plus
+// store.ClaimRetention's margin) the chain's head must be before an unused
+// authorization is taken as never usable: the head's state then includes
+// every block that could still have accepted it, with room for a reorg.
+const unusableAfter = time.Hour
+
+// errUnusable: the authorization of a pending claim is unused, and the
+// chain is past the claim's expiry: it will never pay.
+var errUnusable = errors.New("authorization expired unused")
+
+// replacement finds the transaction that used a's authorization, when the
+// token says it is used: by its AuthorizationUsed(from, nonce) log among
+// the last replacedLookback blocks. Not used: errUnusable if the chain's
+// head is unusableAfter past expires, else not found, for a later sweep, as
+// is a used authorization without such a log in range.
+func (w *TopUpSweep) replacement(ctx context.Context, a *exact.Authorization, expires time.Time) (string, bool, error) {
+	// The head first: the state read after it is at least as recent.
+	hd, err := w.credits.Chain.HeaderByNumber(ctx, nil)
+	if err != nil {
+		return "", false, fmt.Errorf("chain head: %w", err)
+	}
+	used, err := exact.AuthorizationState(ctx, w.credits.Chain, w.asset, a.From, a.Nonce)
+	switch {
+	case err != nil:
+		return "", false, err
+	case !used && hd.Time >= uint64(max(expires.Add(unusableAfter).Unix(), 0)):
+		return "", false, errUnusable
+	case !used:
+		return "", false, nil
+	}
+	head, err := w.credits.Chain.BlockNumber(ctx)
+	if err != nil {
+		return "", false, fmt.Errorf("chain head: %w", err)
+	}
+	from := uint64(0)
+	if head > replacedLookback {
+		from = head - replacedLookback
+	}
+	logs, err := w.credits.Chain.FilterLogs(ctx, ethereum.FilterQuery{
+		FromBlock: new(big.Int).SetUint64(from), ToBlock: new(big.Int).SetUint64(head), Addresses: []common.Address{w.asset},
+		Topics: [][]common.Hash{{exact.TopicAuthorizationUsed}, {common.BytesToHash(a.From[:])}, {a.Nonce}},
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("authorization logs: %w", err)
+	}
+	for _, l := range logs {
+		if !l.Removed && l.Address == w.asset {
+			return l.TxHash.Hex(), true, nil
+		}
+	}
+	return "", false, nil
+}
+
 // authorization rebuilds, from a top-up claim, the facts of its
 // authorization that the credit rests on: from and nonce from the claim key,
 // which must name this gateway's network and token; the value, which the
@@ -271,6 +408,10 @@ func (w *TopUpSweep) authorization(c store.PaymentClaim) (*exact.Authorization, 
 	value, err := parseAtomic(c.Amount)
 	if err != nil || value.Sign() <= 0 {
 		return nil, fmt.Errorf("claim amount %q is not a positive amount", truncate(c.Amount, 80))
+	}
+	if value.Cmp(big.NewInt(store.MaxAmount)) > 0 {
+		// The ledger would refuse it on every sweep: never creditable.
+		return nil, fmt.Errorf("claim amount %s is above the ledger's bound of %d", value, store.MaxAmount)
 	}
 	marked, err := parseTopUp(c.Staged.Body)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
 
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
@@ -499,4 +501,213 @@ func TestNewTopUpSweepRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// poisonChain fails every receipt read of the transactions in bad, as a
+// node would for a receipt it cannot serve, and reads the others from the
+// chain.
+type poisonChain struct {
+	gateway.ChainReader
+	bad map[common.Hash]bool
+}
+
+func (p poisonChain) TransactionReceipt(ctx context.Context, tx common.Hash) (*types.Receipt, error) {
+	if p.bad[tx] {
+		return nil, errors.New("malformed receipt (injected)")
+	}
+	return p.ChainReader.TransactionReceipt(ctx, tx)
+}
+
+// TestTopUpSweepPoisonedClaim: a claim whose receipt cannot be read, listed
+// first (the oldest), is logged and left for the next sweep; the good claim
+// listed after it is credited in the same sweep. Only sweepMaxFailures (3)
+// failures in a row stop the sweep, with an error.
+func TestTopUpSweepPoisonedClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		poisoned int
+		credited int
+		fails    bool
+	}{
+		{"one poisoned claim", 1, 1, false},
+		{"two poisoned claims", 2, 1, false},
+		{"three in a row: the chain is down", 3, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSweepEnv(t, creditBackends[0], sweepOpts{failCredits: 1})
+			bad := map[common.Hash]bool{}
+			buyer := e.chain.Addr(buyerIdx)
+			for i := range tc.poisoned {
+				nonce := common.BigToHash(big.NewInt(int64(1000 + i)))
+				tx := common.BigToHash(big.NewInt(int64(2000 + i)))
+				bad[tx] = true
+				c := store.PaymentClaim{Key: exact.Key(network, e.chain.Token, buyer, nonce), Network: network,
+					Payer: buyer.Hex(), Amount: "300000", Owner: "crafted"}
+				e.craft(t, c, topUpMarker, `{"amount":"300000"}`, store.PaymentPending, tx.Hex())
+			}
+			h := e.topUpSigned(t, "400000", buyerIdx, nil)
+			if resp, body := e.topUp(t, "400000", h); resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("top-up with the ledger down: %d %s", resp.StatusCode, body)
+			}
+			cr := *e.cfg.Credits
+			cr.Chain = poisonChain{ChainReader: cr.Chain, bad: bad}
+			e.cfg.Credits = &cr
+			n, err := e.newSweep(t).SweepTopUps(t.Context())
+			if (err != nil) != tc.fails || n != tc.credited {
+				t.Fatalf("SweepTopUps() = %d, %v; want %d credited, failing %v", n, err, tc.credited, tc.fails)
+			}
+			if tc.credited > 0 {
+				e.ledgerOf(t, "after the sweep", 400_000, 1)
+			}
+			logs := e.logs.String()
+			if !strings.Contains(logs, "a top-up claim failed") || strings.Contains(logs, h) {
+				t.Errorf("sweep log:\n%s", logs)
+			}
+		})
+	}
+}
+
+// TestTopUpSweepAmountAboveLedger: a top-up claim for more than the ledger
+// takes is never creditable: skipped at once, logged at Warn, never read from
+// the chain nor counted as a failure.
+func TestTopUpSweepAmountAboveLedger(t *testing.T) {
+	e := newSweepEnv(t, creditBackends[0], sweepOpts{})
+	buyer := e.chain.Addr(buyerIdx)
+	amount := strconv.FormatInt(store.MaxAmount, 10) + "0"
+	c := store.PaymentClaim{Key: exact.Key(network, e.chain.Token, buyer, common.HexToHash("0x77")), Network: network,
+		Payer: buyer.Hex(), Amount: amount, Owner: "crafted"}
+	tx := common.HexToHash("0x99")
+	e.craft(t, c, topUpMarker, `{"amount":"`+amount+`"}`, store.PaymentSettled, tx.Hex())
+	cr := *e.cfg.Credits
+	cr.Chain = poisonChain{ChainReader: cr.Chain, bad: map[common.Hash]bool{tx: true}}
+	e.cfg.Credits = &cr
+	w := e.newSweep(t)
+	for range 2 {
+		if n := e.swept(t, w); n != 0 {
+			t.Errorf("credited %d", n)
+		}
+	}
+	logs := e.logs.String()
+	if strings.Count(logs, "above the ledger's bound") != 1 || strings.Contains(logs, "a top-up claim failed") {
+		t.Errorf("sweep log:\n%s", logs)
+	}
+}
+
+// TestTopUpSweepBeforePurge: an expired top-up claim whose settlement is not
+// final holds back the purge (SweepBeforePurge counts it) until it is
+// credited, or until a week past its expiry, when it is given up, logged at
+// Error with its key and transaction only.
+func TestTopUpSweepBeforePurge(t *testing.T) {
+	e := newSweepEnv(t, creditBackends[0], sweepOpts{confirmations: 3})
+	var offset atomic.Int64 // the sweep's clock, ahead of the wall clock
+	e.cfg.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	w := e.newSweep(t)
+	h := e.topUpSigned(t, "250000", buyerIdx, nil)
+	if resp, body := e.topUp(t, "250000", h); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("top-up: %d %s", resp.StatusCode, body)
+	}
+	c := e.claim(t, h)
+	waiting := func(w *gateway.TopUpSweep, want int, what string) {
+		t.Helper()
+		if n, err := w.SweepBeforePurge(t.Context()); n != want || err != nil {
+			t.Errorf("%s: SweepBeforePurge() = %d, %v; want %d, nil", what, n, err, want)
+		}
+	}
+	at := func(d time.Duration) { offset.Store(int64(time.Until(c.ExpiresAt) + d)) }
+
+	waiting(w, 0, "before expiry")
+	at(-time.Minute)
+	waiting(w, 1, "a minute before expiry")
+	at(time.Minute)
+	waiting(w, 1, "expired, not final")
+	at(6 * 24 * time.Hour)
+	waiting(w, 1, "six days past expiry")
+	at(7*24*time.Hour + time.Minute)
+	waiting(w, 0, "a week past expiry")
+	waiting(w, 0, "given up, again")
+	logs := e.logs.String()
+	var gaveUp []string
+	for line := range strings.SplitSeq(logs, "\n") {
+		if strings.Contains(line, "gave up a top-up claim") {
+			gaveUp = append(gaveUp, line)
+		}
+	}
+	if len(gaveUp) != 1 || !strings.Contains(gaveUp[0], "level=ERROR") || !strings.Contains(gaveUp[0], c.Key) ||
+		!strings.Contains(gaveUp[0], c.TxHash) || strings.Contains(logs, h) {
+		t.Errorf("gave up %d times; log:\n%s", len(gaveUp), logs)
+	}
+	e.ledgerOf(t, "given up", 0, 0)
+
+	// Final now: a restarted process credits the expired claim, and nothing
+	// waits any more.
+	e.chain.Commit()
+	e.chain.Commit()
+	at(time.Minute)
+	w = e.newSweep(t)
+	waiting(w, 0, "credited")
+	e.ledgerOf(t, "credited", 250_000, 1)
+}
+
+// TestTopUpSweepReplacedTransaction (D19): a pending top-up claim whose
+// transaction was replaced keeps a hash the node does not know; the sweep
+// finds the transaction that used the authorization by its
+// AuthorizationUsed log, credits it once, and records the claim settled
+// with it under its fence. A claim whose authorization is unused stays
+// pending.
+func TestTopUpSweepReplacedTransaction(t *testing.T) {
+	e := newSweepEnv(t, creditBackends[0], sweepOpts{})
+	key, tx, _ := e.settleDirect(t, "600000")
+	buyer := e.chain.Addr(buyerIdx)
+	dead := "0x" + strings.Repeat("cd", 32)
+	c := store.PaymentClaim{Key: key, Network: network, Payer: buyer.Hex(), Amount: "600000", Owner: "crafted"}
+	e.craft(t, c, topUpMarker, `{"amount":"600000"}`, store.PaymentPending, dead)
+	unused := store.PaymentClaim{Key: exact.Key(network, e.chain.Token, buyer, common.HexToHash("0x5151")), Network: network,
+		Payer: buyer.Hex(), Amount: "600000", Owner: "crafted"}
+	e.craft(t, unused, topUpMarker, `{"amount":"600000"}`, store.PaymentPending, dead)
+	before, err := e.db.Payment(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if n := e.swept(t, e.sweep); n != 1 {
+		t.Errorf("sweep credited %d, want 1", n)
+	}
+	e.ledgerOf(t, "after the sweep", 600_000, 1)
+	got, err := e.db.Payment(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != store.PaymentSettled || got.TxHash != tx || got.Fence != before.Fence {
+		t.Errorf("claim after the sweep %+v; want settled with %s under fence %d", got, tx, before.Fence)
+	}
+	if u, err := e.db.Payment(t.Context(), unused.Key); err != nil || u.State != store.PaymentPending || u.TxHash != dead {
+		t.Errorf("unused claim %+v, %v; want pending with %s", u, err, dead)
+	}
+	if n := e.swept(t, e.newSweep(t)); n != 1 { // found credited: counted, not credited again
+		t.Errorf("restarted sweep counted %d, want 1", n)
+	}
+	e.ledgerOf(t, "after a restarted sweep", 600_000, 1)
+
+	// Past its expiry, the unused claim holds back the purge until the
+	// chain is unusableAfter (an hour) past it: then its authorization can
+	// never be used, and it is skipped for good, once, at Warn.
+	e.cfg.Now = func() time.Time { return unused.ExpiresAt.Add(time.Minute) }
+	unused, err = e.db.Payment(t.Context(), unused.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.newSweep(t)
+	if n, err := w.SweepBeforePurge(t.Context()); n != 1 || err != nil {
+		t.Errorf("expired, chain not past it: SweepBeforePurge() = %d, %v; want 1, nil", n, err)
+	}
+	e.chain.AdjustTime(t, time.Until(unused.ExpiresAt)+time.Hour+time.Minute)
+	for range 2 {
+		if n, err := w.SweepBeforePurge(t.Context()); n != 0 || err != nil {
+			t.Errorf("expired unused: SweepBeforePurge() = %d, %v; want 0, nil", n, err)
+		}
+	}
+	if n := strings.Count(e.logs.String(), "authorization expired unused"); n != 1 {
+		t.Errorf("%d warnings of the unusable claim; log:\n%s", n, e.logs.String())
+	}
+	e.ledgerOf(t, "at the end", 600_000, 1)
 }

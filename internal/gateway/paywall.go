@@ -84,6 +84,13 @@ func (s *Server) challenge(q *quote, reason string, detail error) error {
 		// x402-v2 §7.1: retries of one purchase carry one id (D14).
 		pr.Extensions = map[string]json.RawMessage{x402.ExtensionPaymentID: x402.PaymentIDDeclaration(q.model.PaymentIDRequired)}
 	}
+	return s.paymentRequired(q, pr, "request", detail)
+}
+
+// paymentRequired is the 402 of pr, the offer of q for what ("request", "top-up"):
+// PAYMENT-REQUIRED with pr, never cached, and an OpenAI error body naming the
+// price and pr's reason.
+func (s *Server) paymentRequired(q *quote, pr x402.PaymentRequired, what string, detail error) error {
 	hv, err := x402.EncodeHeader(pr)
 	if err != nil {
 		return fmt.Errorf("encode challenge: %w", err)
@@ -92,9 +99,9 @@ func (s *Server) challenge(q *quote, reason string, detail error) error {
 	h.Set(x402.HeaderPaymentRequired, hv)
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Should-Retry", "false")
-	msg := fmt.Sprintf("payment required: %s for this request", s.display(q.amount))
-	if reason != "Payment required" {
-		msg += " (" + reason + ")"
+	msg := fmt.Sprintf("payment required: %s for this %s", s.display(q.amount), what)
+	if pr.Error != "Payment required" {
+		msg += " (" + pr.Error + ")"
 	}
 	return &apiError{Status: http.StatusPaymentRequired, Type: "payment_required", Code: "payment_required", Message: msg, Header: h, Err: detail}
 }
@@ -169,35 +176,9 @@ func (pd *paid) fp() string {
 // method, path and model of the request, body its bytes: the fingerprint's
 // input.
 func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [3]string, body []byte) (*paid, error) {
-	hv := r.Header.Get(x402.HeaderPaymentSignature)
-	if hv == "" {
-		if r.Header.Get(x402.HeaderLegacyPayment) != "" {
-			return nil, s.challenge(q, "x402 v1 X-PAYMENT is not accepted; pay with PAYMENT-SIGNATURE (v2)", nil)
-		}
-		s.metrics.payment("challenged")
-		return nil, s.challenge(q, "Payment required", nil)
-	}
-	p, err := x402.DecodePaymentPayload(hv)
+	p, auth, err := s.readPayment(r, q, s.challenge)
 	if err != nil {
-		s.metrics.payment("malformed")
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment",
-			Message: "PAYMENT-SIGNATURE is malformed: " + err.Error()}
-	}
-	accepted, err := p.AcceptedRequirements()
-	if err != nil {
-		s.metrics.payment("malformed")
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: err.Error()}
-	}
-	if err := x402.Match(q.offer, accepted); err != nil {
-		// Paid for another route, model, price or network: the quote of this very
-		// request is what counts.
-		s.metrics.payment("mismatch")
-		return nil, s.challenge(q, "No matching payment requirements", err)
-	}
-	auth, err := exact.ParsePayload(p.Payload)
-	if err != nil {
-		s.metrics.payment("malformed")
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: "payment payload: " + err.Error()}
+		return nil, err
 	}
 	var id string // a secret (D14): never logged, kept only hashed in the record key
 	if s.recoveries != nil {
@@ -523,4 +504,42 @@ func paidHeaders(h http.Header, sr *x402.SettleResponse) error {
 	h.Set("Cache-Control", "private")
 	h.Set("X-Should-Retry", "false")
 	return nil
+}
+
+// readPayment runs the first payment steps of D0 that every paid route
+// shares: a PAYMENT-SIGNATURE present (v1's X-PAYMENT refused), decoded,
+// matching this request's own quote (D7: paid for another route, model,
+// price or network does not count), with an exact payload. Refusals before
+// the match are 400s; a missing payment or a mismatch is the route's 402,
+// built by challenge.
+func (s *Server) readPayment(r *http.Request, q *quote, challenge func(q *quote, reason string, detail error) error) (*x402.PaymentPayload, *exact.Payload, error) {
+	hv := r.Header.Get(x402.HeaderPaymentSignature)
+	if hv == "" {
+		if r.Header.Get(x402.HeaderLegacyPayment) != "" {
+			return nil, nil, challenge(q, "x402 v1 X-PAYMENT is not accepted; pay with PAYMENT-SIGNATURE (v2)", nil)
+		}
+		s.metrics.payment("challenged")
+		return nil, nil, challenge(q, "Payment required", nil)
+	}
+	p, err := x402.DecodePaymentPayload(hv)
+	if err != nil {
+		s.metrics.payment("malformed")
+		return nil, nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment",
+			Message: "PAYMENT-SIGNATURE is malformed: " + err.Error()}
+	}
+	accepted, err := p.AcceptedRequirements()
+	if err != nil {
+		s.metrics.payment("malformed")
+		return nil, nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: err.Error()}
+	}
+	if err := x402.Match(q.offer, accepted); err != nil {
+		s.metrics.payment("mismatch")
+		return nil, nil, challenge(q, "No matching payment requirements", err)
+	}
+	auth, err := exact.ParsePayload(p.Payload)
+	if err != nil {
+		s.metrics.payment("malformed")
+		return nil, nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: "payment payload: " + err.Error()}
+	}
+	return p, auth, nil
 }

@@ -234,19 +234,7 @@ func (s *Server) topUpQuote(amount *big.Int) *quote {
 // same PAYMENT-SIGNATURE.
 func (s *Server) topUpChallenge(q *quote, reason string, detail error) error {
 	pr := x402.PaymentRequired{X402Version: x402.Version, Error: reason, Resource: q.resource, Accepts: []x402.PaymentRequirements{q.offer}}
-	hv, err := x402.EncodeHeader(pr)
-	if err != nil {
-		return fmt.Errorf("encode challenge: %w", err)
-	}
-	h := http.Header{}
-	h.Set(x402.HeaderPaymentRequired, hv)
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Should-Retry", "false")
-	msg := fmt.Sprintf("payment required: %s for this top-up", s.display(q.amount))
-	if reason != "Payment required" {
-		msg += " (" + reason + ")"
-	}
-	return &apiError{Status: http.StatusPaymentRequired, Type: "payment_required", Code: "payment_required", Message: msg, Header: h, Err: detail}
+	return s.paymentRequired(q, pr, "top-up", detail)
 }
 
 // topUpAdmit runs the payment steps of D0 for a top-up: decode, match (D7),
@@ -254,33 +242,9 @@ func (s *Server) topUpChallenge(q *quote, reason string, detail error) error {
 // returns the payment with its claim: held by this request (to settle),
 // pending (to resolve) or settled (to credit), all of them top-up claims.
 func (s *Server) topUpAdmit(ctx context.Context, r *http.Request, q *quote) (*paid, error) {
-	hv := r.Header.Get(x402.HeaderPaymentSignature)
-	if hv == "" {
-		if r.Header.Get(x402.HeaderLegacyPayment) != "" {
-			return nil, s.topUpChallenge(q, "x402 v1 X-PAYMENT is not accepted; pay with PAYMENT-SIGNATURE (v2)", nil)
-		}
-		s.metrics.payment("challenged")
-		return nil, s.topUpChallenge(q, "Payment required", nil)
-	}
-	p, err := x402.DecodePaymentPayload(hv)
+	p, auth, err := s.readPayment(r, q, s.topUpChallenge)
 	if err != nil {
-		s.metrics.payment("malformed")
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment",
-			Message: "PAYMENT-SIGNATURE is malformed: " + err.Error()}
-	}
-	accepted, err := p.AcceptedRequirements()
-	if err != nil {
-		s.metrics.payment("malformed")
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: err.Error()}
-	}
-	if err := x402.Match(q.offer, accepted); err != nil {
-		s.metrics.payment("mismatch")
-		return nil, s.topUpChallenge(q, "No matching payment requirements", err)
-	}
-	auth, err := exact.ParsePayload(p.Payload)
-	if err != nil {
-		s.metrics.payment("malformed")
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_payment", Message: "payment payload: " + err.Error()}
+		return nil, err
 	}
 	a := &auth.Authorization
 	if a.Value.Cmp(q.amount) != 0 || !strings.EqualFold(a.To.Hex(), s.cfg.PayTo) {

@@ -26,20 +26,9 @@ const maxReceiptsLimit = 1000
 
 // runCredits is `llm4agents credits topup|balance|receipts`.
 func runCredits(ctx context.Context, args []string, e env) error {
-	if len(args) == 0 {
-		printf(e.stderr, "usage: llm4agents credits topup|balance|receipts [flags]\n")
-		return errors.New("credits: a subcommand is required: topup, balance or receipts")
-	}
-	switch sub, rest := args[0], args[1:]; sub {
-	case "topup":
-		return creditsTopUp(ctx, rest, e)
-	case "balance":
-		return creditsBalance(ctx, rest, e)
-	case "receipts":
-		return creditsReceipts(ctx, rest, e)
-	default:
-		return fmt.Errorf("credits: unknown subcommand %q: want topup, balance or receipts", oneLine(sub, 40))
-	}
+	return runSubcommand(ctx, "credits", args, e, []subcommand{
+		{"topup", creditsTopUp}, {"balance", creditsBalance}, {"receipts", creditsReceipts},
+	})
 }
 
 // topUpAnswer is the gateway's answer to a paid top-up.

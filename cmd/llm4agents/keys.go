@@ -270,20 +270,36 @@ func (a *account) signIn(ctx context.Context, key *ecdsa.PrivateKey, now time.Ti
 
 // runKeys is `llm4agents keys create|list|revoke`.
 func runKeys(ctx context.Context, args []string, e env) error {
+	return runSubcommand(ctx, "keys", args, e, []subcommand{
+		{"create", keysCreate}, {"list", keysList}, {"revoke", keysRevoke},
+	})
+}
+
+// subcommand is one word of a command with subcommands (keys, credits).
+type subcommand struct {
+	name string
+	run  func(ctx context.Context, args []string, e env) error
+}
+
+// runSubcommand runs the subcommand args[0] names, with the rest of args.
+// A missing or unknown one is an error naming those there are; the unknown
+// word is shown on one line, cut short.
+func runSubcommand(ctx context.Context, cmd string, args []string, e env, subs []subcommand) error {
+	names := make([]string, len(subs))
+	for i, sc := range subs {
+		names[i] = sc.name
+	}
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 	if len(args) == 0 {
-		printf(e.stderr, "usage: llm4agents keys create|list|revoke [flags]\n")
-		return errors.New("keys: a subcommand is required: create, list or revoke")
+		printf(e.stderr, "usage: llm4agents %s %s [flags]\n", cmd, strings.Join(names, "|"))
+		return fmt.Errorf("%s: a subcommand is required: %s", cmd, want)
 	}
-	switch sub, rest := args[0], args[1:]; sub {
-	case "create":
-		return keysCreate(ctx, rest, e)
-	case "list":
-		return keysList(ctx, rest, e)
-	case "revoke":
-		return keysRevoke(ctx, rest, e)
-	default:
-		return fmt.Errorf("keys: unknown subcommand %q: want create, list or revoke", oneLine(sub, 40))
+	for _, sc := range subs {
+		if sc.name == args[0] {
+			return sc.run(ctx, args[1:], e)
+		}
 	}
+	return fmt.Errorf("%s: unknown subcommand %q: want %s", cmd, oneLine(args[0], 40), want)
 }
 
 // keyView is a key as the gateway shows it to its owner.

@@ -74,7 +74,9 @@
 // Each operation holds a connection for one or two statements, so a pool of
 // a few connections serves many concurrent callers; with more callers than
 // connections they queue for one, and concurrent commits share the server's
-// WAL flushes, which is where the throughput comes from. Budget the server's
+// WAL flushes. Claims and ledger writes go further: concurrent ones are
+// sent as batches, one round trip and one commit each (lines.go), which is
+// where the claim throughput and tail latency come from. Budget the server's
 // max_connections (default 100) for every pool: pool_max_conns times the DB
 // values each replica opens times the replicas, plus room for operators and
 // migrations. A connection attempt gives up after connect_timeout (DSN
@@ -88,7 +90,8 @@
 //
 // Every operation is bounded by store.DefaultTimeout when its context has no
 // earlier deadline; a context that ends interrupts the statement and the
-// error wraps the context's error. The interruption is a cancel request to
+// error wraps the context's error (claims and ledger writes once sent run
+// to their end instead, see lines.go). The interruption is a cancel request to
 // the server, not only a closed socket, so a write that was waiting for a
 // row lock is rolled back there instead of committing once the lock is
 // free. A write that had already committed when the cancel arrived stays

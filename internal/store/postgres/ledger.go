@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,24 +68,15 @@ import (
 // disk, so one owner's writes run one disk flush at a time: a hot account
 // (an agent with many calls in flight) would be held to a few hundred
 // operations a second on a fast disk, to tens on a slow one. So each DB
-// keeps, per owner and asset, a line: while one write of the line is in
-// flight, the others queue, and when it is done the first of them sends all
-// of them (up to maxBatch) as one batch, a pipeline of their statements in
-// one implicit transaction: one round trip, one flush, for the lot. An idle
-// line sends a write at once, so the batching costs an uncontended write
-// nothing. Writes of different owners never wait for each other in a DB;
-// between DBs (processes) the row locks order them.
-//
-// A write once sent runs to its end, bounded by store.DefaultTimeout, even
-// if its caller's context ends meanwhile, and the call returns its outcome:
-// pgx abandons a statement whose context ends without telling the server,
-// which then runs it on and may commit it after the call has returned an
-// error; and a batch carries other callers' writes. A write still queued
-// when its context ends is withdrawn and writes nothing. So a call that
-// fails wrote nothing, unless the connection to the server failed under it:
-// then the outcome is unknown, and repeating the call (with the same
+// sends an owner's writes in one asset on one line (lines.go): while one
+// write of the line is in flight, the others queue, and then go as one
+// batch, one round trip and one flush for the lot. Writes of different
+// owners never wait for each other in a DB; between DBs (processes) the
+// row locks order them. A write once sent runs to its end whatever becomes
+// of its caller's context, and a call that fails wrote nothing unless the
+// connection failed under it: then repeating the call (with the same
 // operation id) answers it.
-//
+
 // # Seqs and statements
 //
 // Seqs come from ledger_entry_seq, drawn in phase 3, after the owner's
@@ -183,7 +173,7 @@ func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int6
 		var verdict string
 		var prevSeq, seq, created, userAfter *int64
 		var prevArgs *string
-		err := db.write(ctx, owner, asset, &ledgerWrite{sql: creditStmt,
+		err := db.write(ctx, ledgerLine(db, owner, asset), &lineWrite{sql: creditStmt,
 			args: []any{now, opID, owner, asset, amount, user, held, args},
 			dest: []any{&verdict, &prevSeq, &prevArgs, &seq, &created, &userAfter}})
 		switch {
@@ -337,7 +327,7 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 		var windowStart int64
 		var prevArgs *string
 		var hs holdScan
-		err := db.write(ctx, r.Owner, r.Asset, &ledgerWrite{sql: holdStmt,
+		err := db.write(ctx, ledgerLine(db, r.Owner, r.Asset), &lineWrite{sql: holdStmt,
 			args: []any{now, r.ID, r.Owner, r.Asset, r.Amount, store.UserAccount(r.Owner), store.HeldAccount(r.Owner),
 				keyID, totalCap, periodMs, periodCap, leaseMs(r.TTL), args},
 			dest: hs.dest(&verdict, &userBal, &ktHeld, &ktSpent, &kpHeld, &kpSpent, &windowStart, &prevArgs)})
@@ -618,7 +608,7 @@ func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset st
 		var verdict string
 		var seq, created, userAfter, heldAfter *int64
 		var hs holdScan
-		err := db.write(ctx, owner, asset, &ledgerWrite{sql: resolveStmt,
+		err := db.write(ctx, ledgerLine(db, owner, asset), &lineWrite{sql: resolveStmt,
 			args: []any{now, holdID, kind, actual, args, state},
 			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter)})
 		h, found := hs.hold()
@@ -782,147 +772,6 @@ LIMIT $2`, nowMs, limit)
 		}
 	}
 	return n, nil
-}
-
-// maxBatch bounds the writes of one batch: a batch holds its owner's locks
-// until all of its statements have run and committed.
-const maxBatch = 64
-
-// A line is the queue of one owner's writes in one asset on one DB (see
-// the top of this file). lines holds a line only while one of its writes
-// is in flight, so it is empty whenever the ledger is idle and never keeps a
-// closed DB alive. It is package state, keyed by the DB, rather than a field
-// of DB only because DB is declared with the other stores in postgres.go.
-var (
-	linesMu sync.Mutex
-	lines   = map[lineKey]*line{}
-)
-
-type lineKey struct {
-	db           *DB
-	owner, asset string
-}
-
-type line struct {
-	queue []*ledgerWrite // waiting for the batch in flight, in arrival order
-}
-
-// ledgerWrite is one write statement, returning one row scanned into dest.
-type ledgerWrite struct {
-	sql  string
-	args []any
-	dest []any
-
-	err error // the outcome, set before done or lead is closed
-	// batch is set before lead is closed: the writes (this one first) that
-	// this write's caller is to send.
-	batch []*ledgerWrite
-	done  chan struct{} // closed when the write was sent by another caller
-	lead  chan struct{} // closed when this write's caller is to send batch
-}
-
-// write runs w in the line of owner and asset: at once if the line is
-// idle, else in the next batch, sent by whichever caller leads it. A write
-// withdrawn from the queue because ctx ended was never sent, so it wrote
-// nothing; once sent, it runs to its end (bounded by store.DefaultTimeout)
-// whatever becomes of ctx, so that its outcome is known when write returns:
-// a statement the client stopped waiting for could commit on the server
-// later, and a batch holds other callers' writes.
-func (db *DB) write(ctx context.Context, owner, asset string, w *ledgerWrite) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	k := lineKey{db: db, owner: owner, asset: asset}
-	linesMu.Lock()
-	l := lines[k]
-	if l == nil {
-		lines[k] = &line{}
-		linesMu.Unlock()
-		db.lead(ctx, k, []*ledgerWrite{w})
-		return w.err
-	}
-	w.done, w.lead = make(chan struct{}), make(chan struct{})
-	l.queue = append(l.queue, w)
-	linesMu.Unlock()
-
-	select {
-	case <-w.done:
-		return w.err
-	case <-w.lead:
-		db.lead(ctx, k, w.batch)
-		return w.err
-	case <-ctx.Done():
-	}
-	linesMu.Lock()
-	if i := slices.Index(l.queue, w); i >= 0 {
-		l.queue = slices.Delete(l.queue, i, i+1)
-		linesMu.Unlock()
-		return ctx.Err()
-	}
-	linesMu.Unlock()
-	select { // taken into a batch: wait for its outcome
-	case <-w.done:
-		return w.err
-	case <-w.lead:
-		db.lead(ctx, k, w.batch)
-		return w.err
-	}
-}
-
-// lead sends batch, whose first write is the caller's, then hands the line
-// to the first write queued meanwhile, with the writes it is to send, or
-// retires the line if none is.
-func (db *DB) lead(ctx context.Context, k lineKey, batch []*ledgerWrite) {
-	db.send(ctx, batch)
-	linesMu.Lock()
-	l := lines[k]
-	if len(l.queue) == 0 {
-		delete(lines, k)
-	} else {
-		n := min(len(l.queue), maxBatch)
-		next := l.queue[0]
-		next.batch = slices.Clone(l.queue[:n])
-		l.queue = slices.Clone(l.queue[n:])
-		close(next.lead)
-	}
-	linesMu.Unlock()
-	for _, w := range batch[1:] {
-		close(w.done)
-	}
-}
-
-// send runs batch: one write as one statement; several as a pipeline of
-// statements in one implicit transaction (pgx sends a batch with one Sync),
-// so they cost one round trip and one commit, and are applied together or
-// not at all. If the batch fails, for any reason, each write runs again on its own: every statement
-// is idempotent by its operation id, so one applied by a batch whose
-// outcome was lost is answered as a replay.
-func (db *DB) send(ctx context.Context, batch []*ledgerWrite) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), store.DefaultTimeout)
-	defer cancel()
-	if len(batch) > 1 {
-		b := &pgx.Batch{}
-		for _, w := range batch {
-			b.Queue(w.sql, w.args...)
-		}
-		br := db.pool.SendBatch(ctx, b)
-		var err error
-		for _, w := range batch {
-			if err == nil {
-				err = br.QueryRow().Scan(w.dest...)
-			}
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			return
-		}
-		db.log.DebugContext(ctx, "ledger batch failed, running its writes one by one", "writes", len(batch), "error", scrub(err.Error(), db.secret))
-	}
-	for _, w := range batch {
-		w.err = db.pool.QueryRow(ctx, w.sql, w.args...).Scan(w.dest...)
-	}
 }
 
 // sameArgs compares the arguments an operation id was applied with to a

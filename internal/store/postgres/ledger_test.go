@@ -406,7 +406,7 @@ func TestLedgerGroupCommit(t *testing.T) {
 	defer linesMu.Unlock()
 	for k := range lines {
 		if k.db == db {
-			t.Errorf("line %s %s left behind", k.owner, k.asset)
+			t.Errorf("line %q left behind", k.name)
 		}
 	}
 }
@@ -422,19 +422,19 @@ func TestLedgerBatchFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The owner's rows exist, so each statement decides at once.
-	credit := func(id string, verdict *string, seq **int64) *ledgerWrite {
+	credit := func(id string, verdict *string, seq **int64) *lineWrite {
 		var prevSeq, created, after *int64
 		var prevArgs *string
 		args := fmt.Sprintf("owner=%s asset=%s amount=%d", testOwner, testAsset, 10)
-		return &ledgerWrite{sql: creditStmt,
+		return &lineWrite{sql: creditStmt,
 			args: []any{nil, id, testOwner, testAsset, int64(10), store.UserAccount(testOwner), store.HeldAccount(testOwner), args},
 			dest: []any{verdict, &prevSeq, &prevArgs, seq, &created, &after}}
 	}
 	var v1, v2 string
 	var s1, s2 *int64
 	var one int
-	bad := &ledgerWrite{sql: `SELECT 1/0`, dest: []any{&one}}
-	batch := []*ledgerWrite{credit("c1", &v1, &s1), bad, credit("c2", &v2, &s2)}
+	bad := &lineWrite{sql: `SELECT 1/0`, dest: []any{&one}}
+	batch := []*lineWrite{credit("c1", &v1, &s1), bad, credit("c2", &v2, &s2)}
 	db.send(ctx, batch)
 	if batch[0].err != nil || batch[2].err != nil || v1 != verdictOK || v2 != verdictOK || s1 == nil || s2 == nil {
 		t.Errorf("good writes of a failed batch: %v %q %v, %v %q %v; want both applied", batch[0].err, v1, s1, batch[2].err, v2, s2)

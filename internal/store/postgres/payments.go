@@ -94,7 +94,7 @@ func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time
 	now := db.nowArg()
 	for range claimAttempts {
 		var storeNow int64
-		rec, found, err := scanPayment(db.pool.QueryRow(ctx, claimPayment,
+		rec, found, err := scanPayment(db.claimRow(ctx, "payments", c.Key, claimPayment,
 			now, c.Key, c.Network, c.Payer, c.Amount, c.Owner, leaseMs(lease), expiresMs), &storeNow)
 		switch {
 		case err != nil:

@@ -66,7 +66,7 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 
 	now := db.nowArg()
 	for range claimAttempts {
-		rec, err := scanSettlement(db.pool.QueryRow(ctx, claimSettlement,
+		rec, err := scanSettlement(db.claimRow(ctx, "settlements", s.Key, claimSettlement,
 			now, s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner, leaseMs(lease)))
 		if err == nil {
 			if rec.CreatedAt.Before(rec.UpdatedAt) { // an old record with a new lease: taken over

@@ -1,0 +1,188 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// claimOf is a payment claim of key for the claim-line tests.
+func claimOf(key string) store.PaymentClaim {
+	return store.PaymentClaim{Key: key, Network: "eip155:84532", Payer: "0x857b06519e91e3a54538791bdbb0e22373e36b66",
+		Amount: "10000", Owner: "lines", ExpiresAt: time.Now().Add(time.Hour)}
+}
+
+// claimWrite is the claim statement of key as ClaimPayment sends it,
+// scanning its fence into fence (NULL when not won).
+func claimWrite(key string, fence **int64) *lineWrite {
+	c := claimOf(key)
+	// n.ms, then the record: seven text columns before its fence, eight after.
+	dest := []any{new(int64)}
+	for range 7 {
+		dest = append(dest, new(any))
+	}
+	dest = append(dest, fence)
+	for range 8 {
+		dest = append(dest, new(any))
+	}
+	return &lineWrite{sql: claimPayment, order: "payments\x00" + key,
+		args: []any{nil, c.Key, c.Network, c.Payer, c.Amount, c.Owner, int64(60_000), c.ExpiresAt.UnixMilli()},
+		dest: dest}
+}
+
+// TestClaimsGroupCommit checks that concurrent claims of distinct keys on
+// one DB share transactions (count the distinct xmin of their rows), that
+// each is won once, and that the claim lines are gone afterwards.
+func TestClaimsGroupCommit(t *testing.T) {
+	ctx := t.Context()
+	_, dsn := freshSchema(t)
+	db := open(t, dsn, nil, nil)
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, won, err := db.ClaimPayment(ctx, claimOf(fmt.Sprintf("k%d", i)), time.Minute)
+			if err == nil && !won {
+				err = fmt.Errorf("k%d: not won", i)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var rows, txs int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT xmin::text) FROM payments`).Scan(&rows, &txs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d claims in %d transactions", rows, txs)
+	if rows != n || txs >= rows {
+		t.Errorf("%d claims in %d transactions, want %d claims in fewer transactions", rows, txs, n)
+	}
+	linesMu.Lock()
+	defer linesMu.Unlock()
+	for k := range lines {
+		if k.db == db {
+			t.Errorf("line %q left behind", k.name)
+		}
+	}
+}
+
+// TestClaimsBatchNoRow checks that a claim of a batch that wins nothing (a
+// settlement claim returns no row then) is that claim's outcome, not the
+// batch's: were the batch run again write by write, the claims it won
+// would find their own live leases and report a loss.
+func TestClaimsBatchNoRow(t *testing.T) {
+	ctx := t.Context()
+	_, dsn := freshSchema(t)
+	db := open(t, dsn, nil, nil)
+	taken := store.Settlement{Key: "taken", Network: "eip155:84532", Asset: "0xasset", Payer: "0xpayer", PayTo: "0xpayto",
+		Amount: "1", Owner: "other"}
+	if _, won, err := db.ClaimSettlement(ctx, taken, time.Minute); err != nil || !won {
+		t.Fatalf("first claim: won %v, %v", won, err)
+	}
+	settle := func(s store.Settlement) *lineWrite {
+		var rec [16]any
+		for i := range rec {
+			rec[i] = new(any)
+		}
+		return &lineWrite{sql: claimSettlement, order: "settlements\x00" + s.Key,
+			args: []any{nil, s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner, int64(60_000)},
+			dest: rec[:]}
+	}
+	fresh := taken
+	fresh.Key, fresh.Owner = "fresh", "lines"
+	lost := taken
+	lost.Owner = "lines"
+	batch := []*lineWrite{settle(fresh), settle(lost)}
+	db.send(ctx, batch)
+	if batch[0].err != nil {
+		t.Errorf("the fresh claim of the batch: %v, want it won", batch[0].err)
+	}
+	if !errors.Is(batch[1].err, pgx.ErrNoRows) {
+		t.Errorf("the lost claim of the batch: %v, want no row", batch[1].err)
+	}
+	rec, err := db.Settlement(ctx, "fresh")
+	if err != nil || rec.Owner != "lines" {
+		t.Errorf("fresh record = %+v, %v; want it claimed by the batch", rec, err)
+	}
+}
+
+// TestClaimsBatchLockOrder checks that a batch claims its keys in key
+// order, whatever their order in the batch, so two batches (of two
+// replicas) never deadlock: here another transaction holds "a" and then
+// takes "b", which a batch that claimed "b" before waiting for "a" would
+// hold, and the server would abort one of the two after deadlock_timeout.
+func TestClaimsBatchLockOrder(t *testing.T) {
+	ctx := t.Context()
+	_, dsn := freshSchema(t)
+	log, buf := logger()
+	db := open(t, dsn, nil, log)
+	other := rawConn(t, ctx, dsn)
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	if _, err := other.Exec(ctx, "SET deadlock_timeout = '100ms'"); err != nil {
+		t.Fatal(err)
+	}
+	otherClaim := func(key string) error {
+		w := claimWrite(key, new(*int64))
+		return other.QueryRow(ctx, w.sql, w.args...).Scan(w.dest...)
+	}
+	if _, err := other.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if err := otherClaim("a"); err != nil {
+		t.Fatal(err)
+	}
+	var fa, fb *int64
+	batch := []*lineWrite{claimWrite("b", &fb), claimWrite("a", &fa)}
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		db.send(context.WithoutCancel(ctx), batch)
+	}()
+	// Wait until the batch waits for the other transaction's lock.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var waiting int
+		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the batch never waited for the other transaction's lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := otherClaim("b"); err != nil {
+		t.Errorf("the other transaction's second claim: %v, want no deadlock", err)
+	}
+	if _, err := other.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	<-sent
+	if strings.Contains(buf.String(), "batch failed") {
+		t.Errorf("the batch failed and ran write by write:\n%s", buf)
+	}
+	for _, w := range batch {
+		if w.err != nil {
+			t.Errorf("batch write: %v", w.err)
+		}
+	}
+	if fa != nil || fb != nil {
+		t.Errorf("the batch won a claim the other transaction holds (fences %v, %v)", fa, fb)
+	}
+}

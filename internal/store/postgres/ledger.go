@@ -173,7 +173,7 @@ func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int6
 		var verdict string
 		var prevSeq, seq, created, userAfter *int64
 		var prevArgs *string
-		err := db.write(ctx, ledgerLine(db, owner, asset), &lineWrite{sql: creditStmt,
+		err := db.write(ctx, ledgerLine(owner, asset), &lineWrite{sql: creditStmt,
 			args: []any{now, opID, owner, asset, amount, user, held, args},
 			dest: []any{&verdict, &prevSeq, &prevArgs, &seq, &created, &userAfter}})
 		switch {
@@ -327,7 +327,7 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 		var windowStart int64
 		var prevArgs *string
 		var hs holdScan
-		err := db.write(ctx, ledgerLine(db, r.Owner, r.Asset), &lineWrite{sql: holdStmt,
+		err := db.write(ctx, ledgerLine(r.Owner, r.Asset), &lineWrite{sql: holdStmt,
 			args: []any{now, r.ID, r.Owner, r.Asset, r.Amount, store.UserAccount(r.Owner), store.HeldAccount(r.Owner),
 				keyID, totalCap, periodMs, periodCap, leaseMs(r.TTL), args},
 			dest: hs.dest(&verdict, &userBal, &ktHeld, &ktSpent, &kpHeld, &kpSpent, &windowStart, &prevArgs)})
@@ -608,7 +608,7 @@ func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset st
 		var verdict string
 		var seq, created, userAfter, heldAfter *int64
 		var hs holdScan
-		err := db.write(ctx, ledgerLine(db, owner, asset), &lineWrite{sql: resolveStmt,
+		err := db.write(ctx, ledgerLine(owner, asset), &lineWrite{sql: resolveStmt,
 			args: []any{now, holdID, kind, actual, args, state},
 			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter)})
 		h, found := hs.hold()

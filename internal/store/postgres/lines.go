@@ -7,30 +7,25 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/lines"
 )
 
-// Lines: group commit on the client.
+// Lines: group commit on the client (package lines).
 //
 // A commit waits for its WAL flush, and a row lock is held until then; so
 // writes that queue on one lock, or that each pay their own round trip and
-// commit, go no faster than the flushes. A line is a queue of writes on one
-// DB that are sent one batch at a time: while a batch of the line is in
-// flight, the writes that arrive wait, and when it is done the first of
-// them sends all of them (up to maxBatch) as one batch, a pipeline of their
-// statements in one implicit transaction: one round trip and one flush for
-// the lot. An idle line sends a write at once, so a line costs an
-// uncontended write nothing.
-//
-// Two kinds of line use this:
+// commit, go no faster than the flushes. So writes that are many and short
+// go on lines: the concurrent writes of one line are sent as one batch, a
+// pipeline of their statements in one implicit transaction, one round trip
+// and one flush for the lot (send). Two kinds of line:
 //   - the ledger's, one per owner and asset (ledger.go, "Group commit per
 //     owner"), because an owner's writes serialise on its balance row;
 //   - the claims', claimLines per DB, a claim going to the line its key
-//     hashes to (claimWrite), because a claim is a short insert whose cost
-//     is mostly its round trip and its commit.
+//     hashes to (claimRow), because a claim is a short insert whose cost is
+//     mostly its round trip and its commit.
 //
 // A write once sent runs to its end, bounded by store.DefaultTimeout, even
 // if its caller's context ends meanwhile, and the call returns its outcome:
@@ -52,37 +47,23 @@ const maxBatch = 64
 // best for 32 concurrent callers on two cores (docs/BENCHMARKS.md).
 const claimLines = 2
 
-// lines holds a line only while one of its writes is in flight, so it is
-// empty whenever the DB is idle and never keeps a closed DB alive. It is
-// package state, keyed by the DB, rather than a field of DB only because DB
-// is declared with the other stores in postgres.go.
-var (
-	linesMu sync.Mutex
-	lines   = map[lineKey]*line{}
-)
-
-// lineKey names one line of one DB.
-type lineKey struct {
-	db   *DB
-	name string
+// newLines returns the lines of db's writes.
+func newLines(db *DB) *lines.Set[*lineWrite] {
+	return &lines.Set[*lineWrite]{Send: db.send, Max: maxBatch}
 }
 
-// ledgerLine is the line of owner's writes in asset.
-func ledgerLine(db *DB, owner, asset string) lineKey {
-	return lineKey{db: db, name: "ledger\x00" + owner + "\x00" + asset}
+// ledgerLine names the line of owner's writes in asset.
+func ledgerLine(owner, asset string) string {
+	return "ledger\x00" + owner + "\x00" + asset
 }
 
-// claimLine is the line of the claims of key: one key always goes to the
-// same line, so a batch never waits on a lock another batch of this DB
+// claimLine names the line of the claims of key: one key always goes to
+// the same line, so a batch never waits on a lock another batch of this DB
 // holds for the same record.
-func claimLine(db *DB, key string) lineKey {
+func claimLine(key string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return lineKey{db: db, name: "claim\x00" + strconv.Itoa(int(h.Sum32()%claimLines))}
-}
-
-type line struct {
-	queue []*lineWrite // waiting for the batch in flight, in arrival order
+	return "claim\x00" + strconv.Itoa(int(h.Sum32()%claimLines))
 }
 
 // lineWrite is one write statement, returning one row scanned into dest.
@@ -96,79 +77,17 @@ type lineWrite struct {
 	// line locks its owner's balance first.
 	order string
 
-	err error // the outcome, set before done or lead is closed
-	// batch is set before lead is closed: the writes (this one first) that
-	// this write's caller is to send.
-	batch []*lineWrite
-	done  chan struct{} // closed when the write was sent by another caller
-	lead  chan struct{} // closed when this write's caller is to send batch
+	err error // the outcome, set by send
 }
 
-// write runs w in line k: at once if the line is idle, else in the next
-// batch, sent by whichever caller leads it. A write withdrawn from the
-// queue because ctx ended was never sent, so it wrote nothing; once sent, it
-// runs to its end (bounded by store.DefaultTimeout) whatever becomes of
-// ctx, so that its outcome is known when write returns.
-func (db *DB) write(ctx context.Context, k lineKey, w *lineWrite) error {
-	if err := ctx.Err(); err != nil {
+// write runs w on the line called name (see package lines): a write
+// withdrawn because ctx ended was never sent and wrote nothing; once sent
+// it runs to its end, bounded by store.DefaultTimeout.
+func (db *DB) write(ctx context.Context, name string, w *lineWrite) error {
+	if err := db.lines.Write(ctx, name, w); err != nil {
 		return err
 	}
-	linesMu.Lock()
-	l := lines[k]
-	if l == nil {
-		lines[k] = &line{}
-		linesMu.Unlock()
-		db.lead(ctx, k, []*lineWrite{w})
-		return w.err
-	}
-	w.done, w.lead = make(chan struct{}), make(chan struct{})
-	l.queue = append(l.queue, w)
-	linesMu.Unlock()
-
-	select {
-	case <-w.done:
-		return w.err
-	case <-w.lead:
-		db.lead(ctx, k, w.batch)
-		return w.err
-	case <-ctx.Done():
-	}
-	linesMu.Lock()
-	if i := slices.Index(l.queue, w); i >= 0 {
-		l.queue = slices.Delete(l.queue, i, i+1)
-		linesMu.Unlock()
-		return ctx.Err()
-	}
-	linesMu.Unlock()
-	select { // taken into a batch: wait for its outcome
-	case <-w.done:
-		return w.err
-	case <-w.lead:
-		db.lead(ctx, k, w.batch)
-		return w.err
-	}
-}
-
-// lead sends batch, whose first write is the caller's, then hands the line
-// to the first write queued meanwhile, with the writes it is to send, or
-// retires the line if none is.
-func (db *DB) lead(ctx context.Context, k lineKey, batch []*lineWrite) {
-	db.send(ctx, batch)
-	linesMu.Lock()
-	l := lines[k]
-	if len(l.queue) == 0 {
-		delete(lines, k)
-	} else {
-		n := min(len(l.queue), maxBatch)
-		next := l.queue[0]
-		next.batch = slices.Clone(l.queue[:n])
-		l.queue = slices.Clone(l.queue[n:])
-		close(next.lead)
-	}
-	linesMu.Unlock()
-	for _, w := range batch[1:] {
-		close(w.done)
-	}
+	return w.err
 }
 
 // send runs batch: one write as one statement; several as a pipeline of
@@ -182,7 +101,7 @@ func (db *DB) lead(ctx context.Context, k lineKey, batch []*lineWrite) {
 // claim applied by such a batch holds a live lease, so running it again
 // wins nothing, and its caller fails closed.
 func (db *DB) send(ctx context.Context, batch []*lineWrite) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), store.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 	if len(batch) > 1 {
 		ordered := slices.Clone(batch)
@@ -218,20 +137,20 @@ func (db *DB) send(ctx context.Context, batch []*lineWrite) {
 // claimRow is the row of a claim statement for key in table, sent on key's
 // claim line when the row is scanned.
 func (db *DB) claimRow(ctx context.Context, table, key, sql string, args ...any) pgx.Row {
-	return lineRow{ctx: ctx, db: db, k: claimLine(db, key),
+	return lineRow{ctx: ctx, db: db, line: claimLine(key),
 		w: lineWrite{sql: sql, args: args, order: table + "\x00" + key}}
 }
 
 // lineRow is a pgx.Row whose statement is sent on a line by Scan.
 type lineRow struct {
-	ctx context.Context
-	db  *DB
-	k   lineKey
-	w   lineWrite
+	ctx  context.Context
+	db   *DB
+	line string
+	w    lineWrite
 }
 
 func (r lineRow) Scan(dest ...any) error {
 	w := r.w
 	w.dest = dest
-	return r.db.write(r.ctx, r.k, &w)
+	return r.db.write(r.ctx, r.line, &w)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/lines"
 )
 
 const (
@@ -67,6 +68,9 @@ type DB struct {
 	// them (ledger.go, "Hold lines").
 	heldMu sync.Mutex
 	held   map[string]heldLine
+
+	// lines batches concurrent claims and ledger writes (lines.go).
+	lines *lines.Set[*lineWrite]
 }
 
 // Open connects to the PostgreSQL database dsn names and brings the schema
@@ -97,6 +101,7 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (_ *DB, err error) 
 		return nil, errors.New(scrub(err.Error(), secret))
 	}
 	db := &DB{pool: pool, log: log, secret: secret, held: map[string]heldLine{}}
+	db.lines = newLines(db)
 	defer func() {
 		if err != nil {
 			_ = db.Close()

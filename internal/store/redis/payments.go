@@ -53,7 +53,7 @@ func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time
 		return store.PaymentClaim{}, false, fmt.Errorf("expiry %s is too far in the future", c.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
 	lms := leaseMs(lease)
-	status, rest, err := db.run(ctx, claimPaymentScript,
+	status, rest, err := db.claim(ctx, c.Key, claimPaymentScript,
 		[]string{db.keys.payment(c.Key), db.keys.paymentFence()},
 		db.nowArg(), strconv.FormatInt(lms, 10), strconv.FormatInt(expiresMs, 10), strconv.FormatInt(expiryMargin.Milliseconds(), 10),
 		c.Network, c.Payer, c.Amount, c.Owner)

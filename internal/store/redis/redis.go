@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/lines"
 )
 
 const (
@@ -53,6 +54,8 @@ type DB struct {
 	// password is kept only to scrub it from error texts.
 	password string
 	closed   atomic.Bool
+	// lines batches concurrent claims (lines.go).
+	lines *lines.Set[*scriptCall]
 }
 
 // keys names the Redis keys of one store. Every key starts with the hash tag
@@ -99,6 +102,7 @@ func Open(ctx context.Context, rawURL string, log *slog.Logger) (_ *DB, err erro
 	opts.ContextTimeoutEnabled = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	db := &DB{client: goredis.NewClient(opts), keys: newKeys(prefix), log: log, password: opts.Password}
+	db.lines = newLines(db)
 	defer func() {
 		if err != nil {
 			_ = db.client.Close()
@@ -277,6 +281,11 @@ func (db *DB) run(ctx context.Context, s *goredis.Script, keys []string, args ..
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 	v, err := s.Run(ctx, db.client, keys, args...).Result()
+	return db.reply(ctx, v, err)
+}
+
+// reply splits a script's reply into its status and the rest.
+func (db *DB) reply(ctx context.Context, v any, err error) (string, []any, error) {
 	if err != nil {
 		return "", nil, db.mapErr(ctx, err)
 	}

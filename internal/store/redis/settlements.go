@@ -29,7 +29,7 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 		return store.Settlement{}, false, fmt.Errorf("lease %v is not positive", lease)
 	}
 	lms := leaseMs(lease)
-	status, rest, err := db.run(ctx, claimSettlementScript,
+	status, rest, err := db.claim(ctx, s.Key, claimSettlementScript,
 		[]string{db.keys.settlement(s.Key), db.keys.settlementFence(), db.keys.unresolved()},
 		db.nowArg(), strconv.FormatInt(lms, 10), s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner)
 	if err != nil {

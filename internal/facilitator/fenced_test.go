@@ -592,3 +592,47 @@ func TestRetrySuccessMarkOutlivesBudget(t *testing.T) {
 		}
 	})
 }
+
+// TestTakeoverRecordsSentAuthorization: a claim for one authorization was
+// abandoned before anything was sent (its holder died), and a settle call
+// for another authorization with the same nonce (the payer signed two, for
+// other amounts) takes it over and pays it. The record must then describe
+// the authorization that was paid, not the abandoned one: the reconciler
+// rebuilds the transfer it looks for from the record, and after a crash
+// would otherwise judge the payment as not made.
+func TestTakeoverRecordsSentAuthorization(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		sim := testchain.NewSimulated(t)
+		sim.StartAutoCommit(t, 20*time.Millisecond)
+		ctx := context.Background()
+		e := &env{chain: sim}
+		req := e.requirements("10000")
+		p := e.pay(t, 5, req)
+		pl, err := exact.ParsePayload(p.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := open(t)
+		key := keyOf(t, sim, p)
+		if _, held, err := db.ClaimSettlement(ctx, store.Settlement{
+			Key: key, Network: network, Asset: sim.Token.Hex(), Payer: pl.Authorization.From.Hex(),
+			PayTo: "0x00000000000000000000000000000000000000d1", Amount: "5000", Owner: "dead",
+		}, time.Millisecond); err != nil || !held {
+			t.Fatalf("the abandoned claim = %v, %v", held, err)
+		}
+		time.Sleep(5 * time.Millisecond) // its lease runs out
+
+		r := newReplicaOn(t, sim, db, signerIdx, replicaOpts{settleTimeout: 5 * time.Second})
+		resp, err := r.fac.Settle(ctx, p, req)
+		if err != nil || !resp.Success {
+			t.Fatalf("settle over the abandoned claim = %+v, %v; want success", resp, err)
+		}
+		rec, err := db.Settlement(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Amount != "10000" || !strings.EqualFold(rec.PayTo, pl.Authorization.To.Hex()) {
+			t.Errorf("record amount %s, pay to %s; want the paid authorization's 10000 to %s", rec.Amount, rec.PayTo, pl.Authorization.To.Hex())
+		}
+	})
+}

@@ -76,7 +76,10 @@ type Settlements interface {
 	// ClaimSettlement creates s in StateClaimed with a new fence and a lease of
 	// the given length (> 0), unless a record for s.Key (non-empty) exists. An
 	// existing record in StateClaimed whose lease expired is taken over (Owner,
-	// Fence and LeaseUntil replaced; the authorization details kept). Only Key,
+	// Fence and LeaseUntil replaced, and PayTo and Amount set to s's: nothing
+	// was sent for a claimed record, and a payer may sign two authorizations
+	// with one nonce, so the record must describe the one its new holder
+	// sends, which the reconciler rebuilds from it). Only Key,
 	// Network, Asset, Payer, PayTo, Amount and Owner of s are read. It returns the
 	// record as it now stands and whether the caller holds the claim.
 	ClaimSettlement(ctx context.Context, s Settlement, lease time.Duration) (Settlement, bool, error)

@@ -40,7 +40,8 @@ SELECT $2, $3, $4, $5, $6, $7, 'claimed', $8,
 FROM n
 ON CONFLICT (settlement_key) DO UPDATE
 SET owner = excluded.owner, fence = excluded.fence,
-    lease_until_ms = excluded.lease_until_ms, updated_at_ms = excluded.updated_at_ms
+    lease_until_ms = excluded.lease_until_ms, updated_at_ms = excluded.updated_at_ms,
+    pay_to = excluded.pay_to, amount = excluded.amount
 WHERE s.state = 'claimed' AND s.lease_until_ms <= excluded.updated_at_ms AND s.fence < excluded.fence
 RETURNING ` + columns
 

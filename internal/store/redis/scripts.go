@@ -160,7 +160,8 @@ end
 if v[6] == 'claimed' and now >= tonumber(v[11]) then
   local fence = next_fence(KEYS[2], tonumber(v[10]))
   local t = fmt_int(now)
-  redis.call('HSET', KEYS[1], 'owner', ARGV[9], 'fence', fence, 'lease_until_ms', fmt_int(now + lease), 'updated_at_ms', t)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[9], 'fence', fence, 'lease_until_ms', fmt_int(now + lease), 'updated_at_ms', t,
+    'pay_to', ARGV[7], 'amount', ARGV[8])
   return {'took_over', v, fence, t}
 end
 return {'held', v}

@@ -36,7 +36,8 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 		return store.Settlement{}, false, err
 	}
 	// The script does not read the record back: a new record is s as
-	// given, a takeover is the record as it was with the script's writes.
+	// given, a takeover is the record as it was with the script's writes
+	// (s's PayTo and Amount included).
 	var rec store.Settlement
 	switch {
 	case status == "won" && len(rest) == 2:
@@ -56,6 +57,7 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 		}
 		prevOwner := rec.Owner
 		rec.Owner, rec.Fence, rec.LeaseUntil, rec.UpdatedAt = s.Owner, fence, msTime(now+lms), msTime(now)
+		rec.PayTo, rec.Amount = s.PayTo, s.Amount
 		db.log.InfoContext(ctx, "took over expired settlement claim",
 			"key", s.Key, "previous_owner", prevOwner, "owner", s.Owner, "fence", fence)
 	case status == "held" && len(rest) == 1:

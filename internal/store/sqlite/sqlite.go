@@ -285,10 +285,10 @@ RETURNING `+columns,
 				return err
 			}
 			rec, err = scan(tx.QueryRowContext(ctx, `UPDATE settlements
-SET owner = ?, fence = ?, lease_until_ms = ?, updated_at_ms = ?
+SET owner = ?, fence = ?, lease_until_ms = ?, updated_at_ms = ?, pay_to = ?, amount = ?
 WHERE settlement_key = ?
 RETURNING `+columns,
-				s.Owner, fence, now+leaseMs, now, s.Key))
+				s.Owner, fence, now+leaseMs, now, s.PayTo, s.Amount, s.Key))
 			if err != nil {
 				return err
 			}

@@ -280,8 +280,10 @@ func testClaimTakeover(e *env) {
 	first := e.mustClaim("k")
 	// The lease ends at LeaseUntil: from that instant the claim may be taken.
 	now := e.clock.Advance(lease)
+	// Another authorization with the same nonce (the payer signed two): the
+	// record now describes the one its new holder sends.
 	in := input("k", "b")
-	in.Amount = "1" // the record keeps what the first claim stored
+	in.Amount, in.PayTo = "1", "0x00000000000000000000000000000000000000b2"
 	const lease2 = 2 * time.Minute
 	got, ok := e.claim(e.b, in, lease2)
 	if !ok {
@@ -292,6 +294,7 @@ func testClaimTakeover(e *env) {
 	}
 	want := first
 	want.Owner = "b"
+	want.Amount, want.PayTo = in.Amount, in.PayTo
 	want.Fence = got.Fence
 	want.LeaseUntil = now.Add(lease2)
 	want.UpdatedAt = now

@@ -221,9 +221,15 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 		return nil, err
 	}
 	// Work past this point outlives the caller: once a claim is taken the outcome
-	// must be recorded even if the client goes away.
-	ctx = context.WithoutCancel(ctx)
+	// must be recorded even if the client goes away. It is bounded instead by
+	// retryBudget settle timeouts from here, so a node that stops answering
+	// cannot hold the call (and its claim) forever: the chain reads before the
+	// claim have no bound of their own, and the wait for a receipt has one
+	// settle timeout. Store writes run to their end whatever (writeCtx).
 	start := time.Now()
+	deadline := start.Add(retryBudget * f.cfg.SettleTimeout)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
 	resp, err := f.settle(ctx, vd, recovered, p, req)
 	if !errors.Is(err, errAbandoned) {
 		return resp, err
@@ -242,14 +248,11 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	// broadcast anything; its store writes run to their end (writeCtx). With
 	// nothing left, the abandoned record's error stands: nothing was paid, and
 	// the authorization is free for the buyer's own retry.
-	deadline := start.Add(retryBudget * f.cfg.SettleTimeout)
 	if time.Until(deadline) <= 0 {
 		return nil, err
 	}
 	f.log.Info("settlement given back; claiming it again", "key", vd.Key(), "err", err)
-	retryCtx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	return f.settle(retryCtx, vd, recovered, p, req)
+	return f.settle(ctx, vd, recovered, p, req)
 }
 
 // retryBudget is how many settle timeouts a Settle call that re-settles an

@@ -2,6 +2,8 @@ package facilitator_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/core/types"
@@ -635,4 +638,47 @@ func TestTakeoverRecordsSentAuthorization(t *testing.T) {
 			t.Errorf("record amount %s, pay to %s; want the paid authorization's 10000 to %s", rec.Amount, rec.PayTo, pl.Authorization.To.Hex())
 		}
 	})
+}
+
+// hangingReads is a chain whose contract calls never answer until their
+// context ends: a node that accepts requests and stops responding.
+type hangingReads struct{ facilitator.Backend }
+
+func (h hangingReads) CallContract(ctx context.Context, _ ethereum.CallMsg, _ *big.Int) ([]byte, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestSettleBoundedWhenNodeHangs: the chain reads a settle call makes before
+// its claim (authorizationState among them) get no answer. The call ends,
+// with an error and nothing broadcast, within its budget of two settle
+// timeouts, instead of holding the caller forever.
+func TestSettleBoundedWhenNodeHangs(t *testing.T) {
+	sim := testchain.NewSimulated(t)
+	ctx := context.Background()
+	e := &env{chain: sim}
+	req := e.requirements("10000")
+	p := e.pay(t, 6, req)
+	r := newReplicaOn(t, sim, freshSQLite(t)(t), signerIdx, replicaOpts{backend: hangingReads{sim.Client}, settleTimeout: 200 * time.Millisecond})
+	nonce := pendingNonce(t, sim, r.sender.Address())
+	done := make(chan error, 1)
+	go func() {
+		resp, err := r.fac.Settle(ctx, p, req)
+		if err == nil {
+			err = fmt.Errorf("settle answered %+v", resp)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Logf("settle with a hanging node: %v", err)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("settle with a hanging node = %v, want an error ending in its deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("settle with a hanging node did not return within 10 s (its budget is 400 ms)")
+	}
+	if got := pendingNonce(t, sim, r.sender.Address()); got != nonce {
+		t.Errorf("pending nonce moved from %d to %d: something was broadcast", nonce, got)
+	}
 }

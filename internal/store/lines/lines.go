@@ -14,14 +14,20 @@ package lines
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 )
 
+// ErrNotSent is what Write returns for a write whose batch was being sent
+// when Send panicked: its outcome is unknown, as after a lost connection.
+var ErrNotSent = errors.New("lines: the batch of this write failed while being sent")
+
 // Set is a set of named lines of writes of type W (usually a pointer to a
 // struct carrying the statement and, once sent, its outcome). Its zero
-// value is not usable: set Send and Max. A Set holds a line only while one
-// of its writes is in flight, so it is empty whenever the store is idle.
+// value is not usable: set Send (and Max, else batches are of one write). A
+// Set holds a line only while one of its writes is in flight, so it is
+// empty whenever the store is idle.
 type Set[W any] struct {
 	// Send sends one batch (at least one write, the leader's first) and
 	// records each write's outcome in it. It gets a context that does not
@@ -44,8 +50,10 @@ type entry[W any] struct {
 	// batch is set before lead is closed: the writes (this one first) that
 	// this entry's caller is to send.
 	batch []*entry[W]
-	done  chan struct{} // closed when the write was sent by another caller
-	lead  chan struct{} // closed when this entry's caller is to send batch
+	// failed is set before done is closed when Send panicked on the batch.
+	failed bool
+	done   chan struct{} // closed when the write was sent by another caller
+	lead   chan struct{} // closed when this entry's caller is to send batch
 }
 
 // Write sends w on the line called name: at once if the line is idle, else
@@ -76,7 +84,7 @@ func (s *Set[W]) Write(ctx context.Context, name string, w W) error {
 
 	select {
 	case <-e.done:
-		return nil
+		return e.outcome()
 	case <-e.lead:
 		s.lead(ctx, name, e.batch)
 		return nil
@@ -91,8 +99,16 @@ func (s *Set[W]) Write(ctx context.Context, name string, w W) error {
 	s.mu.Unlock()
 	select { // taken into a batch: wait for its outcome
 	case <-e.done:
+		return e.outcome()
 	case <-e.lead:
 		s.lead(ctx, name, e.batch)
+		return nil
+	}
+}
+
+func (e *entry[W]) outcome() error {
+	if e.failed {
+		return ErrNotSent
 	}
 	return nil
 }
@@ -106,13 +122,24 @@ func (s *Set[W]) Len() int {
 
 // lead sends batch, whose first entry is the caller's, then hands the line
 // to the first entry queued meanwhile, with the entries it is to send, or
-// retires the line if none is.
+// retires the line if none is. If Send panics, the line is handed on all the
+// same and the others of the batch get ErrNotSent, so one bad batch never
+// stops a line; the panic goes on in the caller.
 func (s *Set[W]) lead(ctx context.Context, name string, batch []*entry[W]) {
 	ws := make([]W, len(batch))
 	for i, e := range batch {
 		ws[i] = e.w
 	}
+	sent := false
+	defer func() { s.handOn(name, batch, !sent) }()
 	s.Send(context.WithoutCancel(ctx), ws)
+	sent = true
+}
+
+// handOn ends the batch sent on the line called name: it hands the line to
+// the first entry queued meanwhile or retires it, then wakes the batch's
+// other entries.
+func (s *Set[W]) handOn(name string, batch []*entry[W], failed bool) {
 	s.mu.Lock()
 	l := s.lines[name]
 	if len(l.queue) == 0 {
@@ -126,6 +153,7 @@ func (s *Set[W]) lead(ctx context.Context, name string, batch []*entry[W]) {
 	}
 	s.mu.Unlock()
 	for _, e := range batch[1:] {
+		e.failed = failed
 		close(e.done)
 	}
 }

@@ -183,3 +183,50 @@ func TestWriteConcurrent(t *testing.T) {
 		t.Errorf("%d lines left behind", l)
 	}
 }
+
+// TestSendPanics checks that a Send that panics does not stop its line: the
+// leader's call panics on, the writes of its batch get ErrNotSent, and the
+// next write goes through.
+func TestSendPanics(t *testing.T) {
+	gate, entered := make(chan struct{}), make(chan struct{}, 10)
+	calls := 0
+	s := &Set[*write]{Max: 10, Send: func(_ context.Context, batch []*write) {
+		calls++
+		if calls == 1 {
+			entered <- struct{}{}
+			<-gate
+			return
+		}
+		if calls == 2 {
+			panic("send failed")
+		}
+		batch[0].batch = calls
+	}}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Write(t.Context(), "a", &write{id: 1}) })
+	<-entered
+	panicked := make(chan any, 1)
+	wg.Go(func() {
+		defer func() { panicked <- recover() }()
+		_ = s.Write(t.Context(), "a", &write{id: 2})
+	})
+	waitQueued(t, s, "a", 1)
+	followerErr := make(chan error, 1)
+	wg.Go(func() { followerErr <- s.Write(t.Context(), "a", &write{id: 3}) })
+	waitQueued(t, s, "a", 2)
+	close(gate) // write 2 leads the batch {2, 3}, whose Send panics
+	wg.Wait()
+	if p := <-panicked; p == nil {
+		t.Error("the leader of the batch whose Send panicked did not panic")
+	}
+	if err := <-followerErr; !errors.Is(err, ErrNotSent) {
+		t.Errorf("a write of the batch whose Send panicked = %v, want ErrNotSent", err)
+	}
+	next := &write{id: 4}
+	if err := s.Write(t.Context(), "a", next); err != nil || next.batch != 3 {
+		t.Errorf("the write after the panic = %v, batch %d; want it sent", err, next.batch)
+	}
+	if n := s.Len(); n != 0 {
+		t.Errorf("%d lines left behind", n)
+	}
+}

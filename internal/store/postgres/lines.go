@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/store/lines"
 )
@@ -94,12 +95,13 @@ func (db *DB) write(ctx context.Context, name string, w *lineWrite) error {
 // statements in one implicit transaction (pgx sends a batch with one Sync),
 // so they cost one round trip and one commit, and are applied together or
 // not at all. A statement that returns no row is that write's outcome
-// (pgx.ErrNoRows), not the batch's. If the batch fails, for any reason,
-// each write runs again on its own. That is safe for every statement sent
-// on a line: a ledger statement is idempotent by its operation id, so one
-// applied by a batch whose outcome was lost is answered as a replay; a
-// claim applied by such a batch holds a live lease, so running it again
-// wins nothing, and its caller fails closed.
+// (pgx.ErrNoRows), not the batch's. If the batch fails where it is known
+// to have written nothing (the server refused a statement, which rolls the
+// transaction back, or pgx never sent it), each write runs again on its
+// own, so one bad write does not fail the others. Any other failure (a
+// connection lost, a deadline passed mid-batch) leaves the outcome unknown
+// and is every write's error, as it is a lone statement's: running a claim
+// again then would find its own live lease and report it lost.
 func (db *DB) send(ctx context.Context, batch []*lineWrite) {
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
@@ -124,7 +126,13 @@ func (db *DB) send(ctx context.Context, batch []*lineWrite) {
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		if err == nil {
+		switch {
+		case err == nil:
+			return
+		case !rolledBack(err):
+			for _, w := range batch {
+				w.err = err
+			}
 			return
 		}
 		db.log.DebugContext(ctx, "batch failed, running its writes one by one", "writes", len(batch), "error", scrub(err.Error(), db.secret))
@@ -137,20 +145,20 @@ func (db *DB) send(ctx context.Context, batch []*lineWrite) {
 // claimRow is the row of a claim statement for key in table, sent on key's
 // claim line when the row is scanned.
 func (db *DB) claimRow(ctx context.Context, table, key, sql string, args ...any) pgx.Row {
-	return lineRow{ctx: ctx, db: db, line: claimLine(key),
-		w: lineWrite{sql: sql, args: args, order: table + "\x00" + key}}
+	return rowFunc(func(dest ...any) error {
+		return db.write(ctx, claimLine(key), &lineWrite{sql: sql, args: args, dest: dest, order: table + "\x00" + key})
+	})
 }
 
-// lineRow is a pgx.Row whose statement is sent on a line by Scan.
-type lineRow struct {
-	ctx  context.Context
-	db   *DB
-	line string
-	w    lineWrite
-}
+// rowFunc is a pgx.Row whose Scan is the function.
+type rowFunc func(dest ...any) error
 
-func (r lineRow) Scan(dest ...any) error {
-	w := r.w
-	w.dest = dest
-	return r.db.write(r.ctx, r.line, &w)
+func (f rowFunc) Scan(dest ...any) error { return f(dest...) }
+
+// rolledBack is true when err, from a batch, shows the batch wrote nothing:
+// the server refused one of its statements (the implicit transaction is
+// then rolled back), or pgx did not send it.
+func rolledBack(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) || pgconn.SafeToRetry(err)
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
@@ -180,5 +183,28 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
 	}
 	if fa != nil || fb != nil {
 		t.Errorf("the batch won a claim the other transaction holds (fences %v, %v)", fa, fb)
+	}
+}
+
+// TestRolledBack pins down which batch failures are run again write by
+// write: only those that show nothing was written. A lost connection or a
+// deadline mid-batch may follow the commit, and running a claim again then
+// would report it lost to its own lease.
+func TestRolledBack(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a statement refused", &pgconn.PgError{Code: "22012", Message: "division by zero"}, true},
+		{"refused, wrapped", fmt.Errorf("batch: %w", &pgconn.PgError{Code: "40P01"}), true},
+		{"connection lost", io.ErrUnexpectedEOF, false},
+		{"deadline", context.DeadlineExceeded, false},
+		{"closed", net.ErrClosed, false},
+	}
+	for _, tc := range tests {
+		if got := rolledBack(tc.err); got != tc.want {
+			t.Errorf("%s: rolledBack(%v) = %t, want %t", tc.name, tc.err, got, tc.want)
+		}
 	}
 }

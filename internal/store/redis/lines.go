@@ -79,8 +79,12 @@ func (db *DB) send(ctx context.Context, batch []*scriptCall) {
 	}
 }
 
-// claim runs a claim script for key on key's line, as run does otherwise.
+// claim runs a claim script for key on key's line, as run does otherwise:
+// within ctx's deadline or store.DefaultTimeout while it waits in the line,
+// and within store.DefaultTimeout once sent.
 func (db *DB) claim(ctx context.Context, key string, s *goredis.Script, keys []string, args ...any) (string, []any, error) {
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
 	c := &scriptCall{script: s, keys: keys, args: args}
 	if err := db.lines.Write(ctx, claimLine(key), c); err != nil {
 		return "", nil, db.mapErr(ctx, err)

@@ -222,12 +222,17 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	}
 	// Work past this point outlives the caller: once a claim is taken the outcome
 	// must be recorded even if the client goes away. It is bounded instead by
-	// retryBudget settle timeouts from here, so a node that stops answering
-	// cannot hold the call (and its claim) forever: the chain reads before the
-	// claim have no bound of their own, and the wait for a receipt has one
-	// settle timeout. Store writes run to their end whatever (writeCtx).
+	// retryBudget settle timeouts from here, or the caller's deadline if that
+	// comes first, so a node that stops answering cannot hold the call (and
+	// its claim) forever: the chain reads before the claim have no bound of
+	// their own, and the wait for a receipt has one settle timeout. A caller
+	// in the same process (the gateway) so gets its answer while it can still
+	// record it. Store writes run to their end whatever (writeCtx).
 	start := time.Now()
 	deadline := start.Add(retryBudget * f.cfg.SettleTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	resp, err := f.settle(ctx, vd, recovered, p, req)
@@ -239,7 +244,7 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	// only: a second dead transaction in one call is no longer bad luck.
 	//
 	// The retry gets what remains of two settle timeouts from the call's
-	// start: one for the attempt that found the record dead (its wait for a
+	// start (or of the caller's deadline): one for the attempt that found the record dead (its wait for a
 	// receipt is one settle timeout), one for the retry's own wait. However
 	// slow the first attempt was, the call so ends near 2 x SettleTimeout, as
 	// a caller that bounds its request by the settle timeout can bear, rather

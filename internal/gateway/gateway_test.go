@@ -62,6 +62,12 @@ func newEnv(t *testing.T) *env {
 // not nil.
 func newEnvWith(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilitator) *env {
 	t.Helper()
+	return newEnvSettle(t, 10*time.Second, wrap)
+}
+
+// newEnvSettle is newEnvWith with the gateway's settle timeout.
+func newEnvSettle(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) x402.Facilitator) *env {
+	t.Helper()
 	sim := testchain.NewSimulated(t)
 	sim.StartAutoCommit(t, 10*time.Millisecond)
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "gw.db"), discard())
@@ -99,7 +105,7 @@ func newEnvWith(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilitat
 	gw, err := gateway.New(gateway.Config{
 		PublicURL: "http://" + e.srv.Listener.Addr().String(),
 		Network:   network, Asset: sim.Token.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
-		PayTo: sim.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second,
+		PayTo: sim.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: settleTimeout,
 		Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
 	}, gwFac, db, discard())
 	if err != nil {

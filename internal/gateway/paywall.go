@@ -470,6 +470,11 @@ func (s *Server) record(ctx context.Context, pd *paid, state store.PaymentState,
 		s.log.Error("refused to record a payment settled without a transaction; kept pending", "key", pd.key)
 		state = store.PaymentPending
 	}
+	// The settle that came before may have used up ctx: the outcome must
+	// still be written, or the claim would stay held and, once its lease
+	// ended, the payment could be presented again for a second answer.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), store.DefaultTimeout)
+	defer cancel()
 	if err := s.claims().UpdatePayment(ctx, pd.key, pd.claim.Fence, state, tx); err != nil {
 		s.log.Error("record payment", "key", pd.key, "state", state, "err", err)
 	}

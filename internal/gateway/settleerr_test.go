@@ -5,9 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 )
 
@@ -41,5 +44,38 @@ func TestSettleErrorResolvedFromChain(t *testing.T) {
 	}
 	if n := e.up.Calls(); n != 1 {
 		t.Errorf("%d upstream calls, want 1", n)
+	}
+}
+
+// lateAnswerFac settles for real but answers only once the gateway's settle
+// deadline has passed, as a facilitator that re-settled an abandoned record
+// within its own budget does.
+type lateAnswerFac struct{ *facilitator.Facilitator }
+
+func (f *lateAnswerFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	sr, err := f.Facilitator.Settle(context.WithoutCancel(ctx), p, req)
+	<-ctx.Done()
+	return sr, err
+}
+
+// TestLateSettleRecorded: the facilitator's success arrives after the
+// gateway's settle deadline. The claim must still be recorded settled:
+// left held, it would be taken over once its lease ended, and the same
+// payment would buy a second answer.
+func TestLateSettleRecorded(t *testing.T) {
+	e := newEnvSettle(t, 100*time.Millisecond, func(f *facilitator.Facilitator) x402.Facilitator { return &lateAnswerFac{Facilitator: f} })
+	h := e.signedHeader(t, chatBody, buyerIdx)
+	resp := e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {h}})
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, body %.300s; want 200", resp.StatusCode, body)
+	}
+	sr, err := x402.DecodeSettleResponse(resp.Header.Get(x402.HeaderPaymentResponse))
+	if err != nil || !sr.Success {
+		t.Fatalf("PAYMENT-RESPONSE = %+v, %v; want success", sr, err)
+	}
+	c, err := e.db.Payment(t.Context(), e.claimKey(t, h))
+	if err != nil || c.State != store.PaymentSettled || !strings.EqualFold(c.TxHash, sr.Transaction) {
+		t.Errorf("claim = %s with %s, %v; want settled with %s", c.State, c.TxHash, err, sr.Transaction)
 	}
 }

@@ -19,8 +19,11 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/postgres"
+	"github.com/llm4agents/llm4agents/internal/store/redis"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/internal/testdb"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -67,7 +70,7 @@ const fixedCompletion = `{"id":"chatcmpl-bench","object":"chat.completion","crea
 //
 //	go test -run '^$' -bench AddedLatency -benchtime=5x -count=5 ./internal/gateway/
 func BenchmarkAddedLatency(b *testing.B) {
-	h := newLatencyHarness(b)
+	h := newLatencyHarness(b, openBenchSQLite(b))
 	for _, route := range []string{"free", "paid"} {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/c=%d", route, clients), func(b *testing.B) {
@@ -113,6 +116,87 @@ func BenchmarkAddedLatency(b *testing.B) {
 	}
 }
 
+// BenchmarkPaidPathByStore measures the paid path's added latency on each
+// store backend (issue 4): the paid route of BenchmarkAddedLatency, with the
+// gateway's claims and records in SQLite, PostgreSQL or Redis, at 1 and 32
+// concurrent clients. Reported per backend: the gateway's p50 and p99 added
+// over calling the upstream directly (gateway - direct, in µs), and the
+// claim and record p50/p99 as the gateway waited for them. Within a
+// backend the direct and gateway batches take turns, so load from a
+// neighbour hits both alike. PostgreSQL
+// and Redis come from LLM4AGENTS_TEST_POSTGRES_DSN and
+// LLM4AGENTS_TEST_REDIS_URL; one not configured is skipped.
+//
+//	go test -run '^$' -bench PaidPathByStore -benchtime=5x -count=3 ./internal/gateway/
+func BenchmarkPaidPathByStore(b *testing.B) {
+	backends := []struct {
+		name string
+		open func(b *testing.B) store.Payments
+	}{
+		{"sqlite", openBenchSQLite},
+		{"postgres", func(b *testing.B) store.Payments {
+			db, err := postgres.Open(b.Context(), testdb.PostgresDSN(b, "bench"), discard())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = db.Close() })
+			return db
+		}},
+		{"redis", func(b *testing.B) store.Payments {
+			db, err := redis.Open(b.Context(), testdb.RedisURL(b, "bench"), discard())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = db.Close() })
+			return db
+		}},
+	}
+	for _, clients := range []int{1, 32} {
+		for _, be := range backends {
+			b.Run(fmt.Sprintf("%s/c=%d", be.name, clients), func(b *testing.B) {
+				h := newLatencyHarness(b, be.open(b))
+				paths := h.paths("paid")
+				direct, gw := paths[0], paths[2]
+				h.load(b, direct, clients, 2*clients)
+				h.load(b, gw, clients, 2*clients)
+				var ds, gs []time.Duration
+				h.store.reset()
+				b.ResetTimer()
+				for round := range b.N {
+					if round%2 == 0 {
+						ds = append(ds, h.load(b, direct, clients, latencyRequests)...)
+						gs = append(gs, h.load(b, gw, clients, latencyRequests)...)
+					} else {
+						gs = append(gs, h.load(b, gw, clients, latencyRequests)...)
+						ds = append(ds, h.load(b, direct, clients, latencyRequests)...)
+					}
+				}
+				b.StopTimer()
+				claims, records := h.store.take()
+				b.ReportMetric(us(percentile(gs, 0.50)-percentile(ds, 0.50)), "added-p50-us")
+				b.ReportMetric(us(percentile(gs, 0.99)-percentile(ds, 0.99)), "added-p99-us")
+				b.ReportMetric(us(percentile(claims, 0.50)), "claim-p50-us")
+				b.ReportMetric(us(percentile(claims, 0.99)), "claim-p99-us")
+				b.ReportMetric(us(percentile(records, 0.50)), "record-p50-us")
+				b.ReportMetric(us(percentile(records, 0.99)), "record-p99-us")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// openBenchSQLite opens a SQLite store in a temporary directory for a
+// benchmark, closed when it ends.
+func openBenchSQLite(b *testing.B) store.Payments {
+	b.Helper()
+	db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "gw.db"), discard())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
 // latencyHarness holds the servers of BenchmarkAddedLatency: the fixed
 // upstream, a bare reverse proxy to it, and the gateway in front of it.
 type latencyHarness struct {
@@ -136,7 +220,7 @@ type latencyPath struct {
 	prepare func(tb testing.TB, n int) []string
 }
 
-func newLatencyHarness(b *testing.B) *latencyHarness {
+func newLatencyHarness(b *testing.B, payments store.Payments) *latencyHarness {
 	b.Helper()
 	h := &latencyHarness{signer: exact.NewKeySigner(testchain.DevKey(buyerIdx))}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -169,12 +253,7 @@ func newLatencyHarness(b *testing.B) *latencyHarness {
 	})
 	b.Cleanup(h.proxy.Close)
 
-	db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "gw.db"), discard())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = db.Close() })
-	h.store = &timedPayments{Payments: db}
+	h.store = &timedPayments{Payments: payments}
 	prov, err := upstream.NewOpenAI(upstream.OpenAIConfig{BaseURL: h.upstream.URL + "/v1", APIKey: "sk-upstream", Timeout: 5 * time.Second}, discard())
 	if err != nil {
 		b.Fatal(err)

@@ -76,7 +76,7 @@ import (
 // of its caller's context, and a call that fails wrote nothing unless the
 // connection failed under it: then repeating the call (with the same
 // operation id) answers it.
-
+//
 // # Seqs and statements
 //
 // Seqs come from ledger_entry_seq, drawn in phase 3, after the owner's

@@ -145,7 +145,10 @@ end
 var claimSettlementScript = goredis.NewScript(settlementLua + `
 local now = clock(ARGV[1])
 local lease = tonumber(ARGV[2])
-local v = get_settlement(KEYS[1])
+-- A new claim is the hot path: one EXISTS tells it, instead of HMGET and
+-- then EXISTS (see present).
+local v = nil
+if redis.call('EXISTS', KEYS[1]) == 1 then v = get_settlement(KEYS[1]) end
 if v == nil then
   expect_type(KEYS[3], 'zset')
   local fence = next_fence(KEYS[2], nil)
@@ -350,7 +353,9 @@ local lease = tonumber(ARGV[2])
 local expires = tonumber(ARGV[3])
 local margin = tonumber(ARGV[4])
 if expires <= now then return {'bad', fmt_int(now)} end
-local v = get_payment(KEYS[1], true)
+-- A new claim is the hot path: one EXISTS tells it (see claimSettlementScript).
+local v = nil
+if redis.call('EXISTS', KEYS[1]) == 1 then v = get_payment(KEYS[1], true) end
 local expired = v ~= nil and now >= tonumber(v[9])
 if v == nil or expired then
   local floor = nil

@@ -47,13 +47,13 @@ type line[W any] struct {
 
 type entry[W any] struct {
 	w W
-	// batch is set before lead is closed: the writes (this one first) that
-	// this entry's caller is to send.
-	batch []*entry[W]
-	// failed is set before done is closed when Send panicked on the batch.
+	// wake is closed when the entry's caller is to act: to send batch, if
+	// batch is set (the writes, this one first), else to return, the write
+	// having been sent by another caller (failed if Send panicked on it).
+	// Both fields are set before wake is closed.
+	wake   chan struct{}
+	batch  []*entry[W]
 	failed bool
-	done   chan struct{} // closed when the write was sent by another caller
-	lead   chan struct{} // closed when this entry's caller is to send batch
 }
 
 // Write sends w on the line called name: at once if the line is idle, else
@@ -78,16 +78,13 @@ func (s *Set[W]) Write(ctx context.Context, name string, w W) error {
 		s.lead(ctx, name, []*entry[W]{e})
 		return nil
 	}
-	e.done, e.lead = make(chan struct{}), make(chan struct{})
+	e.wake = make(chan struct{})
 	l.queue = append(l.queue, e)
 	s.mu.Unlock()
 
 	select {
-	case <-e.done:
-		return e.outcome()
-	case <-e.lead:
-		s.lead(ctx, name, e.batch)
-		return nil
+	case <-e.wake:
+		return s.woken(ctx, name, e)
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
@@ -97,17 +94,18 @@ func (s *Set[W]) Write(ctx context.Context, name string, w W) error {
 		return ctx.Err()
 	}
 	s.mu.Unlock()
-	select { // taken into a batch: wait for its outcome
-	case <-e.done:
-		return e.outcome()
-	case <-e.lead:
-		s.lead(ctx, name, e.batch)
-		return nil
-	}
+	<-e.wake // taken into a batch: wait for its outcome
+	return s.woken(ctx, name, e)
 }
 
-func (e *entry[W]) outcome() error {
-	if e.failed {
+// woken does what a queued entry was woken for: lead its batch, or return
+// the outcome of the batch another caller sent.
+func (s *Set[W]) woken(ctx context.Context, name string, e *entry[W]) error {
+	switch {
+	case e.batch != nil:
+		s.lead(ctx, name, e.batch)
+		return nil
+	case e.failed:
 		return ErrNotSent
 	}
 	return nil
@@ -149,11 +147,11 @@ func (s *Set[W]) handOn(name string, batch []*entry[W], failed bool) {
 		next := l.queue[0]
 		next.batch = slices.Clone(l.queue[:n])
 		l.queue = slices.Clone(l.queue[n:])
-		close(next.lead)
+		close(next.wake)
 	}
 	s.mu.Unlock()
 	for _, e := range batch[1:] {
 		e.failed = failed
-		close(e.done)
+		close(e.wake)
 	}
 }

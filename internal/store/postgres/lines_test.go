@@ -127,8 +127,9 @@ func TestClaimsBatchNoRow(t *testing.T) {
 func TestClaimsBatchLockOrder(t *testing.T) {
 	ctx := t.Context()
 	_, dsn := freshSchema(t)
+	const app = "llm4agents-lock-order-test"
 	log, buf := logger()
-	db := open(t, dsn, nil, log)
+	db := open(t, withParam(t, dsn, "application_name", app), nil, log)
 	other := rawConn(t, ctx, dsn)
 	t.Cleanup(func() { _ = other.Close(context.Background()) })
 	if _, err := other.Exec(ctx, "SET deadlock_timeout = '100ms'"); err != nil {
@@ -152,20 +153,10 @@ func TestClaimsBatchLockOrder(t *testing.T) {
 		db.send(context.WithoutCancel(ctx), batch)
 	}()
 	// Wait until the batch waits for the other transaction's lock.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		var waiting int
-		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the batch never waited for the other transaction's lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	watcher := rawConn(t, ctx, dsn)
+	t.Cleanup(func() { _ = watcher.Close(context.Background()) })
+	untilServer(t, watcher, app, "the batch to wait for the other transaction's lock",
+		`SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`)
 	if err := otherClaim("b"); err != nil {
 		t.Errorf("the other transaction's second claim: %v, want no deadlock", err)
 	}

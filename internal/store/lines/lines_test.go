@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
+	"testing/synctest"
 )
 
 // write is a test write: its batch number, set by send.
@@ -46,87 +46,92 @@ func (r *recorder) send(_ context.Context, batch []*write) {
 // Max at a time; that every write is sent exactly once; and that the line
 // is gone afterwards.
 func TestWriteBatches(t *testing.T) {
-	r := &recorder{gate: make(chan struct{}), entered: make(chan struct{}, 100)}
-	s := &Set[*write]{Send: r.send, Max: 3}
-	ctx := t.Context()
-	writes := make([]*write, 6)
-	for i := range writes {
-		writes[i] = &write{id: i}
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := s.Write(ctx, "a", writes[0]); err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{gate: make(chan struct{}), entered: make(chan struct{}, 100)}
+		s := &Set[*write]{Send: r.send, Max: 3}
+		ctx := t.Context()
+		writes := make([]*write, 6)
+		for i := range writes {
+			writes[i] = &write{id: i}
 		}
-	})
-	<-r.entered // the first write is in flight; queue the others behind it
-	for _, w := range writes[1:] {
+		var wg sync.WaitGroup
 		wg.Go(func() {
-			if err := s.Write(ctx, "a", w); err != nil {
+			if err := s.Write(ctx, "a", writes[0]); err != nil {
 				t.Error(err)
 			}
 		})
-		waitQueued(t, s, "a", w.id)
-	}
-	close(r.gate)
-	wg.Wait()
-	want := [][]int{{0}, {1, 2, 3}, {4, 5}}
-	if fmt.Sprint(r.batches) != fmt.Sprint(want) {
-		t.Errorf("batches %v, want %v", r.batches, want)
-	}
-	for _, w := range writes {
-		if w.batch == 0 {
-			t.Errorf("write %d was never sent", w.id)
+		<-r.entered // the first write is in flight; queue the others behind it
+		for _, w := range writes[1:] {
+			wg.Go(func() {
+				if err := s.Write(ctx, "a", w); err != nil {
+					t.Error(err)
+				}
+			})
+			queued(t, s, "a", w.id)
 		}
-	}
-	if n := s.Len(); n != 0 {
-		t.Errorf("%d lines left behind", n)
-	}
+		close(r.gate)
+		wg.Wait()
+		want := [][]int{{0}, {1, 2, 3}, {4, 5}}
+		if fmt.Sprint(r.batches) != fmt.Sprint(want) {
+			t.Errorf("batches %v, want %v", r.batches, want)
+		}
+		for _, w := range writes {
+			if w.batch == 0 {
+				t.Errorf("write %d was never sent", w.id)
+			}
+		}
+		if n := s.Len(); n != 0 {
+			t.Errorf("%d lines left behind", n)
+		}
+	})
 }
 
-// waitQueued waits until the line called name has n writes queued.
-func waitQueued(t *testing.T, s *Set[*write], name string, n int) {
+// queued waits until every goroutine of the test's bubble is blocked, then
+// checks that the line called name has n writes queued.
+func queued(t *testing.T, s *Set[*write], name string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		s.mu.Lock()
-		l := s.lines[name]
-		queued := l != nil && len(l.queue) == n
-		s.mu.Unlock()
-		if queued {
-			return
-		}
+	synctest.Wait()
+	s.mu.Lock()
+	got := 0
+	if l := s.lines[name]; l != nil {
+		got = len(l.queue)
 	}
-	t.Fatalf("line %q never had %d writes queued", name, n)
+	s.mu.Unlock()
+	if got != n {
+		t.Fatalf("line %q has %d writes queued, want %d", name, got, n)
+	}
 }
 
 // TestWriteWithdrawn checks that a write whose context ends while it is
 // queued is never sent and returns the context's error, and that the
 // others still go.
 func TestWriteWithdrawn(t *testing.T) {
-	r := &recorder{gate: make(chan struct{}), entered: make(chan struct{}, 100)}
-	s := &Set[*write]{Send: r.send, Max: 10}
-	first, gone, last := &write{id: 1}, &write{id: 2}, &write{id: 3}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = s.Write(t.Context(), "a", first) })
-	<-r.entered
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() { errc <- s.Write(ctx, "a", gone) }()
-	waitQueued(t, s, "a", 1)
-	wg.Go(func() { _ = s.Write(t.Context(), "a", last) })
-	waitQueued(t, s, "a", 2)
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Errorf("withdrawn write returned %v, want context.Canceled", err)
-	}
-	close(r.gate)
-	wg.Wait()
-	if gone.batch != 0 {
-		t.Errorf("the withdrawn write was sent in batch %d", gone.batch)
-	}
-	if fmt.Sprint(r.batches) != "[[1] [3]]" {
-		t.Errorf("batches %v, want [[1] [3]]", r.batches)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{gate: make(chan struct{}), entered: make(chan struct{}, 100)}
+		s := &Set[*write]{Send: r.send, Max: 10}
+		first, gone, last := &write{id: 1}, &write{id: 2}, &write{id: 3}
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = s.Write(t.Context(), "a", first) })
+		<-r.entered
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error, 1)
+		go func() { errc <- s.Write(ctx, "a", gone) }()
+		queued(t, s, "a", 1)
+		wg.Go(func() { _ = s.Write(t.Context(), "a", last) })
+		queued(t, s, "a", 2)
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("withdrawn write returned %v, want context.Canceled", err)
+		}
+		close(r.gate)
+		wg.Wait()
+		if gone.batch != 0 {
+			t.Errorf("the withdrawn write was sent in batch %d", gone.batch)
+		}
+		if fmt.Sprint(r.batches) != "[[1] [3]]" {
+			t.Errorf("batches %v, want [[1] [3]]", r.batches)
+		}
+	})
 }
 
 // TestWriteSentRunsToEnd checks that a write already sent when its context
@@ -188,45 +193,47 @@ func TestWriteConcurrent(t *testing.T) {
 // leader's call panics on, the writes of its batch get ErrNotSent, and the
 // next write goes through.
 func TestSendPanics(t *testing.T) {
-	gate, entered := make(chan struct{}), make(chan struct{}, 10)
-	calls := 0
-	s := &Set[*write]{Max: 10, Send: func(_ context.Context, batch []*write) {
-		calls++
-		if calls == 1 {
-			entered <- struct{}{}
-			<-gate
-			return
+	synctest.Test(t, func(t *testing.T) {
+		gate, entered := make(chan struct{}), make(chan struct{}, 10)
+		calls := 0
+		s := &Set[*write]{Max: 10, Send: func(_ context.Context, batch []*write) {
+			calls++
+			if calls == 1 {
+				entered <- struct{}{}
+				<-gate
+				return
+			}
+			if calls == 2 {
+				panic("send failed")
+			}
+			batch[0].batch = calls
+		}}
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = s.Write(t.Context(), "a", &write{id: 1}) })
+		<-entered
+		panicked := make(chan any, 1)
+		wg.Go(func() {
+			defer func() { panicked <- recover() }()
+			_ = s.Write(t.Context(), "a", &write{id: 2})
+		})
+		queued(t, s, "a", 1)
+		followerErr := make(chan error, 1)
+		wg.Go(func() { followerErr <- s.Write(t.Context(), "a", &write{id: 3}) })
+		queued(t, s, "a", 2)
+		close(gate) // write 2 leads the batch {2, 3}, whose Send panics
+		wg.Wait()
+		if p := <-panicked; p == nil {
+			t.Error("the leader of the batch whose Send panicked did not panic")
 		}
-		if calls == 2 {
-			panic("send failed")
+		if err := <-followerErr; !errors.Is(err, ErrNotSent) {
+			t.Errorf("a write of the batch whose Send panicked = %v, want ErrNotSent", err)
 		}
-		batch[0].batch = calls
-	}}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = s.Write(t.Context(), "a", &write{id: 1}) })
-	<-entered
-	panicked := make(chan any, 1)
-	wg.Go(func() {
-		defer func() { panicked <- recover() }()
-		_ = s.Write(t.Context(), "a", &write{id: 2})
+		next := &write{id: 4}
+		if err := s.Write(t.Context(), "a", next); err != nil || next.batch != 3 {
+			t.Errorf("the write after the panic = %v, batch %d; want it sent", err, next.batch)
+		}
+		if n := s.Len(); n != 0 {
+			t.Errorf("%d lines left behind", n)
+		}
 	})
-	waitQueued(t, s, "a", 1)
-	followerErr := make(chan error, 1)
-	wg.Go(func() { followerErr <- s.Write(t.Context(), "a", &write{id: 3}) })
-	waitQueued(t, s, "a", 2)
-	close(gate) // write 2 leads the batch {2, 3}, whose Send panics
-	wg.Wait()
-	if p := <-panicked; p == nil {
-		t.Error("the leader of the batch whose Send panicked did not panic")
-	}
-	if err := <-followerErr; !errors.Is(err, ErrNotSent) {
-		t.Errorf("a write of the batch whose Send panicked = %v, want ErrNotSent", err)
-	}
-	next := &write{id: 4}
-	if err := s.Write(t.Context(), "a", next); err != nil || next.batch != 3 {
-		t.Errorf("the write after the panic = %v, batch %d; want it sent", err, next.batch)
-	}
-	if n := s.Len(); n != 0 {
-		t.Errorf("%d lines left behind", n)
-	}
 }

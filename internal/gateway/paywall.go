@@ -391,7 +391,7 @@ func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, settleOutcome
 		return pd.prepaid, settledPaid
 	}
 	start := s.now()
-	sr, err := s.fac.Settle(ctx, pd.payload, q.offer)
+	sr, err := s.settleCall(ctx, pd, q)
 	s.metrics.settleLatency(s.now().Sub(start))
 	if err != nil {
 		s.log.Error("settle", "key", pd.key, "err", err)
@@ -460,6 +460,17 @@ func (s *Server) confirm(ctx context.Context, pd *paid, q *quote) (string, bool)
 		return "", false
 	}
 	return tx, yes && tx != ""
+}
+
+// settleCall asks the facilitator to settle pd within the settle timeout,
+// which ends before ctx does (every caller's ctx allows the settle timeout
+// plus some seconds): the reads and writes that follow the answer (the
+// chain's confirmation, the claim's record, a promotion, a credit) keep
+// those seconds. An in-process facilitator ends by this deadline.
+func (s *Server) settleCall(ctx context.Context, pd *paid, q *quote) (*x402.SettleResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.SettleTimeout)
+	defer cancel()
+	return s.fac.Settle(ctx, pd.payload, q.offer)
 }
 
 // record writes the claim's state. A claim is settled only with the

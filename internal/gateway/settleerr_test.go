@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,14 +48,16 @@ func TestSettleErrorResolvedFromChain(t *testing.T) {
 	}
 }
 
-// lateAnswerFac settles for real but answers only once the gateway's settle
-// deadline has passed, as a facilitator that re-settled an abandoned record
-// within its own budget does.
+// lateAnswerFac settles for real but answers only after the whole of the
+// gateway's settle work should have ended (its deadline for the facilitator,
+// plus the 5 s the gateway keeps for what follows), as a facilitator that
+// does not honour its deadline would.
 type lateAnswerFac struct{ *facilitator.Facilitator }
 
 func (f *lateAnswerFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
 	sr, err := f.Facilitator.Settle(context.WithoutCancel(ctx), p, req)
 	<-ctx.Done()
+	time.Sleep(5*time.Second + 100*time.Millisecond)
 	return sr, err
 }
 
@@ -77,5 +80,39 @@ func TestLateSettleRecorded(t *testing.T) {
 	c, err := e.db.Payment(t.Context(), e.claimKey(t, h))
 	if err != nil || c.State != store.PaymentSettled || !strings.EqualFold(c.TxHash, sr.Transaction) {
 		t.Errorf("claim = %s with %s, %v; want settled with %s", c.State, c.TxHash, err, sr.Transaction)
+	}
+}
+
+// deadlineFac records how long its caller gave each settle.
+type deadlineFac struct {
+	*facilitator.Facilitator
+	mu   sync.Mutex
+	left []time.Duration
+}
+
+func (f *deadlineFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	if d, ok := ctx.Deadline(); ok {
+		f.mu.Lock()
+		f.left = append(f.left, time.Until(d))
+		f.mu.Unlock()
+	}
+	return f.Facilitator.Settle(ctx, p, req)
+}
+
+// TestSettleLeavesTimeAfter: the facilitator is given the settle timeout,
+// not the whole of the gateway's settle work, so that confirming, recording
+// and crediting after its answer still have their seconds.
+func TestSettleLeavesTimeAfter(t *testing.T) {
+	fac := &deadlineFac{}
+	e := newEnvSettle(t, 2*time.Second, func(f *facilitator.Facilitator) x402.Facilitator { fac.Facilitator = f; return fac })
+	h := e.signedHeader(t, chatBody, buyerIdx)
+	resp := e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {h}})
+	if body := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, body %.300s; want 200", resp.StatusCode, body)
+	}
+	fac.mu.Lock()
+	defer fac.mu.Unlock()
+	if len(fac.left) != 1 || fac.left[0] > 2*time.Second {
+		t.Errorf("the facilitator was given %v; want one settle with at most the 2 s settle timeout", fac.left)
 	}
 }

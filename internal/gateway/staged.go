@@ -78,7 +78,7 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.SettleTimeout+5*time.Second)
 	defer cancel()
 	start := s.now()
-	sr, err := s.fac.Settle(ctx, pd.payload, q.offer)
+	sr, err := s.settleCall(ctx, pd, q)
 	s.metrics.settleLatency(s.now().Sub(start))
 	if err != nil {
 		s.log.Error("settle a pending payment again", "key", pd.key, "err", err)

@@ -369,7 +369,7 @@ func (s *Server) markTopUp(ctx context.Context, pd *paid) error {
 // or unknown -> 409 settlement_pending with Retry-After; failed -> 402 with
 // PAYMENT-RESPONSE, the claim left pending for the chain to tell.
 func (s *Server) resolveTopUp(ctx context.Context, q *quote, pd *paid) (string, error) {
-	sr, err := s.fac.Settle(ctx, pd.payload, q.offer)
+	sr, err := s.settleCall(ctx, pd, q)
 	if err != nil {
 		s.log.Error("settle a pending top-up again", "key", pd.key, "err", err)
 		return "", s.inUse(pd.claim)

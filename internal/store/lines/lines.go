@@ -19,9 +19,10 @@ import (
 	"sync"
 )
 
-// ErrNotSent is what Write returns for a write whose batch was being sent
-// when Send panicked: its outcome is unknown, as after a lost connection.
-var ErrNotSent = errors.New("lines: the batch of this write failed while being sent")
+// ErrUnknownOutcome is what Write returns for a write whose batch was being
+// sent when Send panicked: it may or may not have been applied, as after a
+// lost connection.
+var ErrUnknownOutcome = errors.New("lines: the batch of this write failed while being sent; its outcome is unknown")
 
 // Set is a set of named lines of writes of type W (usually a pointer to a
 // struct carrying the statement and, once sent, its outcome). Its zero
@@ -59,7 +60,8 @@ type entry[W any] struct {
 // Write sends w on the line called name: at once if the line is idle, else
 // in the next batch, sent by whichever caller leads it. It returns once w
 // has been sent and Send has recorded its outcome, with nil; or, if ctx
-// ends while w is still queued, with ctx's error, and w was never sent.
+// ends while w is still queued, with ctx's error, and w was never sent; or,
+// if Send panicked on another caller's batch holding w, ErrUnknownOutcome.
 // Once sent, w runs to its end whatever becomes of ctx, so its outcome is
 // known when Write returns.
 func (s *Set[W]) Write(ctx context.Context, name string, w W) error {
@@ -106,7 +108,7 @@ func (s *Set[W]) woken(ctx context.Context, name string, e *entry[W]) error {
 		s.lead(ctx, name, e.batch)
 		return nil
 	case e.failed:
-		return ErrNotSent
+		return ErrUnknownOutcome
 	}
 	return nil
 }
@@ -121,7 +123,7 @@ func (s *Set[W]) Len() int {
 // lead sends batch, whose first entry is the caller's, then hands the line
 // to the first entry queued meanwhile, with the entries it is to send, or
 // retires the line if none is. If Send panics, the line is handed on all the
-// same and the others of the batch get ErrNotSent, so one bad batch never
+// same and the others of the batch get ErrUnknownOutcome, so one bad batch never
 // stops a line; the panic goes on in the caller.
 func (s *Set[W]) lead(ctx context.Context, name string, batch []*entry[W]) {
 	ws := make([]W, len(batch))

@@ -190,7 +190,7 @@ func TestWriteConcurrent(t *testing.T) {
 }
 
 // TestSendPanics checks that a Send that panics does not stop its line: the
-// leader's call panics on, the writes of its batch get ErrNotSent, and the
+// leader's call panics on, the writes of its batch get ErrUnknownOutcome, and the
 // next write goes through.
 func TestSendPanics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -225,8 +225,8 @@ func TestSendPanics(t *testing.T) {
 		if p := <-panicked; p == nil {
 			t.Error("the leader of the batch whose Send panicked did not panic")
 		}
-		if err := <-followerErr; !errors.Is(err, ErrNotSent) {
-			t.Errorf("a write of the batch whose Send panicked = %v, want ErrNotSent", err)
+		if err := <-followerErr; !errors.Is(err, ErrUnknownOutcome) {
+			t.Errorf("a write of the batch whose Send panicked = %v, want ErrUnknownOutcome", err)
 		}
 		next := &write{id: 4}
 		if err := s.Write(t.Context(), "a", next); err != nil || next.batch != 3 {

@@ -156,9 +156,17 @@ type rowFunc func(dest ...any) error
 func (f rowFunc) Scan(dest ...any) error { return f(dest...) }
 
 // rolledBack is true when err, from a batch, shows the batch wrote nothing:
-// the server refused one of its statements (the implicit transaction is
-// then rolled back), or pgx did not send it.
+// the server refused one of its statements with an ERROR (the implicit
+// transaction is then rolled back), or pgx did not send it. A FATAL may
+// come after a commit (a pooler losing its server connection), so it
+// leaves the outcome unknown.
 func rolledBack(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) || pgconn.SafeToRetry(err)
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		sev := pe.SeverityUnlocalized
+		if sev == "" {
+			sev = pe.Severity
+		}
+		return sev == "ERROR"
+	}
+	return pgconn.SafeToRetry(err)
 }

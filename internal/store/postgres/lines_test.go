@@ -187,8 +187,10 @@ func TestRolledBack(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{"a statement refused", &pgconn.PgError{Code: "22012", Message: "division by zero"}, true},
-		{"refused, wrapped", fmt.Errorf("batch: %w", &pgconn.PgError{Code: "40P01"}), true},
+		{"a statement refused", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "22012", Message: "division by zero"}, true},
+		{"refused, wrapped", fmt.Errorf("batch: %w", &pgconn.PgError{Severity: "ERROR", Code: "40P01"}), true},
+		{"localized severity", &pgconn.PgError{Severity: "FEHLER", SeverityUnlocalized: "ERROR", Code: "23505"}, true},
+		{"a pooler lost its server", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08P01"}, false},
 		{"connection lost", io.ErrUnexpectedEOF, false},
 		{"deadline", context.DeadlineExceeded, false},
 		{"closed", net.ErrClosed, false},

@@ -58,7 +58,11 @@
 // caller's context error (wrapped, with the driver's text), or text naming
 // the operation. The URL's password never appears in an error or a log line.
 // Each call runs within its context's deadline or store.DefaultTimeout,
-// whichever comes first. A script is never retried after its reply was lost
+// whichever comes first; a claim, once sent in its pipeline with other
+// callers' claims (lines.go), runs to its end within store.DefaultTimeout
+// even if its caller's context ends, so its outcome is known. A script that
+// the server no longer has (NOSCRIPT) did not run and is sent again with its
+// body. A script is never retried after its reply was lost
 // (max_retries is refused in the URL): it may have run, and resending could
 // make a caller believe it lost a claim it holds, or that a release it made
 // found nothing. The caller gets an error and fails closed.

@@ -136,19 +136,11 @@ func BenchmarkPaidPathByStore(b *testing.B) {
 		{"sqlite", openBenchSQLite},
 		{"postgres", func(b *testing.B) store.Payments {
 			db, err := postgres.Open(b.Context(), testdb.PostgresDSN(b, "bench"), discard())
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = db.Close() })
-			return db
+			return benchStore(b, db, err)
 		}},
 		{"redis", func(b *testing.B) store.Payments {
 			db, err := redis.Open(b.Context(), testdb.RedisURL(b, "bench"), discard())
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = db.Close() })
-			return db
+			return benchStore(b, db, err)
 		}},
 	}
 	for _, clients := range []int{1, 32} {
@@ -190,6 +182,16 @@ func BenchmarkPaidPathByStore(b *testing.B) {
 func openBenchSQLite(b *testing.B) store.Payments {
 	b.Helper()
 	db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "gw.db"), discard())
+	return benchStore(b, db, err)
+}
+
+// benchStore fails b if a store did not open, and otherwise closes it when
+// b ends.
+func benchStore[S interface {
+	store.Payments
+	Close() error
+}](b *testing.B, db S, err error) store.Payments {
+	b.Helper()
 	if err != nil {
 		b.Fatal(err)
 	}

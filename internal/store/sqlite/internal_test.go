@@ -10,9 +10,10 @@ import (
 	sqlitedrv "modernc.org/sqlite"
 )
 
-// TestPragmas checks the settings every connection must run with; they are
-// per connection, so both pools are checked.
-func TestPragmas(t *testing.T) {
+// openTemp opens a store in a temporary directory for an internal test
+// and closes it when the test ends.
+func openTemp(t *testing.T) *DB {
+	t.Helper()
 	db, err := Open(t.Context(), filepath.Join(t.TempDir(), "llm4agents.db"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -22,6 +23,13 @@ func TestPragmas(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	return db
+}
+
+// TestPragmas checks the settings every connection must run with; they are
+// per connection, so both pools are checked.
+func TestPragmas(t *testing.T) {
+	db := openTemp(t)
 	tests := []struct {
 		pragma   string
 		rw, ro   string
@@ -55,16 +63,8 @@ func TestPragmas(t *testing.T) {
 
 // TestMapErrHidesDriverTypes checks that no driver error type escapes.
 func TestMapErrHidesDriverTypes(t *testing.T) {
-	db, err := Open(t.Context(), filepath.Join(t.TempDir(), "llm4agents.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	_, err = db.rw.ExecContext(t.Context(), "INSERT INTO settlement_fences (id, last) VALUES (1, 0)")
+	db := openTemp(t)
+	_, err := db.rw.ExecContext(t.Context(), "INSERT INTO settlement_fences (id, last) VALUES (1, 0)")
 	var se *sqlitedrv.Error
 	if !errors.As(err, &se) {
 		t.Fatalf("duplicate insert: %v, want a driver error to start from", err)

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -11,15 +10,7 @@ import (
 // one key's list receipts_owner_key (migration 0010), rather than reading
 // every receipt of the owner to test its key.
 func TestReceiptsOfIndexed(t *testing.T) {
-	db, err := Open(t.Context(), filepath.Join(t.TempDir(), "llm4agents.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	db := openTemp(t)
 	tests := []struct {
 		name  string
 		keyed bool

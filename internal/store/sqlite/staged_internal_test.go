@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,15 +10,7 @@ import (
 // 0009's partial index and sorts nothing, rather than scanning the payments
 // table, which holds every chat's claim as well.
 func TestStagedPaymentsIndexed(t *testing.T) {
-	db, err := Open(t.Context(), filepath.Join(t.TempDir(), "llm4agents.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	db := openTemp(t)
 	rows, err := db.ro.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+selectStaged, "application/json", time.Time{}.UnixMilli(), time.Time{}.UnixMilli(), "", 10)
 	if err != nil {
 		t.Fatal(err)

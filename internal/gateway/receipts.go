@@ -85,15 +85,25 @@ func (s *Server) receiptStore() (store.Receipts, error) {
 	return s.cfg.Credits.Receipts, nil
 }
 
+// receiptAccess is the first step of both receipt routes: who asks, and the
+// store that keeps the receipts.
+func (s *Server) receiptAccess(r *http.Request) (receiptReader, store.Receipts, error) {
+	who, err := s.receiptReader(r)
+	if err != nil {
+		return receiptReader{}, nil, err
+	}
+	rs, err := s.receiptStore()
+	if err != nil {
+		return receiptReader{}, nil, err
+	}
+	return who, rs, nil
+}
+
 // getReceipt serves GET /v1/receipts/{id}: the stored envelope, to the
 // asker who sees it (an API key: its own calls; a session: the owner's).
 // Any other receipt is answered as a missing one.
 func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) error {
-	who, err := s.receiptReader(r)
-	if err != nil {
-		return err
-	}
-	rs, err := s.receiptStore()
+	who, rs, err := s.receiptAccess(r)
 	if err != nil {
 		return err
 	}
@@ -130,11 +140,7 @@ type receiptList struct {
 // receipts the asker sees, newest first; the next page is before= the last
 // receipt's ledgerSeq. key_id narrows a session's list to one key.
 func (s *Server) listReceipts(w http.ResponseWriter, r *http.Request) error {
-	who, err := s.receiptReader(r)
-	if err != nil {
-		return err
-	}
-	rs, err := s.receiptStore()
+	who, rs, err := s.receiptAccess(r)
 	if err != nil {
 		return err
 	}

@@ -302,18 +302,7 @@ func TestSettleReclaimsAbandoned(t *testing.T) {
 				req := e.requirements("10000")
 				p := e.pay(t, 3, req)
 				key := keyOf(t, sim, p)
-				dead, _ := signSettlement(t, sim, db, signerIdx, p, req)
-				filler, err := types.SignNewTx(sim.Keys[signerIdx], types.LatestSignerForChainID(sim.ChainID), &types.DynamicFeeTx{
-					ChainID: sim.ChainID, Nonce: dead.Nonce(), GasTipCap: dead.GasTipCap(), GasFeeCap: dead.GasFeeCap(),
-					Gas: params.TxGas, To: &common.Address{1},
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := sim.Client.SendTransaction(ctx, filler); err != nil {
-					t.Fatal(err)
-				}
-				sim.Mine(t, filler)
+				dead := deadRecord(t, sim, db, p, req)
 
 				r := newReplicaOn(t, sim, db, tc.signer, replicaOpts{settleTimeout: 5 * time.Second})
 				resp, err := r.fac.Settle(ctx, p, req)

@@ -280,20 +280,7 @@ func TestReconcileAbandonsDeadTransaction(t *testing.T) {
 	req := e.requirements("10000")
 	p := e.pay(t, 5, req)
 	key := keyOf(t, sim, p)
-	dead, _ := signSettlement(t, sim, db, signerIdx, p, req)
-
-	// The account's nonce goes to something else.
-	filler, err := types.SignNewTx(sim.Keys[signerIdx], types.LatestSignerForChainID(sim.ChainID), &types.DynamicFeeTx{
-		ChainID: sim.ChainID, Nonce: dead.Nonce(), GasTipCap: dead.GasTipCap(), GasFeeCap: dead.GasFeeCap(),
-		Gas: params.TxGas, To: &common.Address{1},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Client.SendTransaction(ctx, filler); err != nil {
-		t.Fatal(err)
-	}
-	sim.Mine(t, filler)
+	deadRecord(t, sim, db, p, req) // the account's nonce goes to something else
 	if n, err := r.fac.Reconcile(ctx); err != nil || n != 1 {
 		t.Fatalf("reconcile = %d, %v; want 1 record given back", n, err)
 	}

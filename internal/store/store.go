@@ -197,6 +197,21 @@ type StagedResponse struct {
 // MaxStagedBody bounds StagedResponse.Body; StagePayment refuses a larger one.
 const MaxStagedBody = 8 << 20
 
+// MaxStagedPage bounds one page of the backends' StagedPayments listing.
+const MaxStagedPage = 1000
+
+// ValidateStagedQuery checks the arguments of a backend's StagedPayments: a
+// content type, and a limit of 1 to MaxStagedPage.
+func ValidateStagedQuery(contentType string, limit int) error {
+	switch {
+	case contentType == "":
+		return errors.New("empty content type")
+	case limit <= 0 || limit > MaxStagedPage:
+		return fmt.Errorf("limit %d is outside 1..%d", limit, MaxStagedPage)
+	}
+	return nil
+}
+
 // Payments stores resource-server claims on authorizations.
 type Payments interface {
 	// ClaimPayment creates c in PaymentHeld with a new fence and a lease, unless

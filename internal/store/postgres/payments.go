@@ -269,9 +269,6 @@ FROM payments, n WHERE payment_key = $2 AND expires_at_ms > n.ms`, db.nowArg(), 
 	return c, nil
 }
 
-// maxStagedPage bounds one page of StagedPayments.
-const maxStagedPage = 1000
-
 // StagedPayments lists up to limit (1..1000) payment records whose staged
 // response has the content type contentType and that are PaymentSettled or
 // PaymentPending with a transaction hash, oldest first by CreatedAt and then
@@ -283,11 +280,8 @@ const maxStagedPage = 1000
 // outside 1..1000 fails with an error that is not a sentinel.
 func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) (_ []store.PaymentClaim, err error) {
 	defer wrap(&err, "staged payments of %q", contentType)
-	switch {
-	case contentType == "":
-		return nil, errors.New("empty content type")
-	case limit <= 0 || limit > maxStagedPage:
-		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, maxStagedPage)
+	if err := store.ValidateStagedQuery(contentType, limit); err != nil {
+		return nil, err
 	}
 	ctx, cancel, err := db.opCtx(ctx)
 	if err != nil {

@@ -278,9 +278,6 @@ func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, er
 	return c, nil
 }
 
-// maxStagedPage bounds one page of StagedPayments.
-const maxStagedPage = 1000
-
 // selectStaged is the query of StagedPayments. The first line of its WHERE
 // clause is migration 0009's partial index's own, so that the planner may
 // use the index (a test checks that it does).
@@ -309,11 +306,8 @@ LIMIT ?`
 // indexes exactly this query.
 func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) (_ []store.PaymentClaim, err error) {
 	defer wrap(&err, "staged payments of %q", contentType)
-	switch {
-	case contentType == "":
-		return nil, errors.New("empty content type")
-	case limit <= 0 || limit > maxStagedPage:
-		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, maxStagedPage)
+	if err := store.ValidateStagedQuery(contentType, limit); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()

@@ -199,19 +199,7 @@ func testReceiptPages(e *receiptsEnv) {
 	}
 	// Paging with the last seq seen walks every receipt once. (Seqs are
 	// distinct in a ledger; the one pair here shares a page of 3.)
-	var walked []string
-	before := int64(0)
-	for range 10 {
-		page, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Before: before, Limit: 3})
-		if err != nil {
-			e.t.Fatalf("ReceiptsOf page: %v", err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		walked = append(walked, receiptIDs(page)...)
-		before = page[len(page)-1].Seq
-	}
+	walked := walkReceipts(e, store.ReceiptsQuery{Owner: receiptOwner, Limit: 3})
 	if diff := cmp.Diff([]string{"req_e", "req_d2", "req_d", "req_c", "req_b", "req_a"}, walked); diff != "" {
 		e.t.Errorf("paging (-want +got):\n%s", diff)
 	}
@@ -225,6 +213,24 @@ func testReceiptPages(e *receiptsEnv) {
 	if diff := cmp.Diff(want, got[0]); diff != "" {
 		e.t.Errorf("ReceiptsOf receipt (-want +got):\n%s", diff)
 	}
+}
+
+// walkReceipts pages through q with the last seq seen (at most 10 pages)
+// and returns the ids in the order the pages gave them.
+func walkReceipts(e *receiptsEnv, q store.ReceiptsQuery) []string {
+	var walked []string
+	for range 10 {
+		page, err := e.b.ReceiptsOf(e.ctx, q)
+		if err != nil {
+			e.t.Fatalf("ReceiptsOf page: %v", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		walked = append(walked, receiptIDs(page)...)
+		q.Before = page[len(page)-1].Seq
+	}
+	return walked
 }
 
 // receiptIDs lists the request ids of rs, in order; empty, never nil.
@@ -294,19 +300,7 @@ func testReceiptKeyPages(e *receiptsEnv) {
 		}
 	}
 	// Paging one key with the last seq seen walks its receipts once.
-	var walked []string
-	before := int64(0)
-	for range 10 {
-		page, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_a", Before: before, Limit: 2})
-		if err != nil {
-			e.t.Fatalf("ReceiptsOf page: %v", err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		walked = append(walked, receiptIDs(page)...)
-		before = page[len(page)-1].Seq
-	}
+	walked := walkReceipts(e, store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_a", Limit: 2})
 	if diff := cmp.Diff([]string{"req_a4", "req_a3", "req_a2", "req_a1"}, walked); diff != "" {
 		e.t.Errorf("paging one key (-want +got):\n%s", diff)
 	}

@@ -15,7 +15,9 @@ package lines
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"sync"
 )
 
@@ -23,6 +25,15 @@ import (
 // sent when Send panicked: it may or may not have been applied, as after a
 // lost connection.
 var ErrUnknownOutcome = errors.New("lines: the batch of this write failed while being sent; its outcome is unknown")
+
+// ByKey names one of n lines for key: the same key always gets the same
+// line, so the writes of one record never wait on each other across batches
+// of one Set, and keys spread over the n lines.
+func ByKey(prefix, key string, n uint32) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return prefix + strconv.FormatUint(uint64(h.Sum32()%n), 10)
+}
 
 // Set is a set of named lines of writes of type W (usually a pointer to a
 // struct carrying the statement and, once sent, its outcome). Its zero

@@ -237,3 +237,20 @@ func TestSendPanics(t *testing.T) {
 		}
 	})
 }
+
+// TestByKey: one key always names the same line, and keys spread over all
+// n lines.
+func TestByKey(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 100 {
+		key := fmt.Sprintf("key-%d", i)
+		name := ByKey("claim-", key, 2)
+		if again := ByKey("claim-", key, 2); again != name {
+			t.Errorf("ByKey(%q) = %q, then %q", key, name, again)
+		}
+		seen[name] = true
+	}
+	if len(seen) != 2 || !seen["claim-0"] || !seen["claim-1"] {
+		t.Errorf("100 keys went to lines %v, want claim-0 and claim-1", seen)
+	}
+}

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"hash/fnv"
 	"slices"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -62,9 +60,7 @@ func ledgerLine(owner, asset string) string {
 // the same line, so a batch never waits on a lock another batch of this DB
 // holds for the same record.
 func claimLine(key string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return "claim\x00" + strconv.Itoa(int(h.Sum32()%claimLines))
+	return lines.ByKey("claim\x00", key, claimLines)
 }
 
 // lineWrite is one write statement, returning one row scanned into dest.

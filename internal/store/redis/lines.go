@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"hash/fnv"
-	"strconv"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -47,9 +45,7 @@ func newLines(db *DB) *lines.Set[*scriptCall] {
 
 // claimLine names the line of the claims of key.
 func claimLine(key string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return strconv.Itoa(int(h.Sum32() % claimLines))
+	return lines.ByKey("", key, claimLines)
 }
 
 // send runs batch: one script as one call, several as one pipeline of

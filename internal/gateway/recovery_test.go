@@ -139,6 +139,7 @@ func (f *hookFac) set(fn func(f *hookFac)) {
 type tee struct {
 	mu     sync.Mutex
 	bodies map[string][]byte
+	last   context.Context // the context of the request served last
 }
 
 type teeWriter struct {
@@ -156,6 +157,9 @@ func (w *teeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (t *tee) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tw := &teeWriter{ResponseWriter: w}
+		t.mu.Lock()
+		t.last = r.Context()
+		t.mu.Unlock()
 		h.ServeHTTP(tw, r)
 		if op := tw.Header().Get("X-Llm4agents-Operation"); op != "" && tw.Header().Get("X-Llm4agents-Replay") == "" {
 			t.mu.Lock()
@@ -163,6 +167,21 @@ func (t *tee) wrap(h http.Handler) http.Handler {
 			t.mu.Unlock()
 		}
 	})
+}
+
+// gone waits until the server has seen the client of the last request leave,
+// so that nothing after the cut reaches it: a client's cancel closes its
+// connection asynchronously, and under load a short answer could otherwise
+// be written and read whole first.
+func (t *tee) gone(tb testing.TB) {
+	t.mu.Lock()
+	ctx := t.last
+	t.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		tb.Error("the server never saw the client leave")
+	}
 }
 
 func (t *tee) body(op string) []byte {
@@ -425,7 +444,12 @@ func (rp *replica) lostAfterSettle(t *testing.T, body, payment string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	rp.fac.set(func(f *hookFac) { f.after = cancel })
+	rp.fac.set(func(f *hookFac) {
+		f.after = func() {
+			cancel()
+			rp.tee.gone(t)
+		}
+	})
 	defer rp.fac.set(func(f *hookFac) { f.after = nil })
 	resp, err := rp.post(t, ctx, body, payment)
 	if err == nil {

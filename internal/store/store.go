@@ -67,9 +67,44 @@ type Settlement struct {
 	// SuccessReported is set once, by the one caller that answered success:true
 	// (DECISIONS D5).
 	SuccessReported bool
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	// Reorg is what the reconciler last found of a StateSettled record's
+	// transaction when it looked for reorgs (DECISIONS D17; MarkReorg);
+	// ReorgNone for every other record.
+	Reorg ReorgStatus
+	// Reorgs counts the times a reorg was seen to take the record's
+	// transaction off the chain.
+	Reorgs int64
+	// LostTo is, once Reorg is ReorgLost, the transaction that used the
+	// authorization instead of ours, or "" when none did (ours reverted when
+	// mined again, or can no longer be mined).
+	LostTo    string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
+
+// ReorgStatus is what the reconciler last found of a settled record's
+// transaction on the chain. It never changes State, SuccessReported or
+// TxHash: the buyer was told (or will be told) once, and a reorg does not
+// take that back (DECISIONS D5); it tells the operator whether the
+// payment is still on the chain.
+type ReorgStatus string
+
+// Reorg statuses. A record moves from ReorgNone to ReorgDropped when its
+// transaction is gone, back to ReorgNone when the same transaction is mined
+// again, or on to ReorgLost, which is final.
+const (
+	ReorgNone    ReorgStatus = ""        // on the chain when last looked at, or never looked at
+	ReorgDropped ReorgStatus = "dropped" // a reorg took the transaction off the chain; it may be mined again
+	ReorgLost    ReorgStatus = "lost"    // final: it will never pay (LostTo says who used the authorization); the operator's loss
+)
+
+// RecentRetention is how far back RecentSettlements reaches: a backend may
+// forget, for that listing, records last updated longer ago. It bounds
+// the reconciler's reorg window.
+const RecentRetention = 24 * time.Hour
+
+// MaxRecentPage bounds one RecentSettlements listing.
+const MaxRecentPage = 1000
 
 // Settlements stores facilitator settlement records.
 type Settlements interface {
@@ -118,6 +153,67 @@ type Settlements interface {
 	// UnresolvedSettlements lists up to limit (> 0) records in StateClaimed or
 	// StateBroadcast, oldest first, for the reconciler.
 	UnresolvedSettlements(ctx context.Context, limit int) ([]Settlement, error)
+	// RecentSettlements lists up to limit (1 to MaxRecentPage) records in
+	// StateSettled, other than ReorgLost ones, whose UpdatedAt is at or
+	// after since, newest first (by UpdatedAt, then by key, both
+	// descending), for the reconciler to look for reorgs. Records updated
+	// more than RecentRetention ago may be left out.
+	RecentSettlements(ctx context.Context, since time.Time, limit int) ([]Settlement, error)
+	// MarkReorg records what the reconciler found of the transaction of a
+	// StateSettled record that names txHash, and reports whether this call
+	// changed the record (so that, of replicas finding the same, one counts
+	// it). to is ReorgDropped (from ReorgNone: the transaction is gone from
+	// the chain; Reorgs goes up by one), ReorgNone (from ReorgDropped: the
+	// same transaction is on the chain again) or ReorgLost (from
+	// ReorgDropped; lostTo as Settlement.LostTo, and final). A record
+	// already in to is left as it is (false). Nothing else of the record
+	// changes but UpdatedAt. ErrNotFound if absent; ErrFenced if the record
+	// is not settled, names another transaction, or to does not follow from
+	// its status (see ReorgStep).
+	MarkReorg(ctx context.Context, key, txHash string, to ReorgStatus, lostTo string) (bool, error)
+}
+
+// CheckRecentQuery checks the arguments of Settlements.RecentSettlements,
+// for backends to refuse bad ones: a limit of 1 to MaxRecentPage.
+func CheckRecentQuery(limit int) error {
+	if limit <= 0 || limit > MaxRecentPage {
+		return fmt.Errorf("limit %d is outside 1..%d", limit, MaxRecentPage)
+	}
+	return nil
+}
+
+// CheckReorg checks the arguments of Settlements.MarkReorg, for backends to
+// refuse bad ones before they touch the record: a status the store knows,
+// and a lost-to transaction only with ReorgLost.
+func CheckReorg(to ReorgStatus, lostTo string) error {
+	switch to {
+	case ReorgNone, ReorgDropped, ReorgLost:
+	default:
+		return fmt.Errorf("unknown reorg status %q", to)
+	}
+	if lostTo != "" && to != ReorgLost {
+		return fmt.Errorf("a lost-to transaction with reorg status %q", to)
+	}
+	return nil
+}
+
+// ReorgStep reports whether a record in status from moves when marked to
+// (Settlements.MarkReorg, after CheckReorg), or an error wrapping ErrFenced
+// when to does not follow from from. Backends that decide in Go use it as
+// it is; the others follow the same table.
+func ReorgStep(from, to ReorgStatus) (changed bool, err error) {
+	switch {
+	case from == ReorgLost:
+		if to == ReorgLost {
+			return false, nil
+		}
+		return false, fmt.Errorf("record is lost to a reorg, which is final: %w", ErrFenced)
+	case from == to:
+		return false, nil
+	case from == ReorgNone && to == ReorgLost:
+		return false, fmt.Errorf("record is on the chain, not dropped: %w", ErrFenced)
+	}
+	return true, nil
 }
 
 // MaxRawTx bounds Settlement.RawTx: nodes refuse larger transactions (geth's

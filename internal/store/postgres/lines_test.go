@@ -93,13 +93,13 @@ func TestClaimsBatchNoRow(t *testing.T) {
 		t.Fatalf("first claim: won %v, %v", won, err)
 	}
 	settle := func(s store.Settlement) *lineWrite {
-		var rec [16]any
+		rec := make([]any, strings.Count(columns, ",")+1)
 		for i := range rec {
 			rec[i] = new(any)
 		}
 		return &lineWrite{sql: claimSettlement, order: "settlements\x00" + s.Key,
 			args: []any{nil, s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner, int64(60_000)},
-			dest: rec[:]}
+			dest: rec}
 	}
 	fresh := taken
 	fresh.Key, fresh.Owner = "fresh", "lines"

@@ -22,7 +22,7 @@ import (
 // fence, resolved); that answer describes the record at the time of the read.
 
 const columns = `settlement_key, network, asset, payer, pay_to, amount, state, tx_hash, reason, owner,
-    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms, raw_tx`
+    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms, raw_tx, reorg, reorgs, lost_to`
 
 const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_key = $1`
 
@@ -339,15 +339,16 @@ LIMIT $1`, limit)
 // scanSettlement reads one row of columns.
 func scanSettlement(row pgx.Row) (store.Settlement, error) {
 	var s store.Settlement
-	var state string
+	var state, reorg string
 	var reported int16
 	var leaseUntil, created, updated int64
 	err := row.Scan(&s.Key, &s.Network, &s.Asset, &s.Payer, &s.PayTo, &s.Amount, &state, &s.TxHash, &s.Reason, &s.Owner,
-		&s.Fence, &leaseUntil, &reported, &created, &updated, &s.RawTx)
+		&s.Fence, &leaseUntil, &reported, &created, &updated, &s.RawTx, &reorg, &s.Reorgs, &s.LostTo)
 	if err != nil {
 		return store.Settlement{}, err
 	}
 	s.State = store.SettlementState(state)
+	s.Reorg = store.ReorgStatus(reorg)
 	s.SuccessReported = reported != 0
 	s.LeaseUntil = time.UnixMilli(leaseUntil).UTC()
 	s.CreatedAt = time.UnixMilli(created).UTC()

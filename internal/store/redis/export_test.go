@@ -8,7 +8,8 @@ import goredis "github.com/redis/go-redis/v9"
 func ParseURL(rawURL string) (*goredis.Options, string, error) { return parseURL(rawURL) }
 
 // Key names the Redis key of kind ("settlement", "settlement-fence",
-// "settlement-unresolved", "payment", "payment-fence") for the store key key.
+// "settlement-unresolved", "settlement-recent", "payment", "payment-fence")
+// for the store key key.
 func (db *DB) Key(kind, key string) string {
 	switch kind {
 	case "settlement":
@@ -17,6 +18,8 @@ func (db *DB) Key(kind, key string) string {
 		return db.keys.settlementFence()
 	case "settlement-unresolved":
 		return db.keys.unresolved()
+	case "settlement-recent":
+		return db.keys.recent()
 	case "payment":
 		return db.keys.payment(key)
 	case "payment-fence":

@@ -156,6 +156,14 @@ func TestForeignValues(t *testing.T) {
 		_, err := db.UnresolvedSettlements(ctx, 10)
 		return false, err
 	}}
+	recent := op{"RecentSettlements", func(ctx context.Context, db *redis.DB) (bool, error) {
+		_, err := db.RecentSettlements(ctx, time.Time{}, 10)
+		return false, err
+	}}
+	markReorg := op{"MarkReorg", func(ctx context.Context, db *redis.DB) (bool, error) {
+		return db.MarkReorg(ctx, "k", "0x1", store.ReorgDropped, "")
+	}}
+	settled := with(with(settlementFields(), "state", "settled"), "tx_hash", "0x1")
 	paymentOps := []op{
 		{"ClaimPayment", func(ctx context.Context, db *redis.DB) (bool, error) {
 			_, won, err := db.ClaimPayment(ctx, store.PaymentClaim{Key: "k", Amount: "1", Owner: "me", ExpiresAt: exp}, time.Minute)
@@ -225,6 +233,29 @@ func TestForeignValues(t *testing.T) {
 			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, with(settlementFields(), "lease_until_ms", "9000000000000")...)...)
 			tp.do(t, "SET", tp.db.Key("settlement-unresolved", ""), "foreign")
 		}, []op{claimNewSettlement, unresolved, settlementOps[1], settlementOps[2]}},
+		{"settlement record has an unknown reorg mark", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")},
+				with(with(with(settled, "reorg", "bogus"), "reorgs", "1"), "lost_to", "")...)...)
+			tp.do(t, "ZADD", tp.db.Key("settlement-recent", ""), "0", "k")
+		}, append(slices.Clone(settlementOps), markReorg, recent)},
+		{"settlement record has half a reorg mark", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, with(settled, "reorg", "dropped")...)...)
+		}, append(slices.Clone(settlementOps), markReorg)},
+		{"recent set is a string", func(t *testing.T, tp *tamper) {
+			// A settled record "k" whose success is not reported, then the
+			// set replaced: the mark must not half happen.
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, settled...)...)
+			tp.do(t, "SET", tp.db.Key("settlement-recent", ""), "foreign")
+		}, []op{settlementOps[3], markReorg, recent}},
+		{"recent set is a string when a record settles", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, with(settlementFields(), "lease_until_ms", "9000000000000")...)...)
+			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved", ""), "0", "k")
+			tp.do(t, "SET", tp.db.Key("settlement-recent", ""), "foreign")
+		}, []op{settlementOps[1]}},
+		{"recent set names a record that is a string", func(t *testing.T, tp *tamper) {
+			tp.do(t, "ZADD", tp.db.Key("settlement-recent", ""), "1", "k")
+			tp.do(t, "SET", tp.db.Key("settlement", "k"), "foreign")
+		}, []op{recent}},
 		{"unresolved set names a record that is a string", func(t *testing.T, tp *tamper) {
 			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved", ""), "1", "k")
 			tp.do(t, "SET", tp.db.Key("settlement", "k"), "foreign")

@@ -70,6 +70,7 @@ func (k keys) settlement(key string) string { return k.tag + "settlement:" + key
 func (k keys) settlementPrefix() string     { return k.tag + "settlement:" }
 func (k keys) settlementFence() string      { return k.tag + "settlement-fence" }
 func (k keys) unresolved() string           { return k.tag + "settlement-unresolved" }
+func (k keys) recent() string               { return k.tag + "settlement-recent" }
 func (k keys) payment(key string) string    { return k.tag + "payment:" + key }
 func (k keys) paymentFence() string         { return k.tag + "payment-fence" }
 

@@ -307,6 +307,14 @@ func TestClosed(t *testing.T) {
 			_, err := db.UnresolvedSettlements(ctx, 10)
 			return err
 		},
+		"RecentSettlements": func() error {
+			_, err := db.RecentSettlements(ctx, time.Time{}, 10)
+			return err
+		},
+		"MarkReorg": func() error {
+			_, err := db.MarkReorg(ctx, "k", "0x1", store.ReorgDropped, "")
+			return err
+		},
 		"ClaimPayment": func() error {
 			_, _, err := db.ClaimPayment(ctx, store.PaymentClaim{Key: "k", Amount: "1", ExpiresAt: exp}, time.Minute)
 			return err

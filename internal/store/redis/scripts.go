@@ -36,14 +36,16 @@ import (
 //     expected outcomes (not found, fenced) are statuses, and only foreign
 //     data raises a Redis error.
 //   - Every key a script touches is in KEYS, except the records
-//     unresolvedScript reads by the names in its set: those share the set's
-//     hash tag, so they live in its cluster slot.
+//     unresolvedScript and recentScript read by the names in their sets:
+//     those share the set's hash tag, so they live in its cluster slot.
 
 // The fields of a settlement record, in the order the scripts read them. The
-// first 14 are always there; raw_tx only once RecordBroadcast wrote it.
+// first 14 are always there; raw_tx only once RecordBroadcast wrote it, and
+// reorg, reorgs and lost_to (all three or none) once MarkReorg did.
 var settlementFields = []string{
 	"network", "asset", "payer", "pay_to", "amount", "state", "tx_hash", "reason", "owner",
 	"fence", "lease_until_ms", "success_reported", "created_at_ms", "updated_at_ms", "raw_tx",
+	"reorg", "reorgs", "lost_to",
 }
 
 // The fields of a payment record, in the order the scripts read them. The
@@ -117,9 +119,19 @@ end
 
 // settlementLua reads settlement records. A record is the HMGET reply v:
 // v[6] state, v[7] tx_hash, v[8] reason, v[9] owner, v[10] fence,
-// v[11] lease_until_ms, v[12] success_reported.
+// v[11] lease_until_ms, v[12] success_reported, v[14] updated_at_ms,
+// v[16] reorg, v[17] reorgs, v[18] lost_to (get_settlement fills these
+// three in for a record that lacks them).
+//
+// The settled records that RecentSettlements may list (not lost to a
+// reorg) are also in the sorted set of recent settlements, scored by
+// updated_at_ms: the scripts that write such a record add it there
+// (add_recent) with the time they write, so the score is the record's
+// updated_at_ms, and the one that marks it lost takes it out. The set
+// forgets what is older than store.RecentRetention and has that TTL.
 var settlementLua = common + `
 local settlement_states = {claimed = true, broadcast = true, settled = true, failed = true}
+local reorg_states = {[''] = true, dropped = true, lost = true}
 
 local function get_settlement(key)
   local v = redis.call('HMGET', key, ` + luaStrings(settlementFields) + `)
@@ -129,11 +141,27 @@ local function get_settlement(key)
     fail('record ' .. key .. ' has a fence or time that is not an integer')
   end
   if v[12] ~= '0' and v[12] ~= '1' then fail('record ' .. key .. ' has success_reported ' .. v[12]) end
+  if v[16] or v[17] or v[18] then
+    if not (v[16] and reorg_states[v[16]] and is_int(v[17]) and v[18]) then
+      fail('record ' .. key .. ' has a malformed reorg mark')
+    end
+  else
+    v[16], v[17], v[18] = '', '0', ''
+  end
   return v
 end
 
 local function stale(fence, v)
   return {'fenced', 'fence ' .. fence .. ' is stale, the record\'s is ' .. v[10]}
+end
+
+-- add_recent puts name in the recent set at score now, forgets what is older
+-- than retention ms and renews the set's TTL. The caller checked the set's
+-- type (expect_type) before its first write.
+local function add_recent(set, now, name, retention)
+  redis.call('ZADD', set, fmt_int(now), name)
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. fmt_int(now - retention))
+  redis.call('PEXPIRE', set, fmt_int(retention))
 end
 `
 
@@ -172,8 +200,8 @@ return {'held', v}
 
 // updateSettlementScript moves a record under its fence.
 //
-// KEYS: record, unresolved set.
-// ARGV: now, fence, state, tx hash, reason, key.
+// KEYS: record, unresolved set, recent set.
+// ARGV: now, fence, state, tx hash, reason, key, recent retention ms.
 // Reply: {'ok'} | {'not_found', msg} | {'fenced', msg}.
 var updateSettlementScript = goredis.NewScript(settlementLua + `
 local now = clock(ARGV[1])
@@ -186,8 +214,10 @@ if v[6] == 'settled' or v[6] == 'failed' then
 end
 local resolved = ARGV[3] == 'settled' or ARGV[3] == 'failed'
 if resolved then expect_type(KEYS[2], 'zset') end
+if ARGV[3] == 'settled' then expect_type(KEYS[3], 'zset') end
 redis.call('HSET', KEYS[1], 'state', ARGV[3], 'tx_hash', ARGV[4], 'reason', ARGV[5], 'updated_at_ms', fmt_int(now))
 if resolved then redis.call('ZREM', KEYS[2], ARGV[6]) end
+if ARGV[3] == 'settled' then add_recent(KEYS[3], now, ARGV[6], tonumber(ARGV[7])) end
 return {'ok'}
 `)
 
@@ -243,15 +273,50 @@ return {'ok'}
 
 // markSuccessReportedScript sets success_reported on a settled record once.
 //
-// KEYS: record.
-// ARGV: now.
+// KEYS: record, recent set.
+// ARGV: now, key, recent retention ms.
 // Reply: {'ok', '1' if this call set it, else '0'} | {'not_found', msg}.
 var markSuccessReportedScript = goredis.NewScript(settlementLua + `
 local now = clock(ARGV[1])
 local v = get_settlement(KEYS[1])
 if v == nil then return {'not_found', 'no record'} end
 if v[6] ~= 'settled' or v[12] ~= '0' then return {'ok', '0'} end
+local recent = v[16] ~= 'lost'
+if recent then expect_type(KEYS[2], 'zset') end
 redis.call('HSET', KEYS[1], 'success_reported', '1', 'updated_at_ms', fmt_int(now))
+if recent then add_recent(KEYS[2], now, ARGV[2], tonumber(ARGV[3])) end
+return {'ok', '1'}
+`)
+
+// markReorgScript records what the reconciler found of a settled record's
+// transaction (store.Settlements.MarkReorg), following store.ReorgStep.
+//
+// KEYS: record, recent set.
+// ARGV: now, tx hash, status, lost to, key, recent retention ms.
+// Reply: {'ok', '1' if this call changed the record, else '0'} |
+// {'not_found', msg} | {'fenced', msg}.
+var markReorgScript = goredis.NewScript(settlementLua + `
+local now = clock(ARGV[1])
+local v = get_settlement(KEYS[1])
+if v == nil then return {'not_found', 'no record'} end
+if v[6] ~= 'settled' then return {'fenced', 'record is ' .. v[6] .. ', not settled'} end
+if v[7] ~= ARGV[2] then return {'fenced', 'record names transaction ' .. v[7] .. ', not ' .. ARGV[2]} end
+local from, to = v[16], ARGV[3]
+if from == 'lost' then
+  if to == 'lost' then return {'ok', '0'} end
+  return {'fenced', 'record is lost to a reorg, which is final'}
+end
+if from == to then return {'ok', '0'} end
+if from == '' and to == 'lost' then return {'fenced', 'record is on the chain, not dropped'} end
+expect_type(KEYS[2], 'zset')
+local reorgs = tonumber(v[17])
+if to == 'dropped' then reorgs = reorgs + 1 end
+redis.call('HSET', KEYS[1], 'reorg', to, 'reorgs', fmt_int(reorgs), 'lost_to', ARGV[4], 'updated_at_ms', fmt_int(now))
+if to == 'lost' then
+  redis.call('ZREM', KEYS[2], ARGV[5])
+else
+  add_recent(KEYS[2], now, ARGV[5], tonumber(ARGV[6]))
+end
 return {'ok', '1'}
 `)
 
@@ -285,6 +350,39 @@ while n < limit do
   for _, name in ipairs(names) do
     local v = get_settlement(ARGV[2] .. name)
     if v ~= nil and (v[6] == 'claimed' or v[6] == 'broadcast') then
+      out[#out + 1] = {name, v}
+      n = n + 1
+      if n == limit then break end
+    end
+  end
+  from = from + #names
+end
+return out
+`)
+
+// recentScript lists up to limit settled records, not lost to a reorg,
+// updated at or after since, newest first: the recent set's order, by
+// updated_at_ms, then by key, both descending. A name in the set whose
+// record is gone, no longer such a record, or updated before since (the
+// scripts keep the set in step, so that only happens after someone edited
+// the keys by hand) is skipped.
+//
+// KEYS: recent set.
+// ARGV: since ms, limit, record key prefix.
+// Reply: {'ok', {key, rec}...}.
+var recentScript = goredis.NewScript(settlementLua + `
+expect_type(KEYS[1], 'zset')
+local since = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local out = {'ok'}
+local n = 0
+local from = 0
+while n < limit do
+  local names = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', fmt_int(since), 'LIMIT', fmt_int(from), fmt_int(limit))
+  if #names == 0 then break end
+  for _, name in ipairs(names) do
+    local v = get_settlement(ARGV[3] .. name)
+    if v ~= nil and v[6] == 'settled' and v[16] ~= 'lost' and tonumber(v[14]) >= since then
       out[#out + 1] = {name, v}
       n = n + 1
       if n == limit then break end
@@ -454,7 +552,7 @@ func luaStrings(names []string) string {
 // scripts lists every script, for Open to load.
 var scripts = []*goredis.Script{
 	claimSettlementScript, updateSettlementScript, releaseSettlementScript, markSuccessReportedScript,
-	settlementScript, unresolvedScript, recordBroadcastScript, abandonBroadcastScript,
+	settlementScript, unresolvedScript, recordBroadcastScript, abandonBroadcastScript, markReorgScript, recentScript,
 	claimPaymentScript, releasePaymentScript, updatePaymentScript, stagePaymentScript, paymentScript,
 	beginRecoveryScript, stageRecoveryScript, promoteRecoveryScript, abandonRecoveryScript, recoveryScript,
 	takeReplayScript,

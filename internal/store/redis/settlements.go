@@ -14,7 +14,8 @@ import (
 // keys.settlement(key) with the fields settlementFields; fences come
 // from the counter at keys.settlementFence(), and the records in StateClaimed
 // or StateBroadcast are listed in the sorted set keys.unresolved(), scored by
-// creation time, which the scripts keep in step with the records. Settlement
+// creation time, which the scripts keep in step with the records, as they
+// keep the settled ones in keys.recent() (reorg.go). Settlement
 // records have no TTL: the success mark must outlive any retry (DECISIONS D5).
 
 // ClaimSettlement implements store.Settlements. Of any number of concurrent
@@ -96,8 +97,8 @@ func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, sta
 		return errors.New("unknown state")
 	}
 	status, rest, err := db.run(ctx, updateSettlementScript,
-		[]string{db.keys.settlement(key), db.keys.unresolved()},
-		db.nowArg(), strconv.FormatInt(fence, 10), string(state), txHash, reason, key)
+		[]string{db.keys.settlement(key), db.keys.unresolved(), db.keys.recent()},
+		db.nowArg(), strconv.FormatInt(fence, 10), string(state), txHash, reason, key, recentRetentionMs)
 	if err != nil {
 		return err
 	}
@@ -147,7 +148,8 @@ func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txH
 // only on a settled record that lacks it, so only one call ever gets true.
 func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
 	defer wrap(&err, "mark success reported %q", key)
-	status, rest, err := db.run(ctx, markSuccessReportedScript, []string{db.keys.settlement(key)}, db.nowArg())
+	status, rest, err := db.run(ctx, markSuccessReportedScript, []string{db.keys.settlement(key), db.keys.recent()},
+		db.nowArg(), key, recentRetentionMs)
 	if err != nil {
 		return false, err
 	}
@@ -194,6 +196,11 @@ func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.S
 	if status != "ok" {
 		return nil, fmt.Errorf("unexpected script status %q", status)
 	}
+	return decodeListing(rest)
+}
+
+// decodeListing reads the {key, rec} pairs of a listing script's reply.
+func decodeListing(rest []any) ([]store.Settlement, error) {
 	var out []store.Settlement
 	for _, v := range rest {
 		pair, ok := v.([]any)
@@ -240,6 +247,8 @@ func decodeSettlement(key string, v any) (store.Settlement, error) {
 	if r.has(14) {
 		s.RawTx = r.str(14)
 	}
+	// The scripts fill the reorg mark in for records without one.
+	s.Reorg, s.Reorgs, s.LostTo = store.ReorgStatus(r.str(15)), r.int(16), r.str(17)
 	if r.err != nil {
 		return store.Settlement{}, fmt.Errorf("record %q: %w", key, r.err)
 	}

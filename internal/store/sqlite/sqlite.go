@@ -236,7 +236,7 @@ func appliedMigrations(ctx context.Context, tx *sql.Tx) ([]string, error) {
 }
 
 const columns = `settlement_key, network, asset, payer, pay_to, amount, state, tx_hash, reason, owner,
-    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms, raw_tx`
+    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms, raw_tx, reorg, reorgs, lost_to`
 
 const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_key = ?`
 
@@ -531,14 +531,15 @@ func (db *DB) nowMs() int64 {
 // scan reads one row of columns.
 func scan(row interface{ Scan(...any) error }) (store.Settlement, error) {
 	var s store.Settlement
-	var state string
+	var state, reorg string
 	var leaseUntil, created, updated int64
 	err := row.Scan(&s.Key, &s.Network, &s.Asset, &s.Payer, &s.PayTo, &s.Amount, &state, &s.TxHash, &s.Reason, &s.Owner,
-		&s.Fence, &leaseUntil, &s.SuccessReported, &created, &updated, &s.RawTx)
+		&s.Fence, &leaseUntil, &s.SuccessReported, &created, &updated, &s.RawTx, &reorg, &s.Reorgs, &s.LostTo)
 	if err != nil {
 		return store.Settlement{}, err
 	}
 	s.State = store.SettlementState(state)
+	s.Reorg = store.ReorgStatus(reorg)
 	s.LeaseUntil = time.UnixMilli(leaseUntil).UTC()
 	s.CreatedAt = time.UnixMilli(created).UTC()
 	s.UpdatedAt = time.UnixMilli(updated).UTC()

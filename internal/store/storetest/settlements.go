@@ -53,9 +53,15 @@ func RunSettlements(t *testing.T, open OpenSettlements) {
 		{"Settlement/NotFound", testSettlementNotFound},
 		{"Unresolved/Empty", testUnresolvedEmpty},
 		{"Unresolved/OrderAndLimit", testUnresolvedOrder},
+		{"Recent/OrderAndLimit", testRecentOrder},
+		{"Recent/InvalidArguments", testRecentInvalid},
+		{"MarkReorg/Transitions", testReorgTransitions},
+		{"MarkReorg/KeepsSuccessMark", testReorgKeepsMark},
+		{"MarkReorg/Refused", testReorgRefused},
 		{"Race/Claim", testRaceClaim},
 		{"Race/Takeover", testRaceTakeover},
 		{"Race/MarkSuccessReported", testRaceMark},
+		{"Race/MarkReorg", testRaceReorg},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,59 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// The reconciler's reorg work list (store.Settlements.RecentSettlements) is
+// the sorted set keys.recent(): the settled records not lost to a reorg,
+// scored by their updated_at_ms. The scripts that settle a record, mark its
+// success or mark a reorg keep it in step (settlementLua's add_recent), and
+// forget what is older than store.RecentRetention, which is also the set's
+// TTL, renewed on every add: the records themselves never expire.
+
+// recentRetentionMs is store.RecentRetention for the scripts.
+var recentRetentionMs = strconv.FormatInt(store.RecentRetention.Milliseconds(), 10)
+
+// RecentSettlements implements store.Settlements. Records updated in the
+// same millisecond come in descending key order (byte order).
+func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int) (_ []store.Settlement, err error) {
+	defer wrap(&err, "recent settlements")
+	if err := store.CheckRecentQuery(limit); err != nil {
+		return nil, err
+	}
+	status, rest, err := db.run(ctx, recentScript, []string{db.keys.recent()},
+		strconv.FormatInt(since.UnixMilli(), 10), strconv.Itoa(limit), db.keys.settlementPrefix())
+	if err != nil {
+		return nil, err
+	}
+	if status != "ok" {
+		return nil, fmt.Errorf("unexpected script status %q", status)
+	}
+	return decodeListing(rest)
+}
+
+// MarkReorg implements store.Settlements in one script, which decides as
+// store.ReorgStep does.
+func (db *DB) MarkReorg(ctx context.Context, key, txHash string, to store.ReorgStatus, lostTo string) (_ bool, err error) {
+	defer wrap(&err, "mark reorg of settlement %q as %q", key, to)
+	if err := store.CheckReorg(to, lostTo); err != nil {
+		return false, err
+	}
+	status, rest, err := db.run(ctx, markReorgScript, []string{db.keys.settlement(key), db.keys.recent()},
+		db.nowArg(), txHash, string(to), lostTo, key, recentRetentionMs)
+	if err != nil {
+		return false, err
+	}
+	if status != "ok" {
+		return false, outcome(status, rest)
+	}
+	if len(rest) != 1 {
+		return false, fmt.Errorf("unexpected reply of %d elements", len(rest))
+	}
+	return rest[0] == "1", nil
+}

@@ -1,0 +1,85 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// RecentSettlements implements store.Settlements, from the partial index
+// settlements_recent (migration 0011). Records updated in the same
+// millisecond come in descending key order.
+func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int) (_ []store.Settlement, err error) {
+	defer wrap(&err, "recent settlements")
+	if err := store.CheckRecentQuery(limit); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	rows, err := db.ro.QueryContext(ctx, `SELECT `+columns+` FROM settlements
+WHERE state = 'settled' AND reorg <> 'lost' AND updated_at_ms >= ?
+ORDER BY updated_at_ms DESC, settlement_key DESC
+LIMIT ?`, since.UnixMilli(), limit)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
+	var out []store.Settlement
+	for rows.Next() {
+		s, err := scan(rows)
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return out, nil
+}
+
+// MarkReorg implements store.Settlements. It reads and writes as one op of
+// a write batch, so of concurrent callers finding the same, one changes the
+// record.
+func (db *DB) MarkReorg(ctx context.Context, key, txHash string, to store.ReorgStatus, lostTo string) (_ bool, err error) {
+	defer wrap(&err, "mark reorg of settlement %q as %q", key, to)
+	if err := store.CheckReorg(to, lostTo); err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer cancel()
+
+	var changed bool
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
+		if err != nil {
+			return err
+		}
+		switch {
+		case cur.State != store.StateSettled:
+			return fmt.Errorf("record is %s, not settled: %w", cur.State, store.ErrFenced)
+		case cur.TxHash != txHash:
+			return fmt.Errorf("record names transaction %s, not %s: %w", cur.TxHash, txHash, store.ErrFenced)
+		}
+		step, err := store.ReorgStep(cur.Reorg, to)
+		if err != nil || !step {
+			return err
+		}
+		reorgs := cur.Reorgs
+		if to == store.ReorgDropped {
+			reorgs++
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE settlements SET reorg = ?, reorgs = ?, lost_to = ?, updated_at_ms = ? WHERE settlement_key = ?`,
+			string(to), reorgs, lostTo, db.nowMs(), key)
+		changed = err == nil
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return changed, nil
+}

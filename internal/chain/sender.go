@@ -27,10 +27,15 @@ const (
 	minFeeBumpPercent       = 10 // geth's default replacement rule; anvil asks for any increase
 	maxFeeBumpPercent       = 1000
 	defaultReplaceAfter     = 30 * time.Second
-	defaultPollInterval     = time.Second
+	defaultPollInterval     = 250 * time.Millisecond
 	defaultGasMarginPercent = 20
 	maxGasMarginPercent     = 100
 	defaultRPCTimeout       = 10 * time.Second
+
+	// firstRecheck is when, after it starts, Wait first looks for a receipt
+	// again if its first poll found none; the delay doubles below
+	// PollInterval (see Wait).
+	firstRecheck = 5 * time.Millisecond
 
 	// sendAttempts bounds how often Send takes another nonce after the node said
 	// the one it used was taken (not counting free nonces found taken, of which
@@ -56,7 +61,10 @@ type SenderConfig struct {
 	// at it: it re-broadcasts it if the node dropped it, and replaces it with
 	// higher fees if it is the account's next nonce. Default 30s.
 	ReplaceAfter time.Duration
-	// PollInterval is how often Wait asks for receipts. Default 1s.
+	// PollInterval is how often Wait asks for receipts once a transaction
+	// has waited one interval; before that it looks sooner (see Wait). On a
+	// chain with blocks, half of it is the mean delay between a transaction's
+	// block and its Wait returning. Default 250ms.
 	PollInterval time.Duration
 	// GasMarginPercent is added to the node's gas estimate, since state can change
 	// between estimate and inclusion. Default 20, at most 100.
@@ -510,10 +518,16 @@ func (s *Sender) resync(ctx context.Context) error {
 // reverted call is mined too: check Status). tx must come from Send or an
 // earlier Wait's *PendingError.
 //
-// While it waits it polls every PollInterval, and once a transaction of this or
-// a lower nonce has waited ReplaceAfter it re-broadcasts it if the node no
-// longer knows it, or replaces it with the same call at FeeBumpPercent higher
-// fees if it is the account's next nonce and so priced too low.
+// It polls at once, so a receipt already there is returned without waiting,
+// then every PollInterval. Before the first tick it also looks for the
+// receipt alone 5ms, 10ms, 20ms and so on after it started, while below
+// PollInterval: a node that mines on arrival (anvil's automine, the simulated
+// backend) serves the receipt a few milliseconds after it took the
+// transaction, often just after the first poll, and Wait would otherwise
+// wait a whole interval for it. Once a transaction of this or a lower nonce
+// has waited ReplaceAfter it re-broadcasts it if the node no longer knows it,
+// or replaces it with the same call at FeeBumpPercent higher fees if it is
+// the account's next nonce and so priced too low.
 //
 // When ctx ends first, Wait returns a *PendingError with the latest hash; the
 // Sender keeps the transaction and a later Wait continues. When the account's
@@ -537,6 +551,14 @@ func (s *Sender) WaitRecorded(ctx context.Context, tx *types.Transaction, before
 	f := s.flightFor(tx, before)
 	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
+	// Until the first tick, the receipt alone is looked up again recheckAt
+	// after the start, recheckAt doubling while it is below PollInterval.
+	recheckAt := firstRecheck
+	recheck := time.NewTimer(recheckAt)
+	defer recheck.Stop()
+	if recheckAt >= s.cfg.PollInterval {
+		recheck.Stop()
+	}
 	var (
 		lastErr  error
 		consumed int // polls in a row that saw the nonce used without our receipt
@@ -573,14 +595,30 @@ func (s *Sender) WaitRecorded(ctx context.Context, tx *types.Transaction, before
 			}
 			consumed = 0 // ours, or no verdict: look again after the next polls
 		}
-		select {
-		case <-ctx.Done():
-			cause := ctx.Err()
-			if lastErr != nil && !errors.Is(lastErr, cause) {
-				cause = fmt.Errorf("%w (last node error: %w)", cause, lastErr)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				cause := ctx.Err()
+				if lastErr != nil && !errors.Is(lastErr, cause) {
+					cause = fmt.Errorf("%w (last node error: %w)", cause, lastErr)
+				}
+				return nil, fmt.Errorf("wait tx: %w", &PendingError{Hash: s.latest(f).Hash(), Nonce: f.nonce, Err: cause})
+			case <-recheck.C:
+				r, err := s.receipt(ctx, f)
+				switch {
+				case r != nil:
+					return r, nil
+				case err != nil && ctx.Err() == nil:
+					lastErr = err
+				}
+				if 2*recheckAt < s.cfg.PollInterval {
+					recheck.Reset(recheckAt)
+					recheckAt *= 2
+				}
+			case <-tick.C:
+				break wait
 			}
-			return nil, fmt.Errorf("wait tx: %w", &PendingError{Hash: s.latest(f).Hash(), Nonce: f.nonce, Err: cause})
-		case <-tick.C:
 		}
 	}
 }

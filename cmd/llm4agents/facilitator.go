@@ -13,12 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ethereum/go-ethereum/accounts/abi/bind"
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/ethereum/go-ethereum/params"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/crashpoint"
@@ -46,6 +43,7 @@ type facilitatorFlags struct {
 	maxFeeWei      string
 	settleTimeout  time.Duration
 	reconcileEvery time.Duration
+	pollInterval   time.Duration // unset: config.DefaultPollInterval of the network
 
 	// Parsed from the flags above, so that every flag is checked before any I/O.
 	assetList []facilitator.Asset // Name and Version empty: read from the token
@@ -65,6 +63,8 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 	fs.StringVar(&f.maxFeeWei, "max-fee-per-gas", "200000000000", "cap on the fee per gas of any settlement transaction, in wei")
 	fs.DurationVar(&f.settleTimeout, "settle-timeout", facilitator.DefaultSettleTimeout, "how long /settle waits for a receipt before answering settlement_pending")
 	fs.DurationVar(&f.reconcileEvery, "reconcile-every", 30*time.Second, "how often unresolved settlements are resolved from the chain")
+	fs.DurationVar(&f.pollInterval, "poll-interval", 0, fmt.Sprintf("how often a settlement's receipt is polled, %s to %s; it is also looked for right after the broadcast (default %s on eip155:1337 and eip155:31337, else %s)",
+		config.MinPollInterval, config.MaxPollInterval, config.DefaultPollInterval("eip155:1337"), config.DefaultPollInterval("")))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -82,6 +82,14 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 		return nil, errors.New("facilitator: --settle-timeout must be positive")
 	case f.reconcileEvery <= 0:
 		return nil, errors.New("facilitator: --reconcile-every must be positive")
+	}
+	pollSet := false
+	fs.Visit(func(fl *flag.Flag) { pollSet = pollSet || fl.Name == "poll-interval" })
+	if !pollSet {
+		f.pollInterval = config.DefaultPollInterval(f.network)
+	}
+	if f.pollInterval < config.MinPollInterval || f.pollInterval > config.MaxPollInterval {
+		return nil, fmt.Errorf("facilitator: --poll-interval %s is not between %s and %s", f.pollInterval, config.MinPollInterval, config.MaxPollInterval)
 	}
 	if _, err := exact.ChainID(f.network); err != nil {
 		return nil, fmt.Errorf("facilitator: --network: %w", err)
@@ -141,7 +149,8 @@ func parseMaxFee(s string) (*big.Int, error) {
 }
 
 // parseAsset reads one --asset value, 0xTOKEN or 0xTOKEN:NAME:VERSION. Without
-// an override the Asset's Name and Version are empty, for resolveAssets to read.
+// an override the Asset's Name and Version are empty, for the start-up checks to
+// read from the token (facilitatorSetup).
 func parseAsset(s string) (facilitator.Asset, error) {
 	parts := strings.SplitN(s, ":", 3)
 	addr, err := exact.ParseAddress(parts[0])
@@ -159,28 +168,6 @@ func parseAsset(s string) (facilitator.Asset, error) {
 		return facilitator.Asset{}, fmt.Errorf("--asset %q: give both NAME and VERSION, or neither", s)
 	}
 	return a, nil
-}
-
-// resolveAssets reads each token's EIP-712 name and version unless overridden.
-func resolveAssets(ctx context.Context, assets []facilitator.Asset, caller bind.ContractCaller) ([]facilitator.Asset, error) {
-	out := make([]facilitator.Asset, 0, len(assets))
-	for _, a := range assets {
-		if a.Name == "" {
-			tok, err := contracts.NewEIP3009TokenCaller(a.Address, caller)
-			if err != nil {
-				return nil, err
-			}
-			opts := &bind.CallOpts{Context: ctx}
-			if a.Name, err = tok.Name(opts); err != nil {
-				return nil, fmt.Errorf("--asset %s: read name(): %w", a.Address.Hex(), err)
-			}
-			if a.Version, err = tok.Version(opts); err != nil {
-				return nil, fmt.Errorf("--asset %s: read version() (is it an EIP-3009 token?): %w", a.Address.Hex(), err)
-			}
-		}
-		out = append(out, a)
-	}
-	return out, nil
 }
 
 func runFacilitator(ctx context.Context, args []string, e env) error {
@@ -203,27 +190,25 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 		return fmt.Errorf("dial node: %w", redactURL(err, f.rpc))
 	}
 	defer client.Close()
-	chainID, err := client.ChainID(dialCtx)
-	if err != nil {
-		return fmt.Errorf("read chain id: %w", redactURL(err, f.rpc))
-	}
-	if want, _ := exact.ChainID(f.network); want.Cmp(chainID) != 0 {
-		return fmt.Errorf("--network %s does not match the node's chain id %s", f.network, chainID)
-	}
-	assets, err := resolveAssets(dialCtx, f.assetList, client)
+	// Before listening: the node's chain, each token's EIP-712 domain (read
+	// from it unless --asset gives one) and the signer's gas.
+	checked, err := checkChain(ctx, client, facilitatorSetup(f, key), f.rpc, log)
 	if err != nil {
 		return err
 	}
+	assets := facilitatorAssets(checked)
+	chainID, _ := exact.ChainID(f.network) // the node's, checked
 	db, err := openStore(ctx, f.store(e.getenv), e.getenv, log)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = db.Close() }() // a write is acknowledged only once committed: a close error loses none
-	sender, err := chain.NewSender(client, key, chainID, chain.SenderConfig{MaxFeePerGas: f.maxFee, ReplaceAfter: replaceAfter(f.settleTimeout)}, log)
+	sender, err := chain.NewSender(client, key, chainID, chain.SenderConfig{
+		MaxFeePerGas: f.maxFee, PollInterval: f.pollInterval, ReplaceAfter: replaceAfter(f.settleTimeout),
+	}, log)
 	if err != nil {
 		return err
 	}
-	warnLowBalance(dialCtx, sender, log)
 	fac, err := facilitator.New(facilitator.Config{Network: f.network, Assets: assets, SettleTimeout: f.settleTimeout}, client, sender, db, log)
 	if err != nil {
 		return err
@@ -273,21 +258,6 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 // transaction is repaired while its caller still waits for it.
 func replaceAfter(settleTimeout time.Duration) time.Duration {
 	return max(settleTimeout/3, 2*time.Second)
-}
-
-// lowBalance is the signer balance under which the facilitator warns at start
-// (D19): 0.01 ETH pays for roughly a hundred settlements at mainnet prices.
-var lowBalance = new(big.Int).Div(big.NewInt(params.Ether), big.NewInt(100))
-
-func warnLowBalance(ctx context.Context, s *chain.Sender, log *slog.Logger) {
-	bal, err := s.Balance(ctx)
-	if err != nil {
-		log.Warn("read signer balance", "err", err)
-		return
-	}
-	if bal.Cmp(lowBalance) < 0 {
-		log.Warn("signer balance is low; settlements may fail for lack of gas", "signer", s.Address().Hex(), "wei", bal.String())
-	}
 }
 
 // facilitatorStoreEnv holds the facilitator's store DSN when it carries a

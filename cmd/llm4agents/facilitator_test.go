@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -77,11 +79,7 @@ func deployToken(tb testing.TB) *testToken {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	addr, tx, tok, err := contracts.DeployEIP3009Token(auth, node.Client, "USD Coin", "2", 6)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	waitMined(tb, node, tx)
+	addr, tok := deployDomain(tb, node, "USD Coin", "2")
 	for i := 1; i <= 3; i++ {
 		tx, err := tok.Mint(auth, testchain.DevAddress(i), big.NewInt(1_000_000_000))
 		if err != nil {
@@ -90,6 +88,22 @@ func deployToken(tb testing.TB) *testToken {
 		waitMined(tb, node, tx)
 	}
 	return &testToken{node: node, addr: addr, tok: tok}
+}
+
+// deployDomain deploys our EIP-3009 token with the EIP-712 domain name and
+// version on node, from DevKey(0).
+func deployDomain(tb testing.TB, node *testchain.Anvil, name, version string) (common.Address, *contracts.EIP3009Token) {
+	tb.Helper()
+	auth, err := bind.NewKeyedTransactorWithChainID(testchain.DevKey(0), node.ChainID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr, tx, tok, err := contracts.DeployEIP3009Token(auth, node.Client, name, version, 6)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	waitMined(tb, node, tx)
+	return addr, tok
 }
 
 func waitMined(tb testing.TB, node *testchain.Anvil, tx *types.Transaction) {
@@ -524,19 +538,20 @@ func TestFacilitatorShutdownWaitsForSettle(t *testing.T) {
 	assertNoSecret(t, "stderr", proc.stderr.String(), append(paymentSecrets(t, p), signerKeyHex)...)
 }
 
-// TestFacilitatorAssetOverride: 0xTOKEN:NAME:VERSION is served as given, without
-// reading the token; the key comes from a file written the way people write
-// them (0x prefix, surrounding whitespace).
+// TestFacilitatorAssetOverride: 0xTOKEN:NAME:VERSION is served as given once
+// the token's DOMAIN_SEPARATOR() confirms it; the key comes from a file
+// written the way people write them (0x prefix, surrounding whitespace).
 func TestFacilitatorAssetOverride(t *testing.T) {
 	tt := deployToken(t)
+	some, _ := deployDomain(t, tt.node, "Some Token", "7")
 	keyFile := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(keyFile, []byte("  0x"+signerKeyHex+"\r\n\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := facilitatorArgs(t, tt.node, tt.addr.Hex()+":Some Token:7", "--key-file", keyFile)
+	args := facilitatorArgs(t, tt.node, some.Hex()+":Some Token:7", "--key-file", keyFile)
 	proc := startFacilitator(t, args, envMap(nil))
 
-	if want := `msg="serving asset" asset=` + tt.addr.Hex() + ` name="Some Token" version=7`; !strings.Contains(proc.stderr.String(), want) {
+	if want := `msg="serving asset" asset=` + some.Hex() + ` name="Some Token" version=7`; !strings.Contains(proc.stderr.String(), want) {
 		t.Errorf("stderr lacks %q:\n%s", want, proc.stderr)
 	}
 	s, err := facilitator.NewClient(proc.url, nil).Supported(t.Context())
@@ -552,8 +567,10 @@ func TestFacilitatorAssetOverride(t *testing.T) {
 	assertNoSecret(t, "stderr", proc.stderr.String(), signerKeyHex)
 }
 
-// TestResolveAssets reads a token's EIP-712 domain unless the flag gives one.
-func TestResolveAssets(t *testing.T) {
+// TestFacilitatorAssets: the start-up checks read a token's EIP-712 domain
+// unless the flag gives one, and refuse an override the token contradicts or
+// an address that is no token, naming the flag.
+func TestFacilitatorAssets(t *testing.T) {
 	tt := deployToken(t)
 	eoa := testchain.DevAddress(5)
 	tests := []struct {
@@ -564,18 +581,19 @@ func TestResolveAssets(t *testing.T) {
 	}{
 		{name: "read from token", spec: tt.addr.Hex(), want: facilitator.Asset{Address: tt.addr, Name: "USD Coin", Version: "2"}},
 		{name: "lower-case address", spec: strings.ToLower(tt.addr.Hex()), want: facilitator.Asset{Address: tt.addr, Name: "USD Coin", Version: "2"}},
-		{name: "override", spec: tt.addr.Hex() + ":Other:9", want: facilitator.Asset{Address: tt.addr, Name: "Other", Version: "9"}},
-		{name: "not a contract", spec: eoa.Hex(), wantErr: "--asset " + eoa.Hex() + ": read name()"},
+		{name: "override", spec: tt.addr.Hex() + ":USD Coin:2", want: facilitator.Asset{Address: tt.addr, Name: "USD Coin", Version: "2"}},
+		{name: "override of another version", spec: tt.addr.Hex() + ":USD Coin:9",
+			wantErr: "--asset " + tt.addr.Hex() + `:VERSION is "9" but the token's EIP-712 domain says "2"`},
+		{name: "not a contract", spec: eoa.Hex(), wantErr: "--asset " + eoa.Hex() + " has no contract code on eip155:1337 (chain at " + tt.node.URL + ")"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a, err := parseAsset(tc.spec)
+			f, err := parseFacilitatorFlags([]string{"--rpc", tt.node.URL, "--network", testNetwork, "--asset", tc.spec},
+				env{getenv: envMap(nil), stdout: io.Discard, stderr: io.Discard})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			got, err := resolveAssets(ctx, []facilitator.Asset{a}, tt.node.Client)
+			checked, err := checkChain(t.Context(), tt.node.Client, facilitatorSetup(f, testchain.DevKey(testSigner)), f.rpc, slog.New(slog.DiscardHandler))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -585,7 +603,7 @@ func TestResolveAssets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff([]facilitator.Asset{tc.want}, got); diff != "" {
+			if diff := cmp.Diff([]facilitator.Asset{tc.want}, facilitatorAssets(checked)); diff != "" {
 				t.Errorf("assets (-want +got):\n%s", diff)
 			}
 		})
@@ -623,6 +641,16 @@ func flipCase(tb testing.TB, addr string) string {
 	}
 	tb.Fatalf("address %s has no letter", addr)
 	return ""
+}
+
+// brokeKey is a key whose account holds nothing on any test chain.
+func brokeKey(tb testing.TB) *ecdsa.PrivateKey {
+	tb.Helper()
+	key, err := crypto.ToECDSA(common.LeftPadBytes([]byte{0xb0, 0x0c, 0xe}, 32))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return key
 }
 
 func writeFile(tb testing.TB, content string) string {
@@ -687,6 +715,9 @@ func TestFacilitatorFlagErrors(t *testing.T) {
 		{name: "settle timeout negative", args: base("", "--settle-timeout", "-1s"), wantErr: []string{"--settle-timeout must be positive"}},
 		{name: "settle timeout not a duration", args: base("", "--settle-timeout", "soon"), wantErr: []string{"invalid value", "-settle-timeout"}},
 		{name: "reconcile every zero", args: base("", "--reconcile-every", "0s"), wantErr: []string{"--reconcile-every must be positive"}},
+		{name: "poll interval zero", args: base("", "--poll-interval", "0s"), wantErr: []string{"--poll-interval 0s is not between 10ms and 10s"}},
+		{name: "poll interval tiny", args: base("", "--poll-interval", "1ms"), wantErr: []string{"--poll-interval 1ms is not between 10ms and 10s"}},
+		{name: "poll interval huge", args: base("", "--poll-interval", "1m"), wantErr: []string{"--poll-interval 1m0s is not between 10ms and 10s"}},
 		{name: "extra positional argument", args: base("", "extra"), wantErr: []string{`unexpected argument`}},
 		{name: "no key at all", args: base(""), getenv: noKey, wantErr: []string{"no signer key", "--key-file", facilitatorKeyEnv}},
 		{name: "env key garbage", args: base(""), getenv: envKey("not a key"), wantErr: []string{"signer key is not a 32-byte hex private key"}},
@@ -738,6 +769,32 @@ func TestFacilitatorFlagErrors(t *testing.T) {
 	}
 }
 
+// TestFacilitatorPollInterval: --poll-interval defaults by network and is
+// taken as given otherwise.
+func TestFacilitatorPollInterval(t *testing.T) {
+	asset := testchain.DevAddress(5).Hex()
+	for _, tc := range []struct {
+		network string
+		extra   []string
+		want    time.Duration
+	}{
+		{network: "eip155:1337", want: 100 * time.Millisecond},
+		{network: "eip155:31337", want: 100 * time.Millisecond},
+		{network: "eip155:8453", want: 250 * time.Millisecond},
+		{network: "eip155:8453", extra: []string{"--poll-interval", "2s"}, want: 2 * time.Second},
+		{network: "eip155:1337", extra: []string{"--poll-interval", "10ms"}, want: 10 * time.Millisecond},
+	} {
+		args := append([]string{"--rpc", "http://127.0.0.1:1", "--network", tc.network, "--asset", asset}, tc.extra...)
+		f, err := parseFacilitatorFlags(args, env{getenv: envMap(nil), stdout: io.Discard, stderr: io.Discard})
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if f.pollInterval != tc.want {
+			t.Errorf("%v: poll interval %s, want %s", args, f.pollInterval, tc.want)
+		}
+	}
+}
+
 // TestFacilitatorChainErrors: configurations that only the node can refuse.
 func TestFacilitatorChainErrors(t *testing.T) {
 	tt := deployToken(t)
@@ -753,7 +810,11 @@ func TestFacilitatorChainErrors(t *testing.T) {
 		wantErr []string
 	}{
 		{name: "network of another chain", args: []string{"--network", "eip155:1"}, wantErr: []string{"--network eip155:1 does not match the node's chain id 1337"}},
-		{name: "asset not a contract", args: []string{"--asset", eoa}, wantErr: []string{"--asset " + eoa, "read name()"}},
+		{name: "asset not a contract", args: []string{"--asset", eoa}, wantErr: []string{"--asset " + eoa + " has no contract code on eip155:1337"}},
+		{name: "asset of another domain", args: []string{"--asset", tt.addr.Hex() + ":USD Coin:1"},
+			wantErr: []string{"--asset " + tt.addr.Hex() + `:VERSION is "1" but the token's EIP-712 domain says "2"`}},
+		{name: "signer without gas", args: []string{"--key-file", writeFile(t, hex.EncodeToString(crypto.FromECDSA(brokeKey(t))))},
+			wantErr: []string{"--key-file is the key of signer " + crypto.PubkeyToAddress(brokeKey(t).PublicKey).Hex() + ", which has no balance on eip155:1337"}},
 		{name: "listen address in use", args: []string{"--listen", busy.Addr().String()}, wantErr: []string{"listen", "address already in use"}},
 		{name: "listen address bad", args: []string{"--listen", "127.0.0.1:notaport"}, wantErr: []string{"listen"}},
 		{name: "store in a missing directory", args: []string{"--store", filepath.Join(t.TempDir(), "absent", "fac.db")}, wantErr: []string{"fac.db"}},

@@ -80,7 +80,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			return nil, err
 		}
 		sender, err := chain.NewSender(backend, key, chainID, chain.SenderConfig{
-			MaxFeePerGas: maxFee, PollInterval: 100 * time.Millisecond, ReplaceAfter: replaceAfter(cfg.Facilitator.SettleTimeout),
+			MaxFeePerGas: maxFee, PollInterval: cfg.Facilitator.PollInterval, ReplaceAfter: replaceAfter(cfg.Facilitator.SettleTimeout),
 		}, log)
 		if err != nil {
 			return nil, err
@@ -214,8 +214,9 @@ func runServe(ctx context.Context, args []string, e env) error {
 		}
 	}
 	// The in-process facilitator settles on the node; credits read top-up
-	// settlements from it, whoever settles.
-	if cfg.Facilitator.Mode != config.ModeRemote || cfg.Credits.Enabled {
+	// settlements from it, whoever settles (config.Validate requires a node for
+	// both). A remote facilitator's gateway given a node checks it too.
+	if cfg.Network.RPCURL != "" || cfg.Network.RPCURLEnv != "" {
 		rpcURL, err := cfg.Network.RPC(e.getenv)
 		if err != nil {
 			return fmt.Errorf("serve: network: %w", err)
@@ -227,12 +228,10 @@ func runServe(ctx context.Context, args []string, e env) error {
 			return fmt.Errorf("serve: dial node: %w", redactURL(err, rpcURL))
 		}
 		defer client.Close()
-		id, err := client.ChainID(dialCtx)
-		if err != nil {
-			return fmt.Errorf("serve: read chain id: %w", redactURL(err, rpcURL))
-		}
-		if want, _ := cfg.Network.ChainID(); want.Cmp(id) != 0 {
-			return fmt.Errorf("serve: network.id %s does not match the node's chain id %s", cfg.Network.ID, id)
+		// Before listening: a wrong asset, domain or chain, or a signer
+		// without gas, would otherwise show only at the first payment.
+		if _, err := checkChain(ctx, client, serveSetup(cfg, key), rpcURL, log); err != nil {
+			return fmt.Errorf("serve: %w", err)
 		}
 		backend = client
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
+	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/testchain"
@@ -631,15 +633,33 @@ func TestServeChainErrors(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = busy.Close() })
 	cfg := func(c serveConfig) []string {
-		c.RPC, c.Asset = rpc, tt.addr.Hex()
+		c.RPC = rpc
+		if c.Asset == "" {
+			c.Asset = tt.addr.Hex()
+		}
 		return []string{"--config", c.write(t)}
 	}
 	keyIs := func(v string) func(string) string {
 		return envMap(map[string]string{serveKeyEnv: v, serveAPIKeyEnv: upstreamAPIKey})
 	}
+	eoa := testchain.DevAddress(5).Hex()
+	other, _ := deployDomain(t, tt.node, "USD Coin", "1")
+	broke := brokeKey(t)
+	remote := func(c serveConfig) []string {
+		c.RPC = rpc
+		return []string{"--config", writeConfig(t, remoteFacilitator(t, c))}
+	}
 	tests := []serveErrorCase{
 		{name: "network of another chain", args: cfg(serveConfig{Network: "eip155:8453"}),
-			wantErr: []string{"network.id eip155:8453 does not match the node's chain id 1337"}},
+			wantErr: []string{"network.id eip155:8453 does not match the node's chain id 1337 (chain at " + tt.node.URL + ")"}},
+		{name: "asset without code", args: cfg(serveConfig{Asset: eoa}),
+			wantErr: []string{"network.asset " + eoa + " has no contract code on eip155:1337 (chain at " + tt.node.URL + ")"}},
+		{name: "asset of another version", args: cfg(serveConfig{Asset: other.Hex()}),
+			wantErr: []string{`network.asset_version is "2" but the token's EIP-712 domain says "1"`}},
+		{name: "signer without gas", args: cfg(serveConfig{}), getenv: keyIs(hex.EncodeToString(crypto.FromECDSA(broke))),
+			wantErr: []string{"facilitator.key_env is the key of signer " + crypto.PubkeyToAddress(broke.PublicKey).Hex() + ", which has no balance on eip155:1337"}},
+		{name: "remote facilitator, asset without code", args: remote(serveConfig{Asset: eoa}),
+			wantErr: []string{"network.asset " + eoa + " has no contract code on eip155:1337"}},
 		{name: "key env unset", args: cfg(serveConfig{}), getenv: envMap(nil),
 			wantErr: []string{"facilitator key", serveKeyEnv + " is not set"}},
 		{name: "key env blank", args: cfg(serveConfig{}), getenv: keyIs(" \t\n"),
@@ -667,6 +687,34 @@ func TestServeChainErrors(t *testing.T) {
 			wantErr: []string{"serve: listen", "address already in use"}},
 	}
 	runServeErrors(t, tests)
+}
+
+// remoteFacilitator is the YAML of c with a remote facilitator in place of
+// the in-process one.
+func remoteFacilitator(tb testing.TB, c serveConfig) string {
+	tb.Helper()
+	in := "  mode: in-process\n  key_env: " + serveKeyEnv + "\n"
+	y := c.yaml(tb)
+	if !strings.Contains(y, in) {
+		tb.Fatalf("no in-process facilitator in:\n%s", y)
+	}
+	return strings.Replace(y, in, "  mode: remote\n  url: http://127.0.0.1:1\n", 1)
+}
+
+// TestServeRemoteFacilitator: with a remote facilitator the gateway checks
+// the node it is given (TestServeChainErrors has its failure), and starts
+// without one, with nothing to check.
+func TestServeRemoteFacilitator(t *testing.T) {
+	tt := deployToken(t)
+	for _, c := range []serveConfig{
+		{RPC: "rpc_url: " + tt.node.URL, Asset: tt.addr.Hex()},
+		{Asset: testchain.DevAddress(5).Hex()}, // no node: not checked
+	} {
+		proc := startCmd(t, []string{"serve", "--config", writeConfig(t, remoteFacilitator(t, c))}, envMap(nil), "gateway listening on ")
+		if err := proc.stop(); err != nil {
+			t.Errorf("run returned %v after cancel, want nil", err)
+		}
+	}
 }
 
 // TestServeNodeURLNotLogged: an RPC URL from rpc_url_env carries a provider

@@ -95,6 +95,11 @@ type Facilitator struct {
 	// settlements left unresolved (a crash, a pending answer) from the chain;
 	// it also runs once at start. Default DefaultReconcileInterval.
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
+	// PollInterval is how often the in-process facilitator asks the node for
+	// a settlement's receipt (it also looks right after the broadcast, and a
+	// few times sooner within the first interval). From MinPollInterval to
+	// MaxPollInterval. Default DefaultPollInterval(Network.ID).
+	PollInterval time.Duration `yaml:"poll_interval"`
 }
 
 // Store says where claims and settlement records live: one SQLite file for
@@ -159,7 +164,10 @@ type Upstream struct {
 	Timeout time.Duration `yaml:"timeout"`
 }
 
-// Model is a model the gateway sells.
+// Model is a model the gateway sells. How its calls settle is not configured
+// (the key settle was removed): a non-streamed call settles before its answer
+// is released (DECISIONS D1), a streamed one after the first upstream chunk
+// with content and before the first byte reaches the client (D2).
 type Model struct {
 	// ID is the public model name clients send; unique.
 	ID string `yaml:"id"`
@@ -176,7 +184,6 @@ type Model struct {
 	// Encoding is the tiktoken encoding prompts are counted with. Default
 	// pricing.EncodingFor(UpstreamModel).
 	Encoding string `yaml:"encoding"`
-	Settle   Settle `yaml:"settle"`
 	// PaymentIdentifier is PaymentIDOptional (default: the official clients
 	// send no id) or PaymentIDRequired: whether a payment for this model must
 	// carry the payment-identifier extension (x402-v2 §7.1, DECISIONS D14).
@@ -191,14 +198,6 @@ type Model struct {
 type Price struct {
 	Input  string `yaml:"input"`
 	Output string `yaml:"output"`
-}
-
-// Settle is a model's settle policy (MISSION P3).
-type Settle struct {
-	// NonStreaming is SettleBuffered (default; DECISIONS D1).
-	NonStreaming string `yaml:"non_streaming"`
-	// Streaming is SettleAfterFirstChunk (default; DECISIONS D2).
-	Streaming string `yaml:"streaming"`
 }
 
 // Defaults.
@@ -232,9 +231,6 @@ const (
 	UpstreamOpenAI = "openai"
 	UpstreamDemo   = "demo"
 
-	SettleBuffered        = "buffered"
-	SettleAfterFirstChunk = "after_first_chunk"
-
 	PaymentIDOptional = "optional"
 	PaymentIDRequired = "required"
 )
@@ -244,6 +240,11 @@ const (
 	// MaxDecimals bounds Network.Decimals: 10^36 atomic units per token is
 	// beyond any real asset, and keeps amounts far inside uint256.
 	MaxDecimals = 36
+	// MinPollInterval and MaxPollInterval bound Facilitator.PollInterval:
+	// faster floods the node with receipt lookups, slower adds seconds to
+	// every paid call.
+	MinPollInterval = 10 * time.Millisecond
+	MaxPollInterval = 10 * time.Second
 	// maxTimeoutSecondsCap bounds Network.MaxTimeoutSeconds to a day.
 	maxTimeoutSecondsCap = 24 * 60 * 60
 	// deliveryMargin is what Validate leaves, inside a payment's validity, for
@@ -291,6 +292,9 @@ func (c *Config) SetDefaults() {
 	if f.ReconcileInterval == 0 {
 		f.ReconcileInterval = DefaultReconcileInterval
 	}
+	if f.PollInterval == 0 {
+		f.PollInterval = DefaultPollInterval(c.Network.ID)
+	}
 	l := &c.Limits
 	if l.MaxBodyBytes == 0 {
 		l.MaxBodyBytes = DefaultMaxBodyBytes
@@ -326,12 +330,6 @@ func (c *Config) SetDefaults() {
 		}
 		if m.Encoding == "" {
 			m.Encoding = pricing.EncodingFor(m.UpstreamModel)
-		}
-		if m.Settle.NonStreaming == "" {
-			m.Settle.NonStreaming = SettleBuffered
-		}
-		if m.Settle.Streaming == "" {
-			m.Settle.Streaming = SettleAfterFirstChunk
 		}
 		if m.PaymentIdentifier == "" {
 			m.PaymentIdentifier = PaymentIDOptional
@@ -511,6 +509,9 @@ func (c *Config) validateFacilitator(p *problems) {
 	}
 	if f.ReconcileInterval < time.Second {
 		p.add("facilitator.reconcile_interval", "%s is less than 1s", f.ReconcileInterval)
+	}
+	if f.PollInterval < MinPollInterval || f.PollInterval > MaxPollInterval {
+		p.add("facilitator.poll_interval", "%s is not between %s and %s", f.PollInterval, MinPollInterval, MaxPollInterval)
 	}
 }
 
@@ -711,12 +712,6 @@ func (c *Config) validateModels(p *problems) {
 			p.add(at+".encoding", "%q is not a known encoding (%s, %s, %s, %s or %s)", truncate(m.Encoding),
 				pricing.O200kBase, pricing.Cl100kBase, pricing.P50kBase, pricing.P50kEdit, pricing.R50kBase)
 		}
-		if m.Settle.NonStreaming != SettleBuffered {
-			p.add(at+".settle.non_streaming", "%q is not %s (the only policy for now; DECISIONS D1)", truncate(m.Settle.NonStreaming), SettleBuffered)
-		}
-		if m.Settle.Streaming != SettleAfterFirstChunk {
-			p.add(at+".settle.streaming", "%q is not %s (the only policy for now; DECISIONS D2)", truncate(m.Settle.Streaming), SettleAfterFirstChunk)
-		}
 		if m.PaymentIdentifier != PaymentIDOptional && m.PaymentIdentifier != PaymentIDRequired {
 			p.add(at+".payment_identifier", "%q is not %s or %s", truncate(m.PaymentIdentifier), PaymentIDOptional, PaymentIDRequired)
 		}
@@ -862,6 +857,18 @@ func (n Network) AssetAddress() (common.Address, error) { return exact.ParseAddr
 
 // PayToAddress returns Network.PayTo parsed.
 func (n Network) PayToAddress() (common.Address, error) { return exact.ParseAddress(n.PayTo) }
+
+// DefaultPollInterval is Facilitator.PollInterval when none is set: 100ms on
+// a local development chain (eip155:1337, eip155:31337), whose node is free
+// to ask, and 250ms elsewhere, an eighth of Base's 2s blocks, so a paid call
+// waits on average 125ms beyond its block.
+func DefaultPollInterval(network string) time.Duration {
+	switch network {
+	case "eip155:1337", "eip155:31337":
+		return 100 * time.Millisecond
+	}
+	return 250 * time.Millisecond
+}
 
 // MaxFee returns Facilitator.MaxFeePerGas in wei.
 func (f Facilitator) MaxFee() (*big.Int, error) {

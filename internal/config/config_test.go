@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,7 @@ func TestParseBase(t *testing.T) {
 		Facilitator: Facilitator{
 			Mode: ModeInProcess, KeyFile: "/run/secrets/facilitator.key",
 			MaxFeePerGas: DefaultMaxFeePerGas, SettleTimeout: 30 * time.Second, ReconcileInterval: DefaultReconcileInterval,
+			PollInterval: 250 * time.Millisecond,
 		},
 		Store: Store{DSN: "sqlite:///tmp/llm4agents.db"},
 		Limits: Limits{MaxBodyBytes: 1 << 20, UpstreamTimeout: 120 * time.Second, MaxStreamDuration: 10 * time.Minute,
@@ -115,12 +117,12 @@ func TestParseBase(t *testing.T) {
 			{
 				ID: "gpt-4o-mini", Upstream: "openai", UpstreamModel: "gpt-4o-mini",
 				Price: Price{Input: "150000", Output: "600000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
-				Settle: Settle{NonStreaming: SettleBuffered, Streaming: SettleAfterFirstChunk}, PaymentIdentifier: PaymentIDOptional,
+				PaymentIdentifier: PaymentIDOptional,
 			},
 			{
 				ID: "demo", Upstream: "demo", UpstreamModel: "demo",
 				Price: Price{Input: "1000000", Output: "2_000_000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
-				Settle: Settle{NonStreaming: SettleBuffered, Streaming: SettleAfterFirstChunk}, PaymentIdentifier: PaymentIDOptional,
+				PaymentIdentifier: PaymentIDOptional,
 			},
 		},
 	}
@@ -149,6 +151,36 @@ func TestParseBase(t *testing.T) {
 	}
 	if fee, err := c.Facilitator.MaxFee(); err != nil || fee.String() != DefaultMaxFeePerGas {
 		t.Errorf("MaxFee = %v, %v", fee, err)
+	}
+}
+
+// TestPollIntervalDefault: the receipt poll interval follows the network
+// unless the file sets one.
+func TestPollIntervalDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edits []string
+		want  time.Duration
+	}{
+		{name: "base", want: 250 * time.Millisecond},
+		{name: "anvil", edits: []string{"id: eip155:8453", "id: eip155:31337"}, want: 100 * time.Millisecond},
+		{name: "local 1337", edits: []string{"id: eip155:8453", "id: eip155:1337"}, want: 100 * time.Millisecond},
+		{name: "base sepolia", edits: []string{"id: eip155:8453", "id: eip155:84532"}, want: 250 * time.Millisecond},
+		{name: "set", edits: []string{"  mode: in-process\n", "  mode: in-process\n  poll_interval: 2s\n"}, want: 2 * time.Second},
+		{name: "set on anvil", edits: []string{"id: eip155:8453", "id: eip155:31337", "  mode: in-process\n", "  mode: in-process\n  poll_interval: 1s\n"}, want: time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(edit(t, base, tc.edits...)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Facilitator.PollInterval != tc.want {
+				t.Errorf("poll_interval = %s, want %s", c.Facilitator.PollInterval, tc.want)
+			}
+		})
+	}
+	if got := Demo().Facilitator.PollInterval; got != 100*time.Millisecond {
+		t.Errorf("Demo() poll_interval = %s, want 100ms", got)
 	}
 }
 
@@ -193,6 +225,22 @@ func TestPublicURLDefault(t *testing.T) {
 	c, err := Parse([]byte(edit(t, base, "listen: 127.0.0.1:8080", "public_url: https://llm.example.com/x402/")))
 	if err != nil || c.PublicURL != "https://llm.example.com/x402" {
 		t.Errorf("public_url with a trailing slash: %q, %v", c.PublicURL, err)
+	}
+}
+
+// TestRemovedKeys: every removed key is named under a type of the
+// configuration that no longer has it, or its message could never show.
+func TestRemovedKeys(t *testing.T) {
+	for typ, keys := range removedKeys {
+		known, ok := knownKeys[typ]
+		if !ok {
+			t.Errorf("removedKeys names type %s, which the configuration does not have", typ)
+		}
+		for key := range keys {
+			if slices.Contains(known, key) {
+				t.Errorf("removed key %s of %s is still a key of it", key, typ)
+			}
+		}
 	}
 }
 
@@ -284,6 +332,10 @@ func TestParseErrors(t *testing.T) {
 		{name: "recovery replays negative", edits: []string{dsn, dsn + "\nlimits:\n  recovery_replays: -1"}, path: "limits.recovery_replays", msg: "is not between 1 and 1000"},
 		{name: "recovery replays too many", edits: []string{dsn, dsn + "\nlimits:\n  recovery_replays: 1001"}, path: "limits.recovery_replays", msg: "is not between 1 and 1000"},
 		{name: "reconcile interval tiny", edits: []string{keyFile, keyFile + "  reconcile_interval: 10ms\n"}, path: "facilitator.reconcile_interval", msg: "less than 1s"},
+		{name: "poll interval tiny", edits: []string{keyFile, keyFile + "  poll_interval: 1ms\n"}, path: "facilitator.poll_interval", msg: "1ms is not between 10ms and 10s", line: "poll_interval:"},
+		{name: "poll interval huge", edits: []string{keyFile, keyFile + "  poll_interval: 1m\n"}, path: "facilitator.poll_interval", msg: "1m0s is not between 10ms and 10s"},
+		{name: "poll interval negative", edits: []string{keyFile, keyFile + "  poll_interval: -250ms\n"}, path: "facilitator.poll_interval", msg: "-250ms is not between"},
+		{name: "poll interval without unit", edits: []string{keyFile, keyFile + "  poll_interval: 250\n"}, path: "facilitator.poll_interval", msg: "a duration such as 30s"},
 
 		// Limits and listen.
 		{name: "body limit negative", edits: []string{dsn, dsn + "\nlimits:\n  max_body_bytes: -1"}, path: "limits.max_body_bytes", msg: "must be positive", line: "max_body_bytes:"},
@@ -340,8 +392,10 @@ func TestParseErrors(t *testing.T) {
 		{name: "max output tokens negative", edits: []string{price0, price0 + "\n    max_output_tokens: -5"}, path: "models[0].max_output_tokens", msg: "must be positive"},
 		{name: "max output tokens text", edits: []string{price0, price0 + "\n    max_output_tokens: many"}, path: "models[0].max_output_tokens", msg: "want a whole number, got !!str `many`"},
 		{name: "unknown encoding", edits: []string{price0, price0 + "\n    encoding: o100k"}, path: "models[0].encoding", msg: `"o100k" is not a known encoding`},
-		{name: "unknown non-streaming policy", edits: []string{price0, price0 + "\n    settle: { non_streaming: streamed }"}, path: "models[0].settle.non_streaming", msg: `"streamed" is not buffered`},
-		{name: "unknown streaming policy", edits: []string{price0, price0 + "\n    settle:\n      streaming: before_first_chunk"}, path: "models[0].settle.streaming", msg: `is not after_first_chunk`, line: "streaming:"},
+		{name: "removed settle policy", edits: []string{price0, price0 + "\n    settle:\n      non_streaming: buffered\n      streaming: after_first_chunk"},
+			path: "models[0].settle", msg: "was removed: how a paid call settles is fixed, not configured: a non-streamed call settles before its answer is released, " +
+				"and a streamed one after the first upstream chunk with content, before the first byte reaches the client", line: "settle:"},
+		{name: "removed settle policy, flow style", edits: []string{price0, price0 + "\n    settle: { streaming: before_first_chunk }"}, path: "models[0].settle", msg: "delete the settle block"},
 		{name: "unknown payment identifier", edits: []string{price0, price0 + "\n    payment_identifier: always"}, path: "models[0].payment_identifier", msg: `"always" is not optional or required`},
 		{name: "payment identifier a bool", edits: []string{price0, price0 + "\n    payment_identifier: true"}, path: "models[0].payment_identifier", msg: `is not optional or required`},
 

@@ -207,6 +207,10 @@ func (ix *index) typeProblem(msg string) *FieldError {
 	fe := &FieldError{Line: line, Msg: msg}
 	if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
 		fe.Path = ix.keyAt(line, m[1])
+		if why, ok := removedKeys[m[2]][m[1]]; ok {
+			fe.Msg = "was removed: " + why
+			return fe
+		}
 		fe.Msg = fmt.Sprintf("unknown key %q", m[1])
 		if keys := knownKeys[m[2]]; len(keys) > 0 {
 			fe.Msg += " (the keys here are " + strings.Join(keys, ", ") + ")"
@@ -283,6 +287,18 @@ func describeType(goType string) string {
 		return "a mapping of keys"
 	}
 	return goType
+}
+
+// removedKeys says, by Go type name as the decoder reports it and then by
+// key, why a key that configurations once carried is gone and what to do
+// instead. Decoding still refuses such a key, with this message in place of
+// "unknown key".
+var removedKeys = map[string]map[string]string{
+	"config.Model": {
+		"settle": "how a paid call settles is fixed, not configured: a non-streamed call settles before its answer is released, " +
+			"and a streamed one after the first upstream chunk with content, before the first byte reaches the client " +
+			"(DECISIONS D1, D2; docs/CONFIG.md, models[]); delete the settle block",
+	},
 }
 
 // knownKeys lists the YAML keys of each struct of the configuration, by Go

@@ -27,7 +27,9 @@ const maxReceiptsLimit = 1000
 // runCredits is `llm4agents credits topup|balance|receipts`.
 func runCredits(ctx context.Context, args []string, e env) error {
 	return runSubcommand(ctx, "credits", args, e, []subcommand{
-		{"topup", creditsTopUp}, {"balance", creditsBalance}, {"receipts", creditsReceipts},
+		{"topup", "pay an x402 top-up of --amount; the gateway credits the paying wallet's account", creditsTopUp},
+		{"balance", "show the account's balance and what calls in progress hold", creditsBalance},
+		{"receipts", "list the latest signed receipts of credit-paid calls and verify each", creditsReceipts},
 	})
 }
 

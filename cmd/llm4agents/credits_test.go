@@ -343,8 +343,8 @@ func TestKeysSignInStaysOnGateway(t *testing.T) {
 	g := startAccountGateway(t)
 	g.nonceDomain = "bank.example"
 	_, _, err := runBuyer(t, []string{"keys", "list", "--gateway", g.URL}, buyerEnv(), "")
-	if err == nil || !strings.Contains(err.Error(), "not signing") {
-		t.Fatalf("err = %v, want a refusal to sign", err)
+	if err == nil || !strings.Contains(err.Error(), "not signing") || !strings.Contains(err.Error(), "public_url") {
+		t.Fatalf("err = %v, want a refusal to sign that says what to do", err)
 	}
 	for _, r := range g.rec.requests() {
 		if r.Path == "/v1/auth/verify" {

@@ -234,9 +234,11 @@ func (a *account) signIn(ctx context.Context, key *ecdsa.PrivateKey, now time.Ti
 	uri, err := url.Parse(n.URI)
 	switch {
 	case !strings.EqualFold(n.Domain, a.base.Host):
-		return fmt.Errorf("sign in: the gateway asks to sign in to %q, not %s; not signing", oneLine(n.Domain, 100), a.base.Host)
+		return fmt.Errorf("sign in: the gateway asks to sign in to %q (its public_url), not %s; not signing. "+
+			"Pass --gateway with the origin of its public_url, or set every replica's public_url to the address clients use", oneLine(n.Domain, 100), a.base.Host)
 	case err != nil || !sameOrigin(uri, a.base) || uri.User != nil:
-		return fmt.Errorf("sign in: the gateway's sign-in URI is not on %s; not signing", a.base)
+		return fmt.Errorf("sign in: the gateway's sign-in URI is not on %s; not signing. "+
+			"Pass --gateway with the origin of its public_url, or set every replica's public_url to the address clients use", a.base)
 	case n.ChainID == 0:
 		return errors.New("sign in: the gateway named no chain id")
 	case n.Nonce == "" || !isToken(n.Nonce) || len(n.Nonce) > 128:
@@ -271,28 +273,45 @@ func (a *account) signIn(ctx context.Context, key *ecdsa.PrivateKey, now time.Ti
 // runKeys is `llm4agents keys create|list|revoke`.
 func runKeys(ctx context.Context, args []string, e env) error {
 	return runSubcommand(ctx, "keys", args, e, []subcommand{
-		{"create", keysCreate}, {"list", keysList}, {"revoke", keysRevoke},
+		{"create", "create an sk-l4a- API key with optional caps, models and expiry; shown once", keysCreate},
+		{"list", "list the account's keys and their limits", keysList},
+		{"revoke", "revoke a key by its id, as list shows it", keysRevoke},
 	})
 }
 
 // subcommand is one word of a command with subcommands (keys, credits).
 type subcommand struct {
-	name string
-	run  func(ctx context.Context, args []string, e env) error
+	name    string
+	summary string // one line for the command's usage
+	run     func(ctx context.Context, args []string, e env) error
 }
 
 // runSubcommand runs the subcommand args[0] names, with the rest of args.
-// A missing or unknown one is an error naming those there are; the unknown
-// word is shown on one line, cut short.
+// -h, -help, --help or help prints the command's usage to stderr, as a
+// FlagSet does, and returns flag.ErrHelp. A missing or unknown subcommand is
+// an error naming those there are; the unknown word is shown on one line, cut
+// short.
 func runSubcommand(ctx context.Context, cmd string, args []string, e env, subs []subcommand) error {
 	names := make([]string, len(subs))
 	for i, sc := range subs {
 		names[i] = sc.name
 	}
 	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	usage := func() {
+		printf(e.stderr, "usage: llm4agents %s %s [flags]\n\nsubcommands:\n", cmd, strings.Join(names, "|"))
+		for _, sc := range subs {
+			printf(e.stderr, "  %-10s %s\n", sc.name, sc.summary)
+		}
+		printf(e.stderr, "\nRun 'llm4agents %s <subcommand> -h' for the flags of a subcommand.\n", cmd)
+	}
 	if len(args) == 0 {
-		printf(e.stderr, "usage: llm4agents %s %s [flags]\n", cmd, strings.Join(names, "|"))
+		usage()
 		return fmt.Errorf("%s: a subcommand is required: %s", cmd, want)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage()
+		return flag.ErrHelp
 	}
 	for _, sc := range subs {
 		if sc.name == args[0] {

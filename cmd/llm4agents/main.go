@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -19,13 +20,18 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		// -h printed the usage; asking for help is not a failure.
-	case err != nil:
-		printf(os.Stderr, "llm4agents: %v\n", err)
-		os.Exit(2)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode is the process's exit status for run's error, which it reports on
+// stderr: 0 for none and for -h, whose usage is already printed (asking for
+// help is not a failure), 2 for any other.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	printf(stderr, "llm4agents: %v\n", err)
+	return 2
 }
 
 // env gives a subcommand what it may read from its surroundings.
@@ -52,6 +58,7 @@ commands:
   chat          chat with an OpenAI-compatible x402 endpoint, paying per turn
   keys          create, list or revoke the gateway's sk-l4a- API keys (signs in with the wallet)
   credits       top up credit with an x402 payment, show the balance, verify receipts
+  version       print the version and VCS revision of this build (also --version)
 
 Run 'llm4agents <command> -h' for the flags of a command.
 `
@@ -80,8 +87,51 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "-h", "-help", "--help", "help":
 		printf(stdout, "%s", usage)
 		return nil
+	case "version", "-version", "--version":
+		if len(rest) > 0 {
+			return fmt.Errorf("%s takes no arguments", cmd)
+		}
+		printf(stdout, "%s\n", versionLine(debug.ReadBuildInfo()))
+		return nil
 	default:
 		printf(stderr, "%s", usage)
 		return fmt.Errorf("unknown command %q", cmd)
 	}
+}
+
+// versionLine says which build this is: the module version, the VCS revision
+// and whether the tree it was built from had changes, and the Go version.
+// What the build did not record is named as such: "(devel)" for a build
+// outside a module download, "unknown revision" for one without VCS stamping
+// (go run, -buildvcs=false, a tree that is not a repository).
+func versionLine(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "llm4agents (devel), unknown revision (no build information)"
+	}
+	version := bi.Main.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	var revision, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	line := "llm4agents " + version
+	switch {
+	case revision == "":
+		line += ", unknown revision"
+	case modified == "true":
+		line += ", revision " + revision + " (modified)"
+	default:
+		line += ", revision " + revision
+	}
+	if bi.GoVersion != "" {
+		line += ", " + bi.GoVersion
+	}
+	return line
 }

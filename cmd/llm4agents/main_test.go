@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -117,6 +119,112 @@ func TestRunUsage(t *testing.T) {
 			}
 			if !strings.Contains(stderr, tc.wantStderr) {
 				t.Errorf("stderr = %q, want it to contain %q", stderr, tc.wantStderr)
+			}
+		})
+	}
+}
+
+// TestHelpExitsZero: -h, -help and --help print the usage of every command,
+// group commands (keys, credits) and their subcommands included, and the
+// process exits 0, as the top-level usage promises.
+func TestHelpExitsZero(t *testing.T) {
+	commands := [][]string{
+		{"serve"}, {"demo"}, {"facilitator"}, {"pay"}, {"chat"},
+		{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "revoke"},
+		{"credits"}, {"credits", "topup"}, {"credits", "balance"}, {"credits", "receipts"},
+	}
+	for _, cmd := range commands {
+		for _, h := range []string{"-h", "-help", "--help"} {
+			args := append(append([]string(nil), cmd...), h)
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				stdout, stderr, err := runBounded(t, 10*time.Second, args, envMap(nil))
+				var report bytes.Buffer
+				if code := exitCode(err, &report); code != 0 {
+					t.Errorf("exit status %d, want 0; reported %q", code, report.String())
+				}
+				if !strings.Contains(strings.ToLower(stdout+stderr), "usage") {
+					t.Errorf("no usage printed; stdout %q, stderr %q", stdout, stderr)
+				}
+			})
+		}
+	}
+	t.Run("keys lists its subcommands", func(t *testing.T) {
+		_, stderr, _ := runBounded(t, 10*time.Second, []string{"keys", "--help"}, envMap(nil))
+		for _, want := range []string{"usage: llm4agents keys create|list|revoke [flags]", "  create ", "  list ", "  revoke ", "llm4agents keys <subcommand> -h"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, stderr)
+			}
+		}
+	})
+}
+
+func TestExitCode(t *testing.T) {
+	tests := []struct {
+		name   string
+		err    error
+		code   int
+		report string
+	}{
+		{"success", nil, 0, ""},
+		{"help", flag.ErrHelp, 0, ""},
+		{"wrapped help", fmt.Errorf("keys: %w", flag.ErrHelp), 0, ""},
+		{"failure", errors.New("serve: --config is required"), 2, "llm4agents: serve: --config is required\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var report bytes.Buffer
+			if code := exitCode(tc.err, &report); code != tc.code || report.String() != tc.report {
+				t.Errorf("exitCode(%v) = %d, reported %q; want %d, %q", tc.err, code, report.String(), tc.code, tc.report)
+			}
+		})
+	}
+}
+
+// TestVersion: --version and version print the build's module version and
+// VCS revision, and say what the build did not record.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"version"}} {
+		stdout, stderr, err := runBounded(t, 10*time.Second, args, envMap(nil))
+		if err != nil || !strings.HasPrefix(stdout, "llm4agents ") || strings.Count(stdout, "\n") != 1 || stderr != "" {
+			t.Errorf("%q: err %v, stdout %q, stderr %q; want one line on stdout", args, err, stdout, stderr)
+		}
+	}
+	if _, _, err := runBounded(t, 10*time.Second, []string{"version", "now"}, envMap(nil)); err == nil {
+		t.Error("version now: no error, want one for the extra argument")
+	}
+	if stdout, _, _ := runBounded(t, 10*time.Second, []string{"help"}, envMap(nil)); !strings.Contains(stdout, "--version") {
+		t.Errorf("the usage does not mention --version:\n%s", stdout)
+	}
+
+	settings := func(kv ...string) []debug.BuildSetting {
+		var s []debug.BuildSetting
+		for i := 0; i < len(kv); i += 2 {
+			s = append(s, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return s
+	}
+	const rev = "124082a1b2c3d4e5f60718293a4b5c6d7e8f9012"
+	tests := []struct {
+		name string
+		bi   *debug.BuildInfo
+		ok   bool
+		want string
+	}{
+		{"no build info", nil, false, "llm4agents (devel), unknown revision (no build information)"},
+		{"go run", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, true,
+			"llm4agents (devel), unknown revision, go1.26.0"},
+		{"empty version", &debug.BuildInfo{GoVersion: "go1.26.0"}, true, "llm4agents (devel), unknown revision, go1.26.0"},
+		{"clean tree", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: settings("vcs", "git", "vcs.revision", rev, "vcs.modified", "false")}, true,
+			"llm4agents (devel), revision " + rev + ", go1.26.0"},
+		{"modified tree", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: settings("vcs.revision", rev, "vcs.modified", "true")}, true,
+			"llm4agents (devel), revision " + rev + " (modified), go1.26.0"},
+		{"module version", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v0.3.0"}}, true,
+			"llm4agents v0.3.0, unknown revision, go1.26.0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := versionLine(tc.bi, tc.ok); got != tc.want {
+				t.Errorf("versionLine = %q, want %q", got, tc.want)
 			}
 		})
 	}

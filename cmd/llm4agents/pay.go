@@ -395,17 +395,19 @@ func payOnce(ctx context.Context, hc *http.Client, b *buyer, f *payFlags, e env,
 type payment struct {
 	status   int
 	location string
-	// paid is the requirement of the payment sent, nil when none was.
-	paid  *x402.PaymentRequirements
-	sr    *x402.SettleResponse
-	srErr error // nil, or why PAYMENT-RESPONSE did not decode
+	// paid is the requirement of the payment sent, nil when none was, and
+	// paidIndex its position in the 402's accepts (-1: not known).
+	paid      *x402.PaymentRequirements
+	paidIndex int
+	sr        *x402.SettleResponse
+	srErr     error // nil, or why PAYMENT-RESPONSE did not decode
 }
 
 // outcome reads what the answer to a request says about its payment.
 func (b *buyer) outcome(resp *http.Response, mark int) *payment {
 	p := &payment{status: resp.StatusCode, location: resp.Header.Get("Location")}
 	if sent := b.in.paidSince(mark); len(sent) > 0 {
-		p.paid = &sent[0]
+		p.paid, p.paidIndex = &sent[0].Req, sent[0].Index
 	}
 	sr, err := client.SettleResponse(resp)
 	switch {
@@ -661,9 +663,11 @@ type payJSON struct {
 	Error                string               `json:"error,omitempty"`
 }
 
-// optionJSON is one option of a 402 in --json output.
+// optionJSON is one option of a 402 in --json output. Index is its position
+// in the 402's accepts; it is absent only for a payment no 402 offered (one
+// sent with -H).
 type optionJSON struct {
-	Index             int             `json:"index"`
+	Index             *int            `json:"index,omitempty"`
 	Scheme            string          `json:"scheme"`
 	Network           string          `json:"network"`
 	Asset             string          `json:"asset"`
@@ -677,9 +681,13 @@ type optionJSON struct {
 	Label             string          `json:"label,omitempty"`
 }
 
+// newOptionJSON shows r, the option at index i of its 402 (-1: not known).
 func newOptionJSON(i int, r x402.PaymentRequirements, decimals int) optionJSON {
-	o := optionJSON{Index: i, Scheme: r.Scheme, Network: r.Network, Asset: r.Asset, Amount: r.Amount,
+	o := optionJSON{Scheme: r.Scheme, Network: r.Network, Asset: r.Asset, Amount: r.Amount,
 		PayTo: r.PayTo, MaxTimeoutSeconds: r.MaxTimeoutSeconds, Extra: r.Extra}
+	if i >= 0 {
+		o.Index = &i
+	}
 	if n, err := exact.ParseUint256(r.Amount); err == nil {
 		o.AmountTokens = formatAmount(n, decimals)
 	}
@@ -710,7 +718,7 @@ func (r *payJSON) setBody(b []byte) {
 
 func (p *payment) fillJSON(r *payJSON, s *spending) {
 	if p.paid != nil {
-		o := newOptionJSON(-1, *p.paid, s.decimals)
+		o := newOptionJSON(p.paidIndex, *p.paid, s.decimals)
 		o.Pay = true
 		r.Paid = &o
 	}

@@ -263,7 +263,7 @@ func TestPayDemoGateway(t *testing.T) {
 		if res.Request != "POST "+url || res.Status != 200 || res.Error != "" {
 			t.Errorf("result = %+v", res)
 		}
-		want := &optionJSON{Index: -1, Scheme: "exact", Network: devchain.Network, Asset: g.chain.Token.Hex(), Amount: "10000", AmountTokens: "0.01",
+		want := &optionJSON{Index: new(0), Scheme: "exact", Network: devchain.Network, Asset: g.chain.Token.Hex(), Amount: "10000", AmountTokens: "0.01",
 			PayTo: g.payTo.Hex(), MaxTimeoutSeconds: 300, Extra: json.RawMessage(`{"name":"USD Coin","version":"2"}`), Pay: true}
 		if diff := cmp.Diff(want, res.Paid); diff != "" {
 			t.Errorf("paid (-want +got):\n%s", diff)
@@ -870,6 +870,19 @@ func TestPayMixedOffer(t *testing.T) {
 	}
 	if acc, _ := p.AcceptedRequirements(); acc.Amount != "10000" || acc.Scheme != "exact" || acc.Network != fakeNetwork {
 		t.Errorf("paid %+v, want option [3]", acc)
+	}
+
+	// --json names the option paid by its place in the 402's accepts.
+	stdout, stderr, err = runBuyer(t, []string{"pay", "--json", "--asset", fakeNetwork + "/" + fakeAsset, url}, buyerEnv(), "")
+	if err != nil {
+		t.Fatalf("pay --json: %v\nstderr:\n%s", err, stderr)
+	}
+	var res struct{ Paid *optionJSON }
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Paid == nil {
+		t.Fatalf("pay --json: %v, no paid option in\n%s", err, stdout)
+	}
+	if res.Paid.Index == nil || *res.Paid.Index != 3 || res.Paid.Amount != "10000" {
+		t.Errorf("paid = %s, want option [3] with its index", stdout)
 	}
 }
 

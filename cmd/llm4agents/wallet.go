@@ -309,10 +309,19 @@ type inspector struct {
 
 	mu       sync.Mutex
 	required string // the last PAYMENT-REQUIRED header of an unpaid request, as sent
-	// payments are the requirements paid, one per distinct PAYMENT-SIGNATURE,
-	// in the order sent; seen holds the digests of those headers.
-	payments []x402.PaymentRequirements
+	// payments are the options paid, one per distinct PAYMENT-SIGNATURE, in
+	// the order sent; seen holds the digests of those headers.
+	payments []paidOption
 	seen     map[[32]byte]bool
+}
+
+// paidOption is the requirement a payment accepted and where it stood in the
+// accepts list of the 402 it answered.
+type paidOption struct {
+	Req x402.PaymentRequirements
+	// Index is the position of Req in that 402's accepts, or -1 when no 402
+	// seen here offered it (a payment header the user set with -H).
+	Index int
 }
 
 // RoundTrip sends req, noting the payment it carries or the 402 it draws.
@@ -348,10 +357,15 @@ func (in *inspector) notePayment(header string) {
 	if in.seen == nil {
 		in.seen = map[[32]byte]bool{}
 	}
-	if !in.seen[digest] {
-		in.seen[digest] = true
-		in.payments = append(in.payments, r)
+	if in.seen[digest] {
+		return
 	}
+	in.seen[digest] = true
+	index := -1
+	if pr, err := x402.DecodePaymentRequired(in.required); err == nil {
+		index = x402.FindMatch(pr.Accepts, r)
+	}
+	in.payments = append(in.payments, paidOption{Req: r, Index: index})
 }
 
 // mark returns a position in the payments sent, for paidSince.
@@ -361,11 +375,11 @@ func (in *inspector) mark() int {
 	return len(in.payments)
 }
 
-// paidSince returns the requirements paid after mark.
-func (in *inspector) paidSince(mark int) []x402.PaymentRequirements {
+// paidSince returns the options paid after mark.
+func (in *inspector) paidSince(mark int) []paidOption {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return append([]x402.PaymentRequirements(nil), in.payments[mark:]...)
+	return append([]paidOption(nil), in.payments[mark:]...)
 }
 
 // explain lists the options of the last 402 with why the Transport refused

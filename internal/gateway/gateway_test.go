@@ -68,6 +68,13 @@ func newEnvWith(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilitat
 // newEnvSettle is newEnvWith with the gateway's settle timeout.
 func newEnvSettle(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) x402.Facilitator) *env {
 	t.Helper()
+	return newEnvConfig(t, settleTimeout, wrap, nil)
+}
+
+// newEnvConfig is newEnvSettle with the gateway's Config passed through
+// edit, when not nil, before the gateway is made.
+func newEnvConfig(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) x402.Facilitator, edit func(*gateway.Config)) *env {
+	t.Helper()
 	sim := testchain.NewSimulated(t)
 	sim.StartAutoCommit(t, 10*time.Millisecond)
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "gw.db"), discard())
@@ -102,12 +109,16 @@ func newEnvSettle(t *testing.T, settleTimeout time.Duration, wrap func(*facilita
 		gwFac = wrap(fac)
 	}
 	e.srv = httptest.NewUnstartedServer(nil)
-	gw, err := gateway.New(gateway.Config{
+	cfg := gateway.Config{
 		PublicURL: "http://" + e.srv.Listener.Addr().String(),
 		Network:   network, Asset: sim.Token.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
 		PayTo: sim.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: settleTimeout,
 		Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
-	}, gwFac, db, discard())
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	gw, err := gateway.New(cfg, gwFac, db, discard())
 	if err != nil {
 		t.Fatal(err)
 	}

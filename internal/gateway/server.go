@@ -90,6 +90,9 @@ type Config struct {
 	// Credits turns on prepaid credits (credits.go, topup.go); nil serves
 	// x402 payments only.
 	Credits *Credits
+	// Unpaid limits requests without payment per client address (unpaid.go);
+	// the zero value limits nothing.
+	Unpaid UnpaidLimits
 }
 
 // Defaults of Config.
@@ -122,6 +125,7 @@ type Server struct {
 	mux        *http.ServeMux
 	now        func() time.Time
 	ready      func(context.Context) error
+	unpaid     *unpaidLimiter // nil: unpaid requests are not limited
 
 	// Parsed once from cfg: every offer carries them.
 	asset common.Address
@@ -180,7 +184,7 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 		cfg: cfg, fac: fac, payments: payments, counter: pricing.NewCounter(),
 		models: make(map[string]*Model, len(cfg.Models)),
 		log:    log.With("component", "gateway"), metrics: NewMetrics(), now: time.Now,
-		asset: asset, extra: extra,
+		asset: asset, extra: extra, unpaid: newUnpaidLimiter(cfg.Unpaid),
 	}
 	s.recoveries, _ = payments.(store.Recoveries)
 	for i := range cfg.Models {
@@ -199,11 +203,11 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 	}
 	sort.Strings(s.order)
 	s.mux = http.NewServeMux()
-	s.mux.Handle("POST /v1/chat/completions", s.handle("chat", s.chat))
+	s.mux.Handle("POST /v1/chat/completions", s.handle("chat", s.limitUnpaid(s.chat)))
 	s.mux.Handle("GET /v1/models", s.handle("models", s.listModels))
 	s.mux.Handle("GET /v1/models/{id}", s.handle("model", s.getModel))
 	if c := cfg.Credits; c != nil {
-		s.mux.Handle("POST /v1/credits/topup", s.handle("topup", s.topUp))
+		s.mux.Handle("POST /v1/credits/topup", s.handle("topup", s.limitUnpaid(s.topUp)))
 		s.mux.Handle("GET /v1/credits/balance", s.handle("balance", s.balance))
 		s.mux.Handle("GET /v1/receipts", s.handle("receipts", s.listReceipts))
 		s.mux.Handle("GET /v1/receipts/{id}", s.handle("receipt", s.getReceipt))

@@ -1,0 +1,257 @@
+package gateway
+
+import (
+	"container/list"
+	"fmt"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llm4agents/llm4agents/x402"
+)
+
+// Unpaid requests (issue 18 item 9). A request on a paid route with neither a
+// PAYMENT-SIGNATURE nor an llm4agents API key is answered with a quote, and
+// the quote of a chat completion tokenizes the whole prompt: up to
+// MaxBodyBytes of text, for anyone, for free. So unpaid requests are limited
+// per client address with a token bucket, before the body is read. A paid or
+// key-bearing request never takes a token and is never refused here: the
+// payment or the key is what limits it.
+//
+// The client address is the TCP peer, unless the peer is a trusted proxy
+// (UnpaidLimits.TrustedProxies): then it is the right-most address of
+// X-Forwarded-For that is not a trusted proxy, or X-Real-IP when there is no
+// X-Forwarded-For. Addresses further left were written by the client and are
+// never believed. IPv6 clients are limited per /64, the block one host is
+// usually given, so that walking through the addresses of one's own /64 does
+// not multiply the rate.
+
+// UnpaidLimits bounds unpaid requests per client address. The zero value
+// limits nothing.
+type UnpaidLimits struct {
+	// PerMinute is how many unpaid requests an address may make per minute,
+	// sustained; 0 turns the limit off.
+	PerMinute int
+	// Burst is how many it may make at once after being idle. Default
+	// DefaultUnpaidBurst.
+	Burst int
+	// TrustedProxies are the peers whose X-Forwarded-For and X-Real-IP are
+	// believed. Empty: only the TCP peer counts.
+	TrustedProxies []netip.Prefix
+	// MaxClients bounds the addresses tracked at once; past it the least
+	// recently seen is forgotten. Default DefaultUnpaidMaxClients.
+	MaxClients int
+}
+
+// Defaults of UnpaidLimits.
+const (
+	DefaultUnpaidBurst = 20
+	// DefaultUnpaidMaxClients keeps the limiter's memory to about 10 MB.
+	DefaultUnpaidMaxClients = 65536
+)
+
+// limitUnpaid wraps a paid route's handler: an unpaid request over its
+// address's rate is answered 429 unpaid_rate_limited with Retry-After,
+// before h reads its body.
+func (s *Server) limitUnpaid(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+	if s.unpaid == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if r.Header.Get(x402.HeaderPaymentSignature) != "" || hasOwnKey(r) {
+			return h(w, r)
+		}
+		addr := clientAddr(r.RemoteAddr, r.Header, s.unpaid.trusted)
+		if ok, wait := s.unpaid.take(clientKey(addr), s.now()); !ok {
+			return &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "unpaid_rate_limited",
+				Message: fmt.Sprintf("too many requests without payment from this address (%d per minute); "+
+					"retry later, or pay with PAYMENT-SIGNATURE or an API key, which are not limited here", s.unpaid.perMinute),
+				Header: http.Header{"Retry-After": {strconv.Itoa(retryAfter(wait))}}}
+		}
+		return h(w, r)
+	}
+}
+
+// retryAfter is d in whole seconds, rounded up, at least 1.
+func retryAfter(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// unpaidLimiter is a token bucket per client key, the least recently used
+// first to go: at most max buckets, and buckets idle long enough to be full
+// again are dropped as they are passed, since a full bucket allows nothing
+// a new one would not.
+type unpaidLimiter struct {
+	perMinute int
+	rate      float64 // tokens per second
+	burst     float64
+	max       int
+	trusted   []netip.Prefix
+
+	mu      sync.Mutex
+	buckets map[netip.Prefix]*list.Element // of *unpaidBucket
+	lru     list.List                      // most recently used first
+}
+
+type unpaidBucket struct {
+	key    netip.Prefix
+	tokens float64
+	last   time.Time
+}
+
+// newUnpaidLimiter returns the limiter of l, nil when l limits nothing.
+func newUnpaidLimiter(l UnpaidLimits) *unpaidLimiter {
+	if l.PerMinute <= 0 {
+		return nil
+	}
+	if l.Burst <= 0 {
+		l.Burst = DefaultUnpaidBurst
+	}
+	if l.MaxClients <= 0 {
+		l.MaxClients = DefaultUnpaidMaxClients
+	}
+	return &unpaidLimiter{
+		perMinute: l.PerMinute, rate: float64(l.PerMinute) / 60, burst: float64(l.Burst), max: l.MaxClients,
+		trusted: l.TrustedProxies, buckets: make(map[netip.Prefix]*list.Element),
+	}
+}
+
+// take takes a token from key's bucket at now. Without one it reports how
+// long until there is one.
+func (l *unpaidLimiter) take(key netip.Prefix, now time.Time) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropIdle(now, 2)
+	var b *unpaidBucket
+	if e, ok := l.buckets[key]; ok {
+		b = e.Value.(*unpaidBucket)
+		l.lru.MoveToFront(e)
+		if d := now.Sub(b.last); d > 0 {
+			b.tokens = min(l.burst, b.tokens+d.Seconds()*l.rate)
+		}
+	} else {
+		if len(l.buckets) >= l.max {
+			l.remove(l.lru.Back())
+		}
+		b = &unpaidBucket{key: key, tokens: l.burst}
+		l.buckets[key] = l.lru.PushFront(b)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+	}
+	b.tokens--
+	return true, 0
+}
+
+// dropIdle drops up to n of the least recently used buckets that have been
+// idle long enough to be full again. l.mu is held.
+func (l *unpaidLimiter) dropIdle(now time.Time, n int) {
+	full := time.Duration(l.burst / l.rate * float64(time.Second))
+	for range n {
+		e := l.lru.Back()
+		if e == nil || now.Sub(e.Value.(*unpaidBucket).last) < full {
+			return
+		}
+		l.remove(e)
+	}
+}
+
+func (l *unpaidLimiter) remove(e *list.Element) {
+	delete(l.buckets, l.lru.Remove(e).(*unpaidBucket).key)
+}
+
+// tracked returns how many buckets l holds.
+func (l *unpaidLimiter) tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.buckets)
+}
+
+// clientKey is the bucket of addr: the address itself for IPv4, its /64 for
+// IPv6. An invalid addr (a peer that is not an IP, such as a Unix socket's)
+// is the zero Prefix, one bucket for all of them.
+func clientKey(addr netip.Addr) netip.Prefix {
+	switch {
+	case addr.Is4():
+		return netip.PrefixFrom(addr, 32)
+	case addr.Is6():
+		p, _ := addr.Prefix(64) // a 64-bit prefix of an IPv6 address is always valid
+		return p
+	}
+	return netip.Prefix{}
+}
+
+// clientAddr returns the client's address: the peer remoteAddr (host:port),
+// or, when the peer is in trusted, the address the proxies say they saw (see
+// the comment at the top of this file). A forwarded entry that does not
+// parse stops the walk: the last trusted hop is the client then, since
+// whatever is left of it is not a trusted proxy's word. The zero Addr means
+// the peer is not an IP address.
+func clientAddr(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
+	peer, ok := parseHostAddr(remoteAddr)
+	if !ok || !contains(trusted, peer) {
+		return peer
+	}
+	hop := peer
+	if xff := h.Values("X-Forwarded-For"); len(xff) > 0 {
+		// The header lines together are one list, right-most last.
+		for i := len(xff) - 1; i >= 0; i-- {
+			rest := xff[i]
+			for rest != "" {
+				var entry string
+				if j := strings.LastIndexByte(rest, ','); j >= 0 {
+					rest, entry = rest[:j], rest[j+1:]
+				} else {
+					rest, entry = "", rest
+				}
+				entry = strings.TrimSpace(entry)
+				if entry == "" {
+					continue
+				}
+				a, ok := parseHostAddr(entry)
+				if !ok {
+					return hop
+				}
+				if !contains(trusted, a) {
+					return a
+				}
+				hop = a
+			}
+		}
+		return hop
+	}
+	if xr := h.Values("X-Real-IP"); len(xr) == 1 {
+		if a, ok := parseHostAddr(strings.TrimSpace(xr[0])); ok {
+			return a
+		}
+	}
+	return peer
+}
+
+// parseHostAddr parses an IP address, alone or as host:port ([v6]:port),
+// without its zone and with an IPv4-mapped IPv6 address made IPv4.
+func parseHostAddr(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		a = ap.Addr()
+	}
+	return a.WithZone("").Unmap(), true
+}
+
+func contains(prefixes []netip.Prefix, a netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

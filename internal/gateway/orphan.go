@@ -124,12 +124,15 @@ func (s *Server) replayOrphan(ctx context.Context, w http.ResponseWriter, q *quo
 	return s.serveRecorded(w, q, &r)
 }
 
-// adoptPaid handles an authorization that verify found spent while another
-// request holds its claim with nothing staged for this request. When the
-// chain shows it paid the offer and that request's lease ended, this request
-// takes the claim over and sets pd.prepaid: the upstream is called and the
-// answer served as paid, never settled again. When the chain does not show it
-// paid, it returns nil with pd.prepaid unset: the normal 402.
+// adoptPaid handles an authorization that verify found spent with nothing
+// staged for this request. When the chain shows it paid the offer and no
+// live request holds its claim (its holder's lease ended, or nobody here
+// claimed it: a claim a store lost, a transfer the payer sent
+// themselves), this request takes the claim and sets pd.prepaid: the
+// upstream is called and the answer served as paid, never settled again.
+// A live holder gets the 409 of a payment in flight. When the chain does not
+// show it paid, it returns nil with pd.prepaid unset, and admit refuses the
+// payment without an offer (refuse).
 func (s *Server) adoptPaid(ctx context.Context, q *quote, pd *paid) error {
 	tx, ok := s.confirm(ctx, pd, q)
 	if !ok {

@@ -187,9 +187,9 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 			return nil, paymentIDError(err)
 		}
 	}
-	if err := s.fresh(auth); err != nil {
+	if verr := s.fresh(auth); verr != nil {
 		s.metrics.payment("stale")
-		return nil, s.challenge(q, string(x402.ReasonEVMValidBefore), err)
+		return nil, s.challenge(q, string(verr.Reason), verr)
 	}
 	a := &auth.Authorization
 	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex(),
@@ -206,7 +206,6 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 	if err != nil {
 		return nil, err
 	}
-	var heldBy *store.PaymentClaim // another request's claim, alive or dead
 	switch {
 	case c == nil:
 	case c.State == store.PaymentPending:
@@ -217,14 +216,12 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 		// is still settling: resumeOrphan finds out which from the chain.
 		pd.claim, pd.orphan = *c, true
 		return pd, nil
-	default:
-		heldBy = c
 	}
 	// Only the fresh path calls the upstream: only it needs the authorization
 	// to outlive the request (D6); a replay or recovery above does not.
-	if err := s.lasts(auth); err != nil {
+	if verr := s.lasts(auth); verr != nil {
 		s.metrics.payment("stale")
-		return nil, s.challenge(q, string(x402.ReasonEVMValidBefore), err)
+		return nil, s.refuse(ctx, pd, false, func() error { return s.challenge(q, string(verr.Reason), verr) })
 	}
 	vr, err := s.fac.Verify(ctx, p, q.offer)
 	if err != nil {
@@ -232,17 +229,21 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 			Message: "the payment could not be verified right now; nothing was charged", Err: err}
 	}
 	if !vr.IsValid {
-		if heldBy != nil && !isTopUpClaim(*heldBy) && vr.InvalidReason == x402.ReasonEVMNonceAlreadyUsed {
-			// Spent on chain while another request holds the claim and
-			// staged nothing: a request that died past its broadcast. A
-			// top-up's claim is never adopted: its payment buys credit,
-			// and only a top-up retry may credit it (topup.go).
+		used := vr.InvalidReason == x402.ReasonEVMNonceAlreadyUsed
+		if used && (c == nil || !isTopUpClaim(*c)) {
+			// Spent on chain with nothing staged for this request: paid by a
+			// request that died past its broadcast, or by one recording its
+			// settlement right now (adoptPaid tells them apart). A top-up's
+			// claim is never adopted: its payment buys credit, and only a
+			// top-up retry may credit it (topup.go).
 			if err := s.adoptPaid(ctx, q, pd); err != nil || pd.prepaid != nil {
 				return pd, err
 			}
 		}
 		s.metrics.payment("invalid")
-		return nil, s.challenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
+		return nil, s.refuse(ctx, pd, used, func() error {
+			return s.challenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
+		})
 	}
 	claim, held, err := s.claimPayment(ctx, pd)
 	if err != nil {
@@ -288,6 +289,39 @@ func (s *Server) claimPayment(ctx context.Context, pd *paid) (store.PaymentClaim
 	return claim, held, nil
 }
 
+// refuse answers a payment refused after the claim lookup: about to expire
+// (used false) or refused by verify (used: verify found it spent on chain).
+// challenge builds the route's 402.
+//
+// A 402 offer invites an x402 client to pay (again), so it is only sent for
+// a payment that nobody holds and the chain has not used (DECISIONS D29).
+// The claim is read again first: the lookup's read may predate the claim of
+// a copy of this payment that arrived at the same moment and has settled
+// since, which is also why verify may find it spent. Any claim on the
+// authorization is the 409 of inUse, as for a copy that passed verify; one
+// spent on chain that nobody here claims is a 409 too, never an offer.
+func (s *Server) refuse(ctx context.Context, pd *paid, used bool, challenge func() error) error {
+	c, err := s.payments.Payment(ctx, pd.key)
+	switch {
+	case err == nil:
+		s.metrics.payment("replayed")
+		return s.inUse(c)
+	case !errors.Is(err, store.ErrNotFound):
+		return s.storeDown(err)
+	case used:
+		s.metrics.payment("replayed")
+		return alreadyUsed()
+	}
+	return challenge()
+}
+
+// alreadyUsed refuses an authorization the chain shows spent.
+func alreadyUsed() error {
+	return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "payment_already_used",
+		Message: "this payment authorization was already spent on an earlier request; sign a new one",
+		Header:  http.Header{"X-Should-Retry": {"false"}}}
+}
+
 // inUse refuses a second presentation of an authorization another request holds
 // or already spent. It never reaches the upstream.
 func (s *Server) inUse(c store.PaymentClaim) error {
@@ -295,8 +329,7 @@ func (s *Server) inUse(c store.PaymentClaim) error {
 	h.Set("X-Should-Retry", "false")
 	switch c.State {
 	case store.PaymentSettled:
-		return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "payment_already_used",
-			Message: "this payment authorization was already spent on an earlier request; sign a new one", Header: h}
+		return alreadyUsed()
 	case store.PaymentPending:
 		h.Set("Retry-After", "5")
 		return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "settlement_pending",
@@ -310,26 +343,32 @@ func (s *Server) inUse(c store.PaymentClaim) error {
 
 // fresh applies D6's basic window, before the recovery lookup: the
 // authorization must not outlive what the 402 promised, nor start later.
-func (s *Server) fresh(p *exact.Payload) error {
+// Each refusal carries its own reason: the official one for a validAfter in
+// the future, ours for a validBefore too far out (docs/REASONS.md).
+func (s *Server) fresh(p *exact.Payload) *x402.VerifyError {
 	now := s.now()
 	vb := p.Authorization.ValidBefore
 	limit := now.Unix() + s.cfg.MaxTimeoutSeconds + int64(exact.FreshnessSlack/time.Second)
 	if vb.Cmp(big.NewInt(limit)) > 0 {
-		return fmt.Errorf("validBefore %s is later than the %ds this 402 allows", vb, s.cfg.MaxTimeoutSeconds)
+		return &x402.VerifyError{Reason: x402.ReasonEVMValidBeforeTooFar, Payer: p.Authorization.From.Hex(),
+			Message: fmt.Sprintf("validBefore %s is later than the %ds this 402 allows", vb, s.cfg.MaxTimeoutSeconds)}
 	}
 	if p.Authorization.ValidAfter.Cmp(big.NewInt(now.Unix())) > 0 {
-		return fmt.Errorf("validAfter %s is in the future", p.Authorization.ValidAfter)
+		return &x402.VerifyError{Reason: x402.ReasonEVMValidAfter, Payer: p.Authorization.From.Hex(),
+			Message: fmt.Sprintf("validAfter %s is in the future", p.Authorization.ValidAfter)}
 	}
 	return nil
 }
 
 // lasts is D6's mid-request margin, on the fresh path only: the authorization
-// must still be valid when the upstream and the settlement are done.
-func (s *Server) lasts(p *exact.Payload) error {
+// must still be valid when the upstream and the settlement are done. Too
+// close to its validBefore is the official valid_before reason.
+func (s *Server) lasts(p *exact.Payload) *x402.VerifyError {
 	vb := p.Authorization.ValidBefore
 	need := s.now().Add(s.cfg.UpstreamTimeout + s.cfg.SettleTimeout).Unix()
 	if vb.Cmp(big.NewInt(need)) < 0 {
-		return fmt.Errorf("validBefore %s expires before this request could finish (needs %d)", vb, need)
+		return &x402.VerifyError{Reason: x402.ReasonEVMValidBefore, Payer: p.Authorization.From.Hex(),
+			Message: fmt.Sprintf("validBefore %s expires before this request could finish (needs %d)", vb, need)}
 	}
 	return nil
 }
@@ -402,7 +441,16 @@ func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, settleOutcome
 			s.metrics.payment("settled")
 			return &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}, settledPaid
 		}
-		sr = &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonUnexpectedSettleError, Network: s.cfg.Network, Payer: pd.payer}
+		// Not seen paid (yet): a timeout or a lost answer may hide a
+		// broadcast that mines later, above all behind a remote
+		// facilitator. The claim stays pending, the answer is staged, and a
+		// retry with the same payment settles again (a facilitator's settle
+		// of one authorization resumes its record, D5) or reads the chain:
+		// never released, so the payment can never buy a second answer, nor
+		// be refused as unpaid once it mines (D29).
+		s.record(ctx, pd, store.PaymentPending, pd.claim.TxHash)
+		s.metrics.payment("unresolved")
+		return &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonUnexpectedSettleError, Network: s.cfg.Network, Payer: pd.payer}, settledUnknown
 	}
 	switch {
 	case sr.Success:
@@ -467,10 +515,19 @@ func (s *Server) confirm(ctx context.Context, pd *paid, q *quote) (string, bool)
 // plus some seconds): the reads and writes that follow the answer (the
 // chain's confirmation, the claim's record, a promotion, a credit) keep
 // those seconds. An in-process facilitator ends by this deadline.
+//
+// An answer that is no verdict (unexpected_settle_error: the facilitator
+// could not tell, as ours answers over HTTP when its own call fails) is
+// returned as an error, as a timeout or a transport error is: none of them
+// says the payment was not made (D29).
 func (s *Server) settleCall(ctx context.Context, pd *paid, q *quote) (*x402.SettleResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.SettleTimeout)
 	defer cancel()
-	return s.fac.Settle(ctx, pd.payload, q.offer)
+	sr, err := s.fac.Settle(ctx, pd.payload, q.offer)
+	if err == nil && !sr.Success && sr.ErrorReason == x402.ReasonUnexpectedSettleError {
+		return nil, fmt.Errorf("facilitator gave no verdict: %s: %s", sr.ErrorReason, truncate(sr.ErrorMessage, 200))
+	}
+	return sr, err
 }
 
 // record writes the claim's state. A claim is settled only with the

@@ -586,8 +586,9 @@ func TestR3NoSettlementRefNeverPromotes(t *testing.T) {
 			t.Errorf("record without a settlement reference: %v, want none", err)
 		}
 		rp.fac.set(func(f *hookFac) { f.blankTx = false })
-		// The same payment again: spent on chain, so the normal 402; no replay.
-		rp.refused(t, chatBody, h, http.StatusPaymentRequired, "")
+		// The same payment again: spent on chain, so 409 payment_already_used;
+		// no replay, and no 402 that would invite the client to pay again.
+		rp.refused(t, chatBody, h, http.StatusConflict, "payment_already_used")
 		if rg.up.Calls() != 1 {
 			t.Errorf("upstream calls = %d, want 1", rg.up.Calls())
 		}
@@ -954,8 +955,8 @@ func TestRecoveryBudgetAndExpiry(t *testing.T) {
 		rp.paid(t, chatBody, h)
 		rp.replayed(t, chatBody, h)
 		rp.replayed(t, chatBody, h)
-		// Spent: the same signature is no new payment (spent on chain: 402)...
-		rp.refused(t, chatBody, h, http.StatusPaymentRequired, "")
+		// Spent: the same signature is no new payment (spent on chain: 409)...
+		rp.refused(t, chatBody, h, http.StatusConflict, "payment_already_used")
 		// ...a fresh one is a new purchase under the same id.
 		h2 := rg.pay(t, chatBody, buyerIdx, testID, nil)
 		rp.paid(t, chatBody, h2)

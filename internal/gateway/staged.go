@@ -80,18 +80,26 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 	start := s.now()
 	sr, err := s.settleCall(ctx, pd, q)
 	s.metrics.settleLatency(s.now().Sub(start))
-	if err != nil {
-		s.log.Error("settle a pending payment again", "key", pd.key, "err", err)
-		return s.inUse(pd.claim)
+	paid := func(tx string) *x402.SettleResponse {
+		return &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
 	}
 	switch {
+	case err != nil:
+		// No verdict (D29): the chain may still tell; otherwise the claim
+		// stays pending for the next retry.
+		s.log.Warn("settle a pending payment again", "key", pd.key, "err", err)
+		tx, yes := s.confirm(ctx, pd, q)
+		if !yes {
+			return s.inUse(pd.claim)
+		}
+		sr = paid(tx)
 	case sr.Success && sr.Transaction == "":
 		// Never recorded settled, nor promoted, without the transaction.
 		tx, yes := s.confirm(ctx, pd, q)
 		if !yes {
 			return s.inUse(pd.claim)
 		}
-		sr = &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
+		sr = paid(tx)
 	case sr.Success:
 	case sr.ErrorReason == x402.ReasonSettlementPending:
 		if sr.Transaction != "" && sr.Transaction != pd.claim.TxHash {
@@ -102,7 +110,7 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 		tx, yes := s.confirm(ctx, pd, q)
 		switch {
 		case yes:
-			sr = &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
+			sr = paid(tx)
 		case sr.Transaction == "":
 			// Another call holds the settlement (alive, or dead until its
 			// lease ends): not known yet. The claim stays pending.
@@ -113,8 +121,16 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 			return settleRefusal(sr, s.settleMessage(sr))
 		}
 	default:
-		s.metrics.payment("failed")
-		return settleRefusal(sr, s.settleMessage(sr))
+		// A facilitator that keeps no record of its earlier broadcast (the
+		// official one, or ours on another store) may answer a failed
+		// re-broadcast of an authorization its first one spent: the chain
+		// decides before the refusal.
+		tx, yes := s.confirm(ctx, pd, q)
+		if !yes {
+			s.metrics.payment("failed")
+			return settleRefusal(sr, s.settleMessage(sr))
+		}
+		sr = paid(tx)
 	}
 	s.record(ctx, pd, store.PaymentSettled, sr.Transaction)
 	s.metrics.payment("recovered")

@@ -254,9 +254,9 @@ func (s *Server) topUpAdmit(ctx context.Context, r *http.Request, q *quote) (*pa
 		return nil, s.topUpChallenge(q, "No matching payment requirements",
 			fmt.Errorf("authorization of %s to %s for an offer of %s to %s", a.Value, a.To.Hex(), q.amount, s.cfg.PayTo))
 	}
-	if err := s.fresh(auth); err != nil {
+	if verr := s.fresh(auth); verr != nil {
 		s.metrics.payment("stale")
-		return nil, s.topUpChallenge(q, string(x402.ReasonEVMValidBefore), err)
+		return nil, s.topUpChallenge(q, string(verr.Reason), verr)
 	}
 	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex()}
 	c, err := s.payments.Payment(ctx, pd.key)
@@ -274,13 +274,16 @@ func (s *Server) topUpAdmit(ctx context.Context, r *http.Request, q *quote) (*pa
 	case c.State == store.PaymentSettled || c.State == store.PaymentPending:
 		pd.claim = c
 		return pd, nil
+	default:
+		pd.claim = c // held by a top-up request, alive or dead: topUpClaim judges
 	}
 	return s.topUpClaim(ctx, q, pd)
 }
 
 // topUpClaim verifies a top-up's payment and claims it for this request (a
 // new claim, or a dead request's held one whose lease ended), then marks the
-// claim as a top-up's before anything is settled.
+// claim as a top-up's before anything is settled. pd.claim is the top-up
+// claim the lookup found held by a request, if any.
 func (s *Server) topUpClaim(ctx context.Context, q *quote, pd *paid) (*paid, error) {
 	vr, err := s.fac.Verify(ctx, pd.payload, q.offer)
 	if err != nil {
@@ -290,13 +293,23 @@ func (s *Server) topUpClaim(ctx context.Context, q *quote, pd *paid) (*paid, err
 	switch {
 	case !vr.IsValid && vr.InvalidReason != x402.ReasonEVMNonceAlreadyUsed:
 		s.metrics.payment("invalid")
-		return nil, s.topUpChallenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
+		return nil, s.refuse(ctx, pd, false, func() error {
+			return s.topUpChallenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
+		})
 	case vr.IsValid:
 		// D6 for what is still to be settled; a spent one (a dead
 		// request's, adopted below) settles nothing more.
-		if err := s.lasts(pd.auth); err != nil {
+		if verr := s.lasts(pd.auth); verr != nil {
 			s.metrics.payment("stale")
-			return nil, s.topUpChallenge(q, string(x402.ReasonEVMValidBefore), err)
+			return nil, s.refuse(ctx, pd, false, func() error { return s.topUpChallenge(q, string(verr.Reason), verr) })
+		}
+	case pd.claim.Key != "":
+		// Spent on chain while a top-up request holds the claim: it
+		// broadcast, and is recording its settlement or died doing so. The
+		// chain answers now, as it does for a chat's staged answer
+		// (orphan.go), rather than after the holder's lease.
+		if tx, ok := s.confirm(ctx, pd, q); ok {
+			return s.settledByChain(ctx, pd, tx), nil
 		}
 	}
 	claim, held, err := s.claimPayment(ctx, pd)
@@ -326,9 +339,11 @@ func (s *Server) topUpClaim(ctx context.Context, q *quote, pd *paid) (*paid, err
 // authorization verify found spent.
 func (s *Server) adoptTopUp(ctx context.Context, q *quote, pd *paid, claim store.PaymentClaim) (*paid, error) {
 	if !isTopUpClaim(claim) {
+		// Spent, and never by a top-up of ours: no credit, and no offer
+		// either (D29), since the chain has used it.
 		s.release(pd)
-		s.metrics.payment("invalid")
-		return nil, s.topUpChallenge(q, string(x402.ReasonEVMNonceAlreadyUsed), errors.New("authorization already used"))
+		s.metrics.payment("replayed")
+		return nil, alreadyUsed()
 	}
 	tx, ok := s.confirm(ctx, pd, q)
 	if !ok {
@@ -371,23 +386,29 @@ func (s *Server) markTopUp(ctx context.Context, pd *paid) error {
 func (s *Server) resolveTopUp(ctx context.Context, q *quote, pd *paid) (string, error) {
 	sr, err := s.settleCall(ctx, pd, q)
 	if err != nil {
-		s.log.Error("settle a pending top-up again", "key", pd.key, "err", err)
-		return "", s.inUse(pd.claim)
+		// No verdict (D29): the chain may tell; else the claim stays pending.
+		s.log.Warn("settle a pending top-up again", "key", pd.key, "err", err)
+		sr = &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonUnexpectedSettleError}
 	}
 	tx := sr.Transaction
 	switch {
 	case sr.Success && tx != "":
-	case sr.Success || sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed:
-		var paid bool
-		if tx, paid = s.confirm(ctx, pd, q); !paid {
-			return "", s.inUse(pd.claim)
-		}
 	case sr.ErrorReason == x402.ReasonSettlementPending:
 		if tx != "" && tx != pd.claim.TxHash {
 			s.record(ctx, pd, store.PaymentPending, tx) // a replacement transaction
 		}
 		return "", s.inUse(pd.claim)
 	default:
+		// A success without its transaction, no verdict, or a refusal: the
+		// chain decides (a facilitator without a record of the first
+		// broadcast refuses to settle what that broadcast spent).
+		var paid bool
+		if tx, paid = s.confirm(ctx, pd, q); paid {
+			break
+		}
+		if sr.Success || sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed || sr.ErrorReason == x402.ReasonUnexpectedSettleError {
+			return "", s.inUse(pd.claim)
+		}
 		s.metrics.payment("failed")
 		return "", settleRefusal(sr, s.settleMessage(sr))
 	}
@@ -647,4 +668,19 @@ func credentialError(err error, what string) error {
 		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
 			Message: what + " could not be checked right now", Header: http.Header{"Retry-After": {"2"}}, Err: err}
 	}
+}
+
+// settledByChain records a top-up claim held by another request settled by
+// tx, which the chain shows paid this authorization, and returns pd with the
+// claim as settled, to be credited. The write carries the fence the lookup
+// read: it is a fact from the chain, the one the holder, if alive, writes
+// too; a holder that moved on in between fences it out, harmlessly, as the
+// credit is keyed by the settlement and lands once whoever sees it.
+func (s *Server) settledByChain(ctx context.Context, pd *paid, tx string) *paid {
+	if err := s.claims().UpdatePayment(ctx, pd.key, pd.claim.Fence, store.PaymentSettled, tx); err != nil && !errors.Is(err, store.ErrFenced) {
+		s.log.Warn("record a top-up settled from the chain", "key", pd.key, "err", err)
+	}
+	pd.claim.State, pd.claim.TxHash = store.PaymentSettled, tx
+	s.metrics.payment("recovered")
+	return pd
 }

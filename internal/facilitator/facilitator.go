@@ -109,6 +109,8 @@ type Facilitator struct {
 	verifier *exact.Verifier
 	log      *slog.Logger
 	assets   map[common.Address]Asset
+	// confirmer reads the chain for an authorization's use.
+	confirmer *ChainConfirmer
 
 	// sent holds the transaction this process broadcast for each settlement in
 	// flight, so resolve can keep waiting on it. Entries are dropped once their
@@ -139,9 +141,10 @@ func New(cfg Config, backend Backend, sender Sender, st store.Settlements, log *
 	}
 	f := &Facilitator{
 		cfg: cfg, chainID: chainID, backend: backend, sender: sender, store: st,
-		verifier: &exact.Verifier{Chain: backend, ChainID: chainID, Caller: sender.Address()},
-		log:      log.With("component", "facilitator", "network", cfg.Network),
-		assets:   make(map[common.Address]Asset, len(cfg.Assets)),
+		verifier:  &exact.Verifier{Chain: backend, ChainID: chainID, Caller: sender.Address()},
+		log:       log.With("component", "facilitator", "network", cfg.Network),
+		assets:    make(map[common.Address]Asset, len(cfg.Assets)),
+		confirmer: NewChainConfirmer(backend, cfg.LookbackBlocks),
 	}
 	for _, a := range cfg.Assets {
 		f.assets[a.Address] = a
@@ -637,24 +640,7 @@ func (f *Facilitator) usedElsewhere(ctx context.Context, vd *exact.Verified, ver
 }
 
 func (f *Facilitator) findUse(ctx context.Context, vd *exact.Verified) (*exact.UseEvent, *types.Receipt, error) {
-	head, err := f.backend.BlockNumber(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read block number: %w", err)
-	}
-	from := uint64(0)
-	if head > f.cfg.LookbackBlocks {
-		from = head - f.cfg.LookbackBlocks
-	}
-	a := &vd.Payload.Authorization
-	ev, err := exact.FindUse(ctx, f.backend, vd.Asset, a.From, a.Nonce, from)
-	if err != nil || ev == nil {
-		return ev, nil, err
-	}
-	receipt, err := f.backend.TransactionReceipt(ctx, ev.TxHash)
-	if err != nil {
-		return ev, nil, fmt.Errorf("read receipt: %w", err)
-	}
-	return ev, receipt, nil
+	return f.confirmer.findUse(ctx, vd)
 }
 
 func (f *Facilitator) fail(ctx context.Context, vd *exact.Verified, rec store.Settlement, reason x402.Reason, tx common.Hash, msg string) (*x402.SettleResponse, error) {
@@ -752,46 +738,8 @@ func alreadyInFlight(vd *exact.Verified) *x402.SettleResponse {
 var _ Sender = (*chain.Sender)(nil)
 
 // Confirm tells from the chain whether the authorization of p was paid to
-// req.payTo: used on chain by a transaction whose logs carry the exact transfer
-// (DECISIONS D5). A resource server holding the request's claim uses it to
-// resolve an ambiguous settle answer (D1). It reports nothing to anyone else and
-// marks nothing: it is a read.
+// req.payTo (ChainConfirmer.Confirm). A resource server holding the request's
+// claim uses it to resolve an ambiguous settle answer (D1).
 func (f *Facilitator) Confirm(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (string, bool, error) {
-	vd, ok := confirmable(p, req)
-	if !ok {
-		return "", false, nil
-	}
-	pl, asset := vd.Payload, vd.Asset
-	used, err := exact.AuthorizationState(ctx, f.backend, asset, pl.Authorization.From, pl.Authorization.Nonce)
-	if err != nil || !used {
-		return "", false, err
-	}
-	ev, receipt, err := f.findUse(ctx, vd)
-	if err != nil || ev == nil || ev.Canceled || receipt == nil {
-		return "", false, err
-	}
-	if receipt.Status != types.ReceiptStatusSuccessful || !exact.PaysAuthorization(receipt.Logs, asset, &pl.Authorization) {
-		return "", false, nil
-	}
-	return ev.TxHash.Hex(), true, nil
-}
-
-// confirmable parses what Confirm reads from p and req. It reports false when
-// either is malformed or the authorization pays someone other than req.PayTo:
-// such an authorization cannot have paid req, so Confirm answers "not paid"
-// rather than an error.
-func confirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (*exact.Verified, bool) {
-	pl, err := exact.ParsePayload(p.Payload)
-	if err != nil {
-		return nil, false
-	}
-	asset, err := exact.ParseAddress(req.Asset)
-	if err != nil {
-		return nil, false
-	}
-	payTo, err := exact.ParseAddress(req.PayTo)
-	if err != nil || pl.Authorization.To != payTo {
-		return nil, false
-	}
-	return &exact.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}, true
+	return f.confirmer.Confirm(ctx, p, req)
 }

@@ -1,0 +1,111 @@
+package facilitator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
+
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// ChainReader is what a ChainConfirmer reads from a node: the
+// authorization's state, the logs of its use and that transaction's receipt.
+// Backend and *ethclient.Client satisfy it.
+type ChainReader interface {
+	exact.Chain
+	ethereum.LogFilterer
+	TransactionReceipt(ctx context.Context, hash common.Hash) (*types.Receipt, error)
+	BlockNumber(ctx context.Context) (uint64, error)
+}
+
+// ChainConfirmer tells from the chain alone whether an authorization was
+// paid (DECISIONS D1, D5), whoever settled it. The in-process facilitator
+// confirms with one; a gateway behind a remote facilitator adds one when it
+// has a node, so that a settle answer lost to a timeout or a dropped
+// connection is resolved from the chain instead of being taken for "not
+// paid".
+type ChainConfirmer struct {
+	chain    ChainReader
+	lookback uint64
+}
+
+// NewChainConfirmer returns a ChainConfirmer reading chain, searching the
+// last lookback blocks (DefaultLookbackBlocks when 0) for an
+// authorization's use.
+func NewChainConfirmer(chain ChainReader, lookback uint64) *ChainConfirmer {
+	if lookback == 0 {
+		lookback = DefaultLookbackBlocks
+	}
+	return &ChainConfirmer{chain: chain, lookback: lookback}
+}
+
+// Confirm tells whether the authorization of p was paid to req.payTo: used
+// on chain by a successful transaction whose logs carry the exact transfer.
+// It returns that transaction. It is a read: it marks nothing and reports to
+// no one.
+func (c *ChainConfirmer) Confirm(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (string, bool, error) {
+	vd, ok := confirmable(p, req)
+	if !ok {
+		return "", false, nil
+	}
+	a := &vd.Payload.Authorization
+	used, err := exact.AuthorizationState(ctx, c.chain, vd.Asset, a.From, a.Nonce)
+	if err != nil || !used {
+		return "", false, err
+	}
+	ev, receipt, err := c.findUse(ctx, vd)
+	if err != nil || ev == nil || ev.Canceled || receipt == nil {
+		return "", false, err
+	}
+	if receipt.Status != types.ReceiptStatusSuccessful || !exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
+		return "", false, nil
+	}
+	return ev.TxHash.Hex(), true, nil
+}
+
+// findUse finds the transaction that used vd's authorization within the
+// lookback, and its receipt; nil when none did.
+func (c *ChainConfirmer) findUse(ctx context.Context, vd *exact.Verified) (*exact.UseEvent, *types.Receipt, error) {
+	head, err := c.chain.BlockNumber(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read block number: %w", err)
+	}
+	from := uint64(0)
+	if head > c.lookback {
+		from = head - c.lookback
+	}
+	a := &vd.Payload.Authorization
+	ev, err := exact.FindUse(ctx, c.chain, vd.Asset, a.From, a.Nonce, from)
+	if err != nil || ev == nil {
+		return ev, nil, err
+	}
+	receipt, err := c.chain.TransactionReceipt(ctx, ev.TxHash)
+	if err != nil {
+		return ev, nil, fmt.Errorf("read receipt: %w", err)
+	}
+	return ev, receipt, nil
+}
+
+// confirmable parses what Confirm reads from p and req. It reports false when
+// either is malformed or the authorization pays someone other than req.PayTo:
+// such an authorization cannot have paid req, so Confirm answers "not paid"
+// rather than an error.
+func confirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (*exact.Verified, bool) {
+	pl, err := exact.ParsePayload(p.Payload)
+	if err != nil {
+		return nil, false
+	}
+	asset, err := exact.ParseAddress(req.Asset)
+	if err != nil {
+		return nil, false
+	}
+	payTo, err := exact.ParseAddress(req.PayTo)
+	if err != nil || pl.Authorization.To != payTo {
+		return nil, false
+	}
+	return &exact.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}, true
+}

@@ -37,6 +37,14 @@ type node interface {
 	chain.Backend
 }
 
+// confirmingFacilitator is a remote facilitator with a chain confirmer: the
+// gateway asks the chain itself whether a payment whose settle answer it did
+// not get was paid.
+type confirmingFacilitator struct {
+	x402.Facilitator
+	*facilitator.ChainConfirmer
+}
+
 // gatewayParts are the running pieces behind a gateway, closed in reverse.
 type gatewayParts struct {
 	server  *gateway.Server
@@ -50,8 +58,9 @@ func (g *gatewayParts) close() {
 	}
 }
 
-// buildGateway wires a gateway from a validated config. backend and key serve
-// the in-process facilitator; both are nil for a remote one.
+// buildGateway wires a gateway from a validated config. backend is the node
+// (nil when none is configured, with a remote facilitator only); key is the
+// in-process facilitator's signer, nil for a remote one.
 func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ecdsa.PrivateKey, getenv func(string) string, log *slog.Logger) (_ *gatewayParts, err error) {
 	g := &gatewayParts{}
 	defer func() {
@@ -70,6 +79,12 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	switch cfg.Facilitator.Mode {
 	case config.ModeRemote:
 		fac = facilitator.NewClient(cfg.Facilitator.URL, nil)
+		if backend != nil {
+			// A settle answer lost to a timeout or a dropped connection is
+			// then resolved from the chain, whatever the remote facilitator
+			// is (docs/CONFIG.md, "A remote facilitator").
+			fac = confirmingFacilitator{Facilitator: fac, ChainConfirmer: facilitator.NewChainConfirmer(backend, 0)}
+		}
 	default:
 		chainID, err := cfg.Network.ChainID()
 		if err != nil {

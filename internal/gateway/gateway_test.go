@@ -22,6 +22,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/internal/upstream"
@@ -75,6 +76,13 @@ func newEnvSettle(t *testing.T, settleTimeout time.Duration, wrap func(*facilita
 // edit, when not nil, before the gateway is made.
 func newEnvConfig(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) x402.Facilitator, edit func(*gateway.Config)) *env {
 	t.Helper()
+	return newEnvStore(t, settleTimeout, wrap, edit, nil)
+}
+
+// newEnvStore is newEnvConfig with the gateway's store passed through
+// payments, when not nil (to hide what a backend can do from the gateway).
+func newEnvStore(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) x402.Facilitator, edit func(*gateway.Config), payments func(store.Payments) store.Payments) *env {
+	t.Helper()
 	sim := testchain.NewSimulated(t)
 	sim.StartAutoCommit(t, 10*time.Millisecond)
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "gw.db"), discard())
@@ -118,7 +126,11 @@ func newEnvConfig(t *testing.T, settleTimeout time.Duration, wrap func(*facilita
 	if edit != nil {
 		edit(&cfg)
 	}
-	gw, err := gateway.New(cfg, gwFac, db, discard())
+	var gwStore store.Payments = db
+	if payments != nil {
+		gwStore = payments(db)
+	}
+	gw, err := gateway.New(cfg, gwFac, gwStore, discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +338,12 @@ func TestPaidStream(t *testing.T) {
 // signedHeader builds a PAYMENT-SIGNATURE for the 402 a request gets.
 func (e *env) signedHeader(t *testing.T, body string, i int) string {
 	t.Helper()
+	return encodeHeader(t, e.signedPayload(t, body, i))
+}
+
+// signedPayload answers the 402 of body with a payment of dev account i.
+func (e *env) signedPayload(t *testing.T, body string, i int) *x402.PaymentPayload {
+	t.Helper()
 	resp := e.post(t, http.DefaultClient, body, nil)
 	readAll(t, resp)
 	pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
@@ -336,7 +354,13 @@ func (e *env) signedHeader(t *testing.T, body string, i int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := x402.EncodeHeader(p)
+	return p
+}
+
+// encodeHeader is v as a header value.
+func encodeHeader(t *testing.T, v any) string {
+	t.Helper()
+	h, err := x402.EncodeHeader(v)
 	if err != nil {
 		t.Fatal(err)
 	}

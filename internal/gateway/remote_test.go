@@ -1,0 +1,261 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402"
+)
+
+// Issue 18 items 1 and 2: a payment is never offered a second time. A copy
+// of a payment another request holds is a 409, and a settle answer lost on
+// the way back from a remote facilitator keeps the claim pending, so that
+// the buyer's retry gets the answer it paid for.
+
+// slowAnswerFac settles for real at once and, on its first call only,
+// answers after late: a remote facilitator whose answer comes after the
+// gateway stopped waiting for it.
+type slowAnswerFac struct {
+	*facilitator.Facilitator
+	late  time.Duration
+	calls atomic.Int32
+}
+
+func (f *slowAnswerFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	sr, err := f.Facilitator.Settle(context.WithoutCancel(ctx), p, req)
+	if f.calls.Add(1) == 1 {
+		time.Sleep(f.late)
+	}
+	return sr, err
+}
+
+// remote serves fac over HTTP as `llm4agents facilitator` does and returns
+// the client a gateway in remote mode uses.
+func remote(t *testing.T, fac x402.Facilitator) *facilitator.Client {
+	t.Helper()
+	srv := httptest.NewServer(facilitator.NewHandler(fac, discard()))
+	t.Cleanup(srv.Close)
+	return facilitator.NewClient(srv.URL, nil)
+}
+
+// chainConfirming is a remote facilitator's client with a chain confirmer,
+// as serve wires one when the gateway has a node. The confirmer is set once
+// the chain exists.
+type chainConfirming struct {
+	*facilitator.Client
+	chain *facilitator.ChainConfirmer
+}
+
+func (c *chainConfirming) Confirm(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (string, bool, error) {
+	return c.chain.Confirm(ctx, p, req)
+}
+
+// TestRemoteSettleTimeoutKeepsClaim: the remote facilitator settles but its
+// answer comes after the gateway's settle timeout, and the gateway has no
+// node to ask. The first answer is a 409 that asks for a retry of the same
+// payment, never a 402 offer, and the claim stays pending. The retry cannot
+// be served: our facilitator gave its one success (D5) to the lost answer
+// and now says the authorization is used, which without a node the gateway
+// cannot check, so it withholds the answer. Never a second charge, never a
+// second upstream call, never an offer (docs/CONFIG.md, "A remote
+// facilitator and lost answers": set a node).
+func TestRemoteSettleTimeoutKeepsClaim(t *testing.T) {
+	slow := &slowAnswerFac{late: 1500 * time.Millisecond}
+	e := newEnvSettle(t, 300*time.Millisecond, func(f *facilitator.Facilitator) x402.Facilitator {
+		slow.Facilitator = f
+		return remote(t, slow)
+	})
+	h := e.signedHeader(t, chatBody, buyerIdx)
+	payTo0, buyer0 := e.chain.BalanceOf(t, e.chain.Addr(payToIdx)), e.chain.BalanceOf(t, e.chain.Addr(buyerIdx))
+	pay := http.Header{x402.HeaderPaymentSignature: {h}}
+
+	resp := e.post(t, http.DefaultClient, chatBody, pay)
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusConflict || errorCode(t, body) != "settlement_pending" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("first answer %d %s; want 409 settlement_pending with Retry-After", resp.StatusCode, body)
+	}
+	if resp.Header.Get(x402.HeaderPaymentRequired) != "" {
+		t.Fatal("the lost answer came with a PAYMENT-REQUIRED offer: the buyer would pay twice")
+	}
+	c, err := e.db.Payment(t.Context(), e.claimKey(t, h))
+	if err != nil || c.State != store.PaymentPending {
+		t.Fatalf("claim = %+v, %v; want pending", c, err)
+	}
+
+	time.Sleep(slow.late) // the remote's first answer is gone
+	for range 2 {
+		resp = e.post(t, http.DefaultClient, chatBody, pay)
+		body = readAll(t, resp)
+		if resp.StatusCode == http.StatusOK || resp.Header.Get(x402.HeaderPaymentRequired) != "" {
+			t.Fatalf("retry %d %.300s; want a refusal without an offer", resp.StatusCode, body)
+		}
+	}
+	if received, spent := e.moved(t, payTo0, buyer0); received != 10000 || spent != 10000 || e.up.Calls() != 1 {
+		t.Errorf("received %d, spent %d, upstream %d; want one transfer of 10000 and one upstream call", received, spent, e.up.Calls())
+	}
+	if c, err := e.db.Payment(t.Context(), e.claimKey(t, h)); err != nil || c.State != store.PaymentPending {
+		t.Errorf("claim = %+v, %v; want still pending", c, err)
+	}
+}
+
+// TestRemoteSettleTimeoutConfirmedFromChain: the same lost answer, with a
+// gateway that has a node: it reads the payment from the chain and serves
+// the first request.
+func TestRemoteSettleTimeoutConfirmedFromChain(t *testing.T) {
+	slow := &slowAnswerFac{late: 1500 * time.Millisecond}
+	fac := &chainConfirming{}
+	e := newEnvSettle(t, 300*time.Millisecond, func(f *facilitator.Facilitator) x402.Facilitator {
+		slow.Facilitator = f
+		fac.Client = remote(t, slow)
+		return fac
+	})
+	fac.chain = facilitator.NewChainConfirmer(e.chain.Client, 0)
+	h := e.signedHeader(t, chatBody, buyerIdx)
+	payTo0, buyer0 := e.chain.BalanceOf(t, e.chain.Addr(payToIdx)), e.chain.BalanceOf(t, e.chain.Addr(buyerIdx))
+
+	resp := e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {h}})
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d %.300s; want 200: the chain shows the payment", resp.StatusCode, body)
+	}
+	if sr, err := x402.DecodeSettleResponse(resp.Header.Get(x402.HeaderPaymentResponse)); err != nil || !sr.Success || sr.Transaction == "" {
+		t.Errorf("PAYMENT-RESPONSE = %+v, %v; want success naming the transaction", sr, err)
+	}
+	if received, spent := e.moved(t, payTo0, buyer0); received != 10000 || spent != 10000 || e.up.Calls() != 1 {
+		t.Errorf("received %d, spent %d, upstream %d; want one transfer of 10000 and one upstream call", received, spent, e.up.Calls())
+	}
+}
+
+// heldFac settles for real and then holds its answer until released, as a
+// request does that settled and has not recorded it yet.
+type heldFac struct {
+	*facilitator.Facilitator
+	settled chan struct{} // closed once the first settlement is on chain
+	release chan struct{}
+	once    sync.Once
+}
+
+func (f *heldFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	sr, err := f.Facilitator.Settle(ctx, p, req)
+	f.once.Do(func() { close(f.settled) })
+	<-f.release
+	return sr, err
+}
+
+// TestCopyWhileHolderRecords (item 1): a copy of a payment arrives after the
+// winning transaction is mined and before its request recorded it. Verify
+// finds the nonce used; whether or not the chain can show the payment yet,
+// the claim is another request's: the copy gets a 409 with Retry-After
+// (operation_in_flight when the chain shows the payment, payment_in_use when
+// it cannot yet), never a 402 offer, and the holder serves its answer. One
+// transfer, one upstream call.
+func TestCopyWhileHolderRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hide bool // the gateway cannot read the chain (a lagging node, a remote facilitator)
+		code string
+	}{
+		{"chain shows it", false, "operation_in_flight"},
+		{"chain cannot tell yet", true, "payment_in_use"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			held := &heldFac{settled: make(chan struct{}), release: make(chan struct{})}
+			// A store that keeps no recovery records: the copy meets the
+			// claim, not the holder's staged answer.
+			e := newEnvStore(t, 10*time.Second, func(f *facilitator.Facilitator) x402.Facilitator {
+				held.Facilitator = f
+				if tc.hide {
+					return struct{ x402.Facilitator }{held} // no Confirm
+				}
+				return held
+			}, nil, func(p store.Payments) store.Payments { return struct{ store.Payments }{p} })
+			h := e.signedHeader(t, chatBody, buyerIdx)
+			payTo0, buyer0 := e.chain.BalanceOf(t, e.chain.Addr(payToIdx)), e.chain.BalanceOf(t, e.chain.Addr(buyerIdx))
+			pay := http.Header{x402.HeaderPaymentSignature: {h}}
+
+			first := make(chan int, 1)
+			go func() {
+				resp := e.post(t, http.DefaultClient, chatBody, pay)
+				readAll(t, resp)
+				first <- resp.StatusCode
+			}()
+			select {
+			case <-held.settled:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the first request never settled")
+			}
+			resp := e.post(t, http.DefaultClient, chatBody, pay)
+			body := readAll(t, resp)
+			close(held.release)
+			if resp.StatusCode != http.StatusConflict || errorCode(t, body) != tc.code || resp.Header.Get("Retry-After") == "" {
+				t.Errorf("copy: %d %s; want 409 %s with Retry-After", resp.StatusCode, body, tc.code)
+			}
+			if resp.Header.Get(x402.HeaderPaymentRequired) != "" {
+				t.Error("the copy came with a PAYMENT-REQUIRED offer: the buyer would pay twice")
+			}
+			if code := <-first; code != http.StatusOK {
+				t.Errorf("the holder got %d, want 200", code)
+			}
+			if received, spent := e.moved(t, payTo0, buyer0); received != 10000 || spent != 10000 || e.up.Calls() != 1 {
+				t.Errorf("received %d, spent %d, upstream %d; want one transfer of 10000 and one upstream call", received, spent, e.up.Calls())
+			}
+		})
+	}
+}
+
+// TestTopUpHeldByDeadRequestCredited (item 3): the request of a top-up
+// settled it and never came back (its replica died past the broadcast; here
+// it hangs), its claim still under lease. The buyer's retry with the same
+// payment is credited from the chain at once, as a chat retry is answered,
+// not after the lease; and once.
+func TestTopUpHeldByDeadRequestCredited(t *testing.T) {
+	held := &heldFac{settled: make(chan struct{}), release: make(chan struct{})}
+	e := newTopUpEnv(t, func(f *facilitator.Facilitator) x402.Facilitator { held.Facilitator = f; return held }, nil)
+	t.Cleanup(func() { close(held.release) }) // before the server closes
+	h := e.topUpSigned(t, "1000000", buyerIdx, nil)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/credits/topup", strings.NewReader(topUpBody("1000000")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(x402.HeaderPaymentSignature, h)
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close() // the first buyer is gone; its answer does not count
+		}
+	}()
+	select {
+	case <-held.settled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first top-up never settled")
+	}
+	cancel()
+
+	start := time.Now()
+	resp, b := e.topUp(t, "1000000", h)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("retry: %d %s; want the credit at once", resp.StatusCode, b)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the retry took %v", d)
+	}
+	if avail, _ := e.credit(t, buyerIdx); avail != 1_000_000 || e.credits(t, buyerIdx) != 1 {
+		t.Errorf("after the retry: %d available, %d credits; want 1000000 once", avail, e.credits(t, buyerIdx))
+	}
+	if resp, b := e.topUp(t, "1000000", h); resp.StatusCode != http.StatusOK {
+		t.Errorf("a later copy: %d %s", resp.StatusCode, b)
+	}
+	if avail, _ := e.credit(t, buyerIdx); avail != 1_000_000 || e.credits(t, buyerIdx) != 1 {
+		t.Errorf("after a later copy: %d available, %d credits; want 1000000 once", avail, e.credits(t, buyerIdx))
+	}
+}

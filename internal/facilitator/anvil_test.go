@@ -11,6 +11,7 @@ import (
 	"github.com/ethereum/go-ethereum/accounts/abi/bind"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/chain"
@@ -29,6 +30,8 @@ type anvilEnv struct {
 	tok          *contracts.EIP3009Token
 	path         string
 	fac          *facilitator.Facilitator
+	db           *sqlite.DB
+	reg          *prometheus.Registry // fac's metrics
 	replaceAfter time.Duration
 }
 
@@ -95,7 +98,11 @@ func (e *anvilEnv) restart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.fac = fac
+	reg := prometheus.NewRegistry()
+	if err := fac.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	e.fac, e.db, e.reg = fac, db, reg
 }
 
 func (e *anvilEnv) requirements() x402.PaymentRequirements {

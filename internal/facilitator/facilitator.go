@@ -43,6 +43,7 @@ type Backend interface {
 	TransactionReceipt(ctx context.Context, hash common.Hash) (*types.Receipt, error)
 	TransactionByHash(ctx context.Context, hash common.Hash) (*types.Transaction, bool, error)
 	BlockNumber(ctx context.Context) (uint64, error)
+	HeaderByNumber(ctx context.Context, number *big.Int) (*types.Header, error)
 	NonceAt(ctx context.Context, account common.Address, blockNumber *big.Int) (uint64, error)
 	SendTransaction(ctx context.Context, tx *types.Transaction) error
 }
@@ -90,6 +91,13 @@ type Config struct {
 	LookbackBlocks uint64
 	// Owner names this process in claims.
 	Owner string
+	// ReorgWindow is how long the reconciler keeps re-reading a settled
+	// payment's receipt for reorgs (DECISIONS D17): from when it was
+	// recorded settled, or last found dropped or mined again. Default
+	// DefaultReorgWindow; at most store.RecentRetention.
+	ReorgWindow time.Duration
+	// Now is the clock that places the reorg window. Default time.Now.
+	Now func() time.Time
 }
 
 // Defaults of Config.
@@ -97,6 +105,10 @@ const (
 	DefaultSettleTimeout  = 30 * time.Second
 	DefaultClaimLease     = 2 * time.Minute
 	DefaultLookbackBlocks = 100_000
+	// DefaultReorgWindow outlasts the reorgs a rollup like Base sees (rare,
+	// of a few unsafe blocks) and the time its blocks take to reach L1
+	// finality, so a settlement is watched until it cannot be reorged.
+	DefaultReorgWindow = 15 * time.Minute
 )
 
 // Facilitator verifies and settles EVM exact payments on one network.
@@ -109,6 +121,7 @@ type Facilitator struct {
 	verifier *exact.Verifier
 	log      *slog.Logger
 	assets   map[common.Address]Asset
+	metrics  metrics
 	// confirmer reads the chain for an authorization's use.
 	confirmer *ChainConfirmer
 
@@ -139,12 +152,22 @@ func New(cfg Config, backend Backend, sender Sender, st store.Settlements, log *
 	if cfg.Owner == "" {
 		cfg.Owner = sender.Address().Hex()
 	}
+	switch {
+	case cfg.ReorgWindow == 0:
+		cfg.ReorgWindow = DefaultReorgWindow
+	case cfg.ReorgWindow < 0 || cfg.ReorgWindow > store.RecentRetention:
+		return nil, fmt.Errorf("facilitator: reorg window %s is not between 0 and %s", cfg.ReorgWindow, store.RecentRetention)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	f := &Facilitator{
 		cfg: cfg, chainID: chainID, backend: backend, sender: sender, store: st,
 		verifier:  &exact.Verifier{Chain: backend, ChainID: chainID, Caller: sender.Address()},
 		log:       log.With("component", "facilitator", "network", cfg.Network),
 		assets:    make(map[common.Address]Asset, len(cfg.Assets)),
 		confirmer: NewChainConfirmer(backend, cfg.LookbackBlocks),
+		metrics:   newMetrics(),
 	}
 	for _, a := range cfg.Assets {
 		f.assets[a.Address] = a

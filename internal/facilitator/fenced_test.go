@@ -141,9 +141,11 @@ func TestResentByReplicaIsNotSentAgain(t *testing.T) {
 		{name: "record still broadcast"},
 		{name: "record settled by the other replica", settled: true},
 	}
-	eachBackend(t, func(t *testing.T, open storeOpener) {
-		for _, tc := range cases {
-			t.Run(tc.name, func(t *testing.T) {
+	// Each case has a database of its own: a record another case settled on
+	// its own chain is not on this one, which the reorg check would find.
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, open storeOpener) {
 				sim := testchain.NewSimulated(t) // no auto-commit: the test mines
 				ctx := context.Background()
 				e := &env{chain: sim}
@@ -194,8 +196,8 @@ func TestResentByReplicaIsNotSentAgain(t *testing.T) {
 					t.Errorf("payTo received %s, want 10000", paid)
 				}
 			})
-		}
-	})
+		})
+	}
 }
 
 // TestFencedRecordResolves: replica A's claim is taken over (its lease ran

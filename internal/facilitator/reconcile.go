@@ -24,8 +24,10 @@ import (
 // replaces its own stuck ones, recording them first). A claim whose lease ran
 // out is released: with every transaction recorded before it is sent, a record
 // still in StateClaimed sent nothing. It reports success to nobody (D5: that is
-// for the first settle call that observes it). It returns how many records
-// reached a final state or were given back.
+// for the first settle call that observes it). Then it looks for reorgs in the
+// settlements younger than Config.ReorgWindow (checkReorgs), which changes no
+// answer given or to be given. It returns how many records reached a final
+// state, were given back, or had their reorg mark changed.
 func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 	recs, err := f.store.UnresolvedSettlements(ctx, 100)
 	if err != nil {
@@ -80,7 +82,8 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 			// Final already: UnresolvedSettlements does not return these.
 		}
 	}
-	return done, errors.Join(errs...)
+	n, err := f.checkReorgs(ctx)
+	return done + n, errors.Join(append(errs, err)...)
 }
 
 // recordToVerified rebuilds what resolve needs from a stored record.

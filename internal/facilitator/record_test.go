@@ -356,11 +356,17 @@ func (s *staleState) CallContract(ctx context.Context, msg ethereum.CallMsg, blo
 // keyOf is the settlement key of p (DECISIONS D4).
 func keyOf(t *testing.T, sim *testchain.Simulated, p *x402.PaymentPayload) string {
 	t.Helper()
+	return tokenKeyOf(t, sim.Token, p)
+}
+
+// tokenKeyOf is the settlement key of p, a payment in token.
+func tokenKeyOf(t *testing.T, token common.Address, p *x402.PaymentPayload) string {
+	t.Helper()
 	pl, err := exact.ParsePayload(p.Payload)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return exact.Key(network, sim.Token, pl.Authorization.From, pl.Authorization.Nonce)
+	return exact.Key(network, token, pl.Authorization.From, pl.Authorization.Nonce)
 }
 
 // signSettlement claims p's record as a replica signing with dev key signer

@@ -20,6 +20,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
@@ -43,6 +44,7 @@ type facilitatorFlags struct {
 	maxFeeWei      string
 	settleTimeout  time.Duration
 	reconcileEvery time.Duration
+	reorgWindow    time.Duration
 	pollInterval   time.Duration // unset: config.DefaultPollInterval of the network
 
 	// Parsed from the flags above, so that every flag is checked before any I/O.
@@ -63,6 +65,7 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 	fs.StringVar(&f.maxFeeWei, "max-fee-per-gas", "200000000000", "cap on the fee per gas of any settlement transaction, in wei")
 	fs.DurationVar(&f.settleTimeout, "settle-timeout", facilitator.DefaultSettleTimeout, "how long /settle waits for a receipt before answering settlement_pending")
 	fs.DurationVar(&f.reconcileEvery, "reconcile-every", 30*time.Second, "how often unresolved settlements are resolved from the chain")
+	fs.DurationVar(&f.reorgWindow, "reorg-window", facilitator.DefaultReorgWindow, fmt.Sprintf("how long a settled payment is checked again for reorgs, up to %s", store.RecentRetention))
 	fs.DurationVar(&f.pollInterval, "poll-interval", 0, fmt.Sprintf("how often a settlement's receipt is polled, %s to %s; it is also looked for right after the broadcast (default %s on eip155:1337 and eip155:31337, else %s)",
 		config.MinPollInterval, config.MaxPollInterval, config.DefaultPollInterval("eip155:1337"), config.DefaultPollInterval("")))
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +85,8 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 		return nil, errors.New("facilitator: --settle-timeout must be positive")
 	case f.reconcileEvery <= 0:
 		return nil, errors.New("facilitator: --reconcile-every must be positive")
+	case f.reorgWindow <= 0 || f.reorgWindow > store.RecentRetention:
+		return nil, fmt.Errorf("facilitator: --reorg-window %s is not between 0 and %s", f.reorgWindow, store.RecentRetention)
 	}
 	pollSet := false
 	fs.Visit(func(fl *flag.Flag) { pollSet = pollSet || fl.Name == "poll-interval" })
@@ -209,7 +214,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	fac, err := facilitator.New(facilitator.Config{Network: f.network, Assets: assets, SettleTimeout: f.settleTimeout}, client, sender, db, log)
+	fac, err := facilitator.New(facilitator.Config{Network: f.network, Assets: assets, SettleTimeout: f.settleTimeout, ReorgWindow: f.reorgWindow}, client, sender, db, log)
 	if err != nil {
 		return err
 	}
@@ -226,6 +231,9 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	printf(e.stdout, "facilitator listening on http://%s\n", ln.Addr())
 	reg := prometheus.NewRegistry()
 	if err := signerBalanceGauge(reg, sender); err != nil {
+		return err
+	}
+	if err := fac.RegisterMetrics(reg); err != nil {
 		return err
 	}
 	return serve(ctx, ln, withMetrics(facilitator.NewHandler(fac, log), reg), f.settleTimeout+10*time.Second)

@@ -295,7 +295,7 @@ func TestFacilitatorEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("signer balance metric", func(t *testing.T) {
+	t.Run("metrics", func(t *testing.T) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, proc.url+"/metrics", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -309,6 +309,9 @@ func TestFacilitatorEndToEnd(t *testing.T) {
 		// anvil funds the dev accounts with 10,000 ETH = 1e13 gwei.
 		if !strings.Contains(string(b), `llm4agents_signer_balance_gwei{signer="`+testchain.DevAddress(testSigner).Hex()+`"} 1e+13`) {
 			t.Errorf("GET /metrics lacks the signer balance:\n%.600s", b)
+		}
+		if !strings.Contains(string(b), `llm4agents_facilitator_reorgs_total{outcome="lost"} 0`) {
+			t.Errorf("GET /metrics lacks the reorg counter:\n%.600s", b)
 		}
 	})
 
@@ -715,6 +718,8 @@ func TestFacilitatorFlagErrors(t *testing.T) {
 		{name: "settle timeout negative", args: base("", "--settle-timeout", "-1s"), wantErr: []string{"--settle-timeout must be positive"}},
 		{name: "settle timeout not a duration", args: base("", "--settle-timeout", "soon"), wantErr: []string{"invalid value", "-settle-timeout"}},
 		{name: "reconcile every zero", args: base("", "--reconcile-every", "0s"), wantErr: []string{"--reconcile-every must be positive"}},
+		{name: "reorg window zero", args: base("", "--reorg-window", "0s"), wantErr: []string{"--reorg-window 0s is not between 0 and 24h0m0s"}},
+		{name: "reorg window past retention", args: base("", "--reorg-window", "25h"), wantErr: []string{"--reorg-window 25h0m0s is not between 0 and 24h0m0s"}},
 		{name: "poll interval zero", args: base("", "--poll-interval", "0s"), wantErr: []string{"--poll-interval 0s is not between 10ms and 10s"}},
 		{name: "poll interval tiny", args: base("", "--poll-interval", "1ms"), wantErr: []string{"--poll-interval 1ms is not between 10ms and 10s"}},
 		{name: "poll interval huge", args: base("", "--poll-interval", "1m"), wantErr: []string{"--poll-interval 1m0s is not between 10ms and 10s"}},

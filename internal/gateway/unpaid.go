@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"container/list"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -18,9 +19,21 @@ import (
 // PAYMENT-SIGNATURE nor an llm4agents API key is answered with a quote, and
 // the quote of a chat completion tokenizes the whole prompt: up to
 // MaxBodyBytes of text, for anyone, for free. So unpaid requests are limited
-// per client address with a token bucket, before the body is read. A paid or
-// key-bearing request never takes a token and is never refused here: the
-// payment or the key is what limits it.
+// per client address with a token bucket, before the body is read: each takes
+// a token, and one that finds none is answered 429 unpaid_rate_limited.
+//
+// A payment or a key is not proof of anything until it is checked, and a
+// chat request is tokenized before its payment is verified (the payment must
+// match the quote, D7): a made-up PAYMENT-SIGNATURE would otherwise buy the
+// same free tokenization, plus a verification. So a request that carries one
+// takes no token, but its answer settles up afterwards: a payment or key that
+// is refused (400, 401, 402, 403) takes a token, even into debt (down to
+// -Burst), and one that is accepted (2xx) gives one back, up to Burst. A
+// request with credentials is refused only while its address is in debt.
+// An x402 buyer who pays for what it asks about thus spends nothing net (the
+// quote takes one, the paid call gives it back), and its payments are served
+// even right after a burst of quotes has emptied the bucket; an address that
+// presents refused payments or keys runs out like one that never pays.
 //
 // The client address is the TCP peer, unless the peer is a trusted proxy
 // (UnpaidLimits.TrustedProxies): then it is the right-most address of
@@ -28,7 +41,8 @@ import (
 // X-Forwarded-For. Addresses further left were written by the client and are
 // never believed. IPv6 clients are limited per /64, the block one host is
 // usually given, so that walking through the addresses of one's own /64 does
-// not multiply the rate.
+// not multiply the rate. The buckets are per replica: N replicas behind a
+// balancer allow up to N times the rate.
 
 // UnpaidLimits bounds unpaid requests per client address. The zero value
 // limits nothing.
@@ -55,25 +69,48 @@ const (
 )
 
 // limitUnpaid wraps a paid route's handler: an unpaid request over its
-// address's rate is answered 429 unpaid_rate_limited with Retry-After,
-// before h reads its body.
+// address's rate, or one with a payment or key from an address in debt, is
+// answered 429 unpaid_rate_limited with Retry-After, before h reads its body.
 func (s *Server) limitUnpaid(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
-	if s.unpaid == nil {
+	l := s.unpaid
+	if l == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if r.Header.Get(x402.HeaderPaymentSignature) != "" || hasOwnKey(r) {
+		key := clientKey(clientAddr(r.RemoteAddr, r.Header, l.trusted))
+		if r.Header.Get(x402.HeaderPaymentSignature) == "" && !hasOwnKey(r) {
+			if ok, wait := l.take(key, s.now()); !ok {
+				return l.refusal(wait, "without payment")
+			}
 			return h(w, r)
 		}
-		addr := clientAddr(r.RemoteAddr, r.Header, s.unpaid.trusted)
-		if ok, wait := s.unpaid.take(clientKey(addr), s.now()); !ok {
-			return &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "unpaid_rate_limited",
-				Message: fmt.Sprintf("too many requests without payment from this address (%d per minute); "+
-					"retry later, or pay with PAYMENT-SIGNATURE or an API key, which are not limited here", s.unpaid.perMinute),
-				Header: http.Header{"Retry-After": {strconv.Itoa(retryAfter(wait))}}}
+		if ok, wait := l.solvent(key, s.now()); !ok {
+			return l.refusal(wait, "with refused payments or keys")
 		}
-		return h(w, r)
+		sw := &statusWriter{ResponseWriter: w}
+		err := h(sw, r)
+		status := sw.status()
+		if !sw.wrote && err != nil {
+			status = http.StatusInternalServerError
+			if ae, ok := errors.AsType[*apiError](err); ok {
+				status = ae.Status
+			}
+		}
+		switch {
+		case status >= 200 && status < 300:
+			l.add(key, 1, s.now())
+		case status >= 400 && status <= 403:
+			l.add(key, -1, s.now())
+		}
+		return err
 	}
+}
+
+func (l *unpaidLimiter) refusal(wait time.Duration, what string) *apiError {
+	return &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "unpaid_rate_limited",
+		Message: fmt.Sprintf("too many requests %s from this address (%d per minute); retry later, "+
+			"or pay with PAYMENT-SIGNATURE or an API key: accepted payments are not limited", what, l.perMinute),
+		Header: http.Header{"Retry-After": {strconv.Itoa(retryAfter(wait))}}}
 }
 
 // retryAfter is d in whole seconds, rounded up, at least 1.
@@ -84,7 +121,8 @@ func retryAfter(d time.Duration) int {
 // unpaidLimiter is a token bucket per client key, the least recently used
 // first to go: at most max buckets, and buckets idle long enough to be full
 // again are dropped as they are passed, since a full bucket allows nothing
-// a new one would not.
+// a new one would not. A bucket holds -burst to burst tokens: below zero is
+// the debt of refused credentials.
 type unpaidLimiter struct {
 	perMinute int
 	rate      float64 // tokens per second
@@ -114,9 +152,17 @@ func newUnpaidLimiter(l UnpaidLimits) *unpaidLimiter {
 	if l.MaxClients <= 0 {
 		l.MaxClients = DefaultUnpaidMaxClients
 	}
+	trusted := make([]netip.Prefix, 0, len(l.TrustedProxies))
+	for _, p := range l.TrustedProxies {
+		// Addresses are compared unmapped (parseHostAddr): so are prefixes.
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		trusted = append(trusted, p.Masked())
+	}
 	return &unpaidLimiter{
 		perMinute: l.PerMinute, rate: float64(l.PerMinute) / 60, burst: float64(l.Burst), max: l.MaxClients,
-		trusted: l.TrustedProxies, buckets: make(map[netip.Prefix]*list.Element),
+		trusted: trusted, buckets: make(map[netip.Prefix]*list.Element),
 	}
 }
 
@@ -125,36 +171,73 @@ func newUnpaidLimiter(l UnpaidLimits) *unpaidLimiter {
 func (l *unpaidLimiter) take(key netip.Prefix, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.dropIdle(now, 2)
-	var b *unpaidBucket
-	if e, ok := l.buckets[key]; ok {
-		b = e.Value.(*unpaidBucket)
-		l.lru.MoveToFront(e)
-		if d := now.Sub(b.last); d > 0 {
-			b.tokens = min(l.burst, b.tokens+d.Seconds()*l.rate)
-		}
-	} else {
-		if len(l.buckets) >= l.max {
-			l.remove(l.lru.Back())
-		}
-		b = &unpaidBucket{key: key, tokens: l.burst}
-		l.buckets[key] = l.lru.PushFront(b)
-	}
-	b.last = now
+	b := l.bucket(key, now)
 	if b.tokens < 1 {
-		return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+		return false, l.until(1 - b.tokens)
 	}
 	b.tokens--
 	return true, 0
 }
 
+// solvent reports whether key's bucket is out of debt at now, taking
+// nothing; if not, how long until it is.
+func (l *unpaidLimiter) solvent(key netip.Prefix, now time.Time) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.bucket(key, now); b.tokens < 0 {
+		return false, l.until(-b.tokens)
+	}
+	return true, 0
+}
+
+// add adds n tokens (n < 0 takes them) to key's bucket at now, within
+// -burst and burst.
+func (l *unpaidLimiter) add(key netip.Prefix, n float64, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.bucket(key, now)
+	b.tokens = min(l.burst, max(-l.burst, b.tokens+n))
+}
+
+// until is how long the bucket takes to gain n tokens.
+func (l *unpaidLimiter) until(n float64) time.Duration {
+	return time.Duration(n / l.rate * float64(time.Second))
+}
+
+// bucket returns key's bucket refilled up to now, made full when new, and
+// marks it the most recently used. l.mu is held.
+func (l *unpaidLimiter) bucket(key netip.Prefix, now time.Time) *unpaidBucket {
+	l.dropIdle(now, 2)
+	e, ok := l.buckets[key]
+	if !ok {
+		if len(l.buckets) >= l.max {
+			l.remove(l.lru.Back())
+		}
+		b := &unpaidBucket{key: key, tokens: l.burst, last: now}
+		l.buckets[key] = l.lru.PushFront(b)
+		return b
+	}
+	l.lru.MoveToFront(e)
+	b := e.Value.(*unpaidBucket)
+	// A clock that steps back neither refills nor moves last back, which
+	// would refill the same time twice.
+	if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(l.burst, b.tokens+d.Seconds()*l.rate)
+		b.last = now
+	}
+	return b
+}
+
 // dropIdle drops up to n of the least recently used buckets that have been
 // idle long enough to be full again. l.mu is held.
 func (l *unpaidLimiter) dropIdle(now time.Time, n int) {
-	full := time.Duration(l.burst / l.rate * float64(time.Second))
 	for range n {
 		e := l.lru.Back()
-		if e == nil || now.Sub(e.Value.(*unpaidBucket).last) < full {
+		if e == nil {
+			return
+		}
+		b := e.Value.(*unpaidBucket)
+		if now.Sub(b.last) < l.until(l.burst-b.tokens) {
 			return
 		}
 		l.remove(e)

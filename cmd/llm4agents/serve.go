@@ -173,6 +173,8 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		RecoveryTTL: cfg.Limits.RecoveryTTL, RecoveryReplays: cfg.Limits.RecoveryReplays,
 		ClaimLease: cfg.ClaimLease(), Owner: fmt.Sprintf("%s/%d", hostname, os.Getpid()), Models: models,
 		Credits: cred,
+		Unpaid: gateway.UnpaidLimits{PerMinute: cfg.Limits.UnpaidRate(), Burst: cfg.Limits.UnpaidBurst,
+			TrustedProxies: cfg.Limits.TrustedProxyPrefixes()},
 	}, fac, db, log)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -144,6 +145,59 @@ type Limits struct {
 	// RecoveryReplays is how many replays one paid answer allows, 1 to
 	// MaxRecoveryReplays. Default DefaultRecoveryReplays.
 	RecoveryReplays int `yaml:"recovery_replays"`
+	// UnpaidPerMinute is how many requests without a payment or an API key
+	// one client address may make per minute on the paid routes, sustained,
+	// 0 to MaxUnpaidPerMinute; 0 turns the limit off. A pointer, so that an
+	// explicit 0 is told from an absent key. Default DefaultUnpaidPerMinute.
+	UnpaidPerMinute *int `yaml:"unpaid_per_minute"`
+	// UnpaidBurst is how many of them it may make at once after being idle,
+	// 1 to MaxUnpaidBurst. Default DefaultUnpaidBurst.
+	UnpaidBurst int `yaml:"unpaid_burst"`
+	// TrustedProxies are the peers, IP addresses or CIDR prefixes, whose
+	// X-Forwarded-For and X-Real-IP name the client; from any other peer
+	// those headers are ignored. Empty: the client is the TCP peer.
+	TrustedProxies []string `yaml:"trusted_proxies,omitempty"`
+}
+
+// UnpaidRate returns UnpaidPerMinute, 0 (off) when unset and defaults were
+// not filled.
+func (l *Limits) UnpaidRate() int {
+	if l.UnpaidPerMinute == nil {
+		return 0
+	}
+	return *l.UnpaidPerMinute
+}
+
+// TrustedProxyPrefixes returns TrustedProxies parsed, an address as its
+// one-address prefix. Entries Validate refuses are left out.
+func (l *Limits) TrustedProxyPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range l.TrustedProxies {
+		if p, err := parseProxy(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseProxy parses a trusted_proxies entry: an IP address or a CIDR
+// prefix, without a zone, narrower than the whole address space.
+func parseProxy(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, aerr := netip.ParseAddr(s)
+		if aerr != nil {
+			return netip.Prefix{}, errors.New("is neither an IP address nor a CIDR prefix such as 10.0.0.0/8")
+		}
+		if a.Zone() != "" {
+			return netip.Prefix{}, errors.New("has a zone: name the address without %zone")
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if p.Bits() == 0 {
+		return netip.Prefix{}, errors.New("trusts every peer: any client could name any address and take another's limit, or none")
+	}
+	return p.Masked(), nil
 }
 
 // Upstream is a provider the gateway forwards to.
@@ -221,6 +275,18 @@ const (
 	// MaxRecoveryTTL and MaxRecoveryReplays bound them.
 	MaxRecoveryTTL     = 24 * time.Hour
 	MaxRecoveryReplays = 1000
+	// DefaultUnpaidPerMinute and DefaultUnpaidBurst limit unpaid requests per
+	// client address (issue 18 item 9). On by default: the 402 quote of a
+	// 1 MiB prompt costs up to 0.65 s of a core (docs/BENCHMARKS.md, "Unpaid
+	// requests"), so 20 a minute hold one address to about a fifth of a
+	// core; a buyer who pays for its quotes gets each token back, and is
+	// never held back.
+	DefaultUnpaidPerMinute = 20
+	DefaultUnpaidBurst     = 10
+	// MaxUnpaidPerMinute, MaxUnpaidBurst and MaxTrustedProxies bound them.
+	MaxUnpaidPerMinute = 1_000_000
+	MaxUnpaidBurst     = 100_000
+	MaxTrustedProxies  = 1000
 )
 
 // Values of the enumerated keys.
@@ -310,6 +376,13 @@ func (c *Config) SetDefaults() {
 	}
 	if l.RecoveryReplays == 0 {
 		l.RecoveryReplays = DefaultRecoveryReplays
+	}
+	if l.UnpaidPerMinute == nil {
+		n := DefaultUnpaidPerMinute
+		l.UnpaidPerMinute = &n
+	}
+	if l.UnpaidBurst == 0 {
+		l.UnpaidBurst = DefaultUnpaidBurst
 	}
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
@@ -589,6 +662,21 @@ func (c *Config) validateLimits(p *problems) {
 	}
 	if l.RecoveryReplays < 1 || l.RecoveryReplays > MaxRecoveryReplays {
 		p.add("limits.recovery_replays", "%d is not between 1 and %d", l.RecoveryReplays, MaxRecoveryReplays)
+	}
+	if n := l.UnpaidRate(); n < 0 || n > MaxUnpaidPerMinute {
+		p.add("limits.unpaid_per_minute", "%d is not between 0 (off) and %d", n, MaxUnpaidPerMinute)
+	}
+	if l.UnpaidBurst < 1 || l.UnpaidBurst > MaxUnpaidBurst {
+		p.add("limits.unpaid_burst", "%d is not between 1 and %d", l.UnpaidBurst, MaxUnpaidBurst)
+	}
+	if len(l.TrustedProxies) > MaxTrustedProxies {
+		p.add("limits.trusted_proxies", "has %d entries, more than %d: name prefixes, not addresses", len(l.TrustedProxies), MaxTrustedProxies)
+	} else {
+		for i, s := range l.TrustedProxies {
+			if _, err := parseProxy(s); err != nil {
+				p.add(fmt.Sprintf("limits.trusted_proxies[%d]", i), "%q %v", truncate(s), err)
+			}
+		}
 	}
 	if l.ClaimLease != 0 {
 		if minLease := c.minClaimLease(); l.ClaimLease < minLease {

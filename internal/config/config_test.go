@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -108,7 +109,8 @@ func TestParseBase(t *testing.T) {
 		},
 		Store: Store{DSN: "sqlite:///tmp/llm4agents.db"},
 		Limits: Limits{MaxBodyBytes: 1 << 20, UpstreamTimeout: 120 * time.Second, MaxStreamDuration: 10 * time.Minute,
-			RecoveryTTL: DefaultRecoveryTTL, RecoveryReplays: DefaultRecoveryReplays},
+			RecoveryTTL: DefaultRecoveryTTL, RecoveryReplays: DefaultRecoveryReplays,
+			UnpaidPerMinute: new(DefaultUnpaidPerMinute), UnpaidBurst: DefaultUnpaidBurst},
 		Upstreams: []Upstream{
 			{Name: "openai", Type: UpstreamOpenAI, BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
 			{Name: "demo", Type: UpstreamDemo, Timeout: 120 * time.Second},
@@ -341,6 +343,19 @@ func TestParseErrors(t *testing.T) {
 		{name: "body limit negative", edits: []string{dsn, dsn + "\nlimits:\n  max_body_bytes: -1"}, path: "limits.max_body_bytes", msg: "must be positive", line: "max_body_bytes:"},
 		{name: "upstream timeout negative", edits: []string{dsn, dsn + "\nlimits:\n  upstream_timeout: -5s"}, path: "limits.upstream_timeout", msg: "must be positive"},
 		{name: "stream duration negative", edits: []string{dsn, dsn + "\nlimits:\n  max_stream_duration: -1m"}, path: "limits.max_stream_duration", msg: "must be positive"},
+		{name: "unpaid rate negative", edits: []string{dsn, dsn + "\nlimits:\n  unpaid_per_minute: -1"}, path: "limits.unpaid_per_minute", msg: "-1 is not between 0 (off) and 1000000", line: "unpaid_per_minute:"},
+		{name: "unpaid rate huge", edits: []string{dsn, dsn + "\nlimits:\n  unpaid_per_minute: 1000001"}, path: "limits.unpaid_per_minute", msg: "is not between 0 (off) and 1000000"},
+		{name: "unpaid rate overflows", edits: []string{dsn, dsn + "\nlimits:\n  unpaid_per_minute: 99999999999999999999"}, path: "limits.unpaid_per_minute", msg: "a whole number"},
+		{name: "unpaid rate a string", edits: []string{dsn, dsn + "\nlimits:\n  unpaid_per_minute: off"}, path: "limits.unpaid_per_minute", msg: "got !!str `off`"},
+		{name: "unpaid burst negative", edits: []string{dsn, dsn + "\nlimits:\n  unpaid_per_minute: 60\n  unpaid_burst: -3"}, path: "limits.unpaid_burst", msg: "-3 is not between 1 and 100000"},
+		{name: "unpaid burst huge", edits: []string{dsn, dsn + "\nlimits:\n  unpaid_burst: 100001"}, path: "limits.unpaid_burst", msg: "is not between 1 and 100000"},
+		{name: "trusted proxy garbage", edits: []string{dsn, dsn + "\nlimits:\n  trusted_proxies: [10.0.0.0/8, proxy.internal]"}, path: "limits.trusted_proxies[1]", msg: `"proxy.internal" is neither an IP address nor a CIDR prefix`},
+		{name: "trusted proxy bad prefix length", edits: []string{dsn, dsn + "\nlimits:\n  trusted_proxies: [10.0.0.0/33]"}, path: "limits.trusted_proxies[0]", msg: "is neither"},
+		{name: "trusted proxy with zone", edits: []string{dsn, dsn + "\nlimits:\n  trusted_proxies: [\"fe80::1%eth0\"]"}, path: "limits.trusted_proxies[0]", msg: "has a zone"},
+		{name: "trusted proxy everyone v4", edits: []string{dsn, dsn + "\nlimits:\n  trusted_proxies: [0.0.0.0/0]"}, path: "limits.trusted_proxies[0]", msg: "trusts every peer"},
+		{name: "trusted proxy everyone v6", edits: []string{dsn, dsn + "\nlimits:\n  trusted_proxies: [\"::/0\"]"}, path: "limits.trusted_proxies[0]", msg: "trusts every peer"},
+		{name: "trusted proxy a mapping", edits: []string{dsn, dsn + "\nlimits:\n  trusted_proxies:\n    a: 1"}, path: "limits.trusted_proxies", msg: "want a list, got !!map"},
+		{name: "trusted proxy long garbage", edits: []string{dsn, dsn + "\nlimits:\n  trusted_proxies: [\"" + strings.Repeat("x", 500) + "\"]"}, path: "limits.trusted_proxies[0]", msg: "...\" is neither", never: strings.Repeat("x", 65)},
 		{name: "listen without port", edits: []string{"listen: 127.0.0.1:8080", "listen: localhost"}, path: "listen", msg: "host:port", line: "listen:"},
 		{name: "listen port too big", edits: []string{"listen: 127.0.0.1:8080", "listen: 127.0.0.1:99999"}, path: "listen", msg: "0 to 65535"},
 		{name: "public_url not http", edits: []string{"listen: 127.0.0.1:8080", "public_url: ftp://gw"}, path: "public_url", msg: "http or https"},
@@ -601,5 +616,50 @@ func TestRecoveryKnobs(t *testing.T) {
 	if c.Limits.RecoveryTTL != 90*time.Second || c.Limits.RecoveryReplays != 3 ||
 		c.Models[0].PaymentIdentifier != PaymentIDRequired || c.Models[1].PaymentIdentifier != PaymentIDOptional {
 		t.Errorf("limits %+v, models %q %q", c.Limits, c.Models[0].PaymentIdentifier, c.Models[1].PaymentIdentifier)
+	}
+}
+
+// TestUnpaidLimits: the unpaid limit is on by default, an explicit 0 turns
+// it off, and trusted proxies parse to masked prefixes, an address to its
+// own.
+func TestUnpaidLimits(t *testing.T) {
+	const dsnLine = "  dsn: sqlite:///tmp/llm4agents.db\n"
+	for _, tc := range []struct {
+		name    string
+		limits  string
+		rate    int
+		burst   int
+		trusted []netip.Prefix
+	}{
+		{name: "defaults", rate: DefaultUnpaidPerMinute, burst: DefaultUnpaidBurst},
+		{name: "off", limits: "  unpaid_per_minute: 0\n", rate: 0, burst: DefaultUnpaidBurst},
+		{name: "set", limits: "  unpaid_per_minute: 1000000\n  unpaid_burst: 1\n", rate: MaxUnpaidPerMinute, burst: 1},
+		{
+			name:   "trusted",
+			limits: "  trusted_proxies:\n    - 10.1.2.3/8\n    - 192.0.2.7\n    - \"2001:db8::/32\"\n    - \"::ffff:10.0.0.1\"\n",
+			rate:   DefaultUnpaidPerMinute, burst: DefaultUnpaidBurst,
+			trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
+				netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("::ffff:10.0.0.1/128")},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := base
+			if tc.limits != "" {
+				text = edit(t, base, dsnLine, dsnLine+"limits:\n"+tc.limits)
+			}
+			c, err := Parse([]byte(text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Limits.UnpaidRate(); got != tc.rate || c.Limits.UnpaidBurst != tc.burst {
+				t.Errorf("rate %d burst %d, want %d %d", got, c.Limits.UnpaidBurst, tc.rate, tc.burst)
+			}
+			if d := cmp.Diff(tc.trusted, c.Limits.TrustedProxyPrefixes(), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
+				t.Errorf("trusted proxies (-want +got):\n%s", d)
+			}
+		})
+	}
+	if (&Limits{}).UnpaidRate() != 0 {
+		t.Error("an unset rate without defaults is not off")
 	}
 }

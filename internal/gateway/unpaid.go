@@ -63,7 +63,7 @@ type UnpaidLimits struct {
 
 // Defaults of UnpaidLimits.
 const (
-	DefaultUnpaidBurst = 20
+	DefaultUnpaidBurst = 10
 	// DefaultUnpaidMaxClients keeps the limiter's memory to about 10 MB.
 	DefaultUnpaidMaxClients = 65536
 )

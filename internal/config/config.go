@@ -277,8 +277,8 @@ const (
 	MaxRecoveryReplays = 1000
 	// DefaultUnpaidPerMinute and DefaultUnpaidBurst limit unpaid requests per
 	// client address (issue 18 item 9). On by default: the 402 quote of a
-	// 1 MiB prompt costs up to 0.65 s of a core (docs/BENCHMARKS.md, "Unpaid
-	// requests"), so 20 a minute hold one address to about a fifth of a
+	// 1 MiB prompt costs up to about 0.7 s of a core (docs/BENCHMARKS.md, "Unpaid
+	// requests"), so 20 a minute hold one address to about a quarter of a
 	// core; a buyer who pays for its quotes gets each token back, and is
 	// never held back.
 	DefaultUnpaidPerMinute = 20

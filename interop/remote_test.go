@@ -54,16 +54,15 @@ const (
 // PAYMENT-RESPONSE; a further retry replays that answer: no second upstream
 // call, no second charge.
 //
-// Asked again, neither remote answers success: ours gave its one success:true
-// (DECISIONS D5) to the first /settle, whose caller had left, and answers the
-// retry nonce_already_used naming the transaction; the official one verifies
-// again and answers nonce_already_used without one. With network.rpc_url the
-// gateway confirms the payment from the chain (facilitator.ChainConfirmer)
-// and serves the retry. Without a node it cannot tell that answer from "not
-// paid": the buyer paid once and never gets the answer, though the payment is
-// never served twice nor offered again. docs/CONFIG.md ("A remote facilitator
-// and lost answers") says so of the official facilitator, but says ours
-// serves the retry: the "ours without a node" case pins what happens instead.
+// Asked again, ours answers success: its one success:true (DECISIONS D5) is
+// given only to a caller still waiting, so the first /settle, whose caller
+// had left, did not take it. The official one verifies again and answers
+// nonce_already_used without a transaction: with network.rpc_url the gateway
+// confirms the payment from the chain (facilitator.ChainConfirmer) and
+// serves the retry; without a node it cannot tell that answer from "not
+// paid", and the buyer, who paid once, never gets the answer, though the
+// payment is never served twice nor offered again (docs/CONFIG.md, "A remote
+// facilitator and lost answers").
 func TestRemoteFacilitatorLostSettle(t *testing.T) {
 	requireTools(t)
 	bin := proctest.BuildBinary(t)
@@ -80,8 +79,7 @@ func TestRemoteFacilitatorLostSettle(t *testing.T) {
 		refused *refusal
 	}{
 		{name: "ours", node: true},
-		// Contrary to docs/CONFIG.md: a 402 that withholds the paid answer.
-		{name: "ours without a node", refused: &refusal{http.StatusPaymentRequired, string(x402.ReasonEVMNonceAlreadyUsed)}},
+		{name: "ours without a node"},
 		{name: "official", official: true, node: true},
 		{name: "official without a node", official: true, refused: &refusal{http.StatusConflict, "settlement_pending"}},
 	}
@@ -182,8 +180,9 @@ func TestRemoteFacilitatorLostSettle(t *testing.T) {
 			}
 
 			// The first /settle, then one per retry that reached the
-			// facilitator: each refused, not a verdict the gateway could use
-			// without the chain.
+			// facilitator: ours gives the retry its success; the official one
+			// refuses each, not a verdict the gateway could use without the
+			// chain.
 			settles := fac.rec.since(0, "/settle")
 			wantSettles := 2
 			if tc.refused != nil {
@@ -192,18 +191,18 @@ func TestRemoteFacilitatorLostSettle(t *testing.T) {
 			if len(settles) != wantSettles {
 				t.Errorf("%d /settle calls, want %d", len(settles), wantSettles)
 			}
-			wantTx := tx
-			if tc.official {
-				wantTx = "" // the official facilitator names no transaction
-			}
 			for i, e := range settles[1:] {
 				var sr x402.SettleResponse
 				if err := json.Unmarshal(e.Response, &sr); err != nil || e.Status != http.StatusOK {
 					t.Errorf("/settle %d answered %d %s (%v)", i+2, e.Status, e.Response, err)
 					continue
 				}
-				if sr.Success || sr.ErrorReason != x402.ReasonEVMNonceAlreadyUsed || sr.Transaction != wantTx {
-					t.Errorf("/settle %d answered %s; want %s with transaction %q", i+2, e.Response, x402.ReasonEVMNonceAlreadyUsed, wantTx)
+				switch {
+				case !tc.official && (!sr.Success || sr.Transaction != tx):
+					t.Errorf("/settle %d answered %s; want success with transaction %s", i+2, e.Response, tx)
+				case tc.official && (sr.Success || sr.ErrorReason != x402.ReasonEVMNonceAlreadyUsed || sr.Transaction != ""):
+					// The official facilitator names no transaction.
+					t.Errorf("/settle %d answered %s; want %s without a transaction", i+2, e.Response, x402.ReasonEVMNonceAlreadyUsed)
 				}
 			}
 

@@ -259,7 +259,7 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	ctx, cancel := context.WithDeadline(context.WithValue(context.WithoutCancel(ctx), callerKey{}, ctx), deadline)
 	defer cancel()
 	resp, err := f.settle(ctx, vd, recovered, p, req)
 	if !errors.Is(err, errAbandoned) {
@@ -285,6 +285,11 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	f.log.Info("settlement given back; claiming it again", "key", vd.Key(), "err", err)
 	return f.settle(ctx, vd, recovered, p, req)
 }
+
+// callerKey holds, in the context of a Settle call's work, the caller's own
+// context, which the work outlives: report gives the one success of an
+// authorization only to a caller still waiting for it.
+type callerKey struct{}
 
 // retryBudget is how many settle timeouts a Settle call that re-settles an
 // abandoned record may take in all (see Settle).
@@ -483,6 +488,14 @@ func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec stor
 func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string, tx common.Hash, answer bool) (*x402.SettleResponse, error) {
 	if !answer {
 		return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: vd.Network, Payer: vd.Payer().Hex()}, nil
+	}
+	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok && caller.Err() != nil {
+		// The caller stopped waiting (its timeout, a dropped connection):
+		// the one success given to it would be lost, and the buyer's retry
+		// would meet nonce_already_used for a payment that went through.
+		// It stays unreported, for the next settle call of this
+		// authorization to receive (D5, as after settlement_pending).
+		return nil, fmt.Errorf("settled in %s, but the caller left before the answer: %w", tx.Hex(), context.Cause(caller))
 	}
 	wctx, cancel := writeCtx(ctx)
 	won, err := f.store.MarkSuccessReported(wctx, key)

@@ -47,9 +47,10 @@ type confirmingFacilitator struct {
 
 // gatewayParts are the running pieces behind a gateway, closed in reverse.
 type gatewayParts struct {
-	server  *gateway.Server
-	sender  *chain.Sender // the in-process facilitator's, or nil
-	closers []func()
+	server      *gateway.Server
+	sender      *chain.Sender            // the in-process facilitator's, or nil
+	facilitator *facilitator.Facilitator // the in-process facilitator, or nil
+	closers     []func()
 }
 
 func (g *gatewayParts) close() {
@@ -102,7 +103,8 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		}
 		f, err := facilitator.New(facilitator.Config{
 			Network: cfg.Network.ID, SettleTimeout: cfg.Facilitator.SettleTimeout, ClaimLease: cfg.ClaimLease(),
-			Assets: []facilitator.Asset{{Address: asset, Name: cfg.Network.AssetName, Version: cfg.Network.AssetVersion}},
+			Assets:      []facilitator.Asset{{Address: asset, Name: cfg.Network.AssetName, Version: cfg.Network.AssetVersion}},
+			ReorgWindow: cfg.Facilitator.ReorgWindow,
 		}, backend, sender, db, log)
 		if err != nil {
 			return nil, err
@@ -110,7 +112,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		rec := f.StartReconciler(cfg.Facilitator.ReconcileInterval)
 		g.closers = append(g.closers, rec.Close)
 		fac = f
-		g.sender = sender
+		g.sender, g.facilitator = sender, f
 	}
 
 	counter := pricing.NewCounter()
@@ -187,6 +189,9 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		if err := signerBalanceGauge(srv.Metrics().Registry(), g.sender); err != nil {
 			return nil, err
 		}
+		if err := g.facilitator.RegisterMetrics(srv.Metrics().Registry()); err != nil {
+			return nil, err
+		}
 	}
 	return g, nil
 }
@@ -251,6 +256,10 @@ func runServe(ctx context.Context, args []string, e env) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 		backend = client
+	}
+	if backend == nil {
+		log.Warn("a remote facilitator and no network.rpc_url: a settle answer lost to a timeout cannot be confirmed from the chain, " +
+			"and its buyer's retry may be refused although it paid (docs/CONFIG.md, \"A remote facilitator and lost answers\")")
 	}
 	// Listen before building the gateway: with port 0 the public URL, and so
 	// every 402's resource URL, is known only once the port is bound.

@@ -441,8 +441,8 @@ func TestServeEndToEnd(t *testing.T) {
 					if resp.StatusCode != http.StatusOK {
 						t.Errorf("GET %s: %d %s", p, resp.StatusCode, b)
 					}
-					if p == "/metrics" && !strings.Contains(string(b), "# TYPE") {
-						t.Errorf("GET /metrics is not Prometheus text:\n%.300s", b)
+					if p == "/metrics" && (!strings.Contains(string(b), "# TYPE") || !strings.Contains(string(b), `llm4agents_facilitator_reorgs_total{outcome="dropped"} 0`)) {
+						t.Errorf("GET /metrics is not Prometheus text with the facilitator's reorg counter:\n%.300s", b)
 					}
 				}
 			})

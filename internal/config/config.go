@@ -101,6 +101,11 @@ type Facilitator struct {
 	// few times sooner within the first interval). From MinPollInterval to
 	// MaxPollInterval. Default DefaultPollInterval(Network.ID).
 	PollInterval time.Duration `yaml:"poll_interval"`
+	// ReorgWindow is how long after its settlement the in-process
+	// facilitator's reconciler re-reads a settled payment's transaction for
+	// reorgs (DECISIONS D17); up to MaxReorgWindow. Default
+	// DefaultReorgWindow.
+	ReorgWindow time.Duration `yaml:"reorg_window"`
 }
 
 // Store says where claims and settlement records live: one SQLite file for
@@ -311,6 +316,11 @@ const (
 	// every paid call.
 	MinPollInterval = 10 * time.Millisecond
 	MaxPollInterval = 10 * time.Second
+	// DefaultReorgWindow outlasts the reorgs a rollup such as Base sees
+	// (rare, and a few blocks deep); MaxReorgWindow is as far back as the
+	// stores list settled records for it (store.RecentRetention).
+	DefaultReorgWindow = 15 * time.Minute
+	MaxReorgWindow     = 24 * time.Hour
 	// maxTimeoutSecondsCap bounds Network.MaxTimeoutSeconds to a day.
 	maxTimeoutSecondsCap = 24 * 60 * 60
 	// deliveryMargin is what Validate leaves, inside a payment's validity, for
@@ -360,6 +370,9 @@ func (c *Config) SetDefaults() {
 	}
 	if f.PollInterval == 0 {
 		f.PollInterval = DefaultPollInterval(c.Network.ID)
+	}
+	if f.ReorgWindow == 0 {
+		f.ReorgWindow = DefaultReorgWindow
 	}
 	l := &c.Limits
 	if l.MaxBodyBytes == 0 {
@@ -585,6 +598,9 @@ func (c *Config) validateFacilitator(p *problems) {
 	}
 	if f.PollInterval < MinPollInterval || f.PollInterval > MaxPollInterval {
 		p.add("facilitator.poll_interval", "%s is not between %s and %s", f.PollInterval, MinPollInterval, MaxPollInterval)
+	}
+	if f.ReorgWindow < 0 || f.ReorgWindow > MaxReorgWindow {
+		p.add("facilitator.reorg_window", "%s is not between 0 and %s", f.ReorgWindow, MaxReorgWindow)
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/store"
 )
 
 // base is a valid configuration the cases below break one edit at a time.
@@ -105,7 +107,7 @@ func TestParseBase(t *testing.T) {
 		Facilitator: Facilitator{
 			Mode: ModeInProcess, KeyFile: "/run/secrets/facilitator.key",
 			MaxFeePerGas: DefaultMaxFeePerGas, SettleTimeout: 30 * time.Second, ReconcileInterval: DefaultReconcileInterval,
-			PollInterval: 250 * time.Millisecond,
+			PollInterval: 250 * time.Millisecond, ReorgWindow: DefaultReorgWindow,
 		},
 		Store: Store{DSN: "sqlite:///tmp/llm4agents.db"},
 		Limits: Limits{MaxBodyBytes: 1 << 20, UpstreamTimeout: 120 * time.Second, MaxStreamDuration: 10 * time.Minute,
@@ -153,6 +155,24 @@ func TestParseBase(t *testing.T) {
 	}
 	if fee, err := c.Facilitator.MaxFee(); err != nil || fee.String() != DefaultMaxFeePerGas {
 		t.Errorf("MaxFee = %v, %v", fee, err)
+	}
+}
+
+// TestReorgWindow: the reorg window defaults to what the facilitator
+// defaults to, may be set up to what the stores list, and its bound is the
+// stores' (config does not import them).
+func TestReorgWindow(t *testing.T) {
+	if DefaultReorgWindow != facilitator.DefaultReorgWindow || MaxReorgWindow != store.RecentRetention {
+		t.Errorf("DefaultReorgWindow %s, MaxReorgWindow %s; want facilitator's %s and store's %s",
+			DefaultReorgWindow, MaxReorgWindow, facilitator.DefaultReorgWindow, store.RecentRetention)
+	}
+	c, err := Parse([]byte(base))
+	if err != nil || c.Facilitator.ReorgWindow != DefaultReorgWindow {
+		t.Fatalf("default reorg_window = %v, %v; want %s", c.Facilitator.ReorgWindow, err, DefaultReorgWindow)
+	}
+	c, err = Parse([]byte(edit(t, base, "  mode: in-process\n", "  mode: in-process\n  reorg_window: 24h\n")))
+	if err != nil || c.Facilitator.ReorgWindow != 24*time.Hour {
+		t.Errorf("reorg_window: 24h = %v, %v", c.Facilitator.ReorgWindow, err)
 	}
 }
 
@@ -338,6 +358,9 @@ func TestParseErrors(t *testing.T) {
 		{name: "poll interval huge", edits: []string{keyFile, keyFile + "  poll_interval: 1m\n"}, path: "facilitator.poll_interval", msg: "1m0s is not between 10ms and 10s"},
 		{name: "poll interval negative", edits: []string{keyFile, keyFile + "  poll_interval: -250ms\n"}, path: "facilitator.poll_interval", msg: "-250ms is not between"},
 		{name: "poll interval without unit", edits: []string{keyFile, keyFile + "  poll_interval: 250\n"}, path: "facilitator.poll_interval", msg: "a duration such as 30s"},
+		{name: "reorg window negative", edits: []string{keyFile, keyFile + "  reorg_window: -1m\n"}, path: "facilitator.reorg_window", msg: "-1m0s is not between 0 and 24h0m0s", line: "reorg_window:"},
+		{name: "reorg window past what stores keep", edits: []string{keyFile, keyFile + "  reorg_window: 25h\n"}, path: "facilitator.reorg_window", msg: "25h0m0s is not between 0 and 24h0m0s"},
+		{name: "reorg window as blocks", edits: []string{keyFile, keyFile + "  reorg_window: 64\n"}, path: "facilitator.reorg_window", msg: "a duration such as 30s"},
 
 		// Limits and listen.
 		{name: "body limit negative", edits: []string{dsn, dsn + "\nlimits:\n  max_body_bytes: -1"}, path: "limits.max_body_bytes", msg: "must be positive", line: "max_body_bytes:"},

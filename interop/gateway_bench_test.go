@@ -231,7 +231,7 @@ func BenchmarkGatewayRSS(b *testing.B) {
 	)
 	bin := buildBenchBinary(b)
 	c := newChain(b)
-	gw := startBenchBinary(b, bin, c)
+	gw := startBenchBinary(b, bin, c, benchServe{})
 	started := gw.status(b)["VmRSS"]
 	payer := newBenchPayer(b, c.token)
 	if r := benchCall(b.Context(), payer, gw.url, benchBody); r.err != nil {
@@ -505,11 +505,26 @@ type benchProcess struct {
 	pid int
 }
 
+// benchServe is what startBenchBinary may change in the configuration of
+// `llm4agents serve`; the zero value settles from dev account facilitatorIdx
+// with the network's default receipt poll.
+type benchServe struct {
+	keyIdx       int           // the facilitator's dev account; 0: facilitatorIdx
+	pollInterval time.Duration // facilitator.poll_interval; 0 leaves it unset
+}
+
 // startBenchBinary runs `bin serve --config` on c: the in-process facilitator
-// settles from dev account facilitatorIdx, the demo upstream answers, the store
+// settles from the dev account opts names, the demo upstream answers, the store
 // is a temporary SQLite file. The process is killed when the benchmark ends.
-func startBenchBinary(tb testing.TB, bin string, c *testChain) *benchProcess {
+func startBenchBinary(tb testing.TB, bin string, c *testChain, opts benchServe) *benchProcess {
 	tb.Helper()
+	if opts.keyIdx == 0 {
+		opts.keyIdx = facilitatorIdx
+	}
+	poll := ""
+	if opts.pollInterval > 0 {
+		poll = fmt.Sprintf("  poll_interval: %s\n", opts.pollInterval)
+	}
 	dir := tb.TempDir()
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 network:
@@ -525,7 +540,7 @@ facilitator:
   key_env: LLM4AGENTS_FACILITATOR_KEY
   max_fee_per_gas: "1000000000000"
   settle_timeout: 30s
-store:
+%sstore:
   dsn: sqlite://%s
 upstreams:
   - name: demo
@@ -536,14 +551,14 @@ models:
     price: { input: "%d", output: "%d" }
     max_output_tokens: %d
 `, network, c.anvil.URL, c.token.Hex(), tokenName, tokenVersion, testchain.DevAddress(payToIdx).Hex(),
-		filepath.Join(dir, "llm4agents.db"), benchInputPrice, benchOutputPrice, benchMaxOutput)
+		poll, filepath.Join(dir, "llm4agents.db"), benchInputPrice, benchOutputPrice, benchMaxOutput)
 	path := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	logs := newLogBuffer(tb, "llm4agents serve")
 	cmd := exec.Command(bin, "serve", "--config", path) // stopped by the cleanup
-	cmd.Env = append(os.Environ(), "LLM4AGENTS_FACILITATOR_KEY="+keyHex(testchain.DevKey(facilitatorIdx)))
+	cmd.Env = append(os.Environ(), "LLM4AGENTS_FACILITATOR_KEY="+keyHex(testchain.DevKey(opts.keyIdx)))
 	cmd.Stderr = logs
 	cmd.SysProcAttr = killWithParent()
 	stdout, err := cmd.StdoutPipe()

@@ -287,7 +287,7 @@ const (
 	// core; a buyer who pays for its quotes gets each token back, and is
 	// never held back.
 	DefaultUnpaidPerMinute = 20
-	DefaultUnpaidBurst     = 10
+	DefaultUnpaidBurst     = 20
 	// MaxUnpaidPerMinute, MaxUnpaidBurst and MaxTrustedProxies bound them.
 	MaxUnpaidPerMinute = 1_000_000
 	MaxUnpaidBurst     = 100_000

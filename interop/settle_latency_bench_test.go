@@ -172,7 +172,7 @@ func (p paidClock) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if sr, serr := client.SettleResponse(resp); serr != nil || sr == nil {
-		lc.err = fmt.Errorf("paid answer %d without a readable PAYMENT-RESPONSE: %v", resp.StatusCode, serr)
+		lc.err = fmt.Errorf("paid answer %d without a readable PAYMENT-RESPONSE: %w", resp.StatusCode, serr)
 	} else {
 		lc.tx = common.HexToHash(sr.Transaction)
 	}
@@ -187,6 +187,14 @@ type chainClock struct {
 	mu     sync.Mutex
 	blocks map[uint64]time.Time      // guarded by mu
 	txs    map[common.Hash]time.Time // guarded by mu
+	err    error                     // why a subscription ended before the benchmark; guarded by mu
+}
+
+// ended notes why a subscription ended: nil when unsubscribed.
+func (cc *chainClock) ended(err error) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.err = err
 }
 
 func (cc *chainClock) block(n uint64) (time.Time, bool) {
@@ -243,9 +251,11 @@ func watchChain(tb testing.TB, c *testChain) *chainClock {
 					cc.txs[h] = now
 				}
 				cc.mu.Unlock()
-			case <-hsub.Err():
+			case err := <-hsub.Err():
+				cc.ended(err)
 				return
-			case <-psub.Err():
+			case err := <-psub.Err():
+				cc.ended(err)
 				return
 			}
 		}
@@ -255,6 +265,11 @@ func watchChain(tb testing.TB, c *testChain) *chainClock {
 		psub.Unsubscribe()
 		wg.Wait()
 		rc.Close()
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		if cc.err != nil {
+			tb.Errorf("a chain subscription ended early; the splits may lack blocks: %v", cc.err)
+		}
 	})
 	return cc
 }

@@ -16,10 +16,10 @@ import (
 
 // checkChain runs the start-up checks of internal/preflight against the node
 // at rawURL. A node's failure may repeat the URL, which may carry a provider's
-// key, so it is redacted; a *preflight.Problem carries no node error.
+// key, so it is redacted; a *preflight.SetupError carries no node error.
 func checkChain(ctx context.Context, c preflight.Chain, s preflight.Setup, rawURL string, log *slog.Logger) ([]preflight.Asset, error) {
 	assets, err := preflight.Check(ctx, c, s, log)
-	if err != nil && !errors.As(err, new(*preflight.Problem)) {
+	if err != nil && !errors.As(err, new(*preflight.SetupError)) {
 		return nil, redactURL(err, rawURL)
 	}
 	return assets, err

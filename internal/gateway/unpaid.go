@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,8 +284,7 @@ func clientAddr(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.
 	hop := peer
 	if xff := h.Values("X-Forwarded-For"); len(xff) > 0 {
 		// The header lines together are one list, right-most last.
-		for i := len(xff) - 1; i >= 0; i-- {
-			rest := xff[i]
+		for _, rest := range slices.Backward(xff) {
 			for rest != "" {
 				var entry string
 				if j := strings.LastIndexByte(rest, ','); j >= 0 {

@@ -23,23 +23,32 @@ func newLimitedEnv(t *testing.T, burst int, trusted ...netip.Prefix) *env {
 	})
 }
 
-// wantLimited checks that resp is the 429 of the unpaid limit.
-func wantLimited(t *testing.T, resp *http.Response) {
+// wantLimited posts chatBody with hdr and checks that the answer is the 429
+// of the unpaid limit.
+func (e *env) wantLimited(t *testing.T, hdr http.Header) {
 	t.Helper()
-	body := readAll(t, resp)
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("status %d, want 429: %s", resp.StatusCode, body)
+	resp := e.post(t, http.DefaultClient, chatBody, hdr)
+	checkLimited(t, resp.StatusCode, resp.Header, readAll(t, resp))
+}
+
+// checkLimited checks that an answer is the 429 of the unpaid limit.
+func checkLimited(t *testing.T, status int, h http.Header, body []byte) {
+	t.Helper()
+	if status != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429: %s", status, body)
 	}
 	if code := errorCode(t, body); code != "unpaid_rate_limited" {
 		t.Errorf("code = %s", code)
 	}
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || s < 1 || s > 120 {
-		t.Errorf("Retry-After = %q, want 1 to 120 seconds (a debt of one token at one a minute, and the token)", resp.Header.Get("Retry-After"))
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err != nil || s < 1 || s > 120 {
+		t.Errorf("Retry-After = %q, want 1 to 120 seconds (a debt of one token at one a minute, and the token)", h.Get("Retry-After"))
 	}
 }
 
-func wantStatus(t *testing.T, resp *http.Response, status int) {
+// wantStatus posts chatBody with hdr and checks the answer's status.
+func (e *env) wantStatus(t *testing.T, hdr http.Header, status int) {
 	t.Helper()
+	resp := e.post(t, http.DefaultClient, chatBody, hdr)
 	if body := readAll(t, resp); resp.StatusCode != status {
 		t.Fatalf("status %d, want %d: %s", resp.StatusCode, status, body)
 	}
@@ -53,8 +62,8 @@ func TestUnpaidLimit(t *testing.T) {
 	e := newLimitedEnv(t, 2)
 	before := e.chain.BalanceOf(t, e.chain.Addr(payToIdx))
 	paid := e.signedHeader(t, chatBody, buyerIdx) // its quote takes the first token
-	wantStatus(t, e.post(t, http.DefaultClient, chatBody, nil), http.StatusPaymentRequired)
-	wantLimited(t, e.post(t, http.DefaultClient, chatBody, nil))
+	e.wantStatus(t, nil, http.StatusPaymentRequired)
+	e.wantLimited(t, nil)
 
 	// Refused before the body is read, so before it is tokenized: the body
 	// never ends, and the answer comes all the same. (It declares its length:
@@ -74,13 +83,13 @@ func TestUnpaidLimit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a limited request whose body never ends got no answer: %v", err)
 	}
-	wantLimited(t, resp)
+	checkLimited(t, resp.StatusCode, resp.Header, readAll(t, resp))
 
 	// A valid payment is served though the bucket is empty: its buyer paid
 	// for its quote.
-	wantStatus(t, e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {paid}}), http.StatusOK)
+	e.wantStatus(t, http.Header{x402.HeaderPaymentSignature: {paid}}, http.StatusOK)
 	// ... and gave its token back.
-	wantStatus(t, e.post(t, http.DefaultClient, chatBody, nil), http.StatusPaymentRequired)
+	e.wantStatus(t, nil, http.StatusPaymentRequired)
 
 	// A made-up payment is let through while the address is not in debt, is
 	// refused, and puts it in debt; then payments and keys are refused here.
@@ -90,9 +99,9 @@ func TestUnpaidLimit(t *testing.T) {
 	} else {
 		readAll(t, resp)
 	}
-	wantLimited(t, e.post(t, http.DefaultClient, chatBody, bogus))
-	wantLimited(t, e.post(t, http.DefaultClient, chatBody, http.Header{"Authorization": {"Bearer sk-l4a-made-up"}}))
-	wantLimited(t, e.post(t, http.DefaultClient, chatBody, nil))
+	e.wantLimited(t, bogus)
+	e.wantLimited(t, http.Header{"Authorization": {"Bearer sk-l4a-made-up"}})
+	e.wantLimited(t, nil)
 
 	if got := e.up.Calls(); got != 1 {
 		t.Errorf("upstream calls = %d, want the paid one", got)
@@ -125,9 +134,9 @@ func TestUnpaidLimitKeyNotTaken(t *testing.T) {
 	key := http.Header{"Authorization": {"Bearer sk-l4a-made-up"}}
 	// This gateway takes no keys: refused (401), and in debt after three.
 	for range 3 {
-		wantStatus(t, e.post(t, http.DefaultClient, chatBody, key), http.StatusUnauthorized)
+		e.wantStatus(t, key, http.StatusUnauthorized)
 	}
-	wantLimited(t, e.post(t, http.DefaultClient, chatBody, key))
+	e.wantLimited(t, key)
 }
 
 // TestUnpaidLimitTrustedProxy: behind a trusted proxy each forwarded client
@@ -146,9 +155,9 @@ func TestUnpaidLimitTrustedProxy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newLimitedEnv(t, 1, tc.trusted...)
 			from := func(a string) http.Header { return http.Header{"X-Forwarded-For": {"192.0.2.77, " + a}} }
-			wantStatus(t, e.post(t, http.DefaultClient, chatBody, from("198.51.100.1")), http.StatusPaymentRequired)
-			wantStatus(t, e.post(t, http.DefaultClient, chatBody, from("198.51.100.2")), tc.second)
-			wantLimited(t, e.post(t, http.DefaultClient, chatBody, from("198.51.100.1")))
+			e.wantStatus(t, from("198.51.100.1"), http.StatusPaymentRequired)
+			e.wantStatus(t, from("198.51.100.2"), tc.second)
+			e.wantLimited(t, from("198.51.100.1"))
 		})
 	}
 }

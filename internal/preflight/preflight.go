@@ -6,7 +6,7 @@
 // invalid signatures) at the first buyer, and an unfunded signer as a failed
 // settlement.
 //
-// A finding is a *Problem naming the configuration key or flag at fault and
+// A finding is a *SetupError naming the configuration key or flag at fault and
 // what the chain says instead; its text never carries a node's error, so it
 // holds no URL. A node that fails is a plain wrapped error, for the caller to
 // redact.
@@ -74,15 +74,15 @@ type Asset struct {
 	Key, NameKey, VersionKey string
 }
 
-// Problem is a set-up the chain contradicts.
-type Problem struct {
+// SetupError is a set-up the chain contradicts.
+type SetupError struct {
 	// Key is the configuration key or flag at fault.
 	Key string
 	// Msg says what was configured and what the chain says instead.
 	Msg string
 }
 
-func (p *Problem) Error() string { return p.Key + " " + p.Msg }
+func (p *SetupError) Error() string { return p.Key + " " + p.Msg }
 
 // Gas bounds behind the low-balance warning.
 const (
@@ -108,21 +108,21 @@ func Check(ctx context.Context, c Chain, s Setup, log *slog.Logger) ([]Asset, er
 	log = log.With("component", "preflight", "network", s.Network)
 	want, err := exact.ChainID(s.Network)
 	if err != nil {
-		return nil, &Problem{Key: s.NetworkKey, Msg: err.Error()}
+		return nil, &SetupError{Key: s.NetworkKey, Msg: err.Error()}
 	}
 	got, err := call(ctx, c.ChainID)
 	if err != nil {
 		return nil, fmt.Errorf("read chain id: %w", err)
 	}
 	if got.Cmp(want) != 0 {
-		return nil, &Problem{Key: s.NetworkKey, Msg: fmt.Sprintf("%s does not match the node's chain id %s%s", s.Network, got, s.at())}
+		return nil, &SetupError{Key: s.NetworkKey, Msg: fmt.Sprintf("%s does not match the node's chain id %s%s", s.Network, got, s.at())}
 	}
 	var problems []error
 	assets := make([]Asset, 0, len(s.Assets))
 	for _, a := range s.Assets {
 		a, err := s.checkAsset(ctx, c, want, a, log)
 		switch {
-		case errors.As(err, new(*Problem)):
+		case errors.As(err, new(*SetupError)):
 			problems = append(problems, err)
 		case err != nil:
 			return nil, err
@@ -131,7 +131,7 @@ func Check(ctx context.Context, c Chain, s Setup, log *slog.Logger) ([]Asset, er
 	}
 	if s.Signer != (common.Address{}) {
 		switch err := s.checkSigner(ctx, c, log); {
-		case errors.As(err, new(*Problem)):
+		case errors.As(err, new(*SetupError)):
 			problems = append(problems, err)
 		case err != nil:
 			return nil, err
@@ -159,7 +159,7 @@ func (s *Setup) checkAsset(ctx context.Context, c Chain, chainID *big.Int, a Ass
 		return a, fmt.Errorf("read the code of %s %s: %w", a.Key, a.Address.Hex(), err)
 	}
 	if len(code) == 0 {
-		return a, &Problem{Key: a.Key, Msg: fmt.Sprintf("%s has no contract code on %s%s", a.Address.Hex(), s.Network, s.at())}
+		return a, &SetupError{Key: a.Key, Msg: fmt.Sprintf("%s has no contract code on %s%s", a.Address.Hex(), s.Network, s.at())}
 	}
 	d, err := readDomain(ctx, c, a.Address)
 	if err != nil {
@@ -177,15 +177,15 @@ func (s *Setup) checkAsset(ctx context.Context, c Chain, chainID *big.Int, a Ass
 // compare5267 compares a with the domain the token declares (EIP-5267).
 func (s *Setup) compare5267(a Asset, chainID *big.Int, d *domain5267) error {
 	if d.Fields != fieldsExact {
-		return &Problem{Key: a.Key, Msg: fmt.Sprintf("%s declares an EIP-712 domain of %s (eip712Domain()); x402 payments are signed over name, version, chainId and verifyingContract",
+		return &SetupError{Key: a.Key, Msg: fmt.Sprintf("%s declares an EIP-712 domain of %s (eip712Domain()); x402 payments are signed over name, version, chainId and verifyingContract",
 			a.Address.Hex(), d.fieldNames())}
 	}
 	problems := []error{compareNames(a, &d.Name, &d.Version)}
 	if d.ChainID.Cmp(chainID) != 0 {
-		problems = append(problems, &Problem{Key: a.Key, Msg: fmt.Sprintf("%s has an EIP-712 domain for chain id %s, but %s is chain id %s%s", a.Address.Hex(), d.ChainID, s.Network, chainID, s.at())})
+		problems = append(problems, &SetupError{Key: a.Key, Msg: fmt.Sprintf("%s has an EIP-712 domain for chain id %s, but %s is chain id %s%s", a.Address.Hex(), d.ChainID, s.Network, chainID, s.at())})
 	}
 	if d.VerifyingContract != a.Address {
-		problems = append(problems, &Problem{Key: a.Key, Msg: fmt.Sprintf("%s has an EIP-712 domain whose verifying contract is %s, not itself", a.Address.Hex(), d.VerifyingContract.Hex())})
+		problems = append(problems, &SetupError{Key: a.Key, Msg: fmt.Sprintf("%s has an EIP-712 domain whose verifying contract is %s, not itself", a.Address.Hex(), d.VerifyingContract.Hex())})
 	}
 	return errors.Join(problems...)
 }
@@ -210,12 +210,12 @@ func (s *Setup) compareSeparator(ctx context.Context, c Chain, chainID *big.Int,
 		return a, fmt.Errorf("read version() of %s %s: %w", a.Key, a.Address.Hex(), err)
 	}
 	if sep == nil && name == nil && version == nil {
-		return a, &Problem{Key: a.Key, Msg: fmt.Sprintf("%s answers none of eip712Domain(), DOMAIN_SEPARATOR(), name() and version(): it is not an EIP-3009 token", a.Address.Hex())}
+		return a, &SetupError{Key: a.Key, Msg: fmt.Sprintf("%s answers none of eip712Domain(), DOMAIN_SEPARATOR(), name() and version(): it is not an EIP-3009 token", a.Address.Hex())}
 	}
 	resolve := a.Name == "" && a.Version == ""
 	if resolve {
 		if name == nil || version == nil {
-			return a, &Problem{Key: a.Key, Msg: fmt.Sprintf("%s has no eip712Domain(), nor both name() and version(), to read its EIP-712 domain from; give its domain's name and version", a.Address.Hex())}
+			return a, &SetupError{Key: a.Key, Msg: fmt.Sprintf("%s has no eip712Domain(), nor both name() and version(), to read its EIP-712 domain from; give its domain's name and version", a.Address.Hex())}
 		}
 		a.Name, a.Version = *name, *version
 	}
@@ -230,7 +230,7 @@ func (s *Setup) compareSeparator(ctx context.Context, c Chain, chainID *big.Int,
 		return a, nil
 	}
 	if resolve {
-		return a, &Problem{Key: a.Key, Msg: fmt.Sprintf("%s: DOMAIN_SEPARATOR() is not that of its name() %q and version() %q on chain id %s at its address; give its EIP-712 domain's name and version",
+		return a, &SetupError{Key: a.Key, Msg: fmt.Sprintf("%s: DOMAIN_SEPARATOR() is not that of its name() %q and version() %q on chain id %s at its address; give its EIP-712 domain's name and version",
 			a.Address.Hex(), *name, *version, chainID)}
 	}
 	// Say which of name and version differ when the token's name() or
@@ -243,7 +243,7 @@ func (s *Setup) compareSeparator(ctx context.Context, c Chain, chainID *big.Int,
 	case name != nil && version != nil && domain(*name, *version) == *sep:
 		return a, compareNames(a, name, version)
 	}
-	return a, &Problem{Key: a.Key, Msg: fmt.Sprintf("%s: DOMAIN_SEPARATOR() %s is not that of name %q, version %q, chain id %s and its address: its EIP-712 domain is another one",
+	return a, &SetupError{Key: a.Key, Msg: fmt.Sprintf("%s: DOMAIN_SEPARATOR() %s is not that of name %q, version %q, chain id %s and its address: its EIP-712 domain is another one",
 		a.Address.Hex(), sep.Hex(), a.Name, a.Version, chainID)}
 }
 
@@ -256,7 +256,7 @@ func compareNames(a Asset, name, version *string) error {
 		token           *string
 	}{{a.NameKey, a.Name, name}, {a.VersionKey, a.Version, version}} {
 		if f.token != nil && *f.token != f.configured {
-			problems = append(problems, &Problem{Key: f.key, Msg: fmt.Sprintf("is %q but the token's EIP-712 domain says %q", f.configured, *f.token)})
+			problems = append(problems, &SetupError{Key: f.key, Msg: fmt.Sprintf("is %q but the token's EIP-712 domain says %q", f.configured, *f.token)})
 		}
 	}
 	return errors.Join(problems...)
@@ -269,7 +269,7 @@ func (s *Setup) checkSigner(ctx context.Context, c Chain, log *slog.Logger) erro
 		return fmt.Errorf("read the balance of signer %s: %w", s.Signer.Hex(), err)
 	}
 	if bal.Sign() == 0 {
-		return &Problem{Key: s.SignerKey, Msg: fmt.Sprintf("is the key of signer %s, which has no balance on %s%s: the signer pays the gas of every settlement in the chain's native coin; fund it",
+		return &SetupError{Key: s.SignerKey, Msg: fmt.Sprintf("is the key of signer %s, which has no balance on %s%s: the signer pays the gas of every settlement in the chain's native coin; fund it",
 			s.Signer.Hex(), s.Network, s.at())}
 	}
 	fee, err := s.feePerGas(ctx, c)
@@ -320,7 +320,7 @@ const tokenABI = `[
 {"type":"function","name":"DOMAIN_SEPARATOR","stateMutability":"view","inputs":[],"outputs":[{"name":"","type":"bytes32"}]},
 {"type":"function","name":"name","stateMutability":"view","inputs":[],"outputs":[{"name":"","type":"string"}]},
 {"type":"function","name":"version","stateMutability":"view","inputs":[],"outputs":[{"name":"","type":"string"}]}
-]`
+]` // #nosec G101 -- an ABI, not a credential
 
 var parsedABI = func() abi.ABI {
 	a, err := abi.JSON(strings.NewReader(tokenABI))

@@ -169,9 +169,8 @@ func TestCheck(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Check passed, want %q", tc.want)
 				}
-				var p *Problem
-				if !errors.As(err, &p) {
-					t.Errorf("err = %v (%T), want a *Problem", err, err)
+				if _, ok := errors.AsType[*SetupError](err); !ok {
+					t.Errorf("err = %v (%T), want a *SetupError", err, err)
 				}
 				if got := len(strings.Split(err.Error(), "\n")); got != len(tc.want) {
 					t.Errorf("%d problems, want %d:\n%v", got, len(tc.want), err)
@@ -236,7 +235,7 @@ func TestCheckReadsDomain(t *testing.T) {
 }
 
 // TestCheckNodeFailure: a node that fails is an error of its own, not a
-// Problem, so that the caller can redact its URL.
+// SetupError, so that the caller can redact its URL.
 func TestCheckNodeFailure(t *testing.T) {
 	n := newNode(t)
 	failing := failingCalls{Chain: n.s.Client, err: errors.New("connection refused")}
@@ -244,8 +243,8 @@ func TestCheckNodeFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("err = %v, want the node's failure", err)
 	}
-	if errors.As(err, new(*Problem)) {
-		t.Errorf("err = %v is a *Problem, want the node's failure", err)
+	if errors.As(err, new(*SetupError)) {
+		t.Errorf("err = %v is a *SetupError, want the node's failure", err)
 	}
 }
 

@@ -11,11 +11,12 @@ import (
 
 // The reorg cases of RunSettlements: RecentSettlements and MarkReorg.
 
-func (e *env) markReorg(key, txHash string, to store.ReorgStatus, lostTo string) bool {
+// markReorg marks the record key, settled with txHash1, as to.
+func (e *env) markReorg(key string, to store.ReorgStatus, lostTo string) bool {
 	e.t.Helper()
-	changed, err := e.a.MarkReorg(e.ctx, key, txHash, to, lostTo)
+	changed, err := e.a.MarkReorg(e.ctx, key, txHash1, to, lostTo)
 	if err != nil {
-		e.t.Fatalf("MarkReorg(%q, %s, %q, %q): %v", key, txHash, to, lostTo, err)
+		e.t.Fatalf("MarkReorg(%q, %q, %q): %v", key, to, lostTo, err)
 	}
 	return changed
 }
@@ -43,15 +44,15 @@ func testRecentOrder(e *env) {
 	e.inState("t-settled", store.StateSettled)
 	e.inState("s-dropped", store.StateSettled)
 	e.inState("r-lost", store.StateSettled)
-	e.markReorg("r-lost", txHash1, store.ReorgDropped, "")
-	e.markReorg("r-lost", txHash1, store.ReorgLost, txHash2)
+	e.markReorg("r-lost", store.ReorgDropped, "")
+	e.markReorg("r-lost", store.ReorgLost, txHash2)
 	// Later writes to a settled record bring it forward: the success mark,
 	// and a reorg mark other than lost.
 	t4 := e.clock.Advance(time.Second)
 	if set, err := e.a.MarkSuccessReported(e.ctx, "z-old"); err != nil || !set {
 		e.t.Fatalf("MarkSuccessReported() = %v, %v", set, err)
 	}
-	e.markReorg("s-dropped", txHash1, store.ReorgDropped, "")
+	e.markReorg("s-dropped", store.ReorgDropped, "")
 
 	want := []store.Settlement{e.get("z-old"), e.get("s-dropped"), e.get("t-settled"), e.get("y-settled"), e.get("x-same-ms")}
 	for _, limit := range []int{1, 2, 4, 5, 100, store.MaxRecentPage} {
@@ -73,7 +74,7 @@ func testRecentOrder(e *env) {
 	}
 	// A record mined again is listed on.
 	now := e.clock.Advance(time.Second)
-	e.markReorg("s-dropped", txHash1, store.ReorgNone, "")
+	e.markReorg("s-dropped", store.ReorgNone, "")
 	got := e.recent(e.b, now, 100)
 	if len(got) != 1 || got[0].Key != "s-dropped" || got[0].Reorg != store.ReorgNone || !got[0].UpdatedAt.Equal(now) {
 		e.t.Errorf("RecentSettlements(now) after the record was mined again = %+v, want s-dropped only, updated now", got)
@@ -108,7 +109,7 @@ func testReorgTransitions(e *env) {
 	}
 	for i, st := range steps {
 		now := e.clock.Advance(time.Second)
-		if changed := e.markReorg("k", txHash1, st.to, st.lostTo); changed != st.changed {
+		if changed := e.markReorg("k", st.to, st.lostTo); changed != st.changed {
 			e.t.Errorf("step %d: MarkReorg(%q, %q) = %v, want %v", i, st.to, st.lostTo, changed, st.changed)
 		}
 		if st.changed {
@@ -143,7 +144,7 @@ func testReorgKeepsMark(e *env) {
 	}
 	s = e.get("k")
 	now := e.clock.Advance(time.Second)
-	e.markReorg("k", txHash1, store.ReorgDropped, "")
+	e.markReorg("k", store.ReorgDropped, "")
 	s.Reorg, s.Reorgs, s.UpdatedAt = store.ReorgDropped, 1, now
 	e.unchanged("k", s)
 	// Exactly one success, ever: a reorg gives no second one.

@@ -281,13 +281,18 @@ const (
 	MaxRecoveryTTL     = 24 * time.Hour
 	MaxRecoveryReplays = 1000
 	// DefaultUnpaidPerMinute and DefaultUnpaidBurst limit unpaid requests per
-	// client address (issue 18 item 9). On by default: the 402 quote of a
-	// 1 MiB prompt costs up to about 0.7 s of a core (docs/BENCHMARKS.md, "Unpaid
-	// requests"), so 20 a minute hold one address to about a quarter of a
-	// core; a buyer who pays for its quotes gets each token back, and is
+	// client address (issue 18 item 9). Off unless configured: by default a
+	// gateway cannot know whether it sees its clients or a proxy in front
+	// of them (trusted_proxies), and limiting a proxy's one address would
+	// throttle every client at once. SuggestedUnpaidPerMinute is what the
+	// examples set for a gateway facing its clients: the 402 quote of a
+	// 1 MiB prompt costs up to about 0.7 s of a core (docs/BENCHMARKS.md,
+	// "Unpaid requests"), so 20 a minute hold one address to about a quarter
+	// of a core; a buyer who pays for its quotes gets each token back, and is
 	// never held back.
-	DefaultUnpaidPerMinute = 20
-	DefaultUnpaidBurst     = 20
+	DefaultUnpaidPerMinute   = 0
+	SuggestedUnpaidPerMinute = 20
+	DefaultUnpaidBurst       = 20
 	// MaxUnpaidPerMinute, MaxUnpaidBurst and MaxTrustedProxies bound them.
 	MaxUnpaidPerMinute = 1_000_000
 	MaxUnpaidBurst     = 100_000

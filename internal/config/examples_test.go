@@ -37,6 +37,10 @@ func TestExamples(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s:\n%v", f, err)
 			}
+			// Off by default, the unpaid limit is on in what a user copies.
+			if got := c.Limits.UnpaidRate(); got != SuggestedUnpaidPerMinute {
+				t.Errorf("limits.unpaid_per_minute = %d, want the suggested %d", got, SuggestedUnpaidPerMinute)
+			}
 			for _, m := range c.Models {
 				if _, err := m.Price.Parse(); err != nil {
 					t.Errorf("model %s: %v", m.ID, err)

@@ -37,7 +37,7 @@ import (
 //     chain shows and never settled again. The buyer pays once and gets one
 //     answer; the dead request's upstream call is the operator's loss.
 //   - not paid, nothing staged (a crash before the upstream answered): the
-//     normal path, 409 payment_in_use until the lease ends, then a fresh
+//     normal path, 409 operation_in_flight until the lease ends, then a fresh
 //     purchase with the same authorization, settled once.
 
 // stagedHere reports whether the recovery record the lookup found holds this

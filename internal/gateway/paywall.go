@@ -335,9 +335,11 @@ func (s *Server) inUse(c store.PaymentClaim) error {
 		return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "settlement_pending",
 			Message: "this payment's settlement is still pending on chain; retry later", Header: h}
 	default:
+		// Held: the request that holds it is running, or died and its lease
+		// has not ended (DECISIONS D29's operation_in_flight).
 		h.Set("Retry-After", "2")
-		return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "payment_in_use",
-			Message: "this payment authorization is being used by another request", Header: h}
+		return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "operation_in_flight",
+			Message: "this payment authorization is being used by another request; retry later with the same payment", Header: h}
 	}
 }
 

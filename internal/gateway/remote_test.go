@@ -21,8 +21,9 @@ import (
 // the buyer's retry gets the answer it paid for.
 
 // slowAnswerFac settles for real at once and, on its first call only,
-// answers after late: a remote facilitator whose answer comes after the
-// gateway stopped waiting for it.
+// answers after late: a remote facilitator whose answer is lost on the way
+// back (its one success went to a caller that was still waiting), or comes
+// after the gateway stopped waiting for it.
 type slowAnswerFac struct {
 	*facilitator.Facilitator
 	late  time.Duration
@@ -110,9 +111,11 @@ func TestRemoteSettleTimeoutKeepsClaim(t *testing.T) {
 // gateway that has a node: it reads the payment from the chain and serves
 // the first request.
 func TestRemoteSettleTimeoutConfirmedFromChain(t *testing.T) {
-	slow := &slowAnswerFac{late: 1500 * time.Millisecond}
+	// The settle timeout leaves the transfer time to be mined, even on a
+	// loaded machine, before the gateway stops waiting and asks the chain.
+	slow := &slowAnswerFac{late: 3 * time.Second}
 	fac := &chainConfirming{}
-	e := newEnvSettle(t, 300*time.Millisecond, func(f *facilitator.Facilitator) x402.Facilitator {
+	e := newEnvSettle(t, 2*time.Second, func(f *facilitator.Facilitator) x402.Facilitator {
 		slow.Facilitator = f
 		fac.Client = remote(t, slow)
 		return fac
@@ -153,9 +156,8 @@ func (f *heldFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.P
 // TestCopyWhileHolderRecords (item 1): a copy of a payment arrives after the
 // winning transaction is mined and before its request recorded it. Verify
 // finds the nonce used; whether or not the chain can show the payment yet,
-// the claim is another request's: the copy gets a 409 with Retry-After
-// (operation_in_flight when the chain shows the payment, payment_in_use when
-// it cannot yet), never a 402 offer, and the holder serves its answer. One
+// the claim is another request's: the copy gets 409 operation_in_flight
+// with Retry-After (DECISIONS D29), never a 402 offer, and the holder serves its answer. One
 // transfer, one upstream call.
 func TestCopyWhileHolderRecords(t *testing.T) {
 	for _, tc := range []struct {
@@ -164,7 +166,7 @@ func TestCopyWhileHolderRecords(t *testing.T) {
 		code string
 	}{
 		{"chain shows it", false, "operation_in_flight"},
-		{"chain cannot tell yet", true, "payment_in_use"},
+		{"chain cannot tell yet", true, "operation_in_flight"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			held := &heldFac{settled: make(chan struct{}), release: make(chan struct{})}

@@ -377,7 +377,7 @@ func (c *Config) SetDefaults() {
 		f.PollInterval = DefaultPollInterval(c.Network.ID)
 	}
 	if f.ReorgWindow == 0 {
-		f.ReorgWindow = DefaultReorgWindow
+		f.ReorgWindow = min(max(DefaultReorgWindow, c.reorgNeed()), MaxReorgWindow)
 	}
 	l := &c.Limits
 	if l.MaxBodyBytes == 0 {
@@ -604,8 +604,12 @@ func (c *Config) validateFacilitator(p *problems) {
 	if f.PollInterval < MinPollInterval || f.PollInterval > MaxPollInterval {
 		p.add("facilitator.poll_interval", "%s is not between %s and %s", f.PollInterval, MinPollInterval, MaxPollInterval)
 	}
-	if f.ReorgWindow < 0 || f.ReorgWindow > MaxReorgWindow {
+	switch need := c.reorgNeed(); {
+	case f.ReorgWindow < 0 || f.ReorgWindow > MaxReorgWindow:
 		p.add("facilitator.reorg_window", "%s is not between 0 and %s", f.ReorgWindow, MaxReorgWindow)
+	case f.ReorgWindow < need && need <= MaxReorgWindow:
+		p.add("facilitator.reorg_window", "%s is shorter than a settlement a reorg dropped can still be mined and resolved "+
+			"(network.max_timeout_seconds + 30s + facilitator.reconcile_interval = %s): it could leave the window unresolved", f.ReorgWindow, need)
 	}
 }
 
@@ -966,6 +970,14 @@ func (n Network) AssetAddress() (common.Address, error) { return exact.ParseAddr
 
 // PayToAddress returns Network.PayTo parsed.
 func (n Network) PayToAddress() (common.Address, error) { return exact.ParseAddress(n.PayTo) }
+
+// reorgNeed is the shortest reorg window that sees every dropped settlement
+// resolved: after a reorg drops it, its authorization may stay valid for up
+// to max_timeout_seconds and the freshness slack, and the reconciler looks
+// once more after that, within one reconcile interval.
+func (c *Config) reorgNeed() time.Duration {
+	return time.Duration(c.Network.MaxTimeoutSeconds)*time.Second + exact.FreshnessSlack + c.Facilitator.ReconcileInterval
+}
 
 // DefaultPollInterval is Facilitator.PollInterval when none is set: 100ms on
 // a local development chain (eip155:1337, eip155:31337), whose node is free

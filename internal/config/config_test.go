@@ -174,6 +174,11 @@ func TestReorgWindow(t *testing.T) {
 	if err != nil || c.Facilitator.ReorgWindow != 24*time.Hour {
 		t.Errorf("reorg_window: 24h = %v, %v", c.Facilitator.ReorgWindow, err)
 	}
+	// Payments that stay valid longer than the default window lengthen it.
+	c, err = Parse([]byte(edit(t, base, "  id: eip155:8453\n", "  id: eip155:8453\n  max_timeout_seconds: 3600\n")))
+	if want := time.Hour + 30*time.Second + DefaultReconcileInterval; err != nil || c.Facilitator.ReorgWindow != want {
+		t.Errorf("reorg_window with max_timeout_seconds 3600 = %v, %v; want %s", c.Facilitator.ReorgWindow, err, want)
+	}
 }
 
 // TestPollIntervalDefault: the receipt poll interval follows the network
@@ -360,6 +365,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "poll interval without unit", edits: []string{keyFile, keyFile + "  poll_interval: 250\n"}, path: "facilitator.poll_interval", msg: "a duration such as 30s"},
 		{name: "reorg window negative", edits: []string{keyFile, keyFile + "  reorg_window: -1m\n"}, path: "facilitator.reorg_window", msg: "-1m0s is not between 0 and 24h0m0s", line: "reorg_window:"},
 		{name: "reorg window past what stores keep", edits: []string{keyFile, keyFile + "  reorg_window: 25h\n"}, path: "facilitator.reorg_window", msg: "25h0m0s is not between 0 and 24h0m0s"},
+		{name: "reorg window shorter than a payment lives", edits: []string{keyFile, keyFile + "  reorg_window: 5m\n"}, path: "facilitator.reorg_window", msg: "5m0s is shorter than a settlement a reorg dropped can still be mined and resolved (network.max_timeout_seconds + 30s + facilitator.reconcile_interval = 6m0s)"},
 		{name: "reorg window as blocks", edits: []string{keyFile, keyFile + "  reorg_window: 64\n"}, path: "facilitator.reorg_window", msg: "a duration such as 30s"},
 
 		// Limits and listen.

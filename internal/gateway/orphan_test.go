@@ -147,7 +147,14 @@ func orphanPaidStagedReplayed(t *testing.T, be rigBackend) {
 				t.Fatal(err)
 			}
 			nonce := pl.Authorization.Nonce.Hex()
-			rp.refused(t, chatBody, rg.forge(t, chatBody, buyerIdx, attacker, tc.id, &nonce), http.StatusPaymentRequired, "payment_required")
+			// A forged signature over the spent authorization: with an id, the
+			// 402 that asks for a fresh one as proof; without, nothing could
+			// prove control, and the authorization is spent (never an offer).
+			if tc.id == "" {
+				rp.refused(t, chatBody, rg.forge(t, chatBody, buyerIdx, attacker, tc.id, &nonce), http.StatusConflict, "payment_already_used")
+			} else {
+				rp.refused(t, chatBody, rg.forge(t, chatBody, buyerIdx, attacker, tc.id, &nonce), http.StatusPaymentRequired, "payment_required")
+			}
 			rp.refused(t, otherBody, h, http.StatusConflict, "")
 
 			a, b := rp.do(t, chatBody, h)

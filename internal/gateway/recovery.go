@@ -205,13 +205,23 @@ func (s *Server) recoveryLookup(ctx context.Context, q *quote, pd *paid) error {
 // proveControl is D15: the same PAYMENT-SIGNATURE that paid, before its
 // validBefore, or a fresh authorization from the same payer for the same
 // amount, verified and never settled. Anything else is the normal 402.
+//
+// The authorization that paid is spent: without a payment identifier (the
+// record is keyed by that authorization) no fresh authorization could prove
+// anything, so a failed proof is 409 payment_already_used, never a 402 that
+// would invite the buyer to pay for the same call again (D29).
 func (s *Server) proveControl(ctx context.Context, q *quote, pd *paid, rec *store.Recovery) error {
 	a := &pd.auth.Authorization
 	if pd.key == rec.PaymentKey {
-		if proofHash(pd.auth) != rec.ProofHash {
+		noID := strings.HasPrefix(pd.rkey, "auth:")
+		switch {
+		case proofHash(pd.auth) != rec.ProofHash && noID:
+			return alreadyUsed()
+		case proofHash(pd.auth) != rec.ProofHash:
 			return s.challenge(q, "payment does not prove control of this payment identifier", nil)
-		}
-		if a.ValidBefore.Cmp(big.NewInt(s.now().Unix())) <= 0 {
+		case a.ValidBefore.Cmp(big.NewInt(s.now().Unix())) <= 0 && noID:
+			return alreadyUsed()
+		case a.ValidBefore.Cmp(big.NewInt(s.now().Unix())) <= 0:
 			return s.challenge(q, string(x402.ReasonEVMValidBefore), errors.New("the paying authorization expired"))
 		}
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
 // Issue 18 items 1 and 2: a payment is never offered a second time. A copy
@@ -260,4 +261,35 @@ func TestTopUpHeldByDeadRequestCredited(t *testing.T) {
 	if avail, _ := e.credit(t, buyerIdx); avail != 1_000_000 || e.credits(t, buyerIdx) != 1 {
 		t.Errorf("after a later copy: %d available, %d credits; want 1000000 once", avail, e.credits(t, buyerIdx))
 	}
+}
+
+// TestSpentPaymentNeverOfferedAgain: without a payment identifier the record
+// of a paid answer is keyed by the authorization that paid it, so nothing
+// but that very PAYMENT-SIGNATURE, before its validBefore, proves control.
+// Once it has expired, or with other signature bytes, the same spent
+// authorization is 409 payment_already_used: a 402 offer there would invite
+// the client to pay for the same call a second time.
+func TestSpentPaymentNeverOfferedAgain(t *testing.T) {
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be})
+		rp := rg.r(0)
+		h := rg.pay(t, chatBody, buyerIdx, "", nil)
+		rp.paid(t, chatBody, h)
+		p, err := x402.DecodePaymentPayload(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		auth, err := exact.ParsePayload(p.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp.gw.SetNow(func() time.Time { return time.Unix(auth.Authorization.ValidBefore.Int64(), 0).Add(time.Second) })
+		a := rp.refused(t, chatBody, h, http.StatusConflict, "payment_already_used")
+		if a.Header.Get(x402.HeaderPaymentRequired) != "" {
+			t.Error("an expired, spent payment was answered with a PAYMENT-REQUIRED offer")
+		}
+		if rg.up.Calls() != 1 || rg.settles() != 1 {
+			t.Errorf("upstream %d, settles %d; want 1, 1", rg.up.Calls(), rg.settles())
+		}
+	})
 }

@@ -52,6 +52,21 @@ func (c *ChainConfirmer) Confirm(ctx context.Context, p *x402.PaymentPayload, re
 	if !ok {
 		return "", false, nil
 	}
+	return c.confirm(ctx, vd)
+}
+
+// ConfirmAuthorization is Confirm for an authorization known by its parts
+// alone (asset, from, to, value, nonce), as a record keeps them: whether it
+// was used on chain by a successful transaction that paid a.To exactly
+// a.Value. Its signature and validity window play no part.
+func (c *ChainConfirmer) ConfirmAuthorization(ctx context.Context, network string, asset common.Address, a exact.Authorization) (string, bool, error) {
+	if a.Value == nil {
+		return "", false, nil
+	}
+	return c.confirm(ctx, &exact.Verified{Payload: &exact.Payload{Authorization: a}, Network: network, Asset: asset, PayTo: a.To})
+}
+
+func (c *ChainConfirmer) confirm(ctx context.Context, vd *exact.Verified) (string, bool, error) {
 	a := &vd.Payload.Authorization
 	used, err := exact.AuthorizationState(ctx, c.chain, vd.Asset, a.From, a.Nonce)
 	if err != nil || !used {

@@ -779,3 +779,9 @@ var _ Sender = (*chain.Sender)(nil)
 func (f *Facilitator) Confirm(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (string, bool, error) {
 	return f.confirmer.Confirm(ctx, p, req)
 }
+
+// ConfirmAuthorization is ChainConfirmer.ConfirmAuthorization on this
+// facilitator's node.
+func (f *Facilitator) ConfirmAuthorization(ctx context.Context, network string, asset common.Address, a exact.Authorization) (string, bool, error) {
+	return f.confirmer.ConfirmAuthorization(ctx, network, asset, a)
+}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/store"
@@ -176,12 +178,23 @@ func (s *Server) recoveryLookup(ctx context.Context, q *quote, pd *paid) error {
 			}
 			return s.stagedElsewhere(c)
 		default:
-			// The claim was released: the payment never settled, and nothing
-			// may be replayed from this record.
-			if err := s.recoveries.AbandonRecovery(ctx, rec.Key, rec.Fence); err != nil && !errors.Is(err, store.ErrNotFound) {
+			// The claim is gone: released (the payment never settled), or
+			// expired past its authorization's validBefore, when the chain
+			// has the last word. A payment it shows made is promoted, as
+			// the reconciler would have, and replayed with proof below; the
+			// buyer's new authorization never buys the same answer twice.
+			tx, paid := s.paidByKey(ctx, rec.PaymentKey, rec.Amount)
+			if !paid {
+				// Nothing may be replayed from this record.
+				if err := s.recoveries.AbandonRecovery(ctx, rec.Key, rec.Fence); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return s.storeDown(err)
+				}
+				return nil
+			}
+			if rec, err = s.recoveries.PromoteRecovery(ctx, rec.OperationID, rec.Fingerprint,
+				store.SettlementRef{Network: s.cfg.Network, TxHash: tx}, s.cfg.RecoveryTTL, s.cfg.RecoveryReplays); err != nil {
 				return s.storeDown(err)
 			}
-			return nil
 		}
 	case store.RecoveryPromoted:
 	}
@@ -200,6 +213,34 @@ func (s *Server) recoveryLookup(ctx context.Context, q *quote, pd *paid) error {
 	}
 	pd.replay = &r
 	return nil
+}
+
+// authConfirmer is an optional facilitator extra: it tells from the chain
+// whether an authorization known only by its parts paid (DECISIONS D5).
+type authConfirmer interface {
+	ConfirmAuthorization(ctx context.Context, network string, asset common.Address, a exact.Authorization) (tx string, paid bool, err error)
+}
+
+// paidByKey tells from the chain whether the authorization of claim key
+// paid amount to our payTo, and returns the transaction. A key of another
+// network or asset, or a facilitator that cannot read the chain, is "not
+// known to be paid".
+func (s *Server) paidByKey(ctx context.Context, key, amount string) (string, bool) {
+	c, ok := s.fac.(authConfirmer)
+	if !ok {
+		return "", false
+	}
+	network, asset, from, nonce, err := exact.ParseKey(key)
+	value, vok := new(big.Int).SetString(amount, 10)
+	if err != nil || network != s.cfg.Network || asset != s.asset || !vok {
+		return "", false
+	}
+	tx, paid, err := c.ConfirmAuthorization(ctx, network, asset, exact.Authorization{From: from, To: s.payTo, Value: value, Nonce: nonce})
+	if err != nil {
+		s.log.Warn("confirm a recorded payment from the chain", "key", key, "err", err)
+		return "", false
+	}
+	return tx, paid && tx != ""
 }
 
 // proveControl is D15: the same PAYMENT-SIGNATURE that paid, before its

@@ -54,6 +54,9 @@ type rigOpts struct {
 	// ahead: leases another replica took end for it at once (orphan_test.go).
 	// With skews, the claim lease is the shortest the config allows.
 	skews []time.Duration
+	// storeOnly runs only the stores' clocks ahead by skews, not the
+	// gateways': a claim's expiry comes while payments stay fresh.
+	storeOnly bool
 }
 
 type rig struct {
@@ -75,14 +78,18 @@ type replica struct {
 // transaction, or run a hook after a successful settle (to cut the client).
 type hookFac struct {
 	*facilitator.Facilitator
-	mu       sync.Mutex
-	settles  int
-	failFor  map[string]bool // payer (lower-case hex) -> the next settle fails
-	blankTx  bool
-	pending  bool // the next settle answers settlement_pending, broadcasting nothing
-	after    func()
-	before   func()        // when set, runs before each settle (orphan_test.go)
-	beforeMu chan struct{} // when set, settle waits on it
+	mu      sync.Mutex
+	settles int
+	failFor map[string]bool // payer (lower-case hex) -> the next settle fails
+	blankTx bool
+	pending bool // the next settle answers settlement_pending, broadcasting nothing
+	// minedPending: the next settle settles for real and answers
+	// settlement_pending with its transaction, as when the receipt came
+	// just after the settle timeout.
+	minedPending bool
+	after        func()
+	before       func()        // when set, runs before each settle (orphan_test.go)
+	beforeMu     chan struct{} // when set, settle waits on it
 }
 
 func (f *hookFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
@@ -95,8 +102,8 @@ func (f *hookFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.P
 	}
 	fail := f.failFor[payer]
 	delete(f.failFor, payer)
-	blank, after, pending, before := f.blankTx, f.after, f.pending, f.before
-	f.pending = false
+	blank, after, pending, before, minedPending := f.blankTx, f.after, f.pending, f.before, f.minedPending
+	f.pending, f.minedPending = false, false
 	f.mu.Unlock()
 	if before != nil {
 		before()
@@ -111,6 +118,9 @@ func (f *hookFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.P
 		return &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonInsufficientFunds, Network: req.Network, Payer: payer}, nil
 	}
 	sr, err := f.Facilitator.Settle(ctx, p, req)
+	if err == nil && sr.Success && minedPending {
+		return &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonSettlementPending, Transaction: sr.Transaction, Network: req.Network}, nil
+	}
 	if err == nil && sr.Success {
 		if blank {
 			sr.Transaction = ""
@@ -277,7 +287,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if skewed != nil {
+		if skewed != nil && !o.storeOnly {
 			gw.SetNow(skewed)
 		}
 		rp.gw = gw

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -290,6 +291,40 @@ func TestSpentPaymentNeverOfferedAgain(t *testing.T) {
 		}
 		if rg.up.Calls() != 1 || rg.settles() != 1 {
 			t.Errorf("upstream %d, settles %d; want 1, 1", rg.up.Calls(), rg.settles())
+		}
+	})
+}
+
+// TestExpiredClaimPaidNotSoldAgain: a settlement answered pending mined
+// after all, and nobody retried with that payment until its claim was
+// forgotten (its authorization's validBefore plus the margin). The buyer's
+// retry under the same payment-identifier with a new authorization must not
+// buy the same answer again: the chain shows the first payment, so the
+// staged answer is promoted and replayed, with the new authorization as
+// proof of control and never settled. One transfer, one upstream call.
+func TestExpiredClaimPaidNotSoldAgain(t *testing.T) {
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		// Replica 1's store runs past the first claim's expiry.
+		rg := newRig(t, rigOpts{backend: be, replicas: 2, skews: []time.Duration{0, 20 * time.Minute}, storeOnly: true})
+		first, later := rg.r(0), rg.r(1)
+		first.fac.set(func(f *hookFac) { f.minedPending = true })
+		h := rg.pay(t, chatBody, buyerIdx, testID, nil)
+		if a, b := first.do(t, chatBody, h); a.StatusCode == http.StatusOK {
+			t.Fatalf("a pending settlement was served: %s", b)
+		}
+		if got := rg.received(t); got != 10000 {
+			t.Fatalf("payTo received %d, want the 10000 the pending settlement mined", got)
+		}
+		if _, err := later.db.Payment(t.Context(), rg.keyOf(t, h)); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the later store still sees the claim: %v", err)
+		}
+
+		a, b := later.do(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
+		if a.StatusCode != http.StatusOK || a.Header.Get("X-Llm4agents-Replay") != "promoted" {
+			t.Fatalf("retry with a new authorization: %d replay=%q %.300s; want the staged answer, promoted", a.StatusCode, a.Header.Get("X-Llm4agents-Replay"), b)
+		}
+		if rg.up.Calls() != 1 || rg.received(t) != 10000 || later.fac.calls() != 0 {
+			t.Errorf("upstream %d, received %d, later settles %d; want 1, 10000, 0", rg.up.Calls(), rg.received(t), later.fac.calls())
 		}
 	})
 }

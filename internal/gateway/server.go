@@ -129,6 +129,7 @@ type Server struct {
 
 	// Parsed once from cfg: every offer carries them.
 	asset common.Address
+	payTo common.Address
 	extra json.RawMessage
 }
 
@@ -176,6 +177,10 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("gateway: asset: %w", err)
 	}
+	payTo, err := exact.ParseAddress(cfg.PayTo)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: payTo: %w", err)
+	}
 	extra, err := json.Marshal(exact.Extra{Name: cfg.AssetName, Version: cfg.AssetVersion})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: extra: %w", err)
@@ -184,7 +189,7 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 		cfg: cfg, fac: fac, payments: payments, counter: pricing.NewCounter(),
 		models: make(map[string]*Model, len(cfg.Models)),
 		log:    log.With("component", "gateway"), metrics: NewMetrics(), now: time.Now,
-		asset: asset, extra: extra, unpaid: newUnpaidLimiter(cfg.Unpaid),
+		asset: asset, payTo: payTo, extra: extra, unpaid: newUnpaidLimiter(cfg.Unpaid),
 	}
 	s.recoveries, _ = payments.(store.Recoveries)
 	for i := range cfg.Models {

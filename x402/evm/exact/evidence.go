@@ -2,8 +2,10 @@ package exact
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"math/big"
+	"strings"
 
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
@@ -16,6 +18,27 @@ import (
 // key, because the signature is not part of it.
 func Key(network string, token, from common.Address, nonce common.Hash) string {
 	return fmt.Sprintf("%s/%x/%x/%x", network, token[:], from[:], nonce[:])
+}
+
+// ParseKey splits a Key back into its network, token, payer and nonce. It
+// accepts exactly what Key writes: a network without "/", then 20, 20 and
+// 32 bytes of lower-case hex.
+func ParseKey(key string) (network string, token, from common.Address, nonce common.Hash, err error) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 4 || parts[0] == "" {
+		return "", common.Address{}, common.Address{}, common.Hash{}, fmt.Errorf("authorization key: want network/token/payer/nonce, got %d parts", len(parts))
+	}
+	var raw [3][]byte
+	for i, want := range [3]int{common.AddressLength, common.AddressLength, common.HashLength} {
+		h := parts[i+1]
+		if len(h) != 2*want || strings.ToLower(h) != h {
+			return "", common.Address{}, common.Address{}, common.Hash{}, fmt.Errorf("authorization key: part %d is not %d bytes of lower-case hex", i+2, want)
+		}
+		if raw[i], err = hex.DecodeString(h); err != nil {
+			return "", common.Address{}, common.Address{}, common.Hash{}, fmt.Errorf("authorization key: part %d: %w", i+2, err)
+		}
+	}
+	return parts[0], common.BytesToAddress(raw[0]), common.BytesToAddress(raw[1]), common.BytesToHash(raw[2]), nil
 }
 
 // Key returns the replay identity of a verified payment.

@@ -12,7 +12,7 @@
 //
 //	after-claim      the gateway won the claim on the authorization; nothing else happened
 //	after-upstream   the gateway holds the upstream's answer (a stream: its first content chunk); nothing settled
-//	after-broadcast  the facilitator sent the settlement transaction; its hash is not recorded
+//	after-broadcast  the facilitator sent the settlement transaction, recorded (hash and bytes) before it went out; not mined
 //	after-receipt    the facilitator read the successful receipt; "settled" is not recorded
 //	after-record     the facilitator recorded "settled"; nobody was answered
 package crashpoint

@@ -336,3 +336,29 @@ func submitDirectly(t *testing.T, tok *contracts.EIP3009Token, auth *bind.Transa
 	}
 	return tx
 }
+
+// TestSuccessOnlyToWaitingCaller (D5): a settle call whose caller left
+// before the answer (a gateway's timeout, a dropped connection) settles all
+// the same but takes no success: the next settle call of the authorization
+// receives it, once, and every later one nonce_already_used.
+func TestSuccessOnlyToWaitingCaller(t *testing.T) {
+	e := newEnv(t)
+	req := e.requirements("10000")
+	p := e.pay(t, 1, req)
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	if sr, err := e.fac.Settle(gone, p, req); err == nil {
+		t.Fatalf("a caller that left was answered %+v", sr)
+	}
+	if got := e.chain.BalanceOf(t, e.chain.Addr(payToIdx)); got.Int64() != 10000 {
+		t.Fatalf("payTo holds %s, want the 10000 settled after the caller left", got)
+	}
+	sr, err := e.fac.Settle(t.Context(), p, req)
+	if err != nil || !sr.Success || sr.Transaction == "" {
+		t.Fatalf("the next settle = %+v, %v; want the success", sr, err)
+	}
+	again, err := e.fac.Settle(t.Context(), p, req)
+	if err != nil || again.Success || again.ErrorReason != x402.ReasonEVMNonceAlreadyUsed || again.Transaction != sr.Transaction {
+		t.Errorf("a third settle = %+v, %v; want nonce_already_used naming %s", again, err, sr.Transaction)
+	}
+}

@@ -221,7 +221,7 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 	// to outlive the request (D6); a replay or recovery above does not.
 	if verr := s.lasts(auth); verr != nil {
 		s.metrics.payment("stale")
-		return nil, s.refuse(ctx, pd, false, func() error { return s.challenge(q, string(verr.Reason), verr) })
+		return nil, s.refuse(ctx, pd, q, false, func() error { return s.challenge(q, string(verr.Reason), verr) })
 	}
 	vr, err := s.fac.Verify(ctx, p, q.offer)
 	if err != nil {
@@ -241,7 +241,7 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 			}
 		}
 		s.metrics.payment("invalid")
-		return nil, s.refuse(ctx, pd, used, func() error {
+		return nil, s.refuse(ctx, pd, q, used, func() error {
 			return s.challenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
 		})
 	}
@@ -300,7 +300,7 @@ func (s *Server) claimPayment(ctx context.Context, pd *paid) (store.PaymentClaim
 // since, which is also why verify may find it spent. Any claim on the
 // authorization is the 409 of inUse, as for a copy that passed verify; one
 // spent on chain that nobody here claims is a 409 too, never an offer.
-func (s *Server) refuse(ctx context.Context, pd *paid, used bool, challenge func() error) error {
+func (s *Server) refuse(ctx context.Context, pd *paid, q *quote, used bool, challenge func() error) error {
 	c, err := s.payments.Payment(ctx, pd.key)
 	switch {
 	case err == nil:
@@ -309,6 +309,13 @@ func (s *Server) refuse(ctx context.Context, pd *paid, used bool, challenge func
 	case !errors.Is(err, store.ErrNotFound):
 		return s.storeDown(err)
 	case used:
+		s.metrics.payment("replayed")
+		return alreadyUsed()
+	}
+	// Refused before verify (its window): no claim is left, but a claim is
+	// forgotten after its authorization expired, so the chain says whether
+	// this one already paid.
+	if _, paid := s.confirm(ctx, pd, q); paid {
 		s.metrics.payment("replayed")
 		return alreadyUsed()
 	}
@@ -488,9 +495,22 @@ func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, settleOutcome
 		s.record(ctx, pd, store.PaymentPending, tx)
 		s.metrics.payment("unresolved")
 		return sr, settledUnknown
+	case sr.Transaction != "":
+		// A failure that names a transaction: something was broadcast, and
+		// may still mine (some facilitators answer a receipt timeout so).
+		// The chain decides; until it does, the claim stays pending with
+		// that transaction, never released for a second use.
+		if tx, ok := s.confirm(ctx, pd, q); ok {
+			s.record(ctx, pd, store.PaymentSettled, tx)
+			s.metrics.payment("settled")
+			return &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}, settledPaid
+		}
+		s.record(ctx, pd, store.PaymentPending, sr.Transaction)
+		s.metrics.payment("unresolved")
+		return sr, settledUnknown
 	default:
-		// Not spent on chain (insufficient funds, a node error): the authorization
-		// may be presented again once fixed.
+		// Not spent on chain (insufficient funds, a node error), nothing
+		// broadcast: the authorization may be presented again once fixed.
 		s.release(pd)
 		s.metrics.payment("failed")
 		return sr, settledFailed
@@ -500,16 +520,24 @@ func (s *Server) settle(pd *paid, q *quote) (*x402.SettleResponse, settleOutcome
 // confirm asks the chain, through the facilitator when it can tell, whether
 // pd's authorization paid q's offer (D1, D5), and returns the transaction.
 func (s *Server) confirm(ctx context.Context, pd *paid, q *quote) (string, bool) {
+	tx, paid, _ := s.confirmKnown(ctx, pd, q)
+	return tx, paid
+}
+
+// confirmKnown is confirm that also says whether the chain answered at all:
+// known is false when the facilitator cannot read the chain or the read
+// failed, so that "not shown paid" is never taken for "not paid".
+func (s *Server) confirmKnown(ctx context.Context, pd *paid, q *quote) (tx string, paid, known bool) {
 	c, ok := s.fac.(confirmer)
 	if !ok {
-		return "", false
+		return "", false, false
 	}
 	tx, yes, err := c.Confirm(ctx, pd.payload, q.offer)
 	if err != nil {
 		s.log.Warn("confirm a payment from the chain", "key", pd.key, "err", err)
-		return "", false
+		return "", false, false
 	}
-	return tx, yes && tx != ""
+	return tx, yes && tx != "", true
 }
 
 // settleCall asks the facilitator to settle pd within the settle timeout,
@@ -527,7 +555,9 @@ func (s *Server) settleCall(ctx context.Context, pd *paid, q *quote) (*x402.Sett
 	defer cancel()
 	sr, err := s.fac.Settle(ctx, pd.payload, q.offer)
 	if err == nil && !sr.Success && sr.ErrorReason == x402.ReasonUnexpectedSettleError {
-		return nil, fmt.Errorf("facilitator gave no verdict: %s: %s", sr.ErrorReason, truncate(sr.ErrorMessage, 200))
+		// The reason only: a third-party facilitator's message is not ours
+		// to log.
+		return nil, fmt.Errorf("facilitator gave no verdict: %s", truncate(string(sr.ErrorReason), 100))
 	}
 	return sr, err
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/big"
 	"net/http"
 	"strings"
@@ -183,7 +184,12 @@ func (s *Server) recoveryLookup(ctx context.Context, q *quote, pd *paid) error {
 			// has the last word. A payment it shows made is promoted, as
 			// the reconciler would have, and replayed with proof below; the
 			// buyer's new authorization never buys the same answer twice.
-			tx, paid := s.paidByKey(ctx, rec.PaymentKey, rec.Amount)
+			tx, paid, err := s.paidByKey(ctx, rec.PaymentKey, rec.Amount)
+			if err != nil {
+				// Not known: dropping the record now could sell its paid
+				// answer a second time. The buyer retries.
+				return s.recoveryFailed(err)
+			}
 			if !paid {
 				// Nothing may be replayed from this record.
 				if err := s.recoveries.AbandonRecovery(ctx, rec.Key, rec.Fence); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -222,25 +228,28 @@ type authConfirmer interface {
 }
 
 // paidByKey tells from the chain whether the authorization of claim key
-// paid amount to our payTo, and returns the transaction. A key of another
-// network or asset, or a facilitator that cannot read the chain, is "not
-// known to be paid".
-func (s *Server) paidByKey(ctx context.Context, key, amount string) (string, bool) {
-	c, ok := s.fac.(authConfirmer)
-	if !ok {
-		return "", false
-	}
+// paid amount to our payTo, and returns the transaction. An error means the
+// chain could not tell: the facilitator cannot read it (a remote one without
+// a node), or the read failed. A key of another network or asset, as a
+// configuration change leaves behind, never paid this gateway.
+func (s *Server) paidByKey(ctx context.Context, key, amount string) (string, bool, error) {
 	network, asset, from, nonce, err := exact.ParseKey(key)
 	value, vok := new(big.Int).SetString(amount, 10)
-	if err != nil || network != s.cfg.Network || asset != s.asset || !vok {
-		return "", false
+	if err != nil || !vok {
+		return "", false, fmt.Errorf("recorded payment %q of %q: %w", key, amount, errors.Join(err, errors.New("unreadable")))
+	}
+	if network != s.cfg.Network || asset != s.asset {
+		return "", false, nil
+	}
+	c, ok := s.fac.(authConfirmer)
+	if !ok {
+		return "", false, errors.New("the facilitator cannot read the chain")
 	}
 	tx, paid, err := c.ConfirmAuthorization(ctx, network, asset, exact.Authorization{From: from, To: s.payTo, Value: value, Nonce: nonce})
 	if err != nil {
-		s.log.Warn("confirm a recorded payment from the chain", "key", key, "err", err)
-		return "", false
+		return "", false, fmt.Errorf("confirm a recorded payment from the chain: %w", err)
 	}
-	return tx, paid && tx != ""
+	return tx, paid && tx != "", nil
 }
 
 // proveControl is D15: the same PAYMENT-SIGNATURE that paid, before its

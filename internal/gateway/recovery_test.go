@@ -57,6 +57,17 @@ type rigOpts struct {
 	// storeOnly runs only the stores' clocks ahead by skews, not the
 	// gateways': a claim's expiry comes while payments stay fresh.
 	storeOnly bool
+	// noRecovery hides the stores' recovery records from the gateways.
+	noRecovery bool
+}
+
+// rigPayments is st as a gateway sees it: without its recovery records
+// when noRecovery is set.
+func rigPayments(st *flakyStore, noRecovery bool) store.Payments {
+	if noRecovery {
+		return struct{ store.Payments }{st}
+	}
+	return st
 }
 
 type rig struct {
@@ -283,7 +294,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 			Owner: "replica-" + string(rune('a'+i)), RecoveryTTL: o.ttl, RecoveryReplays: o.replays, ClaimLease: lease,
 			Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price,
 				MaxOutputTokens: 256, PaymentIDRequired: o.required}},
-		}, rp.fac, &flakyStore{rigStore: db, down: rp.down}, log)
+		}, rp.fac, rigPayments(&flakyStore{rigStore: db, down: rp.down}, o.noRecovery), log)
 		if err != nil {
 			t.Fatal(err)
 		}

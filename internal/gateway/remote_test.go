@@ -328,3 +328,70 @@ func TestExpiredClaimPaidNotSoldAgain(t *testing.T) {
 		}
 	})
 }
+
+// failedWithTxFac settles for real and answers a failure that names the
+// transaction, as some facilitators answer a receipt that came late.
+type failedWithTxFac struct{ *facilitator.Facilitator }
+
+func (f *failedWithTxFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	sr, err := f.Facilitator.Settle(ctx, p, req)
+	if err != nil || !sr.Success {
+		return sr, err
+	}
+	return &x402.SettleResponse{Success: false, ErrorReason: "settle_exact_node_failure", Transaction: sr.Transaction, Network: req.Network}, nil
+}
+
+// TestFailureNamingTxKeepsClaim: a settle failure that names a transaction
+// is no proof that nothing was paid. With the chain readable the payment is
+// found and the answer served; without, the claim stays pending with that
+// transaction (409 with Retry-After, never released for a second use, never
+// a 402 offer).
+func TestFailureNamingTxKeepsClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		chain bool
+	}{{"chain readable", true}, {"chain unreadable", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnvWith(t, func(f *facilitator.Facilitator) x402.Facilitator {
+				if tc.chain {
+					return &failedWithTxFac{f}
+				}
+				return struct{ x402.Facilitator }{&failedWithTxFac{f}} // no Confirm
+			})
+			h := e.signedHeader(t, chatBody, buyerIdx)
+			resp := e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {h}})
+			body := readAll(t, resp)
+			c, err := e.db.Payment(t.Context(), e.claimKey(t, h))
+			switch {
+			case tc.chain && resp.StatusCode != http.StatusOK:
+				t.Errorf("%d %s; want 200: the chain shows the payment", resp.StatusCode, body)
+			case !tc.chain && (resp.StatusCode != http.StatusConflict || resp.Header.Get(x402.HeaderPaymentRequired) != ""):
+				t.Errorf("%d %s; want 409 without an offer", resp.StatusCode, body)
+			case !tc.chain && (err != nil || c.State != store.PaymentPending || c.TxHash == ""):
+				t.Errorf("claim = %+v, %v; want pending with the transaction", c, err)
+			}
+		})
+	}
+}
+
+// TestExpiredClaimSpentNeverOffered: a payment without an identifier, paid
+// and served, presented again after its claim was forgotten (its
+// validBefore plus the margin): the chain shows it spent, so the answer is
+// 409 payment_already_used, never a 402 offer.
+func TestExpiredClaimSpentNeverOffered(t *testing.T) {
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		// Without recovery records: the claim is all the gateway has.
+		rg := newRig(t, rigOpts{backend: be, replicas: 2, skews: []time.Duration{0, 20 * time.Minute}, noRecovery: true})
+		h := rg.pay(t, chatBody, buyerIdx, "", nil)
+		if a, b := rg.r(0).do(t, chatBody, h); a.StatusCode != http.StatusOK {
+			t.Fatalf("paid: %d %s", a.StatusCode, b)
+		}
+		a := rg.r(1).refused(t, chatBody, h, http.StatusConflict, "payment_already_used")
+		if a.Header.Get(x402.HeaderPaymentRequired) != "" {
+			t.Error("a spent payment whose claim was forgotten got a PAYMENT-REQUIRED offer")
+		}
+		if rg.up.Calls() != 1 || rg.received(t) != 10000 {
+			t.Errorf("upstream %d, received %d; want 1, 10000", rg.up.Calls(), rg.received(t))
+		}
+	})
+}

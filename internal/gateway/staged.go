@@ -107,13 +107,14 @@ func (s *Server) resolveStaged(w http.ResponseWriter, q *quote, pd *paid) error 
 		}
 		return s.inUse(pd.claim)
 	case sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed:
-		tx, yes := s.confirm(ctx, pd, q)
+		tx, yes, known := s.confirmKnown(ctx, pd, q)
 		switch {
 		case yes:
 			sr = paid(tx)
-		case sr.Transaction == "":
+		case sr.Transaction == "" || !known:
 			// Another call holds the settlement (alive, or dead until its
-			// lease ends): not known yet. The claim stays pending.
+			// lease ends), or the chain cannot be read now: not known yet.
+			// The claim stays pending.
 			return s.inUse(pd.claim)
 		default:
 			// Spent by a transaction that did not pay us: the answer stays

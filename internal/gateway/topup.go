@@ -293,7 +293,7 @@ func (s *Server) topUpClaim(ctx context.Context, q *quote, pd *paid) (*paid, err
 	switch {
 	case !vr.IsValid && vr.InvalidReason != x402.ReasonEVMNonceAlreadyUsed:
 		s.metrics.payment("invalid")
-		return nil, s.refuse(ctx, pd, false, func() error {
+		return nil, s.refuse(ctx, pd, q, false, func() error {
 			return s.topUpChallenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
 		})
 	case vr.IsValid:
@@ -301,7 +301,7 @@ func (s *Server) topUpClaim(ctx context.Context, q *quote, pd *paid) (*paid, err
 		// request's, adopted below) settles nothing more.
 		if verr := s.lasts(pd.auth); verr != nil {
 			s.metrics.payment("stale")
-			return nil, s.refuse(ctx, pd, false, func() error { return s.topUpChallenge(q, string(verr.Reason), verr) })
+			return nil, s.refuse(ctx, pd, q, false, func() error { return s.topUpChallenge(q, string(verr.Reason), verr) })
 		}
 	case pd.claim.Key != "":
 		// Spent on chain while a top-up request holds the claim: it

@@ -187,13 +187,16 @@ func (s *Server) admit(ctx context.Context, r *http.Request, q *quote, request [
 			return nil, paymentIDError(err)
 		}
 	}
-	if verr := s.fresh(auth); verr != nil {
-		s.metrics.payment("stale")
-		return nil, s.challenge(q, string(verr.Reason), verr)
-	}
 	a := &auth.Authorization
 	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex(),
 		request: request, body: body}
+	if verr := s.fresh(auth); verr != nil {
+		// Through refuse: a replica whose clock or max_timeout_seconds
+		// differs from the one that took the payment must not offer it
+		// again while it is held or spent.
+		s.metrics.payment("stale")
+		return nil, s.refuse(ctx, pd, q, false, func() error { return s.challenge(q, string(verr.Reason), verr) })
+	}
 	// The recovery lookups come before verify (D0): a settled authorization no
 	// longer verifies, and a replay needs no new payment.
 	if s.recoveries != nil {

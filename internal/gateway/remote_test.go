@@ -395,3 +395,21 @@ func TestExpiredClaimSpentNeverOffered(t *testing.T) {
 		}
 	})
 }
+
+// TestSkewedReplicaNeverOffersSpentPayment: a replica whose clock runs
+// behind finds a payment's validBefore too far out; the payment is spent by
+// another replica, so the answer is 409 payment_already_used, never a 402
+// offer.
+func TestSkewedReplicaNeverOffersSpentPayment(t *testing.T) {
+	eachRigBackend(t, func(t *testing.T, be rigBackend) {
+		rg := newRig(t, rigOpts{backend: be, replicas: 2, skews: []time.Duration{0, -10 * time.Minute}, noRecovery: true})
+		h := rg.pay(t, chatBody, buyerIdx, "", nil)
+		if a, b := rg.r(0).do(t, chatBody, h); a.StatusCode != http.StatusOK {
+			t.Fatalf("paid: %d %s", a.StatusCode, b)
+		}
+		a := rg.r(1).refused(t, chatBody, h, http.StatusConflict, "payment_already_used")
+		if a.Header.Get(x402.HeaderPaymentRequired) != "" {
+			t.Error("a spent payment got a PAYMENT-REQUIRED offer from a replica whose clock is behind")
+		}
+	})
+}

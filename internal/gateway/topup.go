@@ -254,11 +254,11 @@ func (s *Server) topUpAdmit(ctx context.Context, r *http.Request, q *quote) (*pa
 		return nil, s.topUpChallenge(q, "No matching payment requirements",
 			fmt.Errorf("authorization of %s to %s for an offer of %s to %s", a.Value, a.To.Hex(), q.amount, s.cfg.PayTo))
 	}
+	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex()}
 	if verr := s.fresh(auth); verr != nil {
 		s.metrics.payment("stale")
-		return nil, s.topUpChallenge(q, string(verr.Reason), verr)
+		return nil, s.refuse(ctx, pd, q, false, func() error { return s.topUpChallenge(q, string(verr.Reason), verr) })
 	}
-	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex()}
 	c, err := s.payments.Payment(ctx, pd.key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

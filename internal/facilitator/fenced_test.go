@@ -173,7 +173,9 @@ func TestResentByReplicaIsNotSentAgain(t *testing.T) {
 						}
 					}
 				}}
-				a := newReplicaOn(t, sim, open(t), signerIdx, replicaOpts{node: node})
+				// A's settle budget holds B's two reconciles (the hook): room
+				// for them on a loaded machine.
+				a := newReplicaOn(t, sim, open(t), signerIdx, replicaOpts{node: node, settleTimeout: 2 * time.Second})
 				nonce := nonceAt(t, sim, a.sender.Address())
 
 				resp, err := a.fac.Settle(ctx, p, req)
@@ -246,7 +248,9 @@ func TestFencedRecordResolves(t *testing.T) {
 						t.Errorf("B's settle, taking over A's claim: %v", err)
 					}
 				}}
-				a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond})
+				// A's settle budget holds all of B's settle (the hook): room for
+				// it on a loaded machine.
+				a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond, settleTimeout: time.Second})
 				nonce := pendingNonce(t, sim, a.sender.Address())
 
 				resp, err := a.fac.Settle(ctx, p, req)
@@ -388,7 +392,9 @@ func TestSettledForAnotherAuthorization(t *testing.T) {
 				if !tc.fenced {
 					settleOther()
 				}
-				a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond})
+				// A's settle budget holds all of B's settle (the hook): room for
+				// it on a loaded machine.
+				a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond, settleTimeout: time.Second})
 				nonce := pendingNonce(t, sim, a.sender.Address())
 
 				resp, err := a.fac.Settle(ctx, p, req)

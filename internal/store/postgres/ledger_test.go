@@ -687,13 +687,23 @@ func TestLedgerCrash(t *testing.T) {
 		t.Skip("starts and kills processes")
 	}
 	_, dsn := freshSchema(t)
+	// The children name themselves, so that the check can wait for the
+	// server to finish what they sent: a killed client's COMMIT can still
+	// land after it is gone, and a check reading meanwhile would see a
+	// transaction half of its reads before and half after.
+	app := fmt.Sprintf("ledger-crash-%d", time.Now().UnixNano())
+	childDSN := withParam(t, dsn, "application_name", app)
 	intents := filepath.Join(t.TempDir(), "intents.jsonl")
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)) //nolint:gosec // G404: random kill times, not secrets
 	for run := range 5 {
 		seed := uint64(run + 1)
 		delay := time.Duration(500+r.IntN(1500)) * time.Millisecond
-		killChild(t, dsn, intents, seed, delay)
+		killChild(t, childDSN, intents, seed, delay)
 	}
+	watcher := rawConn(t, t.Context(), dsn)
+	t.Cleanup(func() { _ = watcher.Close(context.Background()) })
+	untilServer(t, watcher, app, "the killed children's sessions to end",
+		`SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = $1`)
 	// The children ran on the server's clock; the check moves its own
 	// clock, from now, past every hold's TTL.
 	clk := &testClock{now: time.Now().Truncate(time.Millisecond)}

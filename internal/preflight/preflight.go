@@ -368,7 +368,7 @@ func readDomain(ctx context.Context, c Chain, token common.Address) (*domain5267
 	}
 	vals, err := parsedABI.Unpack("eip712Domain", out)
 	if err != nil || len(vals) != 7 {
-		return nil, nil //nolint:nilerr // an answer that does not decode: not implemented
+		return nil, nil //nolint:nilerr // an answer that does not decode means the token lacks the method
 	}
 	fields, ok1 := vals[0].([1]byte)
 	name, ok2 := vals[1].(string)
@@ -401,7 +401,7 @@ func readString(ctx context.Context, c Chain, token common.Address, method strin
 	}
 	vals, err := parsedABI.Unpack(method, out)
 	if err != nil || len(vals) != 1 {
-		return nil, nil //nolint:nilerr // an answer that does not decode: not implemented
+		return nil, nil //nolint:nilerr // an answer that does not decode means the token lacks the method
 	}
 	s, ok := vals[0].(string)
 	if !ok {

@@ -20,26 +20,10 @@ func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int)
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 
-	rows, err := db.ro.QueryContext(ctx, `SELECT `+columns+` FROM settlements
+	return db.settlements(ctx, `SELECT `+columns+` FROM settlements
 WHERE state = 'settled' AND reorg <> 'lost' AND updated_at_ms >= ?
 ORDER BY updated_at_ms DESC, settlement_key DESC
 LIMIT ?`, since.UnixMilli(), limit)
-	if err != nil {
-		return nil, mapErr(ctx, err)
-	}
-	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
-	var out []store.Settlement
-	for rows.Next() {
-		s, err := scan(rows)
-		if err != nil {
-			return nil, mapErr(ctx, err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapErr(ctx, err)
-	}
-	return out, nil
 }
 
 // MarkReorg implements store.Settlements. It reads and writes as one op of

@@ -499,10 +499,15 @@ func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.S
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 
-	rows, err := db.ro.QueryContext(ctx, `SELECT `+columns+` FROM settlements
+	return db.settlements(ctx, `SELECT `+columns+` FROM settlements
 WHERE state IN ('claimed', 'broadcast')
 ORDER BY created_at_ms, settlement_key
 LIMIT ?`, limit)
+}
+
+// settlements runs query, which selects columns, and scans every row.
+func (db *DB) settlements(ctx context.Context, query string, args ...any) ([]store.Settlement, error) {
+	rows, err := db.ro.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/crashpoint"
+	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
@@ -33,8 +34,8 @@ type costInfo struct {
 
 func (s *Server) cost(q *quote, sr *x402.SettleResponse, u *chat.Usage) costInfo {
 	ci := costInfo{
-		Charged: q.amount.String(), ChargedDisplay: s.display(q.amount), Asset: s.cfg.Asset,
-		Network: s.cfg.Network, Transaction: sr.Transaction, Usage: u, OperationID: q.op,
+		Charged: q.Amount.String(), ChargedDisplay: s.display(q.Amount), Asset: s.cfg.Asset,
+		Network: s.cfg.Network, Transaction: sr.Transaction, Usage: u, OperationID: q.Op,
 	}
 	if u != nil {
 		ci.UsageCost = pricing.Cost(*u, q.model.Price).String()
@@ -98,35 +99,39 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	pd, err := s.admit(r.Context(), r, q, [3]string{r.Method, r.URL.Path, req.Model}, body)
+	adm, err := s.pw.Admit(r.Context(), &q.Quote, presented(r),
+		paywall.Request{Method: r.Method, Path: r.URL.Path, Model: req.Model, Body: body})
 	if err != nil {
 		return err
 	}
-	if pd.replay != nil {
-		return s.serveRecorded(w, q, pd.replay)
-	}
-	if pd.recover {
-		if st := pd.claim.Staged; st.Fingerprint != "" && st.Fingerprint != pd.fp() {
-			// The same payment, presented for another request (D14): a conflict,
-			// never the other request's answer and never a new upstream call.
-			return &apiError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "payment_request_mismatch",
-				Message: "this payment was made for a different request; its answer is kept for that request",
-				Header:  http.Header{"X-Should-Retry": {"false"}}}
+	switch a := adm.(type) {
+	case *paywall.Replay:
+		return s.serveAnswer(w, q, a.Answer())
+	case *paywall.Staged:
+		ans, err := a.Resolve(r.Context())
+		if err != nil {
+			return err
 		}
-		return s.resolveStaged(w, q, pd)
+		return s.serveAnswer(w, q, ans)
+	case *paywall.Orphan:
+		ans, err := a.Resume(r.Context())
+		if err != nil {
+			return err
+		}
+		return s.serveAnswer(w, q, ans)
+	case *paywall.Fresh:
+		up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
+		if err != nil {
+			a.Release(r.Context())
+			return fmt.Errorf("rewrite request: %w", err)
+		}
+		if req.Stream {
+			return s.stream(w, r, q, a, up)
+		}
+		return s.complete(w, r, q, a, up)
+	default:
+		return fmt.Errorf("unknown admission %T", adm)
 	}
-	if pd.orphan {
-		return s.resumeOrphan(w, q, pd)
-	}
-	up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
-	if err != nil {
-		s.release(pd)
-		return fmt.Errorf("rewrite request: %w", err)
-	}
-	if req.Stream {
-		return s.stream(w, r, q, pd, up)
-	}
-	return s.complete(w, r, q, pd, up)
 }
 
 // hasOwnKey reports whether the request carries one of our API keys. Any other
@@ -138,34 +143,34 @@ func hasOwnKey(r *http.Request) bool {
 
 // complete runs a non-streaming paid request (D1): upstream, settle, then the
 // body; a failed settlement withholds it.
-func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *paid, body []byte) error {
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, body []byte) error {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
 	defer cancel()
 	start := s.now()
 	comp, err := q.model.Provider.Complete(ctx, body)
 	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
 	if err != nil {
-		s.release(pd)
+		pd.Release(r.Context())
 		return s.upstreamError(err, r.Context())
 	}
 	crashpoint.Hit(crashpoint.AfterUpstream)
-	// R2: the handler only stages; nothing here is replayable.
+	// The handler only stages (R2); nothing here is replayable yet.
 	answer := store.RecordedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body}
-	s.stageRecovery(pd, answer)
-	sr, out := s.settle(pd, q)
+	pd.Record(r.Context(), answer)
+	sr, out := pd.Settle(r.Context())
 	switch out {
-	case settledPaid:
-	case settledPending, settledUnknown:
+	case paywall.Paid:
+	case paywall.Pending, paywall.Unknown:
 		// D3: the answer waits with the claim for a retry with the same
 		// payment; it is annotated when served. The recovery record stays
 		// staged until the settlement is seen mined.
-		s.stage(pd, store.StagedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body})
-		return s.unsettled(sr, out)
+		pd.Hold(r.Context(), store.StagedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body})
+		return paywall.Unsettled(sr, out)
 	default:
-		s.abandonRecovery(pd) // not paid: never replayable
-		return s.unsettled(sr, out)
+		pd.Abandon(r.Context()) // not paid: never replayable
+		return paywall.Unsettled(sr, out)
 	}
-	s.promoteRecovery(pd, sr)
+	pd.Promote(r.Context(), sr)
 	// Rendered as a replay renders it, so a replay's bytes are these.
 	b, err := s.render(w.Header(), q, sr, &answer)
 	if err != nil {
@@ -174,17 +179,6 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b) // #nosec G705 -- a JSON body sent as application/json, not HTML
 	return nil
-}
-
-func (s *Server) settleMessage(sr *x402.SettleResponse) string {
-	switch sr.ErrorReason {
-	case x402.ReasonSettlementPending:
-		return fmt.Sprintf("the payment was broadcast (%s) but is not confirmed yet; retry the same request with the same payment to receive the answer", sr.Transaction)
-	case x402.ReasonEVMNonceAlreadyUsed:
-		return "this payment authorization was already spent; the answer is withheld"
-	default:
-		return fmt.Sprintf("the payment could not be settled (%s); the answer is withheld and nothing was charged", sr.ErrorReason)
-	}
 }
 
 // upstreamError maps an upstream failure to the client's answer. Nothing was

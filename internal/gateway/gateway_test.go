@@ -449,7 +449,7 @@ func TestBadInput(t *testing.T) {
 		{"body over limit", big, nil, "", 413, "request_too_large"},
 		{"garbage payment header", chatBody, http.Header{x402.HeaderPaymentSignature: {"%%%"}}, "", 400, "invalid_payment"},
 		{"url-safe payment header", chatBody, http.Header{x402.HeaderPaymentSignature: {"eyJ4NDAyVmVyc2lvbiI6Mn0_-"}}, "", 400, "invalid_payment"},
-		{"payment for another price", chatBody, http.Header{x402.HeaderPaymentSignature: {otherModelHdr()}}, "", 402, "payment_required"},
+		{"payment for another price", chatBody, http.Header{x402.HeaderPaymentSignature: {otherModelHdr()}}, "", 402, "invalid_exact_evm_accepted_mismatch"},
 		{"key and payment", chatBody, http.Header{x402.HeaderPaymentSignature: {"x"}, "Authorization": {"Bearer sk-l4a-abc"}}, "", 400, "key_and_payment"},
 		{"payment on a free route", "", http.Header{x402.HeaderPaymentSignature: {"x"}}, "/v1/models", 400, "payment_not_required"},
 		{"unknown route", "", nil, "/v1/nothing", 404, "not_found"},

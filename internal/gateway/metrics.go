@@ -124,3 +124,9 @@ func (m *Metrics) CreditCount(outcome string) float64 {
 func (m *Metrics) PaymentCount(outcome string) float64 {
 	return testutil.ToFloat64(m.payments.WithLabelValues(outcome))
 }
+
+// paymentMetrics is the paywall's view of the metrics.
+type paymentMetrics struct{ m *Metrics }
+
+func (p paymentMetrics) Payment(outcome string)        { p.m.payment(outcome) }
+func (p paymentMetrics) SettleLatency(d time.Duration) { p.m.settleLatency(d) }

@@ -153,7 +153,7 @@ func orphanPaidStagedReplayed(t *testing.T, be rigBackend) {
 			if tc.id == "" {
 				rp.refused(t, chatBody, rg.forge(t, chatBody, buyerIdx, attacker, tc.id, &nonce), http.StatusConflict, "payment_already_used")
 			} else {
-				rp.refused(t, chatBody, rg.forge(t, chatBody, buyerIdx, attacker, tc.id, &nonce), http.StatusPaymentRequired, "payment_required")
+				rp.refused(t, chatBody, rg.forge(t, chatBody, buyerIdx, attacker, tc.id, &nonce), http.StatusPaymentRequired, "payment_not_proven")
 			}
 			rp.refused(t, otherBody, h, http.StatusConflict, "")
 

@@ -754,12 +754,14 @@ func TestR3AddressWithoutProofNeverReplays(t *testing.T) {
 		if err := json.Unmarshal(p.Payload, &pj); err != nil {
 			t.Fatal(err)
 		}
-		for name, forged := range map[string]string{
-			"fresh nonce":  rg.forge(t, chatBody, buyerIdx, attacker, testID, nil),
-			"paying nonce": rg.forge(t, chatBody, buyerIdx, attacker, testID, &pj.Authorization.Nonce),
+		// Each 402 names its reason: a forged fresh authorization fails
+		// verify; the paying one's copy proves nothing.
+		for name, tc := range map[string]struct{ forged, code string }{
+			"fresh nonce":  {rg.forge(t, chatBody, buyerIdx, attacker, testID, nil), "invalid_exact_evm_signature"},
+			"paying nonce": {rg.forge(t, chatBody, buyerIdx, attacker, testID, &pj.Authorization.Nonce), "payment_not_proven"},
 		} {
 			t.Run(name, func(t *testing.T) {
-				rp.refused(t, chatBody, forged, http.StatusPaymentRequired, "payment_required")
+				rp.refused(t, chatBody, tc.forged, http.StatusPaymentRequired, tc.code)
 			})
 		}
 		// The attacker's own payment with the victim's id: its own record, a
@@ -896,7 +898,7 @@ func TestRecoveryBadInput(t *testing.T) {
 		// Another amount as proof: the normal 402 (D7 refuses it before anything).
 		rp.paid(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
 		cheaper := rg.pay(t, chatBody, buyerIdx, testID, func(pr *x402.PaymentRequired) { pr.Accepts[0].Amount = "9999" })
-		rp.refused(t, chatBody, cheaper, http.StatusPaymentRequired, "payment_required")
+		rp.refused(t, chatBody, cheaper, http.StatusPaymentRequired, "payment_not_proven")
 		// Another payer's fresh authorization: its own record, a new purchase.
 		rp.paid(t, chatBody, rg.pay(t, chatBody, buyerB, testID, nil))
 		if rg.up.Calls() != 2 {
@@ -956,10 +958,10 @@ func TestRecoveryProofExpiry(t *testing.T) {
 		a2, _ := exact.ParsePayload(p2.Payload)
 		rp.gw.SetNow(func() time.Time { return time.Unix(a2.Authorization.ValidBefore.Int64(), 0).Add(-10 * time.Second) })
 		// ...which a fresh request with as little left is refused.
-		rp.refused(t, otherBody, fresh, http.StatusPaymentRequired, "payment_required")
+		rp.refused(t, otherBody, fresh, http.StatusPaymentRequired, "invalid_exact_evm_payload_authorization_valid_before")
 		// Past validBefore: the same signature proves nothing any more.
 		rp.gw.SetNow(func() time.Time { return vb.Add(time.Second) })
-		rp.refused(t, chatBody, h, http.StatusPaymentRequired, "payment_required")
+		rp.refused(t, chatBody, h, http.StatusPaymentRequired, "invalid_exact_evm_payload_authorization_valid_before")
 		if rg.up.Calls() != 1 || rg.settles() != 1 {
 			t.Errorf("upstream %d, settles %d", rg.up.Calls(), rg.settles())
 		}

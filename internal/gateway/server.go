@@ -27,6 +27,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
@@ -110,27 +111,21 @@ const (
 
 // Server serves the gateway's HTTP API.
 type Server struct {
-	cfg      Config
-	fac      x402.Facilitator
-	payments store.Payments
-	// recoveries holds the recovery records (recovery.go); nil when the store
-	// does not implement store.Recoveries, and then no id is advertised and
-	// nothing is replayed.
-	recoveries store.Recoveries
-	counter    *pricing.Counter
-	models     map[string]*Model
-	order      []string // model ids, sorted
-	log        *slog.Logger
-	metrics    *Metrics
-	mux        *http.ServeMux
-	now        func() time.Time
-	ready      func(context.Context) error
-	unpaid     *unpaidLimiter // nil: unpaid requests are not limited
+	cfg Config
+	// pw runs the payment lifecycle (internal/paywall): admission,
+	// settlement, recovery.
+	pw      *paywall.Paywall
+	counter *pricing.Counter
+	models  map[string]*Model
+	order   []string // model ids, sorted
+	log     *slog.Logger
+	metrics *Metrics
+	mux     *http.ServeMux
+	now     func() time.Time
+	ready   func(context.Context) error
+	unpaid  *unpaidLimiter // nil: unpaid requests are not limited
 
-	// Parsed once from cfg: every offer carries them.
-	asset common.Address
-	payTo common.Address
-	extra json.RawMessage
+	asset common.Address // parsed once from cfg
 }
 
 // New returns a Server. fac verifies and settles; payments holds the claims,
@@ -186,12 +181,16 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 		return nil, fmt.Errorf("gateway: extra: %w", err)
 	}
 	s := &Server{
-		cfg: cfg, fac: fac, payments: payments, counter: pricing.NewCounter(),
+		cfg: cfg, counter: pricing.NewCounter(),
 		models: make(map[string]*Model, len(cfg.Models)),
 		log:    log.With("component", "gateway"), metrics: NewMetrics(), now: time.Now,
-		asset: asset, payTo: payTo, extra: extra, unpaid: newUnpaidLimiter(cfg.Unpaid),
+		asset: asset, unpaid: newUnpaidLimiter(cfg.Unpaid),
 	}
-	s.recoveries, _ = payments.(store.Recoveries)
+	s.pw = paywall.New(paywall.Config{
+		Network: cfg.Network, Asset: cfg.Asset, PayTo: cfg.PayTo, AssetAddress: asset, PayToAddress: payTo, Extra: extra,
+		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds, UpstreamTimeout: cfg.UpstreamTimeout, SettleTimeout: cfg.SettleTimeout,
+		ClaimLease: cfg.ClaimLease, Owner: cfg.Owner, RecoveryTTL: cfg.RecoveryTTL, RecoveryReplays: cfg.RecoveryReplays,
+	}, fac, payments, paymentMetrics{s.metrics}, s.log)
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
 		if m.UpstreamModel == "" {
@@ -200,7 +199,7 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 		if _, dup := s.models[m.ID]; dup {
 			return nil, fmt.Errorf("gateway: model %q configured twice", m.ID)
 		}
-		if m.PaymentIDRequired && s.recoveries == nil {
+		if m.PaymentIDRequired && !s.pw.Recovers() {
 			return nil, fmt.Errorf("gateway: model %q requires a payment identifier, but the store keeps no recovery records", m.ID)
 		}
 		s.models[m.ID] = m
@@ -238,7 +237,10 @@ func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Lo
 func (s *Server) SetReadiness(f func(context.Context) error) { s.ready = f }
 
 // SetNow replaces the clock (tests).
-func (s *Server) SetNow(now func() time.Time) { s.now = now }
+func (s *Server) SetNow(now func() time.Time) {
+	s.now = now
+	s.pw.SetNow(now)
+}
 
 // Metrics returns the server's metrics.
 func (s *Server) Metrics() *Metrics { return s.metrics }
@@ -278,10 +280,7 @@ func (s *Server) handle(route string, h func(http.ResponseWriter, *http.Request)
 		sw := &statusWriter{ResponseWriter: w}
 		err := h(sw, r)
 		if err != nil {
-			var ae *apiError
-			if !errors.As(err, &ae) {
-				ae = &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
-			}
+			ae := s.answerOf(err)
 			if ae.Status >= 500 {
 				s.log.Error("request failed", "route", route, "status", ae.Status, "code", ae.Code, "err", ae.Err)
 			} else {
@@ -293,6 +292,18 @@ func (s *Server) handle(route string, h func(http.ResponseWriter, *http.Request)
 		}
 		s.metrics.request(route, sw.status(), s.now().Sub(start))
 	})
+}
+
+// answerOf is the HTTP answer of a handler's error: a paywall refusal by the
+// refusal table (paywall.go), an apiError as it is, anything else a 500.
+func (s *Server) answerOf(err error) *apiError {
+	if rf, ok := errors.AsType[*paywall.Refusal](err); ok {
+		return s.refused(rf)
+	}
+	if ae, ok := errors.AsType[*apiError](err); ok {
+		return ae
+	}
+	return &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/crashpoint"
+	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 )
@@ -24,7 +25,7 @@ const writeTimeout = 30 * time.Second
 // settlement does the first byte go to the client. A client gone before the
 // settlement is broadcast cancels the upstream and is charged nothing; from the
 // broadcast on, the upstream is read to its end whether or not the client stays.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *paid, body []byte) error {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, body []byte) error {
 	// The upstream's context outlives the client's once we settle; until then
 	// the client leaving cancels it.
 	upCtx, upCancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.UpstreamTimeout+s.cfg.SettleTimeout+s.cfg.MaxStreamDuration)
@@ -38,7 +39,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	if err != nil {
 		firstTimer.Stop()
 		disarm()
-		s.release(pd)
+		pd.Release(r.Context())
 		return s.upstreamError(err, r.Context())
 	}
 	defer func() { _ = st.Close() }()
@@ -49,7 +50,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 		if err != nil {
 			firstTimer.Stop()
 			disarm()
-			s.release(pd)
+			pd.Release(r.Context())
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the upstream stream ended before any content")
 			}
@@ -60,7 +61,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 		if json.Unmarshal(ev, &c) != nil {
 			firstTimer.Stop()
 			disarm()
-			s.release(pd)
+			pd.Release(r.Context())
 			return s.upstreamError(errors.New("the upstream sent a chunk that is not JSON"), r.Context())
 		}
 		if c.HasContent() {
@@ -72,24 +73,24 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	if r.Context().Err() != nil {
 		// Gone before we broadcast anything: nothing is charged.
 		disarm()
-		s.release(pd)
+		pd.Release(r.Context())
 		return &apiError{Status: 499, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
 	}
 	// From here the settlement may be broadcast: the client leaving must no
 	// longer stop the upstream.
 	disarm()
 	crashpoint.Hit(crashpoint.AfterUpstream)
-	sr, out := s.settle(pd, q)
+	sr, out := pd.Settle(r.Context())
 	switch out {
-	case settledPaid:
-	case settledPending, settledUnknown:
+	case paywall.Paid:
+	case paywall.Pending, paywall.Unknown:
 		// D2, D3: the upstream is read to its end (bounded by upCtx) and
 		// staged before the client hears settlement_pending.
-		s.stageStream(pd, st, held)
-		return s.unsettled(sr, out)
+		s.stageStream(r.Context(), pd, st, held)
+		return paywall.Unsettled(sr, out)
 	default:
-		s.abandonRecovery(pd) // not paid: never replayable
-		return s.unsettled(sr, out)
+		pd.Abandon(r.Context()) // not paid: never replayable
+		return paywall.Unsettled(sr, out)
 	}
 	// The amount is known before the first byte.
 	if _, err := s.render(w.Header(), q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
@@ -114,7 +115,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 		}
 		if err != nil {
 			// Paid and partly delivered: say so in-band, as OpenAI streams errors.
-			s.log.Error("upstream stream broke after settlement", "key", pd.key, "err", err)
+			s.log.Error("upstream stream broke after settlement", "key", pd.Key(), "err", err)
 			ev = mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
 				Message: "the upstream stream broke after the payment settled", Type: "upstream_error", Code: "upstream_stream_broken"}})
 			text.add(ev)
@@ -128,12 +129,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	sw.done()
 	text.add([]byte("[DONE]"))
 	if text.over {
-		s.log.Error("stream too large to record", "key", pd.key, "limit", store.MaxStagedBody)
-		s.abandonRecovery(pd)
+		s.log.Error("stream too large to record", "key", pd.Key(), "limit", store.MaxStagedBody)
+		pd.Abandon(r.Context())
 		return nil
 	}
-	s.stageRecovery(pd, store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
-	s.promoteRecovery(pd, sr)
+	pd.Record(r.Context(), store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+	pd.Promote(r.Context(), sr)
 	return nil
 }
 
@@ -143,7 +144,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 // [DONE]. It runs on the request's goroutine, so the client waits for the
 // upstream to finish before its 402; the upstream's context bounds it. A text
 // over store.MaxStagedBody is read to its end but not staged.
-func (s *Server) stageStream(pd *paid, st interface{ Next() ([]byte, error) }, held [][]byte) {
+func (s *Server) stageStream(ctx context.Context, pd *paywall.Fresh, st interface{ Next() ([]byte, error) }, held [][]byte) {
 	var text sseText
 	for _, ev := range held {
 		text.add(ev)
@@ -154,7 +155,7 @@ func (s *Server) stageStream(pd *paid, st interface{ Next() ([]byte, error) }, h
 			break
 		}
 		if err != nil {
-			s.log.Error("upstream stream broke after a pending settlement", "key", pd.key, "err", err)
+			s.log.Error("upstream stream broke after a pending settlement", "key", pd.Key(), "err", err)
 			text.add(mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
 				Message: "the upstream stream broke after the payment was broadcast", Type: "upstream_error", Code: "upstream_stream_broken"}}))
 			break
@@ -163,13 +164,13 @@ func (s *Server) stageStream(pd *paid, st interface{ Next() ([]byte, error) }, h
 	}
 	text.add([]byte("[DONE]"))
 	if text.over {
-		s.log.Error("stream too large to stage", "key", pd.key, "limit", store.MaxStagedBody)
-		s.abandonRecovery(pd)
+		s.log.Error("stream too large to stage", "key", pd.Key(), "limit", store.MaxStagedBody)
+		pd.Abandon(ctx)
 		return
 	}
-	s.stage(pd, store.StagedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+	pd.Hold(ctx, store.StagedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
 	// The recovery record waits, staged, for the settlement to be seen mined.
-	s.stageRecovery(pd, store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+	pd.Record(ctx, store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
 }
 
 // withCost annotates the chunk that carries usage (the last one) with what was

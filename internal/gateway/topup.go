@@ -17,6 +17,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/ledger"
+	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -71,9 +72,6 @@ type ChainReader interface {
 const (
 	// topUpPath is the top-up route's path, in resource URLs and markers.
 	topUpPath = "/v1/credits/topup"
-	// topUpMarker is the content type of the staged marker of a top-up's
-	// claim.
-	topUpMarker = "application/vnd.llm4agents.topup+json"
 	// maxTopUpBody bounds a top-up request: {"amount":"<up to 78 digits>"}.
 	maxTopUpBody = 1 << 10
 	// maxAmountDigits bounds the amount's text before it is parsed: 2^256
@@ -113,30 +111,30 @@ func (s *Server) topUp(w http.ResponseWriter, r *http.Request) error {
 		return s.topUpBadRequest(err.Error())
 	}
 	q := s.topUpQuote(amount)
-	pd, err := s.topUpAdmit(r.Context(), r, q)
+	t, err := s.pw.AdmitTopUp(r.Context(), q, presented(r), paywall.Request{Method: http.MethodPost, Path: topUpPath})
 	if err != nil {
 		return err
 	}
 	// From here on the payment may be spent: the work outlives the client,
 	// bounded by a settlement and a few reads and writes.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.SettleTimeout+3*store.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.pw.SettleBudget()+2*store.DefaultTimeout)
 	defer cancel()
-	switch pd.claim.State {
+	switch t.State() {
 	case store.PaymentHeld: // held by this request: settle below
 	case store.PaymentSettled:
-		return s.creditTopUp(ctx, w, q, pd, pd.claim.TxHash, true)
+		return s.creditTopUp(ctx, w, q, t, t.Transaction(), true)
 	case store.PaymentPending:
-		tx, err := s.resolveTopUp(ctx, q, pd)
+		tx, err := t.Resolve(ctx)
 		if err != nil {
 			return err
 		}
-		return s.creditTopUp(ctx, w, q, pd, tx, false)
+		return s.creditTopUp(ctx, w, q, t, tx, false)
 	}
-	sr, out := s.settle(pd, q)
-	if out != settledPaid {
-		return s.unsettled(sr, out)
+	sr, out := t.Settle(ctx)
+	if out != paywall.Paid {
+		return paywall.Unsettled(sr, out)
 	}
-	return s.creditTopUp(ctx, w, q, pd, sr.Transaction, false)
+	return s.creditTopUp(ctx, w, q, t, sr.Transaction, false)
 }
 
 // parseTopUp decodes a top-up request strictly: one JSON object whose only
@@ -213,221 +211,33 @@ func (s *Server) topUpBadRequest(msg string) error {
 		Message: msg + `; a top-up is {"amount":"<atomic units>"} between ` + s.topUpBounds() + "; nothing was charged"}
 }
 
-// topUpQuote is the offer of a top-up: the amount itself.
-func (s *Server) topUpQuote(amount *big.Int) *quote {
-	return &quote{
-		amount: amount,
-		offer: x402.PaymentRequirements{
-			Scheme: exact.Scheme, Network: s.cfg.Network, Amount: amount.String(), Asset: s.cfg.Asset,
-			PayTo: s.cfg.PayTo, MaxTimeoutSeconds: s.cfg.MaxTimeoutSeconds, Extra: s.extra,
-		},
-		resource: &x402.ResourceInfo{
+// topUpQuote is the offer of a top-up: the amount itself. Its 402 offers no
+// payment-identifier: a top-up keeps no recovery record; its retry is the
+// same PAYMENT-SIGNATURE.
+func (s *Server) topUpQuote(amount *big.Int) *paywall.Quote {
+	return &paywall.Quote{
+		Amount: amount,
+		Offer:  s.pw.Offer(amount),
+		Resource: &x402.ResourceInfo{
 			URL:         s.cfg.PublicURL + topUpPath,
 			Description: "prepaid credits: " + s.display(amount),
 			MimeType:    "application/json",
 		},
+		What: paywall.WhatTopUp,
 	}
-}
-
-// topUpChallenge is the 402 of a top-up (D10). It offers no
-// payment-identifier: a top-up keeps no recovery record; its retry is the
-// same PAYMENT-SIGNATURE.
-func (s *Server) topUpChallenge(q *quote, reason string, detail error) error {
-	pr := x402.PaymentRequired{X402Version: x402.Version, Error: reason, Resource: q.resource, Accepts: []x402.PaymentRequirements{q.offer}}
-	return s.paymentRequired(q, pr, "top-up", detail)
-}
-
-// topUpAdmit runs the payment steps of D0 for a top-up: decode, match (D7),
-// freshness (D6), the lookup of an existing claim, verify, claim, mark. It
-// returns the payment with its claim: held by this request (to settle),
-// pending (to resolve) or settled (to credit), all of them top-up claims.
-func (s *Server) topUpAdmit(ctx context.Context, r *http.Request, q *quote) (*paid, error) {
-	p, auth, err := s.readPayment(r, q, s.topUpChallenge)
-	if err != nil {
-		return nil, err
-	}
-	a := &auth.Authorization
-	if a.Value.Cmp(q.amount) != 0 || !strings.EqualFold(a.To.Hex(), s.cfg.PayTo) {
-		// The facilitator checks these too; the credit depends on them, so
-		// they are checked here as well.
-		s.metrics.payment("mismatch")
-		return nil, s.topUpChallenge(q, "No matching payment requirements",
-			fmt.Errorf("authorization of %s to %s for an offer of %s to %s", a.Value, a.To.Hex(), q.amount, s.cfg.PayTo))
-	}
-	pd := &paid{payload: p, auth: auth, key: exact.Key(s.cfg.Network, s.asset, a.From, a.Nonce), payer: a.From.Hex()}
-	if verr := s.fresh(auth); verr != nil {
-		s.metrics.payment("stale")
-		return nil, s.refuse(ctx, pd, q, false, func() error { return s.topUpChallenge(q, string(verr.Reason), verr) })
-	}
-	c, err := s.payments.Payment(ctx, pd.key)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
-			Message: "the payment could not be looked up; nothing was charged", Err: err}
-	case !isTopUpClaim(c):
-		// Claimed for something else (a chat completion): never credited.
-		s.metrics.payment("replayed")
-		return nil, s.inUse(c)
-	case c.Amount != q.amount.String():
-		return nil, s.topUpChallenge(q, "No matching payment requirements", fmt.Errorf("claim of %s", c.Amount))
-	case c.State == store.PaymentSettled || c.State == store.PaymentPending:
-		pd.claim = c
-		return pd, nil
-	default:
-		pd.claim = c // held by a top-up request, alive or dead: topUpClaim judges
-	}
-	return s.topUpClaim(ctx, q, pd)
-}
-
-// topUpClaim verifies a top-up's payment and claims it for this request (a
-// new claim, or a dead request's held one whose lease ended), then marks the
-// claim as a top-up's before anything is settled. pd.claim is the top-up
-// claim the lookup found held by a request, if any.
-func (s *Server) topUpClaim(ctx context.Context, q *quote, pd *paid) (*paid, error) {
-	vr, err := s.fac.Verify(ctx, pd.payload, q.offer)
-	if err != nil {
-		return nil, &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: "facilitator_unavailable",
-			Message: "the payment could not be verified right now; nothing was charged", Err: err}
-	}
-	switch {
-	case !vr.IsValid && vr.InvalidReason != x402.ReasonEVMNonceAlreadyUsed:
-		s.metrics.payment("invalid")
-		return nil, s.refuse(ctx, pd, q, false, func() error {
-			return s.topUpChallenge(q, string(vr.InvalidReason), errors.New(vr.InvalidMessage))
-		})
-	case vr.IsValid:
-		// D6 for what is still to be settled; a spent one (a dead
-		// request's, adopted below) settles nothing more.
-		if verr := s.lasts(pd.auth); verr != nil {
-			s.metrics.payment("stale")
-			return nil, s.refuse(ctx, pd, q, false, func() error { return s.topUpChallenge(q, string(verr.Reason), verr) })
-		}
-	case pd.claim.Key != "":
-		// Spent on chain while a top-up request holds the claim: it
-		// broadcast, and is recording its settlement or died doing so. The
-		// chain answers now, as it does for a chat's staged answer
-		// (orphan.go), rather than after the holder's lease.
-		if tx, ok := s.confirm(ctx, pd, q); ok {
-			return s.settledByChain(ctx, pd, tx), nil
-		}
-	}
-	claim, held, err := s.claimPayment(ctx, pd)
-	if err != nil {
-		return nil, err
-	}
-	if !held {
-		s.metrics.payment("replayed")
-		return nil, s.inUse(claim)
-	}
-	pd.claim = claim
-	if !vr.IsValid {
-		// Spent on chain: credited only if this was a top-up's claim whose
-		// request died after its broadcast (held with the marker) and the
-		// chain shows the payment made to us; never a claim of our own
-		// making for an authorization spent elsewhere.
-		return s.adoptTopUp(ctx, q, pd, claim)
-	}
-	if err := s.markTopUp(ctx, pd); err != nil {
-		s.release(pd)
-		return nil, err
-	}
-	return pd, nil
-}
-
-// adoptTopUp handles a held claim this request took over whose
-// authorization verify found spent.
-func (s *Server) adoptTopUp(ctx context.Context, q *quote, pd *paid, claim store.PaymentClaim) (*paid, error) {
-	if !isTopUpClaim(claim) {
-		// Spent, and never by a top-up of ours: no credit, and no offer
-		// either (D29), since the chain has used it.
-		s.release(pd)
-		s.metrics.payment("replayed")
-		return nil, alreadyUsed()
-	}
-	tx, ok := s.confirm(ctx, pd, q)
-	if !ok {
-		// A dead request's broadcast not seen paid (yet): pending, resolved
-		// by the next presentation, never released while it may be spent.
-		s.record(ctx, pd, store.PaymentPending, claim.TxHash)
-		return nil, settlementUnresolved()
-	}
-	s.record(ctx, pd, store.PaymentSettled, tx)
-	pd.claim.State, pd.claim.TxHash = store.PaymentSettled, tx
-	s.metrics.payment("recovered")
-	return pd, nil
-}
-
-// isTopUpClaim reports whether c was taken by a top-up.
-func isTopUpClaim(c store.PaymentClaim) bool {
-	return c.Staged != nil && c.Staged.ContentType == topUpMarker
-}
-
-// markTopUp stages the top-up marker with the claim pd holds.
-func (s *Server) markTopUp(ctx context.Context, pd *paid) error {
-	a := &pd.auth.Authorization
-	body := []byte(`{"amount":"` + a.Value.String() + `"}`)
-	m := store.StagedResponse{Status: http.StatusOK, ContentType: topUpMarker, Body: body,
-		Fingerprint: fingerprint(http.MethodPost, topUpPath, "", body)}
-	if err := s.claims().StagePayment(ctx, pd.key, pd.claim.Fence, m); err != nil {
-		s.metrics.payment("store_down")
-		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
-			Message: "the payment could not be recorded; nothing was charged", Err: err}
-	}
-	pd.claim.Staged = &m
-	return nil
-}
-
-// resolveTopUp settles a pending top-up's authorization again with the same
-// payload and offer (the facilitator resumes its record and never
-// broadcasts twice, D5) and returns the transaction once paid. Still pending
-// or unknown -> 409 settlement_pending with Retry-After; failed -> 402 with
-// PAYMENT-RESPONSE, the claim left pending for the chain to tell.
-func (s *Server) resolveTopUp(ctx context.Context, q *quote, pd *paid) (string, error) {
-	sr, err := s.settleCall(ctx, pd, q)
-	if err != nil {
-		// No verdict (D29): the chain may tell; else the claim stays pending.
-		s.log.Warn("settle a pending top-up again", "key", pd.key, "err", err)
-		sr = &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonUnexpectedSettleError}
-	}
-	tx := sr.Transaction
-	switch {
-	case sr.Success && tx != "":
-	case sr.ErrorReason == x402.ReasonSettlementPending:
-		if tx != "" && tx != pd.claim.TxHash {
-			s.record(ctx, pd, store.PaymentPending, tx) // a replacement transaction
-		}
-		return "", s.inUse(pd.claim)
-	default:
-		// A success without its transaction, no verdict, or a refusal: the
-		// chain decides (a facilitator without a record of the first
-		// broadcast refuses to settle what that broadcast spent).
-		var paid bool
-		if tx, paid = s.confirm(ctx, pd, q); paid {
-			break
-		}
-		if sr.Success || sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed || sr.ErrorReason == x402.ReasonUnexpectedSettleError {
-			return "", s.inUse(pd.claim)
-		}
-		s.metrics.payment("failed")
-		return "", settleRefusal(sr, s.settleMessage(sr))
-	}
-	s.record(ctx, pd, store.PaymentSettled, tx)
-	s.metrics.payment("recovered")
-	return tx, nil
 }
 
 // creditTopUp credits a settled top-up once it is final and answers it. Any
 // failure here leaves the claim settled: the next presentation of the same
 // payment credits it, once.
-func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *quote, pd *paid, tx string, replay bool) error {
+func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *paywall.Quote, t *paywall.TopUp, tx string, replay bool) error {
 	c := s.cfg.Credits
 	retry := func(code, msg string, err error) error {
 		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: code,
 			Message: msg + "; the payment settled in " + tx + "; present the same PAYMENT-SIGNATURE again to be credited, once",
 			Header:  http.Header{"X-Should-Retry": {"false"}, "Retry-After": {"2"}}, Err: err}
 	}
-	ref, err := s.topUpRef(ctx, tx, &pd.auth.Authorization)
+	ref, err := s.topUpRef(ctx, tx, t.Authorization())
 	switch {
 	case errors.Is(err, errNotFinal):
 		s.metrics.topUp("not_final")
@@ -437,18 +247,18 @@ func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *quot
 	case err != nil:
 		return retry("chain_unavailable", "the top-up's settlement could not be read from the chain", err)
 	}
-	e, err := c.Ledger.TopUp(ctx, ref, pd.auth.Authorization.From, q.amount)
+	e, err := c.Ledger.TopUp(ctx, ref, t.Authorization().From, q.Amount)
 	if err != nil {
 		return retry("ledger_unavailable", "the top-up could not be credited right now", err)
 	}
-	owner := strings.ToLower(pd.auth.Authorization.From.Hex())
-	ans := topUpAnswer{Account: owner, Credited: q.amount.String(), Transaction: tx, LedgerSeq: e.Seq, Balance: "0"}
+	owner := strings.ToLower(t.Authorization().From.Hex())
+	ans := topUpAnswer{Account: owner, Credited: q.Amount.String(), Transaction: tx, LedgerSeq: e.Seq, Balance: "0"}
 	for _, p := range e.Postings {
 		if p.Account == store.UserAccount(owner) {
 			ans.Balance = fmt.Sprint(p.BalanceAfter)
 		}
 	}
-	sr := &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: pd.payer}
+	sr := &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: t.Payer()}
 	if err := paidHeaders(w.Header(), sr); err != nil {
 		return fmt.Errorf("encode settle response: %w", err)
 	}
@@ -668,19 +478,4 @@ func credentialError(err error, what string) error {
 		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_unavailable",
 			Message: what + " could not be checked right now", Header: http.Header{"Retry-After": {"2"}}, Err: err}
 	}
-}
-
-// settledByChain records a top-up claim held by another request settled by
-// tx, which the chain shows paid this authorization, and returns pd with the
-// claim as settled, to be credited. The write carries the fence the lookup
-// read: it is a fact from the chain, the one the holder, if alive, writes
-// too; a holder that moved on in between fences it out, harmlessly, as the
-// credit is keyed by the settlement and lands once whoever sees it.
-func (s *Server) settledByChain(ctx context.Context, pd *paid, tx string) *paid {
-	if err := s.claims().UpdatePayment(ctx, pd.key, pd.claim.Fence, store.PaymentSettled, tx); err != nil && !errors.Is(err, store.ErrFenced) {
-		s.log.Warn("record a top-up settled from the chain", "key", pd.key, "err", err)
-	}
-	pd.claim.State, pd.claim.TxHash = store.PaymentSettled, tx
-	s.metrics.payment("recovered")
-	return pd
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
@@ -199,7 +200,7 @@ func (w *TopUpSweep) run(ctx context.Context) (credited, waiting int, err error)
 	var afterKey string
 	failures := 0
 	for {
-		page, err := w.list.StagedPayments(ctx, topUpMarker, after, afterKey, sweepPage)
+		page, err := w.list.StagedPayments(ctx, paywall.TopUpMarker, after, afterKey, sweepPage)
 		if err != nil {
 			return credited, waiting, fmt.Errorf("list top-up claims: %w", err)
 		}
@@ -389,7 +390,7 @@ func (w *TopUpSweep) replacement(ctx context.Context, a *exact.Authorization, ex
 // claim and its marker must agree on; and the payee, ours. Only a claim
 // with the top-up marker qualifies.
 func (w *TopUpSweep) authorization(c store.PaymentClaim) (*exact.Authorization, error) {
-	if !isTopUpClaim(c) {
+	if !paywall.IsTopUp(c) {
 		return nil, errors.New("not a top-up claim")
 	}
 	if c.State != store.PaymentSettled && c.State != store.PaymentPending {

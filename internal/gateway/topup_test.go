@@ -448,16 +448,17 @@ func TestTopUpMismatch(t *testing.T) {
 		name string
 		mod  func(*x402.PaymentRequirements)
 		body string // the amount presented
+		code string // the 402's reason
 	}{
-		{"another amount", nil, "200000"},
-		{"another asset", func(r *x402.PaymentRequirements) { r.Asset = e.chain.Addr(3).Hex() }, "100000"},
-		{"another payee", func(r *x402.PaymentRequirements) { r.PayTo = e.chain.Addr(3).Hex() }, "100000"},
-		{"another network", func(r *x402.PaymentRequirements) { r.Network = "eip155:1" }, "100000"},
+		{"another amount", nil, "200000", "invalid_exact_evm_accepted_mismatch"},
+		{"another asset", func(r *x402.PaymentRequirements) { r.Asset = e.chain.Addr(3).Hex() }, "100000", "invalid_exact_evm_signature"},
+		{"another payee", func(r *x402.PaymentRequirements) { r.PayTo = e.chain.Addr(3).Hex() }, "100000", "invalid_exact_evm_accepted_mismatch"},
+		{"another network", func(r *x402.PaymentRequirements) { r.Network = "eip155:1" }, "100000", "invalid_exact_evm_signature"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := e.topUpSigned(t, "100000", buyerIdx, tc.mod)
 			resp, b := e.topUp(t, tc.body, h)
-			if resp.StatusCode != http.StatusPaymentRequired || errorCode(t, b) != "payment_required" {
+			if resp.StatusCode != http.StatusPaymentRequired || errorCode(t, b) != tc.code {
 				t.Fatalf("%d %s", resp.StatusCode, b)
 			}
 		})

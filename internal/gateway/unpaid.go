@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"container/list"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -92,10 +91,7 @@ func (s *Server) limitUnpaid(h func(http.ResponseWriter, *http.Request) error) f
 		err := h(sw, r)
 		status := sw.status()
 		if !sw.wrote && err != nil {
-			status = http.StatusInternalServerError
-			if ae, ok := errors.AsType[*apiError](err); ok {
-				status = ae.Status
-			}
+			status = s.answerOf(err).Status
 		}
 		switch {
 		case status >= 200 && status < 300:

@@ -1,6 +1,6 @@
 //go:build !l4a_unsafe_noclaim
 
-package gateway
+package paywall
 
 import (
 	"log/slog"
@@ -23,12 +23,12 @@ func TestClaimSwitchIsInertInTheDefaultBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	s := &Server{payments: db}
+	s := &Paywall{payments: db}
 	if claimSwitchedOff() {
 		t.Fatal("claimSwitchedOff() = true in the default build")
 	}
 	if s.claims() != store.Payments(db) {
-		t.Fatalf("claims() = %T, want the server's own store", s.claims())
+		t.Fatalf("claims() = %T, want the paywall's own store", s.claims())
 	}
 	c := store.PaymentClaim{Key: "eip155:1337/aa/bb/cc", Network: "eip155:1337", Payer: "0xbb", Amount: "10000", Owner: "a",
 		ExpiresAt: time.Now().Add(time.Hour)}

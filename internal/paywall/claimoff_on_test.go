@@ -1,6 +1,6 @@
 //go:build l4a_unsafe_noclaim
 
-package gateway
+package paywall
 
 import (
 	"errors"
@@ -30,13 +30,13 @@ func TestNoClaimSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	s := &Server{payments: db}
+	s := &Paywall{payments: db}
 	c := store.PaymentClaim{Key: "eip155:1337/aa/bb/cc", Network: "eip155:1337", Payer: "0xbb", Amount: "10000", Owner: "a",
 		ExpiresAt: time.Now().Add(time.Hour)}
 
 	replaceNoClaim(t, false)
 	if claimSwitchedOff() || s.claims() != store.Payments(db) {
-		t.Fatalf("switch off: claims() = %T, want the server's own store", s.claims())
+		t.Fatalf("switch off: claims() = %T, want the paywall's own store", s.claims())
 	}
 
 	replaceNoClaim(t, true)

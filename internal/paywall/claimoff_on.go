@@ -1,6 +1,6 @@
 //go:build l4a_unsafe_noclaim
 
-package gateway
+package paywall
 
 import (
 	"context"
@@ -36,13 +36,13 @@ func init() {
 // second claim on an authorization.
 func claimSwitchedOff() bool { return noClaim }
 
-// claims returns the server's store, or with the claim switched off a store
+// claims returns the paywall's store, or with the claim switched off a store
 // whose claims are always won.
-func (s *Server) claims() store.Payments {
+func (p *Paywall) claims() store.Payments {
 	if noClaim {
-		return noClaimPayments{s.payments}
+		return noClaimPayments{p.payments}
 	}
-	return s.payments
+	return p.payments
 }
 
 // noClaimPayments claims every authorization for every caller, each time with

@@ -16,7 +16,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// Orphaned payments (orphan.go): a request that dies past the broadcast of
+// Orphaned payments (internal/paywall/orphan.go): a request that dies past the broadcast of
 // its settlement. Replica 0 plays the request that dies: its facilitator
 // hook blocks, before or after a real settlement, and never lets its handler
 // answer within the test (a process killed there, as far as the store and

@@ -2,15 +2,16 @@
 // /v1/chat/completions behind an x402 paywall, GET /v1/models with prices, health
 // and metrics.
 //
-// A paid request goes through the steps of DECISIONS D0: decode the payment,
-// match it to the quote recomputed from this very request (D7), check its
-// freshness (D6), look up a recorded answer to replay (D14, D15; recovery.go),
-// verify it, claim the authorization in the store (so a second presentation
-// never reaches the upstream), call the upstream, settle, respond.
-// Non-streaming answers are withheld until settlement succeeds (D1); streams
-// settle after the first upstream chunk with content and before the first byte
-// to the client (D2). An upstream failure settles nothing and releases the claim,
-// so the buyer may retry with the same authorization.
+// The gateway prices each request (paywall.go) and hands its payment to the
+// paywall (internal/paywall), which runs the steps of DESIGN.md D0 (decode,
+// match, freshness, recovery lookup, verify, claim) and returns an admission.
+// The gateway acts on it: a fresh payment calls the upstream and settles
+// (chat.go, stream.go), a recovered one is rendered as the live answer was
+// (recovery.go). Non-streaming answers are withheld until settlement succeeds
+// (D1); streams settle after the first upstream chunk with content and before
+// the first byte to the client (D2). An upstream failure settles nothing and
+// releases the claim, so the buyer may retry with the same authorization. A
+// refusal of the paywall becomes an HTTP answer in one table (paywall.go).
 package gateway
 
 import (
@@ -83,7 +84,7 @@ type Config struct {
 	ClaimLease time.Duration
 	Owner      string // this replica's name in claims
 	// RecoveryTTL is how long a paid answer may be replayed to its buyer after
-	// settlement; RecoveryReplays how many times (recovery.go). Defaults
+	// settlement; RecoveryReplays how many times (internal/paywall). Defaults
 	// DefaultRecoveryTTL and DefaultRecoveryReplays.
 	RecoveryTTL     time.Duration
 	RecoveryReplays int

@@ -18,7 +18,7 @@ import (
 
 type countMetrics map[string]int
 
-func (m countMetrics) Payment(outcome string)      { m[outcome]++ }
+func (m countMetrics) Payment(outcome string)    { m[outcome]++ }
 func (countMetrics) SettleLatency(time.Duration) {}
 
 // TestAdmitRefusesBeforeTheFacilitator: a request without a usable payment is

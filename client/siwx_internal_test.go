@@ -44,7 +44,10 @@ func FuzzSIWXOffer(f *testing.F) {
 		if err := x402.DecodeHeader(proof.Reveal(), &p); err != nil {
 			t.Fatalf("minted proof does not decode: %v", err)
 		}
-		if p.Domain != "api.example.com" || !strings.HasPrefix(p.URI, "https://api.example.com") {
+		// Hosts compare without case (RFC 3986): the proof signs the
+		// offer's own spelling, which the server checks.
+		pu, err := url.Parse(p.URI)
+		if !strings.EqualFold(p.Domain, "api.example.com") || err != nil || !sameOrigin(pu, u) {
 			t.Fatalf("proof for %q %q", p.Domain, p.URI)
 		}
 		for _, r := range p.Resources {

@@ -198,7 +198,7 @@ func TestRefProblems(t *testing.T) {
 		{"decisions page", "DECISIONS" + " D5", false},
 		{"mission page", "MISSION" + " P1", false},
 		{"mission range", "MISSION" + " R1-R5", false},
-		{"issue", "the sweep (" + "issue 6)", false},
+		{"issue", "the sweep (issue" + " 6)", false},
 		{"issue capitalized", "Issue" + " 18 item 2", false},
 		{"seed", "seed" + " 002 scenario 1", false},
 		{"hex is not a decision", "0xD1a2 and D0x", true},

@@ -18,6 +18,15 @@ import (
 // decisionRef is a decision id as comments cite it: "D5", "DESIGN.md D14".
 var decisionRef = regexp.MustCompile(`\bD([0-9]+)\b`)
 
+// designCitation is a run of decision ids after the page that holds them:
+// "docs/DESIGN.md D5", "DESIGN.md D14, D15", "DESIGN.md D16-D18".
+var designCitation = regexp.MustCompile(`DESIGN\.md D[0-9]+(?:(?:, | and |-)D[0-9]+)*`)
+
+// publicDirs hold the packages other modules import. Their godoc is read by
+// people without this repository at hand, so a decision id there names its
+// page ("docs/DESIGN.md D5"), or better, the comment says the reason.
+var publicDirs = []string{"x402/", "client/"}
+
 // designHeading is a decision's heading in docs/DESIGN.md: "### D5 One success ...".
 var designHeading = regexp.MustCompile(`(?m)^### D([0-9]+)\b`)
 
@@ -138,12 +147,19 @@ func commentsAndStrings(fset *token.FileSet, f *ast.File) []textRef {
 }
 
 // refProblems lists what is wrong with the references in text: decision ids
-// without a heading in docs/DESIGN.md, and references to unshipped documents.
-func refProblems(text string, decisions map[string]bool) []string {
+// without a heading in docs/DESIGN.md, references to unshipped documents,
+// and, in a public package (public), a decision id that does not name
+// docs/DESIGN.md.
+func refProblems(text string, decisions map[string]bool, public bool) []string {
 	var probs []string
 	for _, m := range decisionRef.FindAllStringSubmatch(text, -1) {
 		if !decisions[m[1]] {
 			probs = append(probs, fmt.Sprintf(`D%s has no "### D%s" heading in docs/DESIGN.md`, m[1], m[1]))
+		}
+	}
+	if public {
+		for _, m := range decisionRef.FindAllString(designCitation.ReplaceAllString(text, ""), -1) {
+			probs = append(probs, fmt.Sprintf(`%s in a public package: write "docs/DESIGN.md %s", or say the reason`, m, m))
 		}
 	}
 	for _, u := range unshippedRefs {
@@ -156,8 +172,9 @@ func refProblems(text string, decisions map[string]bool) []string {
 
 // TestReferences keeps the code readable without the team's own notes: a
 // decision id cited in a comment or string has its heading in
-// docs/DESIGN.md, and nothing cites the decisions or mission pages, an issue
-// or a seed document, which the repository does not ship.
+// docs/DESIGN.md (and names that page in the public packages), and nothing
+// cites the decisions or mission pages, an issue or a seed document, which
+// the repository does not ship.
 func TestReferences(t *testing.T) {
 	root := moduleRoot(t)
 	decisions := designDecisions(t, root)
@@ -171,9 +188,16 @@ func TestReferences(t *testing.T) {
 			continue
 		}
 		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		public := false
+		if !strings.HasSuffix(rel, "_test.go") {
+			for _, d := range publicDirs {
+				public = public || strings.HasPrefix(rel, d)
+			}
+		}
 		for _, r := range commentsAndStrings(fset, f) {
-			for _, p := range refProblems(r.text, decisions) {
-				found = append(found, fmt.Sprintf("%s:%d: %s", filepath.ToSlash(rel), r.line, p))
+			for _, p := range refProblems(r.text, decisions, public) {
+				found = append(found, fmt.Sprintf("%s:%d: %s", rel, r.line, p))
 			}
 		}
 	}
@@ -187,28 +211,34 @@ func TestReferences(t *testing.T) {
 }
 
 func TestRefProblems(t *testing.T) {
-	decisions := map[string]bool{"5": true, "14": true}
+	decisions := map[string]bool{"5": true, "14": true, "15": true}
 	tests := []struct {
 		name, text string
+		public     bool
 		ok         bool
 	}{
-		{"known decision", "one success per authorization (D5)", true},
-		{"known decision with page", "see docs/DESIGN.md D14", true},
-		{"unknown decision", "anvil with automine off (D" + "22)", false},
-		{"decisions page", "DECISIONS" + " D5", false},
-		{"mission page", "MISSION" + " P1", false},
-		{"mission range", "MISSION" + " R1-R5", false},
-		{"issue", "the sweep (issue" + " 6)", false},
-		{"issue capitalized", "Issue" + " 18 item 2", false},
-		{"seed", "seed" + " 002 scenario 1", false},
-		{"hex is not a decision", "0xD1a2 and D0x", true},
-		{"word with digits", "AD5 BD14D and D5x", true},
-		{"issue as a word", "the issue is 3 bytes; issues 4", true},
-		{"mission as a word", "our mission P1 is lower-case", true},
+		{"known decision", "one success per authorization (D5)", false, true},
+		{"known decision with page", "see docs/DESIGN.md D14", false, true},
+		{"unknown decision", "anvil with automine off (D" + "22)", false, false},
+		{"decisions page", "DECISIONS" + " D5", false, false},
+		{"mission page", "MISSION" + " P1", false, false},
+		{"mission range", "MISSION" + " R1-R5", false, false},
+		{"issue", "the sweep (issue" + " 6)", false, false},
+		{"issue capitalized", "Issue" + " 18 item 2", false, false},
+		{"seed", "seed" + " 002 scenario 1", false, false},
+		{"hex is not a decision", "0xD1a2 and D0x", false, true},
+		{"word with digits", "AD5 BD14D and D5x", false, true},
+		{"issue as a word", "the issue is 3 bytes; issues 4", false, true},
+		{"mission as a word", "our mission P1 is lower-case", false, true},
+		{"public: bare decision", "one success (D5)", true, false},
+		{"public: named page", "one success (docs/DESIGN.md D5)", true, true},
+		{"public: named page, list", "see DESIGN.md D5, D14 and D15", true, true},
+		{"public: named page, range", "see DESIGN.md D14-D15", true, true},
+		{"public: one named, one bare", "DESIGN.md D5; later D14", true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			probs := refProblems(tc.text, decisions)
+			probs := refProblems(tc.text, decisions, tc.public)
 			if (len(probs) == 0) != tc.ok {
 				t.Errorf("refProblems(%q) = %q, want ok=%t", tc.text, probs, tc.ok)
 			}

@@ -31,16 +31,19 @@ var publicDirs = []string{"x402/", "client/"}
 var designHeading = regexp.MustCompile(`(?m)^### D([0-9]+)\b`)
 
 // unshippedRefs are references to documents the repository does not ship:
-// the team's decision and mission pages, its issues and its seed audits. The
-// patterns are written so that they do not match their own source text.
+// the team's decision, mission and style pages, its issues, its seed audits
+// and its digest of the x402 spec. The patterns are written so that they do
+// not match their own source text.
 var unshippedRefs = []struct {
 	re   *regexp.Regexp
 	what string
 }{
-	{regexp.MustCompile(`DECISIONS[ ]D[0-9]`), `decisions page (write "D<n>", a heading of docs/DESIGN.md)`},
+	{regexp.MustCompile(`DECISIONS[ ]D[0-9]+`), `decisions page (write "D<n>", a heading of docs/DESIGN.md)`},
 	{regexp.MustCompile(`MISSION[ ][A-Z][0-9]`), "mission page (say the requirement inline)"},
 	{regexp.MustCompile(`(?i)\bissue[ ][0-9]+\b`), "issue (say the reason inline)"},
 	{regexp.MustCompile(`(?i)\bseeds?[ ]00[0-9]`), "seed document (say the reason inline)"},
+	{regexp.MustCompile(`STYLE(?:\.md)?[ ]§`), "style page (say the rule inline)"},
+	{regexp.MustCompile(`x402-v2(?:\.md|[ ]§)`), "team's x402 digest (point to the spec, github.com/x402-foundation/x402 specs/)"},
 }
 
 // moduleRoot is the directory of the module's go.mod, found from the test's
@@ -226,6 +229,10 @@ func TestRefProblems(t *testing.T) {
 		{"issue", "the sweep (issue" + " 6)", false, false},
 		{"issue capitalized", "Issue" + " 18 item 2", false, false},
 		{"seed", "seed" + " 002 scenario 1", false, false},
+		{"style page", "STYLE" + " §3.6", false, false},
+		{"x402 digest", "x402-v2" + ".md §7.1", false, false},
+		{"x402 digest section", "x402-v2" + " §7.1", false, false},
+		{"x402 version", "x402 v2 headers", false, true},
 		{"hex is not a decision", "0xD1a2 and D0x", false, true},
 		{"word with digits", "AD5 BD14D and D5x", false, true},
 		{"issue as a word", "the issue is 3 bytes; issues 4", false, true},

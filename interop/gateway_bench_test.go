@@ -41,7 +41,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// The gateway benchmarks of issue 3 that need a chain: paid calls per second,
+// The gateway benchmarks that need a chain: paid calls per second,
 // ours against @x402/express with the official facilitator, and the resident
 // memory of the llm4agents binary under load. docs/BENCHMARKS.md has the
 // commands and the results.
@@ -95,7 +95,7 @@ var paidCallsRuns atomic.Int64
 // "unanswered" is the payments that reached the payee on chain minus the calls
 // that succeeded: above 0, buyers were charged without an answer; below 0,
 // answers went out unpaid. Both facilitators poll receipts every pollInterval.
-// Target (issue 3): ours-c8 >= 5x official-c1, no failed payment on ours.
+// Target: ours-c8 >= 5x official-c1, no failed payment on ours.
 //
 //	go test -run '^$' -bench PaidCalls -benchtime=1x -count=5 ./interop/
 func BenchmarkPaidCalls(b *testing.B) {
@@ -220,7 +220,7 @@ func BenchmarkPaidCalls(b *testing.B) {
 // 50 ms under load (peak), VmHWM (the kernel's own peak) and VmRSS at the end;
 // growth-KB/call is the VmRSS growth per call from the end of the first round
 // to the end of the last, which stays near 0 once memory is steady.
-// Target (issue 3): <= 100 MB.
+// Target: <= 100 MB.
 //
 //	go test -run '^$' -bench GatewayRSS -benchtime=4x -count=1 ./interop/
 func BenchmarkGatewayRSS(b *testing.B) {

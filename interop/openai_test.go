@@ -41,7 +41,7 @@ import (
 )
 
 // The tests in this file pay `llm4agents serve` on anvil with the official
-// OpenAI clients (issue 3 item 9): the Go SDK over our paying client.Transport,
+// OpenAI clients: the Go SDK over our paying client.Transport,
 // and the npm client whose fetch is wrapped by @x402/fetch.
 
 const (
@@ -50,7 +50,7 @@ const (
 	// sdkModelCap is its max_output_tokens.
 	sdkModelCap = 256
 	// sdkAPIKey is what the SDKs send as their bearer; not an sk-l4a- key, so
-	// the gateway ignores it (DECISIONS D12).
+	// the gateway ignores it (D12).
 	sdkAPIKey      = "unused"
 	sdkPrompt      = "Say hello to the official OpenAI client"
 	sdkCallTimeout = 60 * time.Second // one SDK call, payment and settlement included

@@ -12,9 +12,9 @@ import (
 	"github.com/llm4agents/llm4agents/internal/credits"
 )
 
-// The test in this file checks the gateway's signed receipts (MISSION C2,
-// DECISIONS D18) with viem's verifyTypedData from npm, the verifier a
-// JavaScript buyer would use (issue 6 item 5): every receipt credits.Signer
+// The test in this file checks the gateway's signed receipts (D18) with viem's
+// verifyTypedData from npm, the verifier a JavaScript buyer would use: every
+// receipt credits.Signer
 // signs verifies against the published signer address, and a receipt with
 // any one field changed, in another domain, under another signer or with a
 // changed signature does not.

@@ -43,18 +43,18 @@ const (
 	remoteCallTimeout = 30 * time.Second
 )
 
-// TestRemoteFacilitatorLostSettle is issue 18 item 2: `llm4agents serve` behind
-// a remote facilitator, on anvil with automine off. The buyer's paid request
-// reaches the upstream, the facilitator broadcasts the transfer, and the
-// gateway's settle_timeout runs out while the transaction waits in the pool:
-// no verdict, so the buyer gets a 409 (never a 402 offer, never the answer).
-// Then a block is mined, and the remote facilitator's first /settle ends. The
-// buyer's retry with the same PAYMENT-SIGNATURE gets the answer the upstream
-// gave once, from the staged claim, with the one transfer as its
-// PAYMENT-RESPONSE; a further retry replays that answer: no second upstream
-// call, no second charge.
+// TestRemoteFacilitatorLostSettle checks that a payment is never offered twice
+// (D29) when the settle answer is lost: `llm4agents serve` behind a remote
+// facilitator, on anvil with automine off. The buyer's paid request reaches the
+// upstream, the facilitator broadcasts the transfer, and the gateway's
+// settle_timeout runs out while the transaction waits in the pool: no verdict,
+// so the buyer gets a 409 (never a 402 offer, never the answer). Then a block
+// is mined, and the remote facilitator's first /settle ends. The buyer's retry
+// with the same PAYMENT-SIGNATURE gets the answer the upstream gave once, from
+// the staged claim, with the one transfer as its PAYMENT-RESPONSE; a further
+// retry replays that answer: no second upstream call, no second charge.
 //
-// Asked again, ours answers success: its one success:true (DECISIONS D5) is
+// Asked again, ours answers success: its one success:true (D5) is
 // given only to a caller still waiting, so the first /settle, whose caller
 // had left, did not take it. The official one verifies again and answers
 // nonce_already_used without a transaction: with network.rpc_url the gateway

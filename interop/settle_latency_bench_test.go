@@ -23,7 +23,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402"
 )
 
-// The settle latency benchmark of issue 18 item 7: how long a paid call takes
+// The settle latency benchmark: how long a paid call takes
 // on a chain that mines a block a second, by the facilitator's receipt poll
 // interval. docs/BENCHMARKS.md has the command, the expected times and the
 // results.
@@ -34,7 +34,7 @@ const (
 	// latencyCalls is how many measured paid calls each gateway answers per
 	// round of each sub-benchmark.
 	latencyCalls = 40
-	// latencyTarget is issue 18's target for a paid call's p50: within 150ms
+	// latencyTarget is the target for a paid call's p50: within 150ms
 	// of the block interval.
 	latencyTarget = latencyBlockTime + 150*time.Millisecond
 )
@@ -74,7 +74,7 @@ var latencyGateways = []struct {
 //     other, as a sequential agent makes them; a call then starts just after a
 //     block, so it waits nearly a whole block for the next one.
 //
-// Target (issue 18 item 7): p50 within 150ms of the block interval.
+// Target: p50 within 150ms of the block interval.
 //
 //	go test -run '^$' -bench SettleLatency -benchtime=1x -count=1 -timeout 20m ./interop/
 func BenchmarkSettleLatency(b *testing.B) {

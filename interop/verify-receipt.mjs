@@ -1,4 +1,4 @@
-// Verifies the gateway's signed receipts (DECISIONS D18) with viem's
+// Verifies the gateway's signed receipts (docs/DESIGN.md D18) with viem's
 // verifyTypedData, as a buyer's JavaScript would: each receipt arrives as the
 // JSON envelope {receipt, signature} and is parsed with JSON.parse.
 //

@@ -2,7 +2,7 @@
 # scripts/services.sh: make sure PostgreSQL (127.0.0.1:5432, trust, database
 # `test`) and Redis (127.0.0.1:6379) answer. Where they run, it only checks;
 # where they are stopped, it starts them; where they are missing, it installs
-# them from Debian and configures them (DECISIONS D25). Needs root for the last
+# them from Debian and configures them (docs/DESIGN.md D25). Needs root for the last
 # two.
 set -euo pipefail
 

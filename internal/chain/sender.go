@@ -169,7 +169,7 @@ type flight struct {
 // replacement. If it returns an error the transaction is not sent. It lets
 // the caller write down what is about to leave, so that a crash right after
 // the send leaves a record naming the transaction (the facilitator's
-// settlement record, DECISIONS D3). It may be called from the goroutine of
+// settlement record, D3). It may be called from the goroutine of
 // any Wait, and must be safe for that.
 type BeforeBroadcast func(ctx context.Context, tx *types.Transaction) error
 

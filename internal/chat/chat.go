@@ -177,7 +177,7 @@ func (r *Request) Field(key string) (json.RawMessage, bool) {
 }
 
 // Upstream returns the body to send upstream: model replaced by the upstream's
-// name for it, the output cap set when the client gave none (DECISIONS D13), and
+// name for it, the output cap set when the client gave none (D13), and
 // stream_options.include_usage forced on for streams so the last chunk carries
 // usage. Every other field is kept as received.
 func (r *Request) Upstream(model string, defaultCap int64) ([]byte, error) {
@@ -231,7 +231,7 @@ type Chunk struct {
 }
 
 // HasContent reports whether a chunk carries content the client pays for: text,
-// a refusal or a tool-call delta. A role-only delta does not count (DECISIONS D2).
+// a refusal or a tool-call delta. A role-only delta does not count (D2).
 func (c *Chunk) HasContent() bool {
 	for _, ch := range c.Choices {
 		d := ch.Delta

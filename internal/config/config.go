@@ -6,7 +6,7 @@
 // Parse decodes a YAML document strictly (an unknown or duplicate key is an
 // error), fills the defaults and validates; reading the file is the command's
 // job. The Config holds the names of environment variables and the paths of
-// files that hold secrets, never a secret itself (DECISIONS D23): ReadSecret
+// files that hold secrets, never a secret itself (docs/DESIGN.md D23): ReadSecret
 // and the accessors built on it read them when the caller asks.
 package config
 
@@ -52,7 +52,7 @@ type Config struct {
 	demo bool
 }
 
-// Network is the payment network and asset a 402 offers (MISSION P1).
+// Network is the payment network and asset a 402 offers.
 type Network struct {
 	// ID is the CAIP-2 network, eip155:<chain id> (eip155:8453 is Base).
 	ID string `yaml:"id"`
@@ -87,10 +87,10 @@ type Facilitator struct {
 	KeyFile string `yaml:"key_file"`
 	KeyEnv  string `yaml:"key_env"`
 	// MaxFeePerGas caps the fee per gas of a settlement transaction, in wei,
-	// as a decimal string (DECISIONS D19). Default DefaultMaxFeePerGas.
+	// as a decimal string (D19). Default DefaultMaxFeePerGas.
 	MaxFeePerGas string `yaml:"max_fee_per_gas"`
 	// SettleTimeout is how long a request waits for its settlement before the
-	// answer is settlement_pending (DECISIONS D3). Default DefaultSettleTimeout.
+	// answer is settlement_pending (D3). Default DefaultSettleTimeout.
 	SettleTimeout time.Duration `yaml:"settle_timeout"`
 	// ReconcileInterval is how often the in-process facilitator resolves
 	// settlements left unresolved (a crash, a pending answer) from the chain;
@@ -103,7 +103,7 @@ type Facilitator struct {
 	PollInterval time.Duration `yaml:"poll_interval"`
 	// ReorgWindow is how long after its settlement the in-process
 	// facilitator's reconciler re-reads a settled payment's transaction for
-	// reorgs (DECISIONS D17); up to MaxReorgWindow. Default
+	// reorgs (D17); up to MaxReorgWindow. Default
 	// DefaultReorgWindow.
 	ReorgWindow time.Duration `yaml:"reorg_window"`
 }
@@ -135,7 +135,7 @@ type Limits struct {
 	// DefaultUpstreamTimeout.
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
 	// MaxStreamDuration bounds how long a stream is read after its settlement
-	// (DECISIONS D2). Default DefaultMaxStreamDuration.
+	// (D2). Default DefaultMaxStreamDuration.
 	MaxStreamDuration time.Duration `yaml:"max_stream_duration"`
 	// ClaimLease is how long the claim on a payment blocks its authorization
 	// when the replica holding it dies mid-request; it must outlast the
@@ -144,8 +144,8 @@ type Limits struct {
 	// that minimum.
 	ClaimLease time.Duration `yaml:"claim_lease"`
 	// RecoveryTTL is how long a paid answer may be replayed to its buyer
-	// after settlement, when the response was lost (MISSION R5, DECISIONS
-	// D15); 1s to 24h. Default DefaultRecoveryTTL.
+	// after settlement, when the response was lost (D14, D15); 1s to 24h.
+	// Default DefaultRecoveryTTL.
 	RecoveryTTL time.Duration `yaml:"recovery_ttl"`
 	// RecoveryReplays is how many replays one paid answer allows, 1 to
 	// MaxRecoveryReplays. Default DefaultRecoveryReplays.
@@ -225,7 +225,7 @@ type Upstream struct {
 
 // Model is a model the gateway sells. How its calls settle is not configured
 // (the key settle was removed): a non-streamed call settles before its answer
-// is released (DECISIONS D1), a streamed one after the first upstream chunk
+// is released (D1), a streamed one after the first upstream chunk
 // with content and before the first byte reaches the client (D2).
 type Model struct {
 	// ID is the public model name clients send; unique.
@@ -237,7 +237,7 @@ type Model struct {
 	// Price is in atomic units of the asset per million tokens.
 	Price Price `yaml:"price"`
 	// MaxOutputTokens is the output cap injected upstream when the client
-	// gives none, and the most a client may ask for (DECISIONS D13). Default
+	// gives none, and the most a client may ask for (D13). Default
 	// DefaultMaxOutputTokens.
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 	// Encoding is the tiktoken encoding prompts are counted with. Default
@@ -245,7 +245,8 @@ type Model struct {
 	Encoding string `yaml:"encoding"`
 	// PaymentIdentifier is PaymentIDOptional (default: the official clients
 	// send no id) or PaymentIDRequired: whether a payment for this model must
-	// carry the payment-identifier extension (x402-v2 §7.1, DECISIONS D14).
+	// carry the x402 payment-identifier extension (D14), specified in
+	// https://github.com/x402-foundation/x402/blob/main/specs/extensions/payment_identifier.md.
 	PaymentIdentifier string `yaml:"payment_identifier"`
 }
 
@@ -274,16 +275,17 @@ const (
 	// longest upstream timeout plus the settle timeout.
 	MinClaimLeaseMargin = 10 * time.Second
 	// DefaultRecoveryTTL and DefaultRecoveryReplays are short on purpose: a
-	// replayable answer is exposure (seed 002).
+	// replayable answer is exposure: whoever proves control of the payment
+	// gets the answer again.
 	DefaultRecoveryTTL     = time.Hour
 	DefaultRecoveryReplays = 10
 	// MaxRecoveryTTL and MaxRecoveryReplays bound them.
 	MaxRecoveryTTL     = 24 * time.Hour
 	MaxRecoveryReplays = 1000
 	// DefaultUnpaidPerMinute and DefaultUnpaidBurst limit unpaid requests per
-	// client address (issue 18 item 9). Off unless configured: by default a
-	// gateway cannot know whether it sees its clients or a proxy in front
-	// of them (trusted_proxies), and limiting a proxy's one address would
+	// client address. Off unless configured: by default a gateway cannot
+	// know whether it sees its clients or a proxy in front of them
+	// (trusted_proxies), and limiting a proxy's one address would
 	// throttle every client at once. SuggestedUnpaidPerMinute is what the
 	// examples set for a gateway facing its clients: the 402 quote of a
 	// 1 MiB prompt costs up to about 0.7 s of a core (docs/BENCHMARKS.md,
@@ -331,7 +333,7 @@ const (
 	// deliveryMargin is what Validate leaves, inside a payment's validity, for
 	// the buyer to sign and send it: a paid request refuses a payment that
 	// would expire before its upstream call and settlement could finish
-	// (DECISIONS D6), so Upstream.Timeout + SettleTimeout + deliveryMargin must
+	// (D6), so Upstream.Timeout + SettleTimeout + deliveryMargin must
 	// fit in MaxTimeoutSeconds, or no payment could ever be accepted.
 	deliveryMargin = 30 * time.Second
 )
@@ -780,7 +782,7 @@ func (c *Config) validateUpstreams(p *problems) {
 			p.add(at+".timeout", "%s must be positive", u.Timeout)
 		case validity > 0 && settle > 0 && u.Timeout+settle+deliveryMargin > validity:
 			p.add(at+".timeout", "%s + facilitator.settle_timeout %s + %s to deliver the payment exceeds network.max_timeout_seconds (%ds): "+
-				"no payment would stay valid long enough (DECISIONS D6); lower them or raise max_timeout_seconds",
+				"no payment would stay valid long enough; lower them or raise max_timeout_seconds",
 				u.Timeout, settle, deliveryMargin, c.Network.MaxTimeoutSeconds)
 		}
 	}
@@ -928,7 +930,7 @@ func checkURL(s string, schemes ...string) string {
 	case u.Host == "" || u.Hostname() == "":
 		return "has no host"
 	case u.User != nil:
-		return "must not carry credentials: secrets come from files or environment variables (DECISIONS D23)"
+		return "must not carry credentials: secrets come from files or environment variables"
 	}
 	return ""
 }

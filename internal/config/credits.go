@@ -14,7 +14,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// Credits turns on prepaid credits (issue 6; MISSION C1, C2, C4): top-ups
+// Credits turns on prepaid credits (docs/DESIGN.md D16-D18): top-ups
 // through an x402 payment, API keys drawing on the payer's balance, and
 // signed receipts. They need a store that holds the ledger (SQLite or
 // PostgreSQL; Redis does not) and a chain to read top-up settlements from.
@@ -23,7 +23,7 @@ type Credits struct {
 	// it is true.
 	Enabled bool `yaml:"enabled"`
 	// ReceiptKeyFile or ReceiptKeyEnv is where the key that signs receipts
-	// (EIP-712, DECISIONS D18) is: exactly one of them, a 32-byte hex
+	// (EIP-712, D18) is: exactly one of them, a 32-byte hex
 	// private key. Use a key of its own, never the facilitator's: it holds
 	// no funds and signs nothing on chain.
 	ReceiptKeyFile string `yaml:"receipt_key_file"`
@@ -45,7 +45,7 @@ type Credits struct {
 	// messages must name (EIP-4361). Default: the origin of public_url.
 	SignInOrigin string `yaml:"sign_in_origin"`
 	// Confirmations is how many blocks a top-up's settlement needs before it
-	// is credited, its own block included (DECISIONS D17). Default 1.
+	// is credited, its own block included (D17). Default 1.
 	Confirmations uint64 `yaml:"confirmations"`
 }
 

@@ -297,7 +297,7 @@ var removedKeys = map[string]map[string]string{
 	"config.Model": {
 		"settle": "how a paid call settles is fixed, not configured: a non-streamed call settles before its answer is released, " +
 			"and a streamed one after the first upstream chunk with content, before the first byte reaches the client " +
-			"(DECISIONS D1, D2; docs/CONFIG.md, models[]); delete the settle block",
+			"(docs/DESIGN.md D1, D2; docs/CONFIG.md, models[]); delete the settle block",
 	},
 }
 

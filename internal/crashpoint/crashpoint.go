@@ -1,5 +1,5 @@
 // Package crashpoint makes a process die at a named point of the paid path, so
-// that crash tests are deterministic and repeatable (DECISIONS D21).
+// that crash tests are deterministic and repeatable (docs/DESIGN.md D21).
 //
 // A point is armed by the environment variable LLM4AGENTS_CRASHPOINT, read
 // once when the process starts. When the code reaches the armed point, Hit
@@ -26,7 +26,7 @@ import (
 // Point names a place in the code where a process may be made to crash.
 type Point string
 
-// The crash points of DECISIONS D21.
+// The crash points of D21.
 const (
 	AfterClaim     Point = "after-claim"
 	AfterUpstream  Point = "after-upstream"

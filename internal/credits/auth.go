@@ -19,7 +19,8 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// Sign-in timing (MISSION W4, issue 6).
+// Sign-in timing: a message is recent (issued within 5 minutes) and its
+// nonce is single-use and short-lived.
 const (
 	// NonceTTL is how long an issued nonce may be used.
 	NonceTTL = 5 * time.Minute

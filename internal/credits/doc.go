@@ -1,5 +1,5 @@
-// Package credits holds the account side of prepaid credits (MISSION C2, C4;
-// DECISIONS D12, D18): API keys (`sk-l4a-...`, stored hashed, shown once,
+// Package credits holds the account side of prepaid credits (docs/DESIGN.md
+// D12, D18): API keys (`sk-l4a-...`, stored hashed, shown once,
 // with caps, expiry, model scope and a rate limit), wallet sign-in with
 // EIP-4361 messages and server-issued single-use nonces, the sessions that
 // sign-in grants, the gateway's receipt signer, and the http.Handler for the

@@ -19,7 +19,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// KeyPrefix starts every API key (DECISIONS D12): a bearer without it is not
+// KeyPrefix starts every API key (D12): a bearer without it is not
 // ours and is ignored by the gateway.
 const KeyPrefix = "sk-l4a-"
 
@@ -122,9 +122,10 @@ func NewKey() (secret, id string, err error) {
 // counter in the store: it guards the upstream and the replica against
 // bursts, not money (a key's spend caps are checked atomically by the ledger
 // across every replica), and a store write per request would cost more than
-// the whole credit path may add (issue 6's 0.5 ms p50). So with N replicas
-// behind a load balancer a key gets up to N times its rate; an operator who
-// needs an exact global rate divides it by N.
+// the whole credit path may add (its target is 0.5 ms at p50; see
+// docs/BENCHMARKS.md). So with N replicas behind a load balancer a key gets
+// up to N times its rate; an operator who needs an exact global rate divides
+// it by N.
 type Keys struct {
 	store store.Keys
 	log   *slog.Logger

@@ -15,7 +15,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/chat"
 )
 
-// Signer signs the gateway's receipts (MISSION C2, DECISIONS D18) with the
+// Signer signs the gateway's receipts (D18) with the
 // receipt key, in the domain it publishes at client.WellKnownPath. The digest
 // and wire forms are client's, so what Sign returns is exactly what
 // client.VerifyReceipt accepts. It is safe for concurrent use.

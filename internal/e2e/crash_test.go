@@ -24,7 +24,7 @@ import (
 // longer of the two, is kept as a generous deadline for a loaded machine.
 const settlementLease = facilitator.DefaultClaimLease
 
-// crashCases are the crash points of DECISIONS D21, each on a non-streaming
+// crashCases are the crash points of D21, each on a non-streaming
 // request, and after-upstream and after-broadcast on a stream too (a
 // stream's after-upstream point is after the first content chunk).
 // upstreamBefore is how many upstream calls the crashed request made;
@@ -49,7 +49,7 @@ var crashCases = []struct {
 }
 
 // TestCrashPoints kills a replica at each crash point (LLM4AGENTS_CRASHPOINT,
-// DECISIONS D21) while it serves a paid request, restarts it without the
+// D21) while it serves a paid request, restarts it without the
 // crash point on the same store and key, and lets the buyer retry the same
 // PAYMENT-SIGNATURE until it gets a final answer. Whatever the buyer ends up
 // with, the money must be right: at most one settlement of the authorization

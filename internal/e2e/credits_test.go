@@ -25,7 +25,7 @@ import (
 
 const (
 	// capRequests is how many credit-paid requests the cap test sends at
-	// once, spread over the replicas (issue 6 item 4).
+	// once, spread over the replicas.
 	capRequests = 200
 	// keyCap is the key's total cap: $1.00 in 6-decimal USDC.
 	keyCap = 1_000_000
@@ -44,7 +44,7 @@ const (
 	receiptKeyIdx = 0
 )
 
-// TestCreditsCapAcrossReplicas is issue 6 item 4 with real processes: three
+// TestCreditsCapAcrossReplicas checks a key's cap with real processes: three
 // replicas on one PostgreSQL database take 200 concurrent credit-paid calls
 // through one API key whose total cap is $1.00; the key never spends more
 // than $1.00 in total, and every refused call makes no upstream call. The

@@ -1,5 +1,5 @@
 // Package e2e holds the end-to-end tests of exactly-once payment under
-// replicas and crashes (issue 4; MISSION E1-E4; DECISIONS D20, D21): real
+// replicas and crashes (docs/DESIGN.md D4, D5, D20, D21): real
 // `llm4agents serve` processes built by internal/proctest, anvil as the chain
 // with the test token of contracts/, a fake OpenAI upstream that counts
 // calls, and a buyer that signs EIP-3009 authorizations with x402/evm/exact.

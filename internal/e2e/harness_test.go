@@ -42,7 +42,7 @@ const (
 	payerIdx    = 1 // the buyer
 	payToIdx    = 2 // receives the payments
 	// firstSignerIdx is the first facilitator signer; replica i signs with
-	// dev key firstSignerIdx+i (DECISIONS D20: one key per replica).
+	// dev key firstSignerIdx+i (D20: one key per replica).
 	firstSignerIdx = 3
 	numSigners     = testchain.NumDevKeys - firstSignerIdx
 )
@@ -129,7 +129,7 @@ func (c *chainEnv) head(t *testing.T) uint64 {
 }
 
 // settlement is one on-chain use of an authorization: the transaction and
-// the transfer its logs carry right after AuthorizationUsed (DECISIONS D5).
+// the transfer its logs carry right after AuthorizationUsed (D5).
 type settlement struct {
 	tx     common.Hash
 	to     common.Address
@@ -347,7 +347,7 @@ type payment struct {
 	header string // the PAYMENT-SIGNATURE value
 	from   common.Address
 	nonce  common.Hash
-	key    string // the claim key (DECISIONS D4)
+	key    string // the claim key (D4)
 }
 
 // sign signs a new authorization (a fresh random nonce) for the offer.

@@ -25,8 +25,8 @@ const (
 	// copies is how many times each trial sends one PAYMENT-SIGNATURE, at
 	// once, spread over the replicas.
 	copies = 32
-	// defaultTrials is the trial count of a default run (issue 4: at least
-	// 200); LLM4AGENTS_E2E_TRIALS overrides it.
+	// defaultTrials is the trial count of a default run; LLM4AGENTS_E2E_TRIALS
+	// overrides it.
 	defaultTrials = 200
 	// controlTrials bounds the control run: one trial that shows the double
 	// spend is enough, a few make it certain.
@@ -36,18 +36,18 @@ const (
 	noClaimEnv = "LLM4AGENTS_UNSAFE_NO_CLAIM=1"
 )
 
-// TestReplicasOneAuthorizationOnce is MISSION E4 with real processes: three
-// replicas on one store, each settling with its own key (D20), receive the
-// same PAYMENT-SIGNATURE 32 times at once; exactly one copy gets a fresh 200
-// with a completion, the upstream is called once, and one transfer reaches
-// the chain. Every other copy is refused with a 402 or a 409 and an error
-// code. A replay (X-Llm4agents-Replay) is counted on its own and adds no
-// upstream call and no transfer: when the settlement outlives its deadline
-// the paying copy is answered settlement_pending (DECISIONS D3), and the
-// trial retries it, as a buyer would, until the staged answer is replayed;
-// that replay is then the trial's answer. Copies that arrive once the
-// answer is promoted (issue 5) may be replays too (DECISIONS D15: the same
-// PAYMENT-SIGNATURE proves control): counted, never a second fresh 200.
+// TestReplicasOneAuthorizationOnce checks exactly-once with real processes:
+// three replicas on one store, each settling with its own key (D20), receive
+// the same PAYMENT-SIGNATURE 32 times at once; exactly one copy gets a fresh
+// 200 with a completion, the upstream is called once, and one transfer reaches
+// the chain. Every other copy is refused with a 402 or a 409 and an error code.
+// A replay (X-Llm4agents-Replay) is counted on its own and adds no upstream
+// call and no transfer: when the settlement outlives its deadline the paying
+// copy is answered settlement_pending (D3), and the trial retries it, as a
+// buyer would, until the staged answer is replayed; that replay is then the
+// trial's answer. Copies that arrive once the answer is promoted may be replays
+// too (D15: the same PAYMENT-SIGNATURE proves control): counted, never a second
+// fresh 200.
 //
 // The replicas run the default build with LLM4AGENTS_UNSAFE_NO_CLAIM=1 in
 // their environment on purpose: only the l4a_unsafe_noclaim build reads it,
@@ -75,14 +75,14 @@ func TestReplicasOneAuthorizationOnce(t *testing.T) {
 	})
 }
 
-// TestReplicasControlClaimOff is the control of TestReplicasOneAuthorizationOnce:
-// the same replicas built with -tags l4a_unsafe_noclaim and run with
-// LLM4AGENTS_UNSAFE_NO_CLAIM=1, so the gateway's claim always succeeds. The
-// concurrent copies of one authorization must then reach the upstream more
-// than once (the double spend of seed 001): if they do not, this harness
-// cannot see what the claim prevents, and the test fails. The facilitator's
-// own settlement claim is untouched, so the chain still sees at most one
-// transfer per authorization.
+// TestReplicasControlClaimOff is the control of
+// TestReplicasOneAuthorizationOnce: the same replicas built with -tags
+// l4a_unsafe_noclaim and run with LLM4AGENTS_UNSAFE_NO_CLAIM=1, so the
+// gateway's claim always succeeds. The concurrent copies of one authorization
+// must then reach the upstream more than once (the double spend the claim
+// exists for): if they do not, this harness cannot see what the claim prevents,
+// and the test fails. The facilitator's own settlement claim is untouched, so
+// the chain still sees at most one transfer per authorization.
 func TestReplicasControlClaimOff(t *testing.T) {
 	skipShort(t)
 	trials := min(envInt(t, "LLM4AGENTS_E2E_TRIALS", defaultTrials), controlTrials)
@@ -189,7 +189,7 @@ func runReplicas(t *testing.T, bin string, v storeVariant, trials int, control b
 			}
 		}
 		if fresh+replays == 0 && pending >= 0 {
-			// The settlement outlived its deadline (DECISIONS D3): the buyer
+			// The settlement outlived its deadline (D3): the buyer
 			// retries the same payment and receives the staged answer.
 			a, _ := retryUntilFinal(t, hc, urls[pending%numReplicas], chatBody, p.header, time.Now().Add(time.Minute))
 			r.outcomes["after settlement_pending, retried: "+a.outcome()]++

@@ -23,7 +23,7 @@ type ChainReader interface {
 }
 
 // ChainConfirmer tells from the chain alone whether an authorization was
-// paid (DECISIONS D1, D5), whoever settled it. The in-process facilitator
+// paid (D1, D5), whoever settled it. The in-process facilitator
 // confirms with one; a gateway behind a remote facilitator adds one when it
 // has a node, so that a settle answer lost to a timeout or a dropped
 // connection is resolved from the chain instead of being taken for "not

@@ -5,14 +5,14 @@
 // facilitator over HTTP (Handler) and talks to a remote one (Client).
 //
 // Exactly-once rests on three things. The settlement record's key is the
-// authorization's on-chain identity (DECISIONS D4), claimed atomically before any
-// broadcast, so one authorization is broadcast by at most one caller. Every
-// transaction is written into the record before it is sent, so a record that says
-// "claimed" sent nothing, and one that reached "broadcast" is only ever resolved
-// from the chain: nothing new is signed for it, though the very bytes it holds may
-// be sent again if the node dropped them (they can be mined at most once). And the
-// one success:true an authorization may produce is decided by an atomic mark in the
-// store (DECISIONS D5).
+// authorization's on-chain identity (docs/DESIGN.md D4), claimed atomically
+// before any broadcast, so one authorization is broadcast by at most one
+// caller. Every transaction is written into the record before it is sent, so a
+// record that says "claimed" sent nothing, and one that reached "broadcast" is
+// only ever resolved from the chain: nothing new is signed for it, though the
+// very bytes it holds may be sent again if the node dropped them (they can be
+// mined at most once). And the one success:true an authorization may produce is
+// decided by an atomic mark in the store (D5).
 package facilitator
 
 import (
@@ -81,7 +81,7 @@ type Config struct {
 	Network string // eip155:<chain id>
 	Assets  []Asset
 	// SettleTimeout bounds the wait for a receipt; past it the answer is
-	// settlement_pending (DECISIONS D3). Default 30 s.
+	// settlement_pending (D3). Default 30 s.
 	SettleTimeout time.Duration
 	// ClaimLease is how long a claim without a broadcast blocks others before it
 	// may be taken over. Default 2 min.
@@ -92,7 +92,7 @@ type Config struct {
 	// Owner names this process in claims.
 	Owner string
 	// ReorgWindow is how long the reconciler keeps re-reading a settled
-	// payment's receipt for reorgs (DECISIONS D17): from when it was
+	// payment's receipt for reorgs (D17): from when it was
 	// recorded settled, or last found dropped or mined again. Default
 	// DefaultReorgWindow; at most store.RecentRetention.
 	ReorgWindow time.Duration

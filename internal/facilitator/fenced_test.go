@@ -122,7 +122,7 @@ func nonceAt(t *testing.T, sim *testchain.Simulated, addr common.Address) uint64
 }
 
 // TestResentByReplicaIsNotSentAgain is the sequence the replica test found
-// (issue 4, 1 trial in 200 on Redis). Replica A records its transaction and,
+// (1 trial in 200 on Redis). Replica A records its transaction and,
 // before A's own send reaches the node, replica B finds the record's
 // transaction unknown to the node and sends the very same bytes, which are
 // mined. A's send is then refused ("nonce too low": the nonce is used, by
@@ -206,7 +206,7 @@ func TestResentByReplicaIsNotSentAgain(t *testing.T) {
 // out while it was signing) and replica B settles the authorization, so A's
 // record-before-send is fenced. A's Settle re-reads the record and answers
 // from it instead of failing: a settlement B recorded goes through the one
-// success mark (DECISIONS D5), which B already took, and a settlement B only
+// success mark (D5), which B already took, and a settlement B only
 // broadcast is settlement_pending with B's transaction (D3). Nothing A
 // signed reaches the node.
 func TestFencedRecordResolves(t *testing.T) {

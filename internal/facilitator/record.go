@@ -151,7 +151,7 @@ func (f *Facilitator) recordedTx(rec store.Settlement) (*types.Transaction, comm
 }
 
 // ours reports whether the transaction hash, which used the authorization of
-// rec, was sent by one of our own signers (DECISIONS D5).
+// rec, was sent by one of our own signers (D5).
 //
 // Replicas each sign with a key of their own (D20), and none knows the
 // others' addresses. The settlement record settles it without a registry of

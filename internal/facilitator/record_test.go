@@ -30,7 +30,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// otherSignerIdx signs for a second replica (DECISIONS D20).
+// otherSignerIdx signs for a second replica (D20).
 const otherSignerIdx = 6
 
 // replica is one facilitator process on a shared store and chain.
@@ -212,7 +212,7 @@ func TestReconcileLeavesSuccessToSettle(t *testing.T) {
 // TestReplicaSettlementIsOurs: replica A signs a settlement and records a fee
 // bump of it that never left (A died); the original is mined. Replica B, with
 // a signer of its own, resolves the record: the transaction is A's, ours
-// (DECISIONS D5), so the record is settled, not failed as a third party's,
+// (D5), so the record is settled, not failed as a third party's,
 // and the buyer's settle call gets the success. B never waits on A's
 // transactions as if they were its own.
 func TestReplicaSettlementIsOurs(t *testing.T) {
@@ -353,7 +353,7 @@ func (s *staleState) CallContract(ctx context.Context, msg ethereum.CallMsg, blo
 	return s.Backend.CallContract(ctx, msg, block)
 }
 
-// keyOf is the settlement key of p (DECISIONS D4).
+// keyOf is the settlement key of p (D4).
 func keyOf(t *testing.T, sim *testchain.Simulated, p *x402.PaymentPayload) string {
 	t.Helper()
 	return tokenKeyOf(t, sim.Token, p)

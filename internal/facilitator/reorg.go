@@ -17,7 +17,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// The reorg check (DECISIONS D17). A settlement is recorded settled once its
+// The reorg check (D17). A settlement is recorded settled once its
 // receipt shows the transfer, and its buyer is answered from that record,
 // once (D5). A reorg can take the transaction off the chain afterwards, so
 // the reconciler reads the receipt of every settlement younger than

@@ -36,7 +36,7 @@ type rigBackend struct {
 	fresh func(t *testing.T) rigOpener
 }
 
-// rigBackends are the stores the recovery tests run on (issue 5: every
+// rigBackends are the stores the recovery tests run on (every
 // backend). PostgreSQL and Redis are skipped when their URL is unset, unless
 // LLM4AGENTS_TEST_REQUIRE_BACKENDS=1.
 var rigBackends = []rigBackend{

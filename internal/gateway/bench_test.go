@@ -47,7 +47,7 @@ const fixedCompletion = `{"id":"chatcmpl-bench","object":"chat.completion","crea
 
 // BenchmarkAddedLatency measures what the gateway adds to a request over
 // calling the same upstream directly, with a bare httputil.ReverseProxy in
-// front of that upstream measured alongside as the floor (issue 3). Each b.N
+// front of that upstream measured alongside as the floor. Each b.N
 // is one round of latencyRequests requests per path at a fixed number of
 // concurrent clients; p50 and p99 are over all the rounds' samples.
 //
@@ -117,7 +117,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 }
 
 // BenchmarkPaidPathByStore measures the paid path's added latency on each
-// store backend (issue 4): the paid route of BenchmarkAddedLatency, with the
+// store backend: the paid route of BenchmarkAddedLatency, with the
 // gateway's claims and records in SQLite, PostgreSQL or Redis, at 1 and 32
 // concurrent clients. Reported per backend: the gateway's p50 and p99 added
 // over calling the upstream directly (gateway - direct, in µs), and the

@@ -154,7 +154,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 		return s.upstreamError(err, r.Context())
 	}
 	crashpoint.Hit(crashpoint.AfterUpstream)
-	// The handler only stages (R2); nothing here is replayable yet.
+	// The handler only stages (D14); nothing here is replayable yet.
 	answer := store.RecordedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body}
 	pd.Record(r.Context(), answer)
 	sr, out := pd.Settle(r.Context())

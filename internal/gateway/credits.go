@@ -24,8 +24,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/upstream"
 )
 
-// Credits is what prepaid credits need (MISSION C1, C2, C4; DECISIONS D12,
-// D16-D18).
+// Credits is what prepaid credits need (D12, D16-D18).
 type Credits struct {
 	Ledger *ledger.Ledger
 	Keys   *credits.Keys
@@ -41,13 +40,13 @@ type Credits struct {
 	// TopUpMin and TopUpMax bound a top-up, in atomic units.
 	TopUpMin, TopUpMax *big.Int
 	// Chain reads the receipt of a top-up's settlement: it is credited once
-	// final (DECISIONS D17), under the index of its Transfer log
+	// final (D17), under the index of its Transfer log
 	// (ledger.SettlementRef). Confirmations is the N of D17; 0 means 1.
 	Chain         ChainReader
 	Confirmations uint64
 }
 
-// A credit-paid call (issue 6), in the order creditChat runs it:
+// A credit-paid call, in the order creditChat runs it:
 //
 //	Authorization: Bearer sk-l4a-...  -> the key (401 unknown, revoked, expired)
 //	the key's scope and rate          -> 403, 429
@@ -279,9 +278,9 @@ func creditStoreUnavailable(err error) error {
 		Message: "the credit store is unavailable; nothing was charged, retry later", Err: err}
 }
 
-// creditShortfall is the error object of a refused hold (DECISIONS D12, MISSION
-// P2): the numbers and the way to more credit. There is no PAYMENT-REQUIRED:
-// a key holder is never switched to per-call payment silently.
+// creditShortfall is the error object of a refused hold (D12): the numbers and
+// the way to more credit. There is no PAYMENT-REQUIRED: a key holder is never
+// switched to per-call payment silently.
 type creditShortfall struct {
 	chat.ErrorDetail
 	// Limit is what refused the hold: balance, key_total or key_period.

@@ -29,7 +29,7 @@ const creditClients = 4
 const creditFunds = 1_000_000_000_000
 
 // BenchmarkCreditPath measures what the credit path adds to a chat completion
-// over calling the same fixed upstream directly (issue 6): key lookup, hold,
+// over calling the same fixed upstream directly: key lookup, hold,
 // proxy, capture, receipt signing and storing, per store backend. Each b.N is
 // one round of latencyRequests requests per path at creditClients concurrent
 // clients.

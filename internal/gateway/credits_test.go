@@ -62,7 +62,7 @@ type creditBackend struct {
 	open func(tb testing.TB, log *slog.Logger) creditStore
 }
 
-// creditBackends are the stores the credit tests run on (issue 6: SQLite and
+// creditBackends are the stores the credit tests run on (SQLite and
 // PostgreSQL). PostgreSQL is skipped when LLM4AGENTS_TEST_POSTGRES_DSN is
 // unset, unless LLM4AGENTS_TEST_REQUIRE_BACKENDS=1.
 var creditBackends = []creditBackend{

@@ -35,7 +35,7 @@ func (e *env) signedAs(t *testing.T, body string, i int, edit func(a *exact.Auth
 	return encodeHeader(t, p)
 }
 
-// TestRefusalReasons (issue 18 item 6): every refusal of a payment names
+// TestRefusalReasons: every refusal of a payment names
 // its own reason in the 402's PAYMENT-REQUIRED error (the official string
 // where the official facilitator has one, docs/REASONS.md), and none
 // reaches the upstream or moves money.

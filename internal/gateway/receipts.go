@@ -14,8 +14,8 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// The receipt routes (DECISIONS D18): GET /v1/receipts/{id} and
-// GET /v1/receipts. Who sees what (MISSION C4: an owner hands a capped key to
+// The receipt routes (D18): GET /v1/receipts/{id} and
+// GET /v1/receipts. Who sees what (an owner hands a capped key to
 // an agent or a sub-team, which must not read what the owner's other keys
 // spent):
 //

@@ -110,7 +110,7 @@ func (g *receiptsRig) list(t *testing.T, auth, query string) listed {
 
 // TestCreditReceiptsPerKey: an API key sees the receipts of its own calls
 // only, listed or by id; the owner's session sees every key's, and one key's
-// with ?key_id= (MISSION C4, issue 6).
+// with ?key_id=.
 func TestCreditReceiptsPerKey(t *testing.T) {
 	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
 		g := newReceiptsRig(t, b)

@@ -28,13 +28,12 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// Recovery of paid answers whose response was lost (MISSION R1-R5, DECISIONS
-// D14, D15, seed 002). A rig is one simulated chain, one fake upstream and one
-// database (SQLite unless rigOpts.backend names another; the tests here run on
-// SQLite, PostgreSQL and Redis) shared by one or more gateway replicas, each
-// with a handle of its own and a facilitator of its own signer whose settle
-// calls are counted and can be made to fail, blank, block or cut the client
-// off.
+// Recovery of paid answers whose response was lost (D14, D15). A rig is one
+// simulated chain, one fake upstream and one database (SQLite unless
+// rigOpts.backend names another; the tests here run on SQLite, PostgreSQL and
+// Redis) shared by one or more gateway replicas, each with a handle of its own
+// and a facilitator of its own signer whose settle calls are counted and can be
+// made to fail, blank, block or cut the client off.
 
 const (
 	buyerB    = 2
@@ -555,11 +554,11 @@ func (rg *rig) recordOf(t *testing.T, rp *replica, payer int, id, claimKey strin
 	return rp.db.Recovery(t.Context(), gateway.RecordKey(network, rg.chain.Addr(payer).Hex(), id, claimKey))
 }
 
-// TestR3IdenticalOutputNeverCrossPromotes (R3 control 1, seed 002 scenario
-// 3): two buyers send the same request under the same id, so the answers and
-// the fingerprints are identical; B's settlement fails, A's succeeds. A's
-// settlement never makes B's record replayable: B's retry meets the paywall,
-// and B's next payment is a purchase of its own.
+// TestR3IdenticalOutputNeverCrossPromotes: two buyers send the same request
+// under the same id, so the answers and the fingerprints are identical; B's
+// settlement fails, A's succeeds. A's settlement never makes B's record
+// replayable: B's retry meets the paywall, and B's next payment is a purchase
+// of its own.
 func TestR3IdenticalOutputNeverCrossPromotes(t *testing.T) {
 	eachRigBackend(t, func(t *testing.T, be rigBackend) {
 		rg := newRig(t, rigOpts{backend: be})
@@ -593,7 +592,7 @@ func TestR3IdenticalOutputNeverCrossPromotes(t *testing.T) {
 	})
 }
 
-// TestR3NoSettlementRefNeverPromotes (R3 control 2): a settle answer with
+// TestR3NoSettlementRefNeverPromotes: a settle answer with
 // success and no transaction serves the live answer but records nothing
 // replayable.
 func TestR3NoSettlementRefNeverPromotes(t *testing.T) {
@@ -616,7 +615,7 @@ func TestR3NoSettlementRefNeverPromotes(t *testing.T) {
 	})
 }
 
-// TestR3NoOperationIDNeverPromotes (R3 control 3): a staged record (its
+// TestR3NoOperationIDNeverPromotes: a staged record (its
 // request settling) is promoted by its operation id and by nothing else:
 // not an empty id, not the fingerprint, not another record's id; meanwhile a
 // retry is 409 operation_in_flight (its request still holds the payment),
@@ -680,7 +679,7 @@ func TestR3NoOperationIDNeverPromotes(t *testing.T) {
 	})
 }
 
-// TestR3ChangedRequestConflicts (R3 control 4): the same id with another
+// TestR3ChangedRequestConflicts: the same id with another
 // request is 409 idempotency_conflict, never an answer, never the upstream;
 // the same request re-encoded (whitespace, key order) is the same request.
 func TestR3ChangedRequestConflicts(t *testing.T) {
@@ -735,7 +734,7 @@ func (rg *rig) forge(t *testing.T, body string, from, signer int, id string, non
 	return out
 }
 
-// TestR3AddressWithoutProofNeverReplays (R3 control 5, D15): the right id and
+// TestR3AddressWithoutProofNeverReplays (D15): the right id and
 // payer address without the payer's signature get the normal 402: a forged
 // fresh authorization (facilitator verify refuses it), and a forged one that
 // reuses the paying authorization's public nonce (not the paying signature).
@@ -773,7 +772,7 @@ func TestR3AddressWithoutProofNeverReplays(t *testing.T) {
 	})
 }
 
-// TestSeed002SettleFailsNoFreeAnswer (seed 002 scenario 1): the settlement
+// TestSeed002SettleFailsNoFreeAnswer: the settlement
 // fails after the handler ran; a retry with the same id and no payment gets
 // the paywall, and nothing replayable was left behind.
 func TestSeed002SettleFailsNoFreeAnswer(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// Issue 18 items 1 and 2: a payment is never offered a second time. A copy
+// A payment is never offered a second time (D29). A copy
 // of a payment another request holds is a 409, and a settle answer lost on
 // the way back from a remote facilitator keeps the claim pending, so that
 // the buyer's retry gets the answer it paid for.
@@ -159,7 +159,7 @@ func (f *heldFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.P
 // winning transaction is mined and before its request recorded it. Verify
 // finds the nonce used; whether or not the chain can show the payment yet,
 // the claim is another request's: the copy gets 409 operation_in_flight
-// with Retry-After (DECISIONS D29), never a 402 offer, and the holder serves its answer. One
+// with Retry-After (D29), never a 402 offer, and the holder serves its answer. One
 // transfer, one upstream call.
 func TestCopyWhileHolderRecords(t *testing.T) {
 	for _, tc := range []struct {

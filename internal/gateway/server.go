@@ -51,8 +51,8 @@ type Model struct {
 	MaxOutputTokens int64  // default cap injected upstream; requests above it are refused
 	Encoding        string // tokenizer encoding for quotes; "" chooses by model name
 	OwnedBy         string
-	// PaymentIDRequired makes the payment-identifier extension required for
-	// this model's requests (x402-v2 §7.1); it is optional by default, since
+	// PaymentIDRequired makes the x402 payment-identifier extension (D14)
+	// required for this model's requests; it is optional by default, since
 	// the official clients send none. It needs a recovery store.
 	PaymentIDRequired bool
 }
@@ -70,7 +70,7 @@ type Config struct {
 	AssetSymbol  string // for messages, "USDC"
 	Decimals     uint8
 	PayTo        string
-	// MaxTimeoutSeconds is offered in every 402; default 300 (MISSION P1).
+	// MaxTimeoutSeconds is offered in every 402; default 300.
 	MaxTimeoutSeconds int64
 	MaxBodyBytes      int64
 	UpstreamTimeout   time.Duration

@@ -17,10 +17,10 @@ import (
 )
 
 // writeTimeout bounds each write to a streaming client; it is renewed on every
-// event, so a slow reader is cut off but a long stream is not (STYLE §3.6).
+// event, so a slow reader is cut off but a long stream is not.
 const writeTimeout = 30 * time.Second
 
-// stream runs a streaming paid request (DECISIONS D2). The upstream is read until
+// stream runs a streaming paid request (D2). The upstream is read until
 // its first chunk with content; only then is the payment settled, and only after
 // settlement does the first byte go to the client. A client gone before the
 // settlement is broadcast cancels the upstream and is charged nothing; from the

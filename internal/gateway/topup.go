@@ -23,7 +23,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// Top-ups (MISSION C1, issue 6 item 1; DECISIONS D17). POST
+// Top-ups (D17). POST
 // /v1/credits/topup sells credits for an amount the buyer chooses within
 // [TopUpMin, TopUpMax], through the same x402 `exact` payment as a chat
 // completion: 402 with PAYMENT-REQUIRED quoting the amount itself, then

@@ -19,7 +19,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// The top-up sweep (issue 6): a top-up whose settlement was recorded but not
+// The top-up sweep: a top-up whose settlement was recorded but not
 // credited (the process died between the two, the receipt was not final
 // yet, the chain or the ledger was down) is credited by the next
 // presentation of the same PAYMENT-SIGNATURE (topup.go). A buyer who gives up

@@ -15,7 +15,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402"
 )
 
-// Unpaid requests (issue 18 item 9). A request on a paid route with neither a
+// Unpaid requests. A request on a paid route with neither a
 // PAYMENT-SIGNATURE nor an llm4agents API key is answered with a quote, and
 // the quote of a chat completion tokenizes the whole prompt: up to
 // MaxBodyBytes of text, for anyone, for free. So unpaid requests are limited

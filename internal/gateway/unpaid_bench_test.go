@@ -17,7 +17,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/pricing"
 )
 
-// The worst 402 (issue 18 item 9): what an unpaid chat request whose body
+// The worst 402: what an unpaid chat request whose body
 // is at the default limit.max_body_bytes costs the gateway, per prompt shape,
 // and what the same request costs once the unpaid limit refuses it. Each
 // iteration changes the prompt's first bytes, so that the Counter's cache of

@@ -1,13 +1,13 @@
-// Package ledger is the credits domain (issue 6; MISSION C1, P2; DECISIONS
-// D16): top-ups credited once per on-chain settlement, a hold of the maximum
-// cost of each credit-paid call at admission, the capture of its actual cost
+// Package ledger is the credits domain (docs/DESIGN.md D16): top-ups
+// credited once per on-chain settlement, a hold of the maximum cost of each
+// credit-paid call at admission, the capture of its actual cost
 // from the usage the upstream reported, and the release of a hold when
 // nothing was delivered. It sits on store.Ledger, which keeps the books
 // double-entry and append-only and makes every operation atomic and
 // idempotent across replicas; this package adds the prices, the wallet
 // addresses and the big-integer amounts of the wire. It does no HTTP.
 //
-// What is on-chain and what is not (C1): a top-up is an x402 payment settled
+// What is on-chain and what is not: a top-up is an x402 payment settled
 // on-chain, and Credit records it once under its settlement reference; every
 // hold, capture and release after it is an off-chain ledger entry.
 //
@@ -121,7 +121,7 @@ func amount(what string, a *big.Int) (int64, error) {
 // TopUp credits payer with amount (atomic units, > 0) for the settlement ref
 // (SettlementRef), once: a second TopUp with the same ref and amount returns
 // the first entry; with another amount or payer it is store.ErrConflict.
-// Call it only once the settlement is final (DECISIONS D17).
+// Call it only once the settlement is final (D17).
 func (l *Ledger) TopUp(ctx context.Context, ref string, payer common.Address, amt *big.Int) (_ store.Entry, err error) {
 	defer wrap(&err, "top up %s", ref)
 	o, err := owner(payer)
@@ -140,7 +140,7 @@ func (l *Ledger) TopUp(ctx context.Context, ref string, payer common.Address, am
 	return e, nil
 }
 
-// Key is an API key's limits (MISSION C4) as the ledger enforces them on
+// Key is an API key's limits as the ledger enforces them on
 // every hold drawn through it, atomically across replicas.
 type Key struct {
 	ID string
@@ -223,7 +223,7 @@ func (l *Ledger) Reserve(ctx context.Context, c Call) (_ store.Hold, err error) 
 	return l.st.Hold(ctx, store.HoldRequest{ID: c.RequestID, Owner: o, Asset: l.cfg.Asset, Amount: n, TTL: l.cfg.HoldTTL, Key: key})
 }
 
-// Charge is the outcome of a call for the buyer's receipt (DECISIONS D18).
+// Charge is the outcome of a call for the buyer's receipt (D18).
 type Charge struct {
 	Hold store.Hold
 	// Cost is the call's cost from its usage; Charged what the payer paid of

@@ -168,7 +168,7 @@ func TestCall(t *testing.T) {
 }
 
 // TestStreamCut: a stream cut before any token charges nothing; one cut
-// mid-way charges what was delivered (issue 6, DECISIONS D16).
+// mid-way charges what was delivered (D16).
 func TestStreamCut(t *testing.T) {
 	ctx := t.Context()
 	l, _, _ := newLedger(t)

@@ -1,5 +1,6 @@
 // Package lint holds tests that check the whole module rather than one
-// package: rules of the house style (docs/STYLE.md) that no linter enforces,
-// such as every package having a package doc comment. It has no code of its
-// own; `go test ./internal/lint/` runs the checks.
+// package: rules of the house style that no linter enforces, such as every
+// package having a package doc comment, and every decision a comment cites
+// (D5) having its heading in docs/DESIGN.md. It has no code of its own;
+// `go test ./internal/lint/` runs the checks.
 package lint

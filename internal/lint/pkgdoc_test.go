@@ -98,7 +98,7 @@ func quoteStart(s string) string {
 	return `"` + s + `"`
 }
 
-// TestPackageDocs enforces STYLE.md §3.8: every package of the module has a
+// TestPackageDocs checks that every package of the module has a
 // package doc comment that starts with its name.
 func TestPackageDocs(t *testing.T) {
 	const self = "github.com/llm4agents/llm4agents/internal/lint"

@@ -13,10 +13,10 @@ import (
 )
 
 // This file exists only in binaries built with -tags l4a_unsafe_noclaim, for
-// the control run of the multi-replica tests (issue 4): with
+// the control run of the multi-replica tests: with
 // LLM4AGENTS_UNSAFE_NO_CLAIM=1 the paywall's claim on an authorization always
 // succeeds, so every concurrent copy of one PAYMENT-SIGNATURE reaches the
-// upstream, the double spend of seed 001 that the claim prevents. A test that
+// upstream, the double spend that the claim prevents. A test that
 // does not see it with the claim off proves nothing with the claim on.
 
 // unsafeNoClaimEnv switches the claim off in this build only.

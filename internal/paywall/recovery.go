@@ -309,7 +309,7 @@ func (p *Paywall) openRecovery(ctx context.Context, pd *payment) error {
 }
 
 // Record stages the upstream's answer under the payment's recovery record,
-// before the settlement (R2: the handler only stages; nothing is replayable
+// before the settlement (D14: the handler only stages; nothing is replayable
 // yet). A failure abandons the record: the buyer still gets the live
 // answer, but no replay.
 func (f *Fresh) Record(ctx context.Context, resp store.RecordedResponse) {

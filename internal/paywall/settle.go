@@ -78,7 +78,7 @@ func (f *Fresh) Settle(ctx context.Context) (*x402.SettleResponse, Outcome) {
 		if tx == "" {
 			// A success that names no transaction: the answer is served (the
 			// facilitator says paid) but, without a settlement reference,
-			// never promoted (R3); the claim takes the chain's transaction,
+			// never promoted (D14); the claim takes the chain's transaction,
 			// or stays pending without one.
 			tx, _ = f.confirm(ctx)
 		}

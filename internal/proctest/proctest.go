@@ -1,6 +1,6 @@
 // Package proctest builds the llm4agents binary and runs `llm4agents serve`
 // processes for end-to-end tests: real processes, so that tests can run
-// several replicas at once and kill or crash one (DECISIONS D21).
+// several replicas at once and kill or crash one (docs/DESIGN.md D21).
 //
 // BuildBinary compiles cmd/llm4agents once per set of build tags and test
 // binary run. Start writes a config to a temporary file, runs

@@ -7,7 +7,7 @@
 // The servers are named by LLM4AGENTS_TEST_POSTGRES_DSN and
 // LLM4AGENTS_TEST_REDIS_URL. A test that needs one whose variable is unset
 // is skipped, or fails when LLM4AGENTS_TEST_REQUIRE_BACKENDS=1 (CI), so a
-// missing server is never mistaken for a pass there (STYLE.md §3.3).
+// missing server is never mistaken for a pass there.
 //
 // This package is test infrastructure: only _test.go files import it, by
 // convention (Go has no way to say so). It is an ordinary package rather than

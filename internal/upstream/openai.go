@@ -60,7 +60,7 @@ type OpenAIConfig struct {
 	APIKey string
 	// Timeout bounds a non-streaming call from the request to the end of the
 	// body, and a streaming call until its response headers. Default 120s;
-	// keep it below the payment's maxTimeoutSeconds (DECISIONS D6).
+	// keep it below the payment's maxTimeoutSeconds (D6).
 	Timeout time.Duration
 	// IdleTimeout bounds each wait for a stream's next event. A reasoning model
 	// can think silently for a while, so it should not be short. Default:
@@ -95,7 +95,7 @@ func (c OpenAIConfig) GoString() string { return c.String() }
 // builds every request from scratch: POST {BaseURL}/chat/completions with the
 // body it is given, Content-Type, Accept, User-Agent and its own Authorization,
 // nothing else. No header of the client's request can reach the upstream,
-// because none is ever handed to it (DECISIONS D11).
+// because none is ever handed to it (D11).
 //
 // Errors are *Error, mapped as that type describes. The provider logs only what
 // does not surface as an error (a missing usage); the caller logs errors, with

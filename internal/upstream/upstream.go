@@ -6,8 +6,9 @@
 // Two providers live here: OpenAI, any OpenAI-compatible HTTP API by base URL and
 // key, and Demo, an in-process deterministic model for the embedded default and
 // for tests. The gateway passes a Provider only the body, never the client's
-// request or its headers, so nothing the client sent besides the body (payment
-// headers, cookies, its own Authorization; DECISIONS D11) can reach an upstream.
+// request or its headers, so nothing the client sent besides the body
+// (payment headers, cookies, its own Authorization; docs/DESIGN.md D11) can
+// reach an upstream.
 package upstream
 
 import (
@@ -42,7 +43,7 @@ type Completion struct {
 	Usage chat.Usage
 	// UsageReported says whether the body carried a usage object. A missing
 	// usage is tolerated (the exact-payment price is the quote, not the usage)
-	// and logged; credit captures (DECISIONS D16) should treat it as unknown.
+	// and logged; credit captures (D16) should treat it as unknown.
 	UsageReported bool
 	// Header holds the few upstream response headers that are safe to pass on
 	// or log: X-Request-Id only. Never cookies or rate-limit details of the

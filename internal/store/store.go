@@ -1,6 +1,7 @@
 // Package store declares the business-level storage contracts of llm4agents and
-// their sentinel errors. Backends live in subpackages (sqlite, and later postgres
-// and redis) and all pass the same conformance suite in storetest.
+// their sentinel errors. Backends live in subpackages (sqlite, postgres and
+// redis; Redis keeps settlements, payments and recoveries only) and all pass
+// the same conformance suite in storetest.
 //
 // Contracts name operations, never SQL, so that a key-value backend can implement
 // them with one atomic script per operation.
@@ -23,6 +24,10 @@ var (
 	// on (out of StateClaimed, or into a terminal state with other values): the
 	// writer lost its claim or its view is out of date, and must stop.
 	ErrFenced = errors.New("store: stale fencing token")
+	// ErrClosed means the backend's handle was closed. Every method of a
+	// closed handle fails at once with an error wrapping it, neither
+	// hanging nor panicking; a second Close does nothing and returns nil.
+	ErrClosed = errors.New("store: database is closed")
 )
 
 // SettlementState is where the settlement of one authorization stands.

@@ -52,14 +52,11 @@ RETURNING ` + columns
 // its claim. Leases are judged by the server's clock (DB.Now when set);
 // lease is rounded up to the millisecond.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
-	defer wrap(&err, "claim settlement %q", s.Key)
-	if s.Key == "" {
-		return store.Settlement{}, false, errors.New("empty key")
+	defer store.Wrap(&err, "postgres", "claim settlement %q", s.Key)
+	if err := store.CheckClaim(s.Key, lease); err != nil {
+		return store.Settlement{}, false, err
 	}
-	if lease <= 0 {
-		return store.Settlement{}, false, fmt.Errorf("lease %v is not positive", lease)
-	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Settlement{}, false, err
 	}
@@ -68,7 +65,7 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 	now := db.nowArg()
 	for range claimAttempts {
 		rec, err := scanSettlement(db.claimRow(ctx, "settlements", s.Key, claimSettlement,
-			now, s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner, leaseMs(lease)))
+			now, s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner, store.CeilMillis(lease)))
 		if err == nil {
 			if rec.CreatedAt.Before(rec.UpdatedAt) { // an old record with a new lease: taken over
 				db.log.InfoContext(ctx, "took over expired settlement claim", "key", s.Key, "owner", s.Owner, "fence", rec.Fence)
@@ -99,22 +96,11 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 // StateFailed are terminal: writing the values the record already holds
 // succeeds and changes nothing, anything else is ErrFenced.
 func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
-	defer wrap(&err, "update settlement %q to %s", key, state)
-	switch state {
-	case store.StateBroadcast, store.StateSettled:
-		if txHash == "" {
-			return errors.New("no transaction hash")
-		}
-	case store.StateFailed:
-		if reason == "" {
-			return errors.New("no reason")
-		}
-	case store.StateClaimed:
-		return errors.New("a record never goes back to claimed")
-	default:
-		return errors.New("unknown state")
+	defer store.Wrap(&err, "postgres", "update settlement %q to %s", key, state)
+	if err := store.CheckSettlementUpdate(state, txHash, reason); err != nil {
+		return err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -166,8 +152,8 @@ func (db *DB) settlementWhy(ctx context.Context, key string, fence int64) (store
 
 // ReleaseSettlement implements store.Settlements.
 func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release settlement %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "release settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -195,11 +181,11 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 // RecordBroadcast implements store.Settlements, refusing bad arguments as
 // the sqlite backend does. The write is one conditional UPDATE.
 func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
-	defer wrap(&err, "record broadcast of settlement %q", key)
+	defer store.Wrap(&err, "postgres", "record broadcast of settlement %q", key)
 	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
 		return err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -232,8 +218,8 @@ WHERE settlement_key = $2 AND fence = $3 AND state IN ('claimed', 'broadcast')`,
 
 // AbandonBroadcast implements store.Settlements in one conditional DELETE.
 func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
-	defer wrap(&err, "abandon broadcast of settlement %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "abandon broadcast of settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -268,8 +254,8 @@ WHERE settlement_key = $1 AND fence = $2 AND state = 'broadcast' AND tx_hash = $
 // nothing, so exactly one gets true. The same statement tells an absent
 // record (ErrNotFound) from one not settled or already marked (false).
 func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
-	defer wrap(&err, "mark success reported %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "mark success reported %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -294,8 +280,8 @@ SELECT EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM settlements WHERE settlem
 
 // Settlement implements store.Settlements.
 func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, err error) {
-	defer wrap(&err, "settlement %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Settlement{}, err
 	}
@@ -312,11 +298,11 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 // same millisecond come in key order, byte by byte (COLLATE "C", as SQLite
 // compares). limit must be positive.
 func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
-	defer wrap(&err, "unresolved settlements")
-	if limit <= 0 {
-		return nil, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "postgres", "unresolved settlements")
+	if err := store.CheckLimit(limit); err != nil {
+		return nil, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return nil, err
 	}

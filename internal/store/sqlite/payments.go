@@ -56,19 +56,17 @@ const selectPayment = `SELECT ` + paymentColumns + ` FROM payments WHERE payment
 // first claim. PaymentPending and PaymentSettled records are never taken over.
 // An expired record is replaced, as if absent (see the file comment).
 func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time.Duration) (_ store.PaymentClaim, _ bool, err error) {
-	defer wrap(&err, "claim payment %q", c.Key)
-	switch {
-	case c.Key == "":
-		return store.PaymentClaim{}, false, errors.New("empty key")
-	case lease <= 0:
-		return store.PaymentClaim{}, false, fmt.Errorf("lease %v is not positive", lease)
-	case c.ExpiresAt.IsZero():
-		return store.PaymentClaim{}, false, errors.New("no expiry")
+	defer store.Wrap(&err, "sqlite", "claim payment %q", c.Key)
+	if err := store.CheckPaymentClaim(c, lease); err != nil {
+		return store.PaymentClaim{}, false, err
 	}
 	// Round both up, so neither is ever shorter than asked.
-	leaseMs := ceilMillis(lease)
-	expiresMs := ceilMs(c.ExpiresAt)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	leaseMs := store.CeilMillis(lease)
+	expiresMs := store.CeilUnixMilli(c.ExpiresAt)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.PaymentClaim{}, false, err
+	}
 	defer cancel()
 
 	var rec, prev store.PaymentClaim
@@ -169,8 +167,11 @@ func (db *DB) livePayment(ctx context.Context, tx *sql.Tx, key string, fence int
 // if absent or expired. A key claimed again after a release gets a fence never
 // used before, so the released fence stays stale.
 func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release payment %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "release payment %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -205,15 +206,14 @@ func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err 
 // someone takes the claim over, its holder's fence is good. UpdatedAt changes
 // on every successful write but the no-op on a settled record.
 func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state store.PaymentState, txHash string) (err error) {
-	defer wrap(&err, "update payment %q to %s", key, state)
-	switch state {
-	case store.PaymentPending, store.PaymentSettled:
-	case store.PaymentHeld:
-		return errors.New("a claim never goes back to held")
-	default:
-		return errors.New("unknown state")
+	defer store.Wrap(&err, "sqlite", "update payment %q to %s", key, state)
+	if err := store.CheckPaymentUpdate(state); err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -236,18 +236,18 @@ func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state 
 // StagePayment implements store.Payments (migration 0003's columns). The
 // staged response is deleted with its record (release, expiry).
 func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store.StagedResponse) (err error) {
-	defer wrap(&err, "stage payment %q", key)
-	switch {
-	case r.Status < 100 || r.Status > 599:
-		return fmt.Errorf("status %d is not an HTTP status", r.Status)
-	case len(r.Body) > store.MaxStagedBody:
-		return fmt.Errorf("body of %d bytes is over the %d bytes a staged response may have", len(r.Body), store.MaxStagedBody)
+	defer store.Wrap(&err, "sqlite", "stage payment %q", key)
+	if err := store.CheckResponse(r.Status, r.Body); err != nil {
+		return err
 	}
 	body := r.Body
 	if body == nil {
 		body = []byte{} // NULL means nothing staged
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -267,8 +267,11 @@ WHERE payment_key = ?`, r.Status, r.ContentType, body, r.Fingerprint, db.nowMs()
 
 // Payment implements store.Payments: ErrNotFound if absent or expired.
 func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, err error) {
-	defer wrap(&err, "payment %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "payment %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.PaymentClaim{}, err
+	}
 	defer cancel()
 
 	c, err := scanPayment(db.ro.QueryRowContext(ctx, selectPayment+` AND expires_at_ms > ?`, key, db.nowMs()))
@@ -305,11 +308,14 @@ LIMIT ?`
 // error that is not a sentinel; no match is an empty list. Migration 0009
 // indexes exactly this query.
 func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) (_ []store.PaymentClaim, err error) {
-	defer wrap(&err, "staged payments of %q", contentType)
+	defer store.Wrap(&err, "sqlite", "staged payments of %q", contentType)
 	if err := store.ValidateStagedQuery(contentType, limit); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer cancel()
 
 	after := afterCreated.UnixMilli()
@@ -340,9 +346,9 @@ func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreat
 // the work of one write op, which shares its batch's transaction and deadline
 // with other writes: keep it in the hundreds or low thousands.
 func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "purge expired payments")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "sqlite", "purge expired payments")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
 	return db.purgeExpired(ctx, "payments", "payment_key", limit)
 }
@@ -350,10 +356,13 @@ func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err e
 // purgeExpired deletes up to limit rows of table whose expires_at_ms has
 // passed, oldest first, in one write op, and returns how many.
 func (db *DB) purgeExpired(ctx context.Context, table, key string, limit int) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return 0, err
+	}
 	defer cancel()
 	var n int64
-	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// DELETE ... LIMIT is a compile-time option of SQLite; a subquery is
 		// not. table and key are constants of this package, never input.
 		q := `DELETE FROM ` + table + ` WHERE ` + key + ` IN (SELECT ` + key + ` FROM ` + table + //nolint:gosec // G202: table and key are this package's constants, never input.
@@ -369,15 +378,6 @@ func (db *DB) purgeExpired(ctx context.Context, table, key string, limit int) (i
 		return 0, mapErr(ctx, err)
 	}
 	return int(n), nil
-}
-
-// ceilMs returns t in unix milliseconds, rounded up.
-func ceilMs(t time.Time) int64 {
-	ms := t.UnixMilli()
-	if t.After(time.UnixMilli(ms)) {
-		ms++
-	}
-	return ms
 }
 
 // scanPayment reads one row of paymentColumns.

@@ -48,9 +48,10 @@ type DB struct {
 	// afterwards (the time it returns may change).
 	Now func() time.Time
 
-	rw  *sql.DB // exactly one connection: every write, in IMMEDIATE transactions
-	ro  *sql.DB // read-only connections
-	log *slog.Logger
+	gate store.Gate
+	rw   *sql.DB // exactly one connection: every write, in IMMEDIATE transactions
+	ro   *sql.DB // read-only connections
+	log  *slog.Logger
 
 	// The write queue. mu guards queue and closing; wake (on mu) tells the
 	// writer goroutine that an op was queued or Close was called.
@@ -75,7 +76,7 @@ type DB struct {
 // refused, because every connection would get a database of its own.
 // A nil log discards log output.
 func Open(ctx context.Context, path string, log *slog.Logger) (_ *DB, err error) {
-	defer wrap(&err, "open %q", path)
+	defer store.Wrap(&err, "sqlite", "open %q", path)
 	switch {
 	case path == "", path == ":memory:", strings.HasPrefix(path, "file:"), strings.ContainsAny(path, "?#"):
 		return nil, errors.New("want a plain file path (no URI, query or in-memory database)")
@@ -137,6 +138,9 @@ func Open(ctx context.Context, path string, log *slog.Logger) (_ *DB, err error)
 // If another connection holds the write lock, the wait can last up to
 // busy_timeout for BEGIN plus store.DefaultTimeout for the batch.
 func (db *DB) Close() error {
+	if !db.gate.Close() {
+		return nil
+	}
 	db.mu.Lock()
 	db.closing = true
 	db.mu.Unlock()
@@ -157,8 +161,11 @@ func (db *DB) Close() error {
 
 // Ping checks that the file can still be read, for readiness probes.
 func (db *DB) Ping(ctx context.Context) (err error) {
-	defer wrap(&err, "ping")
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "ping")
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	if err := db.ro.PingContext(ctx); err != nil {
 		return mapErr(ctx, err)
@@ -169,7 +176,7 @@ func (db *DB) Ping(ctx context.Context) (err error) {
 // migrate applies every migration the file lacks, all in one transaction,
 // and refuses a file whose schema is newer than this binary's.
 func migrate(ctx context.Context, rw *sql.DB, log *slog.Logger) (err error) {
-	defer wrap(&err, "migrate")
+	defer store.Wrap(&err, "sqlite", "migrate")
 	all, err := migrations.All()
 	if err != nil {
 		return err
@@ -245,16 +252,16 @@ const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_ke
 // of concurrent callers, on any number of DB values, exactly one creates or
 // takes over the record.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
-	defer wrap(&err, "claim settlement %q", s.Key)
-	if s.Key == "" {
-		return store.Settlement{}, false, errors.New("empty key")
-	}
-	if lease <= 0 {
-		return store.Settlement{}, false, fmt.Errorf("lease %v is not positive", lease)
+	defer store.Wrap(&err, "sqlite", "claim settlement %q", s.Key)
+	if err := store.CheckClaim(s.Key, lease); err != nil {
+		return store.Settlement{}, false, err
 	}
 	// Round the lease up, so it is never shorter than asked.
-	leaseMs := ceilMillis(lease)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	leaseMs := store.CeilMillis(lease)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Settlement{}, false, err
+	}
 	defer cancel()
 
 	var rec, prev store.Settlement
@@ -331,22 +338,14 @@ func nextFence(ctx context.Context, tx *sql.Tx) (int64, error) {
 // succeeds and changes nothing, anything else is ErrFenced (someone else
 // resolved the record; the caller must stop and read it).
 func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
-	defer wrap(&err, "update settlement %q to %s", key, state)
-	switch state {
-	case store.StateBroadcast, store.StateSettled:
-		if txHash == "" {
-			return errors.New("no transaction hash")
-		}
-	case store.StateFailed:
-		if reason == "" {
-			return errors.New("no reason")
-		}
-	case store.StateClaimed:
-		return errors.New("a record never goes back to claimed")
-	default:
-		return errors.New("unknown state")
+	defer store.Wrap(&err, "sqlite", "update settlement %q to %s", key, state)
+	if err := store.CheckSettlementUpdate(state, txHash, reason); err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -371,8 +370,11 @@ func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, sta
 
 // ReleaseSettlement implements store.Settlements.
 func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release settlement %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "release settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -396,11 +398,14 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 // and a raw transaction that is not 0x-prefixed hex of 1 to store.MaxRawTx
 // bytes.
 func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
-	defer wrap(&err, "record broadcast of settlement %q", key)
+	defer store.Wrap(&err, "sqlite", "record broadcast of settlement %q", key)
 	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -422,8 +427,11 @@ func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHa
 
 // AbandonBroadcast implements store.Settlements.
 func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
-	defer wrap(&err, "abandon broadcast of settlement %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "abandon broadcast of settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -448,8 +456,11 @@ func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txH
 // conditional UPDATE; only the call that changed the row gets true. It
 // returns ErrNotFound if there is no record for key.
 func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
-	defer wrap(&err, "mark success reported %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "mark success reported %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return false, err
+	}
 	defer cancel()
 
 	var set bool
@@ -478,8 +489,11 @@ WHERE settlement_key = ? AND state = 'settled' AND success_reported = 0`, db.now
 
 // Settlement implements store.Settlements.
 func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, err error) {
-	defer wrap(&err, "settlement %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Settlement{}, err
+	}
 	defer cancel()
 
 	s, err := scan(db.ro.QueryRowContext(ctx, selectByKey, key))
@@ -492,11 +506,14 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 // UnresolvedSettlements implements store.Settlements. Records created in the
 // same millisecond come in key order. limit must be positive.
 func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
-	defer wrap(&err, "unresolved settlements")
-	if limit <= 0 {
-		return nil, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "sqlite", "unresolved settlements")
+	if err := store.CheckLimit(limit); err != nil {
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer cancel()
 
 	return db.settlements(ctx, `SELECT `+columns+` FROM settlements
@@ -574,24 +591,6 @@ func mapErr(ctx context.Context, err error) error {
 		return fmt.Errorf("database busy: another connection holds the lock (busy_timeout %d ms): %s", busyTimeoutMs, se.Error())
 	default:
 		return errors.New(se.Error())
-	}
-}
-
-// ceilMillis rounds d up to whole milliseconds without overflowing near the
-// largest Duration (adding a millisecond first would wrap to a lease in the
-// past, which anyone could take over at once).
-func ceilMillis(d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		ms++
-	}
-	return ms
-}
-
-// wrap prefixes a non-nil *errp with the package and the operation.
-func wrap(errp *error, format string, args ...any) {
-	if *errp != nil {
-		*errp = fmt.Errorf("sqlite: %s: %w", fmt.Sprintf(format, args...), *errp)
 	}
 }
 

@@ -96,8 +96,9 @@ type Recoveries interface {
 	// sentinel.
 	StageRecovery(ctx context.Context, key string, fence int64, resp RecordedResponse) error
 	// PromoteRecovery makes the staged record whose operation id is
-	// operationID replayable: it records ref, a replay budget of replays (> 0)
-	// and an expiry ttl (> 0) from now. The fingerprint must be the record's
+	// operationID replayable: it records ref, a replay budget of replays
+	// (1..MaxReplays) and an expiry ttl (> 0, rounded up to the millisecond)
+	// from now. The fingerprint must be the record's
 	// (an extra check, never the key). An empty operation id or an incomplete
 	// ref is an error that is no sentinel and changes nothing; no live record
 	// with that operation id is ErrNotFound; another fingerprint, a record

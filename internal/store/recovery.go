@@ -79,15 +79,22 @@ type Recovery struct {
 
 // Recoveries stores recovery records. Every decision on time uses the store's
 // clock.
+//
+// Backends may also offer, outside this interface,
+// PurgeExpiredRecoveries(ctx, limit) (int, error), which deletes expired
+// records as PurgeExpiredPayments deletes claims (see Payments).
 type Recoveries interface {
 	// BeginRecovery creates r in RecoveryInFlight with a new fence and a lease
-	// of the given length (> 0), unless a live record for r.Key exists. A record
+	// of the given length (> 0, rounded up to the millisecond), unless a live
+	// record for r.Key exists; of any number of concurrent callers, on any
+	// number of handles, exactly one creates or replaces the record. A record
 	// counts as absent, and is replaced, when it expired, when it is in flight
 	// with its lease over, or when it is promoted with no replay left. Key,
 	// Payer, Fingerprint, OperationID (non-empty, unique), PaymentKey,
 	// ProofHash, ProofUntil, Amount, Owner and ExpiresAt (after the store's
-	// time) of r are read. It returns the record as it now stands and whether
-	// the caller holds it.
+	// time, rounded up to the millisecond) of r are read; bad arguments fail
+	// with an error that is no sentinel and change nothing. It returns the
+	// record as it now stands and whether the caller holds it.
 	BeginRecovery(ctx context.Context, r Recovery, lease time.Duration) (Recovery, bool, error)
 	// StageRecovery keeps resp with the record for key, in flight or staged
 	// under fence, and moves it to RecoveryStaged. ErrFenced if the fence is

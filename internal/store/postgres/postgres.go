@@ -250,7 +250,6 @@ func scrub(text, secret string) string {
 }
 
 // Close closes every connection, waiting for the statements in flight.
-// Calls after Close fail with an error; a second Close does nothing.
 func (db *DB) Close() error {
 	if db.gate.Close() {
 		db.pool.Close()
@@ -324,6 +323,6 @@ func collect[T any](rows pgx.Rows, scan func(pgx.Row) (T, error)) ([]T, error) {
 }
 
 var (
-	_ store.Settlements = (*DB)(nil)
-	_ store.Payments    = (*DB)(nil)
+	_ store.Settlements  = (*DB)(nil)
+	_ store.StagedLister = (*DB)(nil)
 )

@@ -329,13 +329,9 @@ func (db *DB) TakeReplay(ctx context.Context, key, operationID string) (_ store.
 	return store.Recovery{}, false, fmt.Errorf("the record changed under %d replays in a row", claimAttempts)
 }
 
-// PurgeExpiredRecoveries deletes up to limit (> 0) expired recovery records
-// (ExpiresAt <= now, by the server's clock or DB.Now), soonest expired
-// first, and returns how many it deleted. As in the sqlite backend it is not
-// part of store.Recoveries: expired records already count as absent. It
+// PurgeExpiredRecoveries deletes expired records (see store.Recoveries). It
 // skips rows another transaction has locked (a begin replacing one), so it
-// never makes a begin wait, and may return fewer than limit while more
-// remain. Call it periodically, and again at once while it returns limit.
+// never makes a begin wait, and may return fewer than limit while more remain.
 func (db *DB) PurgeExpiredRecoveries(ctx context.Context, limit int) (_ int, err error) {
 	defer store.Wrap(&err, "postgres", "purge expired recoveries")
 	if err := store.CheckLimit(limit); err != nil {

@@ -45,12 +45,9 @@ SET owner = excluded.owner, fence = excluded.fence,
 WHERE s.state = 'claimed' AND s.lease_until_ms <= excluded.updated_at_ms AND s.fence < excluded.fence
 RETURNING ` + columns
 
-// ClaimSettlement implements store.Settlements. Of any number of concurrent
-// callers, on any number of DB values, exactly one creates or takes over the
-// record: the insert or the takeover is one statement, and the unique key
-// makes every other caller's statement wait for the winner's and then find
-// its claim. Leases are judged by the server's clock (DB.Now when set);
-// lease is rounded up to the millisecond.
+// ClaimSettlement implements store.Settlements in one statement: the unique
+// key makes every other caller's statement wait for the winner's and then
+// find its claim.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
 	defer store.Wrap(&err, "postgres", "claim settlement %q", s.Key)
 	if err := store.CheckClaim(s.Key, lease); err != nil {
@@ -87,14 +84,7 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 	return store.Settlement{}, false, fmt.Errorf("the record changed under %d claims in a row", claimAttempts)
 }
 
-// UpdateSettlement implements store.Settlements, with the same extra checks
-// as the sqlite backend: it refuses, with an error that is not a sentinel, a
-// state the store does not know or StateClaimed (a record never goes back
-// to claimed, where it could be released or taken over and its
-// authorization broadcast again), StateBroadcast or StateSettled without a
-// transaction hash, and StateFailed without a reason. StateSettled and
-// StateFailed are terminal: writing the values the record already holds
-// succeeds and changes nothing, anything else is ErrFenced.
+// UpdateSettlement implements store.Settlements.
 func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
 	defer store.Wrap(&err, "postgres", "update settlement %q to %s", key, state)
 	if err := store.CheckSettlementUpdate(state, txHash, reason); err != nil {
@@ -178,8 +168,7 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	return fmt.Errorf("the record changed under %d releases in a row", claimAttempts)
 }
 
-// RecordBroadcast implements store.Settlements, refusing bad arguments as
-// the sqlite backend does. The write is one conditional UPDATE.
+// RecordBroadcast implements store.Settlements with one conditional UPDATE.
 func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
 	defer store.Wrap(&err, "postgres", "record broadcast of settlement %q", key)
 	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
@@ -294,9 +283,8 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 	return s, nil
 }
 
-// UnresolvedSettlements implements store.Settlements. Records created in the
-// same millisecond come in key order, byte by byte (COLLATE "C", as SQLite
-// compares). limit must be positive.
+// UnresolvedSettlements implements store.Settlements. Keys compare byte by
+// byte (COLLATE "C"), as in SQLite.
 func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
 	defer store.Wrap(&err, "postgres", "unresolved settlements")
 	if err := store.CheckLimit(limit); err != nil {

@@ -22,7 +22,7 @@ import (
 // backend for recoveries.
 //
 // Expiry. A record counts as absent everywhere from its ExpiresAt on, by the
-// store's clock, exactly as in the sqlite backend. Redis also forgets it by
+// store's clock (see store.Recoveries). Redis also forgets it by
 // itself: the record and its index carry a TTL ending at ExpiresAt, measured
 // from the script's now (PEXPIRE, so that a test clock far from the server's
 // gives the same TTL the server's clock would), and promotion moves both
@@ -267,15 +267,8 @@ func (k keys) recoveryOp(op string) string { return k.tag + "recovery-op:" + op 
 func (k keys) recoveryOpPrefix() string    { return k.tag + "recovery-op:" }
 func (k keys) recoveryFence() string       { return k.tag + "recovery-fence" }
 
-// BeginRecovery implements store.Recoveries. Of any number of concurrent
-// callers, on any number of DB values, exactly one creates or replaces the
-// record.
-//
-// Key and OperationID must not be empty, lease must be positive (rounded up
-// to the millisecond), and ExpiresAt (rounded up to the millisecond) must be
-// after the store's time and before the year 287,000; otherwise it fails with
-// an error that is not a sentinel and changes nothing. An operation id that
-// another live record carries is refused the same way.
+// BeginRecovery implements store.Recoveries in one script. ExpiresAt must
+// also be before the year 287,000 (maxExpiryMs).
 func (db *DB) BeginRecovery(ctx context.Context, r store.Recovery, lease time.Duration) (_ store.Recovery, _ bool, err error) {
 	defer store.Wrap(&err, "redis", "begin recovery %q", r.Key)
 	if err := store.CheckBeginRecovery(r, lease); err != nil {
@@ -325,9 +318,7 @@ func (db *DB) BeginRecovery(ctx context.Context, r store.Recovery, lease time.Du
 }
 
 // StageRecovery implements store.Recoveries. The body is stored as the bytes
-// given (Redis strings are binary-safe); a status outside 100..599 or a body
-// over store.MaxStagedBody is an error that is not a sentinel and changes
-// nothing.
+// given (Redis strings are binary-safe).
 func (db *DB) StageRecovery(ctx context.Context, key string, fence int64, resp store.RecordedResponse) (err error) {
 	defer store.Wrap(&err, "redis", "stage recovery %q", key)
 	if err := store.CheckResponse(resp.Status, resp.Body); err != nil {
@@ -345,8 +336,7 @@ func (db *DB) StageRecovery(ctx context.Context, key string, fence int64, resp s
 	return outcome(status, rest)
 }
 
-// PromoteRecovery implements store.Recoveries. The ttl is rounded up to the
-// millisecond.
+// PromoteRecovery implements store.Recoveries.
 func (db *DB) PromoteRecovery(ctx context.Context, operationID, fingerprint string, ref store.SettlementRef, ttl time.Duration, replays int) (_ store.Recovery, err error) {
 	defer store.Wrap(&err, "redis", "promote recovery")
 	if err := store.CheckPromote(operationID, ref, ttl, replays); err != nil {

@@ -244,9 +244,7 @@ func checkKeyPrefix(p string) error {
 	return nil
 }
 
-// Close closes the connection pool. Calls in progress may fail; calls after
-// Close fail with an error saying the store is closed. Closing twice is a
-// no-op.
+// Close closes the connection pool. Calls in progress may fail.
 func (db *DB) Close() error {
 	if !db.gate.Close() {
 		return nil

@@ -17,9 +17,7 @@ import (
 // keep the settled ones in keys.recent() (reorg.go). Settlement
 // records have no TTL: the success mark must outlive any retry (DECISIONS D5).
 
-// ClaimSettlement implements store.Settlements. Of any number of concurrent
-// callers, on any number of DB values, exactly one creates or takes over the
-// record.
+// ClaimSettlement implements store.Settlements in one script.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
 	defer store.Wrap(&err, "redis", "claim settlement %q", s.Key)
 	if err := store.CheckClaim(s.Key, lease); err != nil {
@@ -68,14 +66,6 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 }
 
 // UpdateSettlement implements store.Settlements.
-//
-// Beyond the interface's contract it refuses, with an error that is not a
-// sentinel, a state the store does not know or StateClaimed (a record never
-// goes back to claimed, where it could be released or taken over and its
-// authorization broadcast again), StateBroadcast or StateSettled without a
-// transaction hash, and StateFailed without a reason. StateSettled and
-// StateFailed are terminal: writing the values the record already holds
-// succeeds and changes nothing, anything else is ErrFenced.
 func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
 	defer store.Wrap(&err, "redis", "update settlement %q to %s", key, state)
 	if err := store.CheckSettlementUpdate(state, txHash, reason); err != nil {
@@ -102,8 +92,7 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	return outcome(status, rest)
 }
 
-// RecordBroadcast implements store.Settlements, refusing bad arguments as
-// the sqlite backend does.
+// RecordBroadcast implements store.Settlements.
 func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
 	defer store.Wrap(&err, "redis", "record broadcast of settlement %q", key)
 	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
@@ -163,10 +152,9 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 	return decodeSettlement(key, rest[0])
 }
 
-// UnresolvedSettlements implements store.Settlements. Records created in the
-// same millisecond come in key order (byte order). limit must be positive; a
-// limit over 10,000 returns at most 10,000 records, because the listing runs
-// in one script and Redis serves no other client meanwhile.
+// UnresolvedSettlements implements store.Settlements. A limit over 10,000
+// returns at most 10,000 records: the listing runs in one script, and Redis
+// serves no other client meanwhile.
 func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
 	defer store.Wrap(&err, "redis", "unresolved settlements")
 	if err := store.CheckLimit(limit); err != nil {

@@ -17,18 +17,8 @@ import (
 // takeover, release, update) sees no other writer in between, on any number of
 // DB values.
 //
-// Expiry. A record whose ExpiresAt has come (now >= ExpiresAt, by db.Now) counts
-// as absent everywhere: Payment, UpdatePayment and ReleasePayment answer
-// ErrNotFound, and ClaimPayment replaces it with a new claim under a new fence,
-// whatever its state, even PaymentHeld under a live lease or PaymentSettled.
-// That cannot let an authorization be spent twice: ExpiresAt lies past the
-// authorization's validBefore (plus a margin for clock skew, MISSION E1), so no
-// chain accepts that authorization any more, and a transaction broadcast for it
-// has either been mined by then, spending its nonce, or never will be. A new
-// authorization with the same key (same payer and nonce) can only be spent if
-// that nonce is still unused on chain, which verification checks before the
-// claim. The expired row stays in the table until PurgeExpiredPayments deletes
-// it or a claim replaces it.
+// An expired row (see store.Payments) stays in the table until
+// PurgeExpiredPayments deletes it or a claim replaces it.
 
 const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, owner,
     fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms,
@@ -38,23 +28,8 @@ const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, own
 // with the clock of the op.
 const selectPayment = `SELECT ` + paymentColumns + ` FROM payments WHERE payment_key = ?`
 
-// ClaimPayment implements store.Payments. Of any number of concurrent callers,
-// on any number of DB values, exactly one creates, takes over or replaces the
-// record.
-//
-// It reads Key, Network, Payer, Amount, Owner and ExpiresAt of c and ignores
-// the rest. Key must not be empty, lease must be positive (it is rounded up to
-// the millisecond), and ExpiresAt (rounded up to the millisecond) must be after
-// the store's time; otherwise it fails with an error that is not a sentinel and
-// changes nothing, not even an expired record. The new claim's LeaseUntil is
-// now+lease; it may lie past ExpiresAt, and then expiry wins.
-//
-// A record that has not expired is returned as it stands with false, unless it
-// is PaymentHeld with its lease over (now >= LeaseUntil): then the caller takes
-// it over, getting a new Owner, Fence and LeaseUntil while the authorization's
-// details (Network, Payer, Amount, ExpiresAt, CreatedAt) stay those of the
-// first claim. PaymentPending and PaymentSettled records are never taken over.
-// An expired record is replaced, as if absent (see the file comment).
+// ClaimPayment implements store.Payments, reading and writing as one op of a
+// write batch (writer.go).
 func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time.Duration) (_ store.PaymentClaim, _ bool, err error) {
 	defer store.Wrap(&err, "sqlite", "claim payment %q", c.Key)
 	if err := store.CheckPaymentClaim(c, lease); err != nil {
@@ -161,11 +136,7 @@ func (db *DB) livePayment(ctx context.Context, tx *sql.Tx, key string, fence int
 	return cur, nil
 }
 
-// ReleasePayment implements store.Payments. It deletes the record if it is
-// PaymentHeld or PaymentPending under fence, whether or not the lease is over;
-// ErrFenced if the fence is stale or the record is PaymentSettled; ErrNotFound
-// if absent or expired. A key claimed again after a release gets a fence never
-// used before, so the released fence stays stale.
+// ReleasePayment implements store.Payments.
 func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err error) {
 	defer store.Wrap(&err, "sqlite", "release payment %q", key)
 	ctx, cancel, err := db.gate.Op(ctx)
@@ -188,23 +159,6 @@ func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err 
 }
 
 // UpdatePayment implements store.Payments.
-//
-// state must be PaymentPending or PaymentSettled; PaymentHeld (a claim never
-// goes back to held, where it could be taken over and its authorization reach
-// the upstream again) and unknown states fail with an error that is not a
-// sentinel. txHash may be empty in both: a settle answer need not name a
-// transaction (a remote facilitator's settlement_pending, or
-// invalid_exact_evm_nonce_already_used recorded as spent), and refusing the
-// write would leave the claim PaymentHeld, to be taken over once its lease
-// ends, while the authorization is spent or about to be.
-//
-// Allowed: held -> pending, held -> settled, pending -> pending (a replacement
-// transaction, or the same one again), pending -> settled. PaymentSettled is
-// terminal: writing the values it holds (settled, same txHash) succeeds and
-// changes nothing, anything else is ErrFenced. A stale fence is ErrFenced, an
-// absent or expired record ErrNotFound. The lease does not matter: until
-// someone takes the claim over, its holder's fence is good. UpdatedAt changes
-// on every successful write but the no-op on a settled record.
 func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state store.PaymentState, txHash string) (err error) {
 	defer store.Wrap(&err, "sqlite", "update payment %q to %s", key, state)
 	if err := store.CheckPaymentUpdate(state); err != nil {
@@ -233,8 +187,7 @@ func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state 
 	})
 }
 
-// StagePayment implements store.Payments (migration 0003's columns). The
-// staged response is deleted with its record (release, expiry).
+// StagePayment implements store.Payments, in migration 0003's columns.
 func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store.StagedResponse) (err error) {
 	defer store.Wrap(&err, "sqlite", "stage payment %q", key)
 	if err := store.CheckResponse(r.Status, r.Body); err != nil {
@@ -291,22 +244,8 @@ WHERE state IN ('pending', 'settled') AND tx_hash <> ''
 ORDER BY staged_content_type, created_at_ms, payment_key
 LIMIT ?`
 
-// StagedPayments lists up to limit (1..1000) payment records whose staged
-// response has the content type contentType and that are PaymentSettled or
-// PaymentPending with a transaction hash: what a background task needs to
-// finish the work of a request that died after its settlement (the top-up
-// sweep of internal/gateway). They come oldest first, by CreatedAt and then
-// Key byte by byte, starting after the record (afterCreated, afterKey): pass
-// the last record of a page to read the next, the zero time and "" to start.
-// CreatedAt never changes while a record lives, so paging sees each record at
-// most once.
-//
-// It is not part of store.Payments, and, unlike every operation there, it
-// lists expired records too, until PurgeExpiredPayments deletes them: a
-// settled payment nobody came back for is still owed once its claim
-// expired. An empty content type or a limit outside 1..1000 fails with an
-// error that is not a sentinel; no match is an empty list. Migration 0009
-// indexes exactly this query.
+// StagedPayments implements store.StagedLister. Migration 0009 indexes
+// exactly this query.
 func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) (_ []store.PaymentClaim, err error) {
 	defer store.Wrap(&err, "sqlite", "staged payments of %q", contentType)
 	if err := store.ValidateStagedQuery(contentType, limit); err != nil {
@@ -338,13 +277,9 @@ func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreat
 	return out, nil
 }
 
-// PurgeExpiredPayments deletes up to limit (> 0) expired payment records
-// (ExpiresAt <= now by db.Now), soonest expired first, and returns how many it
-// deleted. It is not part of store.Payments: expired records already count as
-// absent, so purging only reclaims space and is never needed for correctness.
-// Call it periodically, and again at once while it returns limit. limit bounds
-// the work of one write op, which shares its batch's transaction and deadline
-// with other writes: keep it in the hundreds or low thousands.
+// PurgeExpiredPayments deletes expired claims (see store.Payments). limit
+// bounds the work of one write op, which shares its batch's transaction and
+// deadline with other writes: keep it in the hundreds or low thousands.
 func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err error) {
 	defer store.Wrap(&err, "sqlite", "purge expired payments")
 	if err := store.CheckLimit(limit); err != nil {
@@ -408,4 +343,4 @@ func scanPayment(row interface{ Scan(...any) error }) (store.PaymentClaim, error
 	return c, nil
 }
 
-var _ store.Payments = (*DB)(nil)
+var _ store.StagedLister = (*DB)(nil)

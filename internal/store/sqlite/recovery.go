@@ -255,9 +255,8 @@ WHERE recovery_key = ? RETURNING `+recoveryColumns, now, key))
 	return rec, took, nil
 }
 
-// PurgeExpiredRecoveries deletes up to limit (> 0) expired recovery records
-// and returns how many. Not part of store.Recoveries: expired records already
-// count as absent.
+// PurgeExpiredRecoveries deletes expired records (see store.Recoveries), as
+// PurgeExpiredPayments does.
 func (db *DB) PurgeExpiredRecoveries(ctx context.Context, limit int) (_ int, err error) {
 	defer store.Wrap(&err, "sqlite", "purge expired recoveries")
 	if err := store.CheckLimit(limit); err != nil {

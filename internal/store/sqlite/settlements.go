@@ -20,10 +20,8 @@ const columns = `settlement_key, network, asset, payer, pay_to, amount, state, t
 
 const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_key = ?`
 
-// ClaimSettlement implements store.Settlements. It reads and writes as one op
-// of a write batch, inside the batch's IMMEDIATE transaction, so of any number
-// of concurrent callers, on any number of DB values, exactly one creates or
-// takes over the record.
+// ClaimSettlement implements store.Settlements, reading and writing as one
+// op of a write batch (writer.go).
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
 	defer store.Wrap(&err, "sqlite", "claim settlement %q", s.Key)
 	if err := store.CheckClaim(s.Key, lease); err != nil {
@@ -101,15 +99,6 @@ func nextFence(ctx context.Context, tx *sql.Tx) (int64, error) {
 }
 
 // UpdateSettlement implements store.Settlements.
-//
-// Beyond the interface's contract it refuses, with an error that is not a
-// sentinel, a state the store does not know or StateClaimed (a record never
-// goes back to claimed, where it could be released or taken over and its
-// authorization broadcast again), StateBroadcast or StateSettled without a
-// transaction hash, and StateFailed without a reason. StateSettled and
-// StateFailed are terminal: writing the values the record already holds
-// succeeds and changes nothing, anything else is ErrFenced (someone else
-// resolved the record; the caller must stop and read it).
 func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
 	defer store.Wrap(&err, "sqlite", "update settlement %q to %s", key, state)
 	if err := store.CheckSettlementUpdate(state, txHash, reason); err != nil {
@@ -166,10 +155,7 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	})
 }
 
-// RecordBroadcast implements store.Settlements. Beyond the interface's
-// contract it refuses, with an error that is not a sentinel, an empty hash
-// and a raw transaction that is not 0x-prefixed hex of 1 to store.MaxRawTx
-// bytes.
+// RecordBroadcast implements store.Settlements.
 func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
 	defer store.Wrap(&err, "sqlite", "record broadcast of settlement %q", key)
 	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
@@ -225,9 +211,8 @@ func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txH
 	})
 }
 
-// MarkSuccessReported implements store.Settlements. The mark is one
-// conditional UPDATE; only the call that changed the row gets true. It
-// returns ErrNotFound if there is no record for key.
+// MarkSuccessReported implements store.Settlements with one conditional
+// UPDATE.
 func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
 	defer store.Wrap(&err, "sqlite", "mark success reported %q", key)
 	ctx, cancel, err := db.gate.Op(ctx)
@@ -276,8 +261,7 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 	return s, nil
 }
 
-// UnresolvedSettlements implements store.Settlements. Records created in the
-// same millisecond come in key order. limit must be positive.
+// UnresolvedSettlements implements store.Settlements.
 func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
 	defer store.Wrap(&err, "sqlite", "unresolved settlements")
 	if err := store.CheckLimit(limit); err != nil {

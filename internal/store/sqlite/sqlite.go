@@ -132,8 +132,7 @@ func Open(ctx context.Context, path string, log *slog.Logger) (_ *DB, err error)
 
 // Close closes the database. Writes already queued are still run and
 // answered: Close waits for them, for the writer goroutine to return, and
-// then closes the connections. Writes called after Close fail with an error
-// saying the database is closed; reads in progress may fail.
+// then closes the connections. Reads in progress may fail.
 //
 // If another connection holds the write lock, the wait can last up to
 // busy_timeout for BEGIN plus store.DefaultTimeout for the batch.

@@ -188,10 +188,7 @@ RETURNING `+keyColumns, db.nowArg(), id, owner))
 // statement's time as the new expiry minus the TTL ($3).
 func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (err error) {
 	defer store.Wrap(&err, "postgres", "put nonce")
-	if !store.ValidNonce(nonce) {
-		return errors.New("invalid nonce")
-	}
-	if err := store.ValidateAuthTTL(ttl); err != nil {
+	if err := store.ValidateNonce(nonce, ttl); err != nil {
 		return err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
@@ -241,13 +238,7 @@ func (db *DB) ConsumeNonce(ctx context.Context, nonce string) (err error) {
 // CreateSession implements store.Keys.
 func (db *DB) CreateSession(ctx context.Context, hash, owner string, ttl time.Duration) (_ store.Session, err error) {
 	defer store.Wrap(&err, "postgres", "create session")
-	switch {
-	case !store.ValidHash(hash):
-		return store.Session{}, errors.New("invalid session hash")
-	case !store.ValidOwner(owner):
-		return store.Session{}, errors.New("invalid owner")
-	}
-	if err := store.ValidateAuthTTL(ttl); err != nil {
+	if err := store.ValidateSession(hash, owner, ttl); err != nil {
 		return store.Session{}, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)

@@ -153,10 +153,7 @@ RETURNING `+keyColumns, max(db.nowMs(), 1), id))
 // PutNonce implements store.Keys.
 func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (err error) {
 	defer store.Wrap(&err, "sqlite", "put nonce")
-	if !store.ValidNonce(nonce) {
-		return errors.New("invalid nonce")
-	}
-	if err := store.ValidateAuthTTL(ttl); err != nil {
+	if err := store.ValidateNonce(nonce, ttl); err != nil {
 		return err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
@@ -219,13 +216,7 @@ const sessionColumns = `session_hash, owner, created_at_ms, expires_at_ms`
 // CreateSession implements store.Keys.
 func (db *DB) CreateSession(ctx context.Context, hash, owner string, ttl time.Duration) (_ store.Session, err error) {
 	defer store.Wrap(&err, "sqlite", "create session")
-	switch {
-	case !store.ValidHash(hash):
-		return store.Session{}, errors.New("invalid session hash")
-	case !store.ValidOwner(owner):
-		return store.Session{}, errors.New("invalid owner")
-	}
-	if err := store.ValidateAuthTTL(ttl); err != nil {
+	if err := store.ValidateSession(hash, owner, ttl); err != nil {
 		return store.Session{}, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)

@@ -181,7 +181,7 @@ func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err 
 
 // hold is Hold after its arguments were checked.
 func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error) {
-	ttlMs := int64((r.TTL + time.Millisecond - 1) / time.Millisecond)
+	ttlMs := store.CeilMillis(r.TTL)
 	var h store.Hold
 	err := db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
 		tx := db.wtx(sqlTx)
@@ -644,12 +644,9 @@ func (db *DB) HoldRecord(ctx context.Context, holdID string) (_ store.Hold, err 
 // its postings: a scan of its index, for reports, not for the paid path.
 func (db *DB) Balance(ctx context.Context, account, asset string) (_ int64, err error) {
 	defer store.Wrap(&err, "sqlite", "balance %q", account)
-	kind, _, ok := store.ParseAccount(account)
-	if !ok {
-		return 0, errors.New("invalid account")
-	}
-	if !store.ValidAsset(asset) {
-		return 0, errors.New("invalid asset")
+	kind, err := store.ValidateAccount(account, asset)
+	if err != nil {
+		return 0, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
@@ -673,13 +670,8 @@ func (db *DB) Balance(ctx context.Context, account, asset string) (_ int64, err 
 // snapshot.
 func (db *DB) Entries(ctx context.Context, account, asset string, afterSeq int64, limit int) (_ []store.Entry, err error) {
 	defer store.Wrap(&err, "sqlite", "entries of %q", account)
-	switch _, _, ok := store.ParseAccount(account); {
-	case !ok:
-		return nil, errors.New("invalid account")
-	case !store.ValidAsset(asset):
-		return nil, errors.New("invalid asset")
-	case limit <= 0 || limit > store.MaxEntries:
-		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxEntries)
+	if err := store.ValidateEntries(account, asset, limit); err != nil {
+		return nil, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
@@ -700,15 +692,8 @@ ORDER BY e.seq, p.account`, account, asset, afterSeq, limit)
 // KeyUsage implements store.Ledger.
 func (db *DB) KeyUsage(ctx context.Context, keyID, asset string, period time.Duration) (_ store.KeyUsage, err error) {
 	defer store.Wrap(&err, "sqlite", "key usage %q", keyID)
-	switch {
-	case !store.ValidID(keyID):
-		return store.KeyUsage{}, errors.New("invalid key id")
-	case !store.ValidAsset(asset):
-		return store.KeyUsage{}, errors.New("invalid asset")
-	case period != 0:
-		if err := store.ValidatePeriod(period); err != nil {
-			return store.KeyUsage{}, err
-		}
+	if err := store.ValidateKeyUsage(keyID, asset, period); err != nil {
+		return store.KeyUsage{}, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {

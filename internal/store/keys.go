@@ -162,6 +162,25 @@ func ValidNonce(s string) bool {
 	})
 }
 
+// ValidateNonce checks the arguments of Keys.PutNonce.
+func ValidateNonce(nonce string, ttl time.Duration) error {
+	if !ValidNonce(nonce) {
+		return errors.New("invalid nonce")
+	}
+	return ValidateAuthTTL(ttl)
+}
+
+// ValidateSession checks the arguments of Keys.CreateSession.
+func ValidateSession(hash, owner string, ttl time.Duration) error {
+	switch {
+	case !ValidHash(hash):
+		return errors.New("invalid session hash")
+	case !ValidOwner(owner):
+		return errors.New("invalid owner")
+	}
+	return ValidateAuthTTL(ttl)
+}
+
 // ValidateAuthTTL checks the lifetime of a nonce or a session.
 func ValidateAuthTTL(ttl time.Duration) error {
 	if ttl <= 0 || ttl > MaxAuthTTL {

@@ -351,6 +351,45 @@ func ParseAccount(account string) (kind, owner string, ok bool) {
 	return kind, owner, true
 }
 
+// ValidateAccount checks an account and an asset, as Ledger.Balance and
+// Ledger.Entries take them, and returns the account's kind (see
+// ParseAccount).
+func ValidateAccount(account, asset string) (kind string, err error) {
+	kind, _, ok := ParseAccount(account)
+	if !ok {
+		return "", errors.New("invalid account")
+	}
+	if !ValidAsset(asset) {
+		return "", errors.New("invalid asset")
+	}
+	return kind, nil
+}
+
+// ValidateEntries checks the arguments of Ledger.Entries.
+func ValidateEntries(account, asset string, limit int) error {
+	if _, err := ValidateAccount(account, asset); err != nil {
+		return err
+	}
+	if limit <= 0 || limit > MaxEntries {
+		return fmt.Errorf("limit %d is outside 1..%d", limit, MaxEntries)
+	}
+	return nil
+}
+
+// ValidateKeyUsage checks the arguments of Ledger.KeyUsage: a period of 0
+// asks for no window.
+func ValidateKeyUsage(keyID, asset string, period time.Duration) error {
+	switch {
+	case !ValidID(keyID):
+		return errors.New("invalid key id")
+	case !ValidAsset(asset):
+		return errors.New("invalid asset")
+	case period != 0:
+		return ValidatePeriod(period)
+	}
+	return nil
+}
+
 // ValidateCredit checks the arguments of Ledger.Credit, for every backend.
 func ValidateCredit(opID, owner, asset string, amount int64) error {
 	switch {

@@ -79,15 +79,22 @@ type Recovery struct {
 
 // Recoveries stores recovery records. Every decision on time uses the store's
 // clock.
+//
+// Backends may also offer, outside this interface,
+// PurgeExpiredRecoveries(ctx, limit) (int, error), which deletes expired
+// records as PurgeExpiredPayments deletes claims (see Payments).
 type Recoveries interface {
 	// BeginRecovery creates r in RecoveryInFlight with a new fence and a lease
-	// of the given length (> 0), unless a live record for r.Key exists. A record
+	// of the given length (> 0, rounded up to the millisecond), unless a live
+	// record for r.Key exists; of any number of concurrent callers, on any
+	// number of handles, exactly one creates or replaces the record. A record
 	// counts as absent, and is replaced, when it expired, when it is in flight
 	// with its lease over, or when it is promoted with no replay left. Key,
 	// Payer, Fingerprint, OperationID (non-empty, unique), PaymentKey,
 	// ProofHash, ProofUntil, Amount, Owner and ExpiresAt (after the store's
-	// time) of r are read. It returns the record as it now stands and whether
-	// the caller holds it.
+	// time, rounded up to the millisecond) of r are read; bad arguments fail
+	// with an error that is no sentinel and change nothing. It returns the
+	// record as it now stands and whether the caller holds it.
 	BeginRecovery(ctx context.Context, r Recovery, lease time.Duration) (Recovery, bool, error)
 	// StageRecovery keeps resp with the record for key, in flight or staged
 	// under fence, and moves it to RecoveryStaged. ErrFenced if the fence is
@@ -96,8 +103,9 @@ type Recoveries interface {
 	// sentinel.
 	StageRecovery(ctx context.Context, key string, fence int64, resp RecordedResponse) error
 	// PromoteRecovery makes the staged record whose operation id is
-	// operationID replayable: it records ref, a replay budget of replays (> 0)
-	// and an expiry ttl (> 0) from now. The fingerprint must be the record's
+	// operationID replayable: it records ref, a replay budget of replays
+	// (1..MaxReplays) and an expiry ttl (> 0, rounded up to the millisecond)
+	// from now. The fingerprint must be the record's
 	// (an extra check, never the key). An empty operation id or an incomplete
 	// ref is an error that is no sentinel and changes nothing; no live record
 	// with that operation id is ErrNotFound; another fingerprint, a record

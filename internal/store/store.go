@@ -1,6 +1,7 @@
 // Package store declares the business-level storage contracts of llm4agents and
-// their sentinel errors. Backends live in subpackages (sqlite, and later postgres
-// and redis) and all pass the same conformance suite in storetest.
+// their sentinel errors. Backends live in subpackages (sqlite, postgres and
+// redis; Redis keeps settlements, payments and recoveries only) and all pass
+// the same conformance suite in storetest.
 //
 // Contracts name operations, never SQL, so that a key-value backend can implement
 // them with one atomic script per operation.
@@ -23,6 +24,10 @@ var (
 	// on (out of StateClaimed, or into a terminal state with other values): the
 	// writer lost its claim or its view is out of date, and must stop.
 	ErrFenced = errors.New("store: stale fencing token")
+	// ErrClosed means the backend's handle was closed. Every method of a
+	// closed handle fails at once with an error wrapping it, neither
+	// hanging nor panicking; a second Close does nothing and returns nil.
+	ErrClosed = errors.New("store: database is closed")
 )
 
 // SettlementState is where the settlement of one authorization stands.
@@ -109,7 +114,9 @@ const MaxRecentPage = 1000
 // Settlements stores facilitator settlement records.
 type Settlements interface {
 	// ClaimSettlement creates s in StateClaimed with a new fence and a lease of
-	// the given length (> 0), unless a record for s.Key (non-empty) exists. An
+	// the given length (> 0, rounded up to the millisecond), unless a record
+	// for s.Key (non-empty) exists; of any number of concurrent callers, on
+	// any number of handles, exactly one creates or takes over the record. An
 	// existing record in StateClaimed whose lease expired is taken over (Owner,
 	// Fence and LeaseUntil replaced, and PayTo and Amount set to s's: nothing
 	// was sent for a claimed record, and a payer may sign two authorizations
@@ -120,10 +127,14 @@ type Settlements interface {
 	ClaimSettlement(ctx context.Context, s Settlement, lease time.Duration) (Settlement, bool, error)
 	// UpdateSettlement sets state, tx hash and reason of the record, if fence is
 	// still the record's fence; otherwise ErrFenced. ErrNotFound if absent. A
-	// record never moves back to StateClaimed; StateBroadcast and StateSettled
-	// need a tx hash, StateFailed a reason; StateSettled and StateFailed are
-	// terminal (writing the same values again is a no-op, anything else
-	// ErrFenced). RawTx is left as it is. UpdatedAt changes on every write.
+	// record never moves back to StateClaimed, where it could be released or
+	// taken over and its authorization broadcast again; StateBroadcast and
+	// StateSettled need a tx hash, StateFailed a reason; an unknown state,
+	// StateClaimed or a missing hash or reason fails with an error that is no
+	// sentinel (CheckSettlementUpdate). StateSettled and StateFailed are
+	// terminal: writing the same values again is a no-op, anything else
+	// ErrFenced (someone else resolved the record; the caller must stop and
+	// read it). RawTx is left as it is. UpdatedAt changes on every write.
 	UpdateSettlement(ctx context.Context, key string, fence int64, state SettlementState, txHash, reason string) error
 	// ReleaseSettlement deletes a record still in StateClaimed under fence, so the
 	// authorization can be tried again. ErrFenced if the fence is stale or the
@@ -135,7 +146,8 @@ type Settlements interface {
 	// before each transaction it sends for the record (a first one, a
 	// replacement), so that whatever reaches the node is named by the record,
 	// even if the process dies right after sending. ErrFenced if the fence is
-	// stale or the record is resolved; ErrNotFound if absent.
+	// stale or the record is resolved; ErrNotFound if absent; arguments that
+	// fail CheckBroadcast are an error that is no sentinel.
 	RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) error
 	// AbandonBroadcast deletes a record in StateBroadcast under fence whose
 	// transaction is still txHash, so the authorization can be tried again.
@@ -145,13 +157,15 @@ type Settlements interface {
 	// is in another state or names another transaction; ErrNotFound if absent.
 	AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) error
 	// MarkSuccessReported atomically sets SuccessReported on a StateSettled record
-	// and reports whether this call set it. Exactly one call ever gets true.
-	// ErrNotFound if absent.
+	// and reports whether this call set it. Exactly one call ever gets true;
+	// a record not settled, or already marked, gives false. ErrNotFound if
+	// absent.
 	MarkSuccessReported(ctx context.Context, key string) (bool, error)
 	// Settlement returns the record for key, or ErrNotFound.
 	Settlement(ctx context.Context, key string) (Settlement, error)
 	// UnresolvedSettlements lists up to limit (> 0) records in StateClaimed or
-	// StateBroadcast, oldest first, for the reconciler.
+	// StateBroadcast, oldest first (by CreatedAt, then by key, byte by byte),
+	// for the reconciler.
 	UnresolvedSettlements(ctx context.Context, limit int) ([]Settlement, error)
 	// RecentSettlements lists up to limit (1 to MaxRecentPage) records in
 	// StateSettled, other than ReorgLost ones, whose UpdatedAt is at or
@@ -308,18 +322,64 @@ func ValidateStagedQuery(contentType string, limit int) error {
 	return nil
 }
 
-// Payments stores resource-server claims on authorizations.
+// Payments stores resource-server claims on authorizations. A claim counts as
+// absent from its ExpiresAt on (now >= ExpiresAt, by the store's clock) in
+// every operation, whatever its state, even PaymentHeld under a live lease or
+// PaymentSettled. That cannot let an authorization be spent twice: ExpiresAt
+// lies past the authorization's validBefore (plus a margin for clock skew,
+// MISSION E1), so no chain accepts that authorization any more, and a
+// transaction broadcast for it has either been mined by then, spending its
+// nonce, or never will be. A new authorization with the same key (same payer
+// and nonce) can only be spent if that nonce is still unused on chain, which
+// verification checks before the claim.
+//
+// Backends may also offer, outside this interface, PurgeExpiredPayments(ctx,
+// limit) (int, error): it deletes up to limit (> 0) expired claims, soonest
+// expired first, and returns how many. Expired claims already count as
+// absent, so purging only reclaims space; call it periodically, and again at
+// once while it returns limit.
 type Payments interface {
-	// ClaimPayment creates c in PaymentHeld with a new fence and a lease, unless
-	// a claim for c.Key exists; a PaymentHeld claim whose lease expired is taken
-	// over. Expired records (past ExpiresAt) count as absent. It returns the claim
-	// as it now stands and whether the caller holds it.
+	// ClaimPayment creates c in PaymentHeld with a new fence and a lease of
+	// the given length (> 0, rounded up to the millisecond), unless a live
+	// claim for c.Key (non-empty) exists, and returns the claim as it now
+	// stands and whether the caller holds it; of any number of concurrent
+	// callers, on any number of handles, exactly one creates, takes over or
+	// replaces the claim. Only Key, Network, Payer, Amount, Owner and
+	// ExpiresAt (rounded up to the millisecond, after the store's time) of c
+	// are read; bad arguments fail with an error that is no sentinel and
+	// change nothing, not even an expired claim. LeaseUntil may lie past
+	// ExpiresAt; then expiry wins.
+	//
+	// A PaymentHeld claim whose lease is over (now >= LeaseUntil) is taken
+	// over: its Owner, Fence and LeaseUntil are replaced, while Network,
+	// Payer, Amount, ExpiresAt and CreatedAt stay the first claim's.
+	// PaymentPending and PaymentSettled claims are never taken over. An
+	// expired claim is replaced, as if absent.
 	ClaimPayment(ctx context.Context, c PaymentClaim, lease time.Duration) (PaymentClaim, bool, error)
 	// ReleasePayment deletes a claim in PaymentHeld or PaymentPending under
-	// fence: the authorization was not spent and may be presented again.
+	// fence, whether or not its lease is over: the authorization was not
+	// spent and may be presented again. ErrFenced if the fence is stale or
+	// the claim is PaymentSettled; ErrNotFound if absent or expired. A key
+	// claimed again after a release gets a fence never used before, so the
+	// released fence stays stale.
 	ReleasePayment(ctx context.Context, key string, fence int64) error
 	// UpdatePayment moves a claim under fence to PaymentPending or
-	// PaymentSettled with its transaction hash. PaymentSettled is terminal.
+	// PaymentSettled with its transaction hash, which may be empty: a settle
+	// answer need not name a transaction (a remote facilitator's
+	// settlement_pending, or an authorization found already used), and
+	// refusing the write would leave the claim held, to be taken over once
+	// its lease ends, while the authorization is spent. PaymentHeld (a claim
+	// never goes back to held, where it could be taken over and its
+	// authorization reach the upstream again) and unknown states fail with an
+	// error that is no sentinel (CheckPaymentUpdate).
+	//
+	// Allowed: held -> pending | settled, pending -> pending (a replacement
+	// transaction, or the same one again) | settled. PaymentSettled is
+	// terminal: writing the values it holds succeeds and changes nothing,
+	// anything else is ErrFenced. A stale fence is ErrFenced, an absent or
+	// expired claim ErrNotFound; the lease does not matter (until someone
+	// takes the claim over, its holder's fence is good). UpdatedAt changes on
+	// every write but the no-op on a settled claim.
 	UpdatePayment(ctx context.Context, key string, fence int64, state PaymentState, txHash string) error
 	// StagePayment keeps r with the claim for key, replacing any staged
 	// response, while the claim is PaymentHeld or PaymentPending under fence.
@@ -329,4 +389,26 @@ type Payments interface {
 	StagePayment(ctx context.Context, key string, fence int64, r StagedResponse) error
 	// Payment returns the claim for key, or ErrNotFound.
 	Payment(ctx context.Context, key string) (PaymentClaim, error)
+}
+
+// StagedLister is a Payments backend that can also list claims by the
+// content type of their staged response (the SQL backends), for the
+// gateway's top-up sweep, which declares the method on its side.
+type StagedLister interface {
+	Payments
+	// StagedPayments lists up to limit (1..MaxStagedPage) claims whose
+	// staged response has the content type contentType and that are
+	// PaymentSettled or PaymentPending with a transaction hash: what a
+	// background task needs to finish the work of a request that died after
+	// its settlement. They come oldest first, by CreatedAt and then Key byte
+	// by byte, starting after the claim (afterCreated, afterKey): pass the
+	// last claim of a page to read the next, the zero time and "" to start.
+	// CreatedAt never changes while a claim lives, so paging sees each claim
+	// at most once.
+	//
+	// Unlike every operation of Payments, it lists expired claims too, until
+	// they are purged: a settled payment nobody came back for is still owed
+	// once its claim expired. Arguments that fail ValidateStagedQuery are an
+	// error that is no sentinel; no match is an empty list.
+	StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) ([]PaymentClaim, error)
 }

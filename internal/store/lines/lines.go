@@ -9,7 +9,9 @@
 // of them (up to Set.Max) as the next batch. An idle line sends a write at
 // once, so a line costs an uncontended write nothing. How a batch is sent
 // (a PostgreSQL pipeline in one transaction, a Redis pipeline) is the
-// store's; this package only forms the batches.
+// store's; this package only forms the batches. SQLite batches its writes
+// with a writer goroutine of its own (internal/store/sqlite/writer.go), for
+// the reasons docs/BENCHMARKS.md gives under "Group commit".
 package lines
 
 import (

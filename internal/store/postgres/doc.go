@@ -1,9 +1,9 @@
 // Package postgres is the PostgreSQL store backend, for several gateway or
 // facilitator replicas sharing one database, through
 // github.com/jackc/pgx/v5 (pgxpool). It implements store.Settlements,
-// store.Payments, store.Ledger, store.Recoveries and store.Keys with the
-// semantics the storetest suites pin down, the same as the sqlite
-// backend's.
+// store.Payments, store.Ledger, store.Recoveries, store.Keys,
+// store.Receipts and store.StagedLister with the semantics the storetest
+// suites pin down.
 //
 // # Atomicity
 //

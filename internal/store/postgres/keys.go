@@ -44,11 +44,11 @@ SELECT c.keys, i.* FROM c LEFT JOIN i ON true`
 
 // CreateKey implements store.Keys.
 func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, err error) {
-	defer wrap(&err, "create key %q", k.ID)
+	defer store.Wrap(&err, "postgres", "create key %q", k.ID)
 	if err := k.Validate(); err != nil {
 		return store.APIKey{}, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.APIKey{}, err
 	}
@@ -111,11 +111,11 @@ func (db *DB) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 // KeysByOwner implements store.Keys. Keys created in the same millisecond
 // are ordered by id, byte by byte.
 func (db *DB) KeysByOwner(ctx context.Context, owner string) (_ []store.APIKey, err error) {
-	defer wrap(&err, "keys of %q", owner)
+	defer store.Wrap(&err, "postgres", "keys of %q", owner)
 	if !store.ValidOwner(owner) {
 		return nil, errors.New("invalid owner")
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -138,11 +138,11 @@ ORDER BY created_at_ms, key_id COLLATE "C"`, owner)
 
 // KeyByHash implements store.Keys.
 func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err error) {
-	defer wrap(&err, "key by hash")
+	defer store.Wrap(&err, "postgres", "key by hash")
 	if !store.ValidHash(hash) {
 		return store.APIKey{}, errors.New("invalid key hash")
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.APIKey{}, err
 	}
@@ -159,11 +159,11 @@ func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err e
 // revoked; when it changes nothing, the key is read, revoked with its first
 // RevokedAt (a revocation is never undone) or not the owner's.
 func (db *DB) RevokeKey(ctx context.Context, owner, id string) (_ store.APIKey, err error) {
-	defer wrap(&err, "revoke key %q", id)
+	defer store.Wrap(&err, "postgres", "revoke key %q", id)
 	if !store.ValidOwner(owner) || !store.ValidID(id) {
 		return store.APIKey{}, errors.New("invalid owner or key id")
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.APIKey{}, err
 	}
@@ -187,14 +187,11 @@ RETURNING `+keyColumns, db.nowArg(), id, owner))
 // the insert then takes its row over. The conflict condition finds the
 // statement's time as the new expiry minus the TTL ($3).
 func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (err error) {
-	defer wrap(&err, "put nonce")
-	if !store.ValidNonce(nonce) {
-		return errors.New("invalid nonce")
-	}
-	if err := store.ValidateAuthTTL(ttl); err != nil {
+	defer store.Wrap(&err, "postgres", "put nonce")
+	if err := store.ValidateNonce(nonce, ttl); err != nil {
 		return err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -203,7 +200,7 @@ func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (er
 	tag, err := db.pool.Exec(ctx, withNow+`INSERT INTO auth_nonces AS a (nonce, expires_at_ms)
 SELECT $2, n.ms + $3::bigint FROM n
 ON CONFLICT (nonce) DO UPDATE SET expires_at_ms = excluded.expires_at_ms
-WHERE a.expires_at_ms <= excluded.expires_at_ms - $3::bigint`, db.nowArg(), nonce, leaseMs(ttl))
+WHERE a.expires_at_ms <= excluded.expires_at_ms - $3::bigint`, db.nowArg(), nonce, store.CeilMillis(ttl))
 	switch {
 	case err != nil:
 		return db.mapErr(ctx, err)
@@ -217,11 +214,11 @@ WHERE a.expires_at_ms <= excluded.expires_at_ms - $3::bigint`, db.nowArg(), nonc
 // callers queue on the row; the first deletes it and the others, re-reading
 // it after the first commits, find nothing to delete.
 func (db *DB) ConsumeNonce(ctx context.Context, nonce string) (err error) {
-	defer wrap(&err, "consume nonce")
+	defer store.Wrap(&err, "postgres", "consume nonce")
 	if !store.ValidNonce(nonce) {
 		return store.ErrNotFound // a nonce we could never have issued
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -240,17 +237,11 @@ func (db *DB) ConsumeNonce(ctx context.Context, nonce string) (err error) {
 
 // CreateSession implements store.Keys.
 func (db *DB) CreateSession(ctx context.Context, hash, owner string, ttl time.Duration) (_ store.Session, err error) {
-	defer wrap(&err, "create session")
-	switch {
-	case !store.ValidHash(hash):
-		return store.Session{}, errors.New("invalid session hash")
-	case !store.ValidOwner(owner):
-		return store.Session{}, errors.New("invalid owner")
-	}
-	if err := store.ValidateAuthTTL(ttl); err != nil {
+	defer store.Wrap(&err, "postgres", "create session")
+	if err := store.ValidateSession(hash, owner, ttl); err != nil {
 		return store.Session{}, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -259,7 +250,7 @@ func (db *DB) CreateSession(ctx context.Context, hash, owner string, ttl time.Du
 	s, err := scanSession(db.pool.QueryRow(ctx, withNow+`INSERT INTO auth_sessions (session_hash, owner, created_at_ms, expires_at_ms)
 SELECT $2, $3, n.ms, n.ms + $4::bigint FROM n
 ON CONFLICT DO NOTHING
-RETURNING session_hash, owner, created_at_ms, expires_at_ms`, db.nowArg(), hash, owner, leaseMs(ttl)))
+RETURNING session_hash, owner, created_at_ms, expires_at_ms`, db.nowArg(), hash, owner, store.CeilMillis(ttl)))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.Session{}, fmt.Errorf("session exists: %w", store.ErrConflict)
@@ -271,11 +262,11 @@ RETURNING session_hash, owner, created_at_ms, expires_at_ms`, db.nowArg(), hash,
 
 // Session implements store.Keys.
 func (db *DB) Session(ctx context.Context, hash string) (_ store.Session, err error) {
-	defer wrap(&err, "session")
+	defer store.Wrap(&err, "postgres", "session")
 	if !store.ValidHash(hash) {
 		return store.Session{}, store.ErrNotFound
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -291,11 +282,11 @@ FROM auth_sessions, n WHERE session_hash = $2 AND expires_at_ms > n.ms`, db.nowA
 
 // DeleteSession implements store.Keys.
 func (db *DB) DeleteSession(ctx context.Context, hash string) (err error) {
-	defer wrap(&err, "delete session")
+	defer store.Wrap(&err, "postgres", "delete session")
 	if !store.ValidHash(hash) {
 		return nil // no such session can exist
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -327,11 +318,11 @@ SELECT (SELECT count(*) FROM dn) + (SELECT count(*) FROM ds)`
 // SweepAuth implements store.Keys. Skipping locked rows, it may return
 // fewer than it could while others remain; the next call takes them.
 func (db *DB) SweepAuth(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "sweep auth")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "postgres", "sweep auth")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -156,11 +156,11 @@ FROM d LEFT JOIN prev ON true LEFT JOIN e ON true LEFT JOIN ub ON true`
 
 // Credit implements store.Ledger.
 func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int64) (_ store.Entry, err error) {
-	defer wrap(&err, "credit %q", opID)
+	defer store.Wrap(&err, "postgres", "credit %q", opID)
 	if err := store.ValidateCredit(opID, owner, asset, amount); err != nil {
 		return store.Entry{}, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Entry{}, err
 	}
@@ -294,11 +294,11 @@ FROM d CROSS JOIN w LEFT JOIN prev ON true LEFT JOIN h ON true`
 
 // Hold implements store.Ledger.
 func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err error) {
-	defer wrap(&err, "hold %q", r.ID)
+	defer store.Wrap(&err, "postgres", "hold %q", r.ID)
 	if err := r.Validate(); err != nil {
 		return store.Hold{}, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Hold{}, err
 	}
@@ -329,7 +329,7 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 		var hs holdScan
 		err := db.write(ctx, ledgerLine(r.Owner, r.Asset), &lineWrite{sql: holdStmt,
 			args: []any{now, r.ID, r.Owner, r.Asset, r.Amount, store.UserAccount(r.Owner), store.HeldAccount(r.Owner),
-				keyID, totalCap, periodMs, periodCap, leaseMs(r.TTL), args},
+				keyID, totalCap, periodMs, periodCap, store.CeilMillis(r.TTL), args},
 			dest: hs.dest(&verdict, &userBal, &ktHeld, &ktSpent, &kpHeld, &kpSpent, &windowStart, &prevArgs)})
 		h, found := hs.hold()
 		switch {
@@ -663,11 +663,11 @@ func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset st
 
 // Capture implements store.Ledger.
 func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store.Hold, _ store.Entry, err error) {
-	defer wrap(&err, "capture %q", holdID)
+	defer store.Wrap(&err, "postgres", "capture %q", holdID)
 	if err := store.ValidateActual(holdID, actual); err != nil {
 		return store.Hold{}, store.Entry{}, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Hold{}, store.Entry{}, err
 	}
@@ -695,11 +695,11 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 
 // Release implements store.Ledger.
 func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store.Entry, err error) {
-	defer wrap(&err, "release %q", holdID)
+	defer store.Wrap(&err, "postgres", "release %q", holdID)
 	if !store.ValidID(holdID) {
 		return store.Hold{}, store.Entry{}, errors.New("invalid hold id")
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Hold{}, store.Entry{}, err
 	}
@@ -730,11 +730,11 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 // another sweep, between the two is skipped, so it may return fewer than
 // limit while more remain.
 func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "release expired holds")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "postgres", "release expired holds")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -881,11 +881,11 @@ func sortPostings(ps []store.Posting) {
 
 // HoldRecord implements store.Ledger.
 func (db *DB) HoldRecord(ctx context.Context, holdID string) (_ store.Hold, err error) {
-	defer wrap(&err, "hold record %q", holdID)
+	defer store.Wrap(&err, "postgres", "hold record %q", holdID)
 	if !store.ValidID(holdID) {
 		return store.Hold{}, errors.New("invalid hold id")
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Hold{}, err
 	}
@@ -903,15 +903,12 @@ func (db *DB) HoldRecord(ctx context.Context, holdID string) (_ store.Hold, err 
 // Balance implements store.Ledger. A system account's balance is the sum of
 // its postings: a scan of its index, for reports, not for the paid path.
 func (db *DB) Balance(ctx context.Context, account, asset string) (_ int64, err error) {
-	defer wrap(&err, "balance %q", account)
-	kind, _, ok := store.ParseAccount(account)
-	if !ok {
-		return 0, errors.New("invalid account")
+	defer store.Wrap(&err, "postgres", "balance %q", account)
+	kind, err := store.ValidateAccount(account, asset)
+	if err != nil {
+		return 0, err
 	}
-	if !store.ValidAsset(asset) {
-		return 0, errors.New("invalid asset")
-	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -938,16 +935,11 @@ ORDER BY e.seq, p.account COLLATE "C"`
 // Entries implements store.Ledger, in one statement, so a page is one
 // snapshot.
 func (db *DB) Entries(ctx context.Context, account, asset string, afterSeq int64, limit int) (_ []store.Entry, err error) {
-	defer wrap(&err, "entries of %q", account)
-	switch _, _, ok := store.ParseAccount(account); {
-	case !ok:
-		return nil, errors.New("invalid account")
-	case !store.ValidAsset(asset):
-		return nil, errors.New("invalid asset")
-	case limit <= 0 || limit > store.MaxEntries:
-		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxEntries)
+	defer store.Wrap(&err, "postgres", "entries of %q", account)
+	if err := store.ValidateEntries(account, asset, limit); err != nil {
+		return nil, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -957,18 +949,11 @@ func (db *DB) Entries(ctx context.Context, account, asset string, afterSeq int64
 
 // KeyUsage implements store.Ledger.
 func (db *DB) KeyUsage(ctx context.Context, keyID, asset string, period time.Duration) (_ store.KeyUsage, err error) {
-	defer wrap(&err, "key usage %q", keyID)
-	switch {
-	case !store.ValidID(keyID):
-		return store.KeyUsage{}, errors.New("invalid key id")
-	case !store.ValidAsset(asset):
-		return store.KeyUsage{}, errors.New("invalid asset")
-	case period != 0:
-		if err := store.ValidatePeriod(period); err != nil {
-			return store.KeyUsage{}, err
-		}
+	defer store.Wrap(&err, "postgres", "key usage %q", keyID)
+	if err := store.ValidateKeyUsage(keyID, asset, period); err != nil {
+		return store.KeyUsage{}, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.KeyUsage{}, err
 	}

@@ -15,12 +15,7 @@ import (
 // statement decides and writes; a second one, only when nothing changed,
 // reads why.
 //
-// Expiry is the sqlite backend's: a record whose ExpiresAt has come (now >=
-// ExpiresAt, by the server's clock or DB.Now) counts as absent in every
-// operation, and a claim replaces it whatever its state. That cannot let an
-// authorization be spent twice, because ExpiresAt lies past the
-// authorization's validBefore plus a margin (MISSION E1); see the sqlite
-// package for the argument. The row stays until PurgeExpiredPayments
+// An expired row (see store.Payments) stays until PurgeExpiredPayments
 // deletes it or a claim replaces it.
 
 const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, owner,
@@ -62,30 +57,15 @@ const claimPayment = withNow + `, c AS (
     RETURNING ` + paymentColumns + `)
 SELECT n.ms, c.* FROM n LEFT JOIN c ON true`
 
-// ClaimPayment implements store.Payments. Of any number of concurrent
-// callers, on any number of DB values, exactly one creates, takes over or
-// replaces the record (see claimPayment and ClaimSettlement).
-//
-// It reads Key, Network, Payer, Amount, Owner and ExpiresAt of c. Key must
-// not be empty, lease must be positive (rounded up to the millisecond), and
-// ExpiresAt (rounded up to the millisecond) must be after the store's time;
-// otherwise it fails with an error that is not a sentinel and changes
-// nothing. A record that has not expired is returned as it stands with
-// false, unless it is PaymentHeld with its lease over: then the caller takes
-// it over (new Owner, Fence, LeaseUntil; the authorization's details and
-// CreatedAt stay). PaymentPending and PaymentSettled are never taken over.
+// ClaimPayment implements store.Payments in one statement (claimPayment), as
+// ClaimSettlement does.
 func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time.Duration) (_ store.PaymentClaim, _ bool, err error) {
-	defer wrap(&err, "claim payment %q", c.Key)
-	switch {
-	case c.Key == "":
-		return store.PaymentClaim{}, false, errors.New("empty key")
-	case lease <= 0:
-		return store.PaymentClaim{}, false, fmt.Errorf("lease %v is not positive", lease)
-	case c.ExpiresAt.IsZero():
-		return store.PaymentClaim{}, false, errors.New("no expiry")
+	defer store.Wrap(&err, "postgres", "claim payment %q", c.Key)
+	if err := store.CheckPaymentClaim(c, lease); err != nil {
+		return store.PaymentClaim{}, false, err
 	}
-	expiresMs := ceilMs(c.ExpiresAt)
-	ctx, cancel, err := db.opCtx(ctx)
+	expiresMs := store.CeilUnixMilli(c.ExpiresAt)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.PaymentClaim{}, false, err
 	}
@@ -95,7 +75,7 @@ func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time
 	for range claimAttempts {
 		var storeNow int64
 		rec, found, err := scanPayment(db.claimRow(ctx, "payments", c.Key, claimPayment,
-			now, c.Key, c.Network, c.Payer, c.Amount, c.Owner, leaseMs(lease), expiresMs), &storeNow)
+			now, c.Key, c.Network, c.Payer, c.Amount, c.Owner, store.CeilMillis(lease), expiresMs), &storeNow)
 		switch {
 		case err != nil:
 			return store.PaymentClaim{}, false, db.mapErr(ctx, err)
@@ -146,12 +126,9 @@ FROM payments, n WHERE payment_key = $2`, now, key).Scan(&curFence, &state, &txH
 // under fence $3, by the time n.ms.
 const liveUnderFence = `payment_key = $2 AND fence = $3 AND state IN ('held', 'pending') AND expires_at_ms > n.ms`
 
-// ReleasePayment implements store.Payments: it deletes the record if it is
-// PaymentHeld or PaymentPending under fence, whether or not the lease is
-// over; ErrFenced if the fence is stale or the record is PaymentSettled;
-// ErrNotFound if absent or expired.
+// ReleasePayment implements store.Payments.
 func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release payment %q", key)
+	defer store.Wrap(&err, "postgres", "release payment %q", key)
 	return db.writePayment(ctx, key, fence, func(ctx context.Context, now *int64) (int64, error) {
 		tag, err := db.pool.Exec(ctx, withNow+`DELETE FROM payments USING n WHERE `+liveUnderFence, now, key, fence)
 		return tag.RowsAffected(), err
@@ -160,20 +137,11 @@ func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err 
 	})
 }
 
-// UpdatePayment implements store.Payments, as the sqlite backend does:
-// state must be PaymentPending or PaymentSettled (PaymentHeld and unknown
-// states fail with an error that is not a sentinel); txHash may be empty.
-// Allowed: held -> pending | settled, pending -> pending | settled.
-// PaymentSettled is terminal: writing the values it holds succeeds and
-// changes nothing, anything else is ErrFenced.
+// UpdatePayment implements store.Payments.
 func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state store.PaymentState, txHash string) (err error) {
-	defer wrap(&err, "update payment %q to %s", key, state)
-	switch state {
-	case store.PaymentPending, store.PaymentSettled:
-	case store.PaymentHeld:
-		return errors.New("a claim never goes back to held")
-	default:
-		return errors.New("unknown state")
+	defer store.Wrap(&err, "postgres", "update payment %q to %s", key, state)
+	if err := store.CheckPaymentUpdate(state); err != nil {
+		return err
 	}
 	return db.writePayment(ctx, key, fence, func(ctx context.Context, now *int64) (int64, error) {
 		tag, err := db.pool.Exec(ctx, withNow+`UPDATE payments SET state = $4, tx_hash = $5, updated_at_ms = n.ms
@@ -190,12 +158,9 @@ FROM n WHERE `+liveUnderFence, now, key, fence, state, txHash)
 // StagePayment implements store.Payments (migration 0003's columns). The
 // staged response goes with its record (release, expiry).
 func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store.StagedResponse) (err error) {
-	defer wrap(&err, "stage payment %q", key)
-	switch {
-	case r.Status < 100 || r.Status > 599:
-		return fmt.Errorf("status %d is not an HTTP status", r.Status)
-	case len(r.Body) > store.MaxStagedBody:
-		return fmt.Errorf("body of %d bytes is over the %d bytes a staged response may have", len(r.Body), store.MaxStagedBody)
+	defer store.Wrap(&err, "postgres", "stage payment %q", key)
+	if err := store.CheckResponse(r.Status, r.Body); err != nil {
+		return err
 	}
 	body := r.Body
 	if body == nil {
@@ -220,7 +185,7 @@ func (db *DB) writePayment(ctx context.Context, key string, fence int64,
 	write func(ctx context.Context, now *int64) (int64, error),
 	settled func(state store.PaymentState, txHash string) error,
 ) error {
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -251,8 +216,8 @@ func (db *DB) writePayment(ctx context.Context, key string, fence int64,
 
 // Payment implements store.Payments: ErrNotFound if absent or expired.
 func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, err error) {
-	defer wrap(&err, "payment %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "payment %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.PaymentClaim{}, err
 	}
@@ -269,21 +234,14 @@ FROM payments, n WHERE payment_key = $2 AND expires_at_ms > n.ms`, db.nowArg(), 
 	return c, nil
 }
 
-// StagedPayments lists up to limit (1..1000) payment records whose staged
-// response has the content type contentType and that are PaymentSettled or
-// PaymentPending with a transaction hash, oldest first by CreatedAt and then
-// Key byte by byte (COLLATE "C", as SQLite compares), starting after the
-// record (afterCreated, afterKey); the zero time and "" start at the
-// beginning. As in the sqlite backend, which documents the method, it is
-// not part of store.Payments and lists expired records too, until
-// PurgeExpiredPayments deletes them. An empty content type or a limit
-// outside 1..1000 fails with an error that is not a sentinel.
+// StagedPayments implements store.StagedLister. Keys compare byte by byte
+// (COLLATE "C"), as in SQLite.
 func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) (_ []store.PaymentClaim, err error) {
-	defer wrap(&err, "staged payments of %q", contentType)
+	defer store.Wrap(&err, "postgres", "staged payments of %q", contentType)
 	if err := store.ValidateStagedQuery(contentType, limit); err != nil {
 		return nil, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -313,20 +271,15 @@ LIMIT $4`, contentType, afterCreated.UnixMilli(), afterKey, limit)
 	return out, nil
 }
 
-// PurgeExpiredPayments deletes up to limit (> 0) expired payment records
-// (ExpiresAt <= now, by the server's clock or DB.Now), soonest expired
-// first, and returns how many it deleted. As in the sqlite backend it is not
-// part of store.Payments: expired records already count as absent, so
-// purging only reclaims space. It skips rows another transaction has locked
-// (a claim replacing one), so it never makes a claim wait, and may return
-// fewer than limit while more remain. Call it periodically, and again at
-// once while it returns limit.
+// PurgeExpiredPayments deletes expired claims (see store.Payments). It skips
+// rows another transaction has locked (a claim replacing one), so it never
+// makes a claim wait, and may return fewer than limit while more remain.
 func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "purge expired payments")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "postgres", "purge expired payments")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -344,15 +297,6 @@ WHERE payment_key IN (SELECT payment_key FROM doomed) AND expires_at_ms <= n.ms`
 		return 0, db.mapErr(ctx, err)
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// ceilMs returns t in unix milliseconds, rounded up.
-func ceilMs(t time.Time) int64 {
-	ms := t.UnixMilli()
-	if t.After(time.UnixMilli(ms)) {
-		ms++
-	}
-	return ms
 }
 
 // scanPayment reads one row of paymentColumns after the values of first.

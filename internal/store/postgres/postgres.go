@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,7 +61,7 @@ type DB struct {
 	pool   *pgxpool.Pool
 	log    *slog.Logger
 	secret string // the DSN's password, scrubbed from every error text
-	closed atomic.Bool
+	gate   store.Gate
 
 	// held remembers the lines of the holds this DB placed until it resolves
 	// them (ledger.go, "Hold lines").
@@ -84,7 +83,7 @@ type DB struct {
 // cannot be reached, refuses the login or runs a schema newer than this
 // binary's. Neither its errors nor its log lines carry the DSN's password.
 func Open(ctx context.Context, dsn string, log *slog.Logger) (_ *DB, err error) {
-	defer wrap(&err, "open")
+	defer store.Wrap(&err, "postgres", "open")
 	cfg, secret, err := parseConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -251,36 +250,23 @@ func scrub(text, secret string) string {
 }
 
 // Close closes every connection, waiting for the statements in flight.
-// Calls after Close fail with an error; a second Close does nothing.
 func (db *DB) Close() error {
-	db.closed.Store(true)
-	db.pool.Close()
+	if db.gate.Close() {
+		db.pool.Close()
+	}
 	return nil
 }
 
 // Ping checks that the server answers, for a readiness probe. It fails with
 // the ctx error (store.DefaultTimeout when ctx has no earlier deadline).
 func (db *DB) Ping(ctx context.Context) (err error) {
-	defer wrap(&err, "ping")
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "ping")
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
 	return db.mapErr(ctx, db.pool.Ping(ctx))
-}
-
-// errClosed is what every method returns after Close.
-var errClosed = errors.New("database is closed")
-
-// opCtx bounds one operation by store.DefaultTimeout, or by ctx's earlier
-// deadline, and refuses to start after Close.
-func (db *DB) opCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	if db.closed.Load() {
-		return nil, nil, errClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	return ctx, cancel, nil
 }
 
 // nowExpr is the time of a statement in unix milliseconds: parameter $1 when
@@ -302,12 +288,6 @@ func (db *DB) nowArg() *int64 {
 	return &ms
 }
 
-// leaseMs returns lease in milliseconds, rounded up so a lease is never
-// shorter than asked.
-func leaseMs(lease time.Duration) int64 {
-	return int64((lease + time.Millisecond - 1) / time.Millisecond)
-}
-
 // mapErr turns what pgx returns into errors callers may inspect:
 // pgx.ErrNoRows becomes store.ErrNotFound, an error while ctx is done
 // becomes ctx's error, and everything else keeps only its text, with the
@@ -321,17 +301,10 @@ func (db *DB) mapErr(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		// pgx interrupts a statement once ctx is done.
 		return fmt.Errorf("%w (%s)", ctx.Err(), scrub(err.Error(), db.secret))
-	case db.closed.Load():
-		return fmt.Errorf("%w (%s)", errClosed, scrub(err.Error(), db.secret))
+	case db.gate.Closed():
+		return fmt.Errorf("%w (%s)", store.ErrClosed, scrub(err.Error(), db.secret))
 	default:
 		return errors.New(scrub(err.Error(), db.secret))
-	}
-}
-
-// wrap prefixes a non-nil *errp with the package and the operation.
-func wrap(errp *error, format string, args ...any) {
-	if *errp != nil {
-		*errp = fmt.Errorf("postgres: %s: %w", fmt.Sprintf(format, args...), *errp)
 	}
 }
 
@@ -350,6 +323,6 @@ func collect[T any](rows pgx.Rows, scan func(pgx.Row) (T, error)) ([]T, error) {
 }
 
 var (
-	_ store.Settlements = (*DB)(nil)
-	_ store.Payments    = (*DB)(nil)
+	_ store.Settlements  = (*DB)(nil)
+	_ store.StagedLister = (*DB)(nil)
 )

@@ -21,11 +21,11 @@ const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
 
 // PutReceipt implements store.Receipts.
 func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error) {
-	defer wrap(&err, "put receipt %q", r.RequestID)
+	defer store.Wrap(&err, "postgres", "put receipt %q", r.RequestID)
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -52,11 +52,11 @@ ON CONFLICT DO NOTHING`, db.nowArg(), r.RequestID, r.Owner, r.KeyID, r.Seq, r.En
 
 // Receipt implements store.Receipts.
 func (db *DB) Receipt(ctx context.Context, requestID string) (_ store.StoredReceipt, err error) {
-	defer wrap(&err, "receipt %q", requestID)
+	defer store.Wrap(&err, "postgres", "receipt %q", requestID)
 	if !store.ValidID(requestID) {
 		return store.StoredReceipt{}, store.ErrNotFound // never stored
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.StoredReceipt{}, err
 	}
@@ -75,7 +75,7 @@ func (db *DB) Receipt(ctx context.Context, requestID string) (_ store.StoredRece
 // one query with "key_id = $4 OR $4 is empty", which a generic plan could
 // not match to receipts_owner_key (migration 0010).
 func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.StoredReceipt, err error) {
-	defer wrap(&err, "receipts of %q", q.Owner)
+	defer store.Wrap(&err, "postgres", "receipts of %q", q.Owner)
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return nil, err
 	}

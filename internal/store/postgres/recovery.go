@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,19 +68,12 @@ SELECT n.ms, c.* FROM n LEFT JOIN c ON true`
 // record: the others' statements wait for the winner's on the unique key
 // and then find its record live.
 func (db *DB) BeginRecovery(ctx context.Context, r store.Recovery, lease time.Duration) (_ store.Recovery, _ bool, err error) {
-	defer wrap(&err, "begin recovery %q", r.Key)
-	switch {
-	case r.Key == "":
-		return store.Recovery{}, false, errors.New("empty key")
-	case r.OperationID == "":
-		return store.Recovery{}, false, errors.New("empty operation id")
-	case lease <= 0:
-		return store.Recovery{}, false, fmt.Errorf("lease %v is not positive", lease)
-	case r.ExpiresAt.IsZero():
-		return store.Recovery{}, false, errors.New("no expiry")
+	defer store.Wrap(&err, "postgres", "begin recovery %q", r.Key)
+	if err := store.CheckBeginRecovery(r, lease); err != nil {
+		return store.Recovery{}, false, err
 	}
-	expiresMs := ceilMs(r.ExpiresAt)
-	ctx, cancel, err := db.opCtx(ctx)
+	expiresMs := store.CeilUnixMilli(r.ExpiresAt)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Recovery{}, false, err
 	}
@@ -92,7 +84,7 @@ func (db *DB) BeginRecovery(ctx context.Context, r store.Recovery, lease time.Du
 		var storeNow int64
 		rec, found, err := scanRecovery(db.pool.QueryRow(ctx, beginRecovery, now,
 			r.Key, r.Payer, r.Fingerprint, r.OperationID, r.PaymentKey, r.ProofHash, r.ProofUntil.UnixMilli(), r.Amount,
-			r.Owner, leaseMs(lease), expiresMs), &storeNow)
+			r.Owner, store.CeilMillis(lease), expiresMs), &storeNow)
 		switch {
 		case err != nil:
 			return store.Recovery{}, false, db.mapErr(ctx, err)
@@ -152,12 +144,9 @@ const liveUnderRecoveryFence = `recovery_key = $2 AND fence = $3 AND state IN ('
 
 // StageRecovery implements store.Recoveries.
 func (db *DB) StageRecovery(ctx context.Context, key string, fence int64, resp store.RecordedResponse) (err error) {
-	defer wrap(&err, "stage recovery %q", key)
-	switch {
-	case resp.Status < 100 || resp.Status > 599:
-		return fmt.Errorf("status %d is not an HTTP status", resp.Status)
-	case len(resp.Body) > store.MaxStagedBody:
-		return fmt.Errorf("body of %d bytes is over the %d bytes a recorded response may have", len(resp.Body), store.MaxStagedBody)
+	defer store.Wrap(&err, "postgres", "stage recovery %q", key)
+	if err := store.CheckResponse(resp.Status, resp.Body); err != nil {
+		return err
 	}
 	body := resp.Body
 	if body == nil {
@@ -173,7 +162,7 @@ FROM n WHERE `+liveUnderRecoveryFence, now, key, fence, resp.Status, resp.Conten
 
 // AbandonRecovery implements store.Recoveries.
 func (db *DB) AbandonRecovery(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "abandon recovery %q", key)
+	defer store.Wrap(&err, "postgres", "abandon recovery %q", key)
 	return db.writeRecovery(ctx, key, fence, func(ctx context.Context, now *int64) (int64, error) {
 		tag, err := db.pool.Exec(ctx, withNow+`DELETE FROM recoveries USING n WHERE `+liveUnderRecoveryFence, now, key, fence)
 		return tag.RowsAffected(), err
@@ -186,7 +175,7 @@ func (db *DB) AbandonRecovery(ctx context.Context, key string, fence int64) (err
 func (db *DB) writeRecovery(ctx context.Context, key string, fence int64,
 	write func(ctx context.Context, now *int64) (int64, error),
 ) error {
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -235,18 +224,11 @@ RETURNING ` + recoveryColumns
 // commits first wins, and the other finds the record promoted (ErrFenced)
 // or gone (ErrNotFound).
 func (db *DB) PromoteRecovery(ctx context.Context, operationID, fingerprint string, ref store.SettlementRef, ttl time.Duration, replays int) (_ store.Recovery, err error) {
-	defer wrap(&err, "promote recovery")
-	switch {
-	case operationID == "":
-		return store.Recovery{}, errors.New("empty operation id")
-	case ref.Network == "" || ref.TxHash == "":
-		return store.Recovery{}, errors.New("no settlement reference: nothing is promoted without one")
-	case ttl <= 0:
-		return store.Recovery{}, fmt.Errorf("ttl %v is not positive", ttl)
-	case replays <= 0 || replays > math.MaxInt32:
-		return store.Recovery{}, fmt.Errorf("replay budget %d is outside [1, %d]", replays, math.MaxInt32)
+	defer store.Wrap(&err, "postgres", "promote recovery")
+	if err := store.CheckPromote(operationID, ref, ttl, replays); err != nil {
+		return store.Recovery{}, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Recovery{}, err
 	}
@@ -255,7 +237,7 @@ func (db *DB) PromoteRecovery(ctx context.Context, operationID, fingerprint stri
 	now := db.nowArg()
 	for range claimAttempts {
 		rec, found, err := scanRecovery(db.pool.QueryRow(ctx, promoteRecovery,
-			now, operationID, fingerprint, ref.Network, ref.TxHash, replays, leaseMs(ttl)))
+			now, operationID, fingerprint, ref.Network, ref.TxHash, replays, store.CeilMillis(ttl)))
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -286,8 +268,8 @@ func (db *DB) PromoteRecovery(ctx context.Context, operationID, fingerprint stri
 
 // Recovery implements store.Recoveries: ErrNotFound if absent or expired.
 func (db *DB) Recovery(ctx context.Context, key string) (_ store.Recovery, err error) {
-	defer wrap(&err, "recovery %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "recovery %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Recovery{}, err
 	}
@@ -315,8 +297,8 @@ RETURNING ` + recoveryColumns
 
 // TakeReplay implements store.Recoveries.
 func (db *DB) TakeReplay(ctx context.Context, key, operationID string) (_ store.Recovery, _ bool, err error) {
-	defer wrap(&err, "take replay %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "take replay %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Recovery{}, false, err
 	}
@@ -347,19 +329,15 @@ func (db *DB) TakeReplay(ctx context.Context, key, operationID string) (_ store.
 	return store.Recovery{}, false, fmt.Errorf("the record changed under %d replays in a row", claimAttempts)
 }
 
-// PurgeExpiredRecoveries deletes up to limit (> 0) expired recovery records
-// (ExpiresAt <= now, by the server's clock or DB.Now), soonest expired
-// first, and returns how many it deleted. As in the sqlite backend it is not
-// part of store.Recoveries: expired records already count as absent. It
+// PurgeExpiredRecoveries deletes expired records (see store.Recoveries). It
 // skips rows another transaction has locked (a begin replacing one), so it
-// never makes a begin wait, and may return fewer than limit while more
-// remain. Call it periodically, and again at once while it returns limit.
+// never makes a begin wait, and may return fewer than limit while more remain.
 func (db *DB) PurgeExpiredRecoveries(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "purge expired recoveries")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "postgres", "purge expired recoveries")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -13,11 +13,11 @@ import (
 // millisecond come in descending key order, byte by byte (COLLATE "C", as
 // SQLite compares).
 func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int) (_ []store.Settlement, err error) {
-	defer wrap(&err, "recent settlements")
+	defer store.Wrap(&err, "postgres", "recent settlements")
 	if err := store.CheckRecentQuery(limit); err != nil {
 		return nil, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -53,11 +53,11 @@ WHERE settlement_key = $2 AND state = 'settled' AND tx_hash = $3
 // changes nothing, the record is read to tell why: absent, fenced, or
 // already in the status asked for.
 func (db *DB) MarkReorg(ctx context.Context, key, txHash string, to store.ReorgStatus, lostTo string) (_ bool, err error) {
-	defer wrap(&err, "mark reorg of settlement %q as %q", key, to)
+	defer store.Wrap(&err, "postgres", "mark reorg of settlement %q as %q", key, to)
 	if err := store.CheckReorg(to, lostTo); err != nil {
 		return false, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return false, err
 	}

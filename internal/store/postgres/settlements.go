@@ -45,21 +45,15 @@ SET owner = excluded.owner, fence = excluded.fence,
 WHERE s.state = 'claimed' AND s.lease_until_ms <= excluded.updated_at_ms AND s.fence < excluded.fence
 RETURNING ` + columns
 
-// ClaimSettlement implements store.Settlements. Of any number of concurrent
-// callers, on any number of DB values, exactly one creates or takes over the
-// record: the insert or the takeover is one statement, and the unique key
-// makes every other caller's statement wait for the winner's and then find
-// its claim. Leases are judged by the server's clock (DB.Now when set);
-// lease is rounded up to the millisecond.
+// ClaimSettlement implements store.Settlements in one statement: the unique
+// key makes every other caller's statement wait for the winner's and then
+// find its claim.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
-	defer wrap(&err, "claim settlement %q", s.Key)
-	if s.Key == "" {
-		return store.Settlement{}, false, errors.New("empty key")
+	defer store.Wrap(&err, "postgres", "claim settlement %q", s.Key)
+	if err := store.CheckClaim(s.Key, lease); err != nil {
+		return store.Settlement{}, false, err
 	}
-	if lease <= 0 {
-		return store.Settlement{}, false, fmt.Errorf("lease %v is not positive", lease)
-	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Settlement{}, false, err
 	}
@@ -68,7 +62,7 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 	now := db.nowArg()
 	for range claimAttempts {
 		rec, err := scanSettlement(db.claimRow(ctx, "settlements", s.Key, claimSettlement,
-			now, s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner, leaseMs(lease)))
+			now, s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner, store.CeilMillis(lease)))
 		if err == nil {
 			if rec.CreatedAt.Before(rec.UpdatedAt) { // an old record with a new lease: taken over
 				db.log.InfoContext(ctx, "took over expired settlement claim", "key", s.Key, "owner", s.Owner, "fence", rec.Fence)
@@ -90,31 +84,13 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 	return store.Settlement{}, false, fmt.Errorf("the record changed under %d claims in a row", claimAttempts)
 }
 
-// UpdateSettlement implements store.Settlements, with the same extra checks
-// as the sqlite backend: it refuses, with an error that is not a sentinel, a
-// state the store does not know or StateClaimed (a record never goes back
-// to claimed, where it could be released or taken over and its
-// authorization broadcast again), StateBroadcast or StateSettled without a
-// transaction hash, and StateFailed without a reason. StateSettled and
-// StateFailed are terminal: writing the values the record already holds
-// succeeds and changes nothing, anything else is ErrFenced.
+// UpdateSettlement implements store.Settlements.
 func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
-	defer wrap(&err, "update settlement %q to %s", key, state)
-	switch state {
-	case store.StateBroadcast, store.StateSettled:
-		if txHash == "" {
-			return errors.New("no transaction hash")
-		}
-	case store.StateFailed:
-		if reason == "" {
-			return errors.New("no reason")
-		}
-	case store.StateClaimed:
-		return errors.New("a record never goes back to claimed")
-	default:
-		return errors.New("unknown state")
+	defer store.Wrap(&err, "postgres", "update settlement %q to %s", key, state)
+	if err := store.CheckSettlementUpdate(state, txHash, reason); err != nil {
+		return err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -166,8 +142,8 @@ func (db *DB) settlementWhy(ctx context.Context, key string, fence int64) (store
 
 // ReleaseSettlement implements store.Settlements.
 func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release settlement %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "release settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -192,14 +168,13 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	return fmt.Errorf("the record changed under %d releases in a row", claimAttempts)
 }
 
-// RecordBroadcast implements store.Settlements, refusing bad arguments as
-// the sqlite backend does. The write is one conditional UPDATE.
+// RecordBroadcast implements store.Settlements with one conditional UPDATE.
 func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
-	defer wrap(&err, "record broadcast of settlement %q", key)
+	defer store.Wrap(&err, "postgres", "record broadcast of settlement %q", key)
 	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
 		return err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -232,8 +207,8 @@ WHERE settlement_key = $2 AND fence = $3 AND state IN ('claimed', 'broadcast')`,
 
 // AbandonBroadcast implements store.Settlements in one conditional DELETE.
 func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
-	defer wrap(&err, "abandon broadcast of settlement %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "abandon broadcast of settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return err
 	}
@@ -268,8 +243,8 @@ WHERE settlement_key = $1 AND fence = $2 AND state = 'broadcast' AND tx_hash = $
 // nothing, so exactly one gets true. The same statement tells an absent
 // record (ErrNotFound) from one not settled or already marked (false).
 func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
-	defer wrap(&err, "mark success reported %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "mark success reported %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -294,8 +269,8 @@ SELECT EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM settlements WHERE settlem
 
 // Settlement implements store.Settlements.
 func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, err error) {
-	defer wrap(&err, "settlement %q", key)
-	ctx, cancel, err := db.opCtx(ctx)
+	defer store.Wrap(&err, "postgres", "settlement %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return store.Settlement{}, err
 	}
@@ -308,15 +283,14 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 	return s, nil
 }
 
-// UnresolvedSettlements implements store.Settlements. Records created in the
-// same millisecond come in key order, byte by byte (COLLATE "C", as SQLite
-// compares). limit must be positive.
+// UnresolvedSettlements implements store.Settlements. Keys compare byte by
+// byte (COLLATE "C"), as in SQLite.
 func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
-	defer wrap(&err, "unresolved settlements")
-	if limit <= 0 {
-		return nil, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "postgres", "unresolved settlements")
+	if err := store.CheckLimit(limit); err != nil {
+		return nil, err
 	}
-	ctx, cancel, err := db.opCtx(ctx)
+	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
 		return nil, err
 	}

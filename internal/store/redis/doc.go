@@ -1,7 +1,6 @@
 // Package redis is the Redis store backend (github.com/redis/go-redis/v9):
 // store.Settlements, store.Payments and store.Recoveries with the semantics
-// of the sqlite backend, pinned down by the same conformance suite
-// (storetest).
+// their interfaces give, pinned down by the conformance suite (storetest).
 //
 // # Atomicity
 //

@@ -79,7 +79,10 @@ func (db *DB) send(ctx context.Context, batch []*scriptCall) {
 // within ctx's deadline or store.DefaultTimeout while it waits in the line,
 // and within store.DefaultTimeout once sent.
 func (db *DB) claim(ctx context.Context, key string, s *goredis.Script, keys []string, args ...any) (string, []any, error) {
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return "", nil, err
+	}
 	defer cancel()
 	c := &scriptCall{script: s, keys: keys, args: args}
 	if err := db.lines.Write(ctx, claimLine(key), c); err != nil {

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -14,45 +13,26 @@ import (
 // with the fields paymentFields, the staged_ ones only while a response is
 // staged; fences come from the counter at keys.paymentFence().
 //
-// Expiry. A record whose ExpiresAt has come (now >= ExpiresAt by the store's
-// clock) counts as absent everywhere, exactly as in the sqlite backend (see
-// its payments.go for why that cannot let an authorization be spent twice):
-// Payment, UpdatePayment, ReleasePayment and StagePayment answer ErrNotFound,
-// and ClaimPayment replaces it under a new fence. Redis also forgets the key
-// by itself: each claim's key gets a TTL ending expiryMargin after its
-// ExpiresAt, so nothing needs purging.
+// An expired claim (see store.Payments) counts as absent in every script;
+// Redis also forgets its key by itself: each claim's key gets a TTL ending
+// expiryMargin after its ExpiresAt, so nothing needs purging.
 
 // maxExpiryMs bounds ExpiresAt: the scripts do arithmetic on times as Lua
 // numbers (doubles), exact up to 2^53.
 const maxExpiryMs = 1<<53 - int64(expiryMargin/time.Millisecond)
 
-// ClaimPayment implements store.Payments. Of any number of concurrent callers,
-// on any number of DB values, exactly one creates, takes over or replaces the
-// record.
-//
-// It reads Key, Network, Payer, Amount, Owner and ExpiresAt of c and ignores
-// the rest. Key must not be empty, lease must be positive (it is rounded up to
-// the millisecond), and ExpiresAt (rounded up to the millisecond) must be after
-// the store's time and before the year 287,000; otherwise it fails with an
-// error that is not a sentinel and changes nothing. The rules for takeover and
-// replacement are those of the sqlite backend: only PaymentHeld is taken over,
-// once now >= LeaseUntil, keeping the first claim's details; an expired record
-// of any state is replaced as if absent.
+// ClaimPayment implements store.Payments in one script. ExpiresAt must also
+// be before the year 287,000 (maxExpiryMs).
 func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time.Duration) (_ store.PaymentClaim, _ bool, err error) {
-	defer wrap(&err, "claim payment %q", c.Key)
-	switch {
-	case c.Key == "":
-		return store.PaymentClaim{}, false, errors.New("empty key")
-	case lease <= 0:
-		return store.PaymentClaim{}, false, fmt.Errorf("lease %v is not positive", lease)
-	case c.ExpiresAt.IsZero():
-		return store.PaymentClaim{}, false, errors.New("no expiry")
+	defer store.Wrap(&err, "redis", "claim payment %q", c.Key)
+	if err := store.CheckPaymentClaim(c, lease); err != nil {
+		return store.PaymentClaim{}, false, err
 	}
-	expiresMs := ceilMs(c.ExpiresAt)
+	expiresMs := store.CeilUnixMilli(c.ExpiresAt)
 	if expiresMs > maxExpiryMs {
 		return store.PaymentClaim{}, false, fmt.Errorf("expiry %s is too far in the future", c.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
-	lms := leaseMs(lease)
+	lms := store.CeilMillis(lease)
 	status, rest, err := db.claim(ctx, c.Key, claimPaymentScript,
 		[]string{db.keys.payment(c.Key), db.keys.paymentFence()},
 		db.nowArg(), strconv.FormatInt(lms, 10), strconv.FormatInt(expiresMs, 10), strconv.FormatInt(expiryMargin.Milliseconds(), 10),
@@ -106,13 +86,9 @@ func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time
 	return rec, status != "held", nil
 }
 
-// ReleasePayment implements store.Payments. It deletes the record if it is
-// PaymentHeld or PaymentPending under fence, whether or not the lease is over;
-// ErrFenced if the fence is stale or the record is PaymentSettled; ErrNotFound
-// if absent or expired. A key claimed again after a release gets a fence never
-// used before, so the released fence stays stale.
+// ReleasePayment implements store.Payments.
 func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release payment %q", key)
+	defer store.Wrap(&err, "redis", "release payment %q", key)
 	status, rest, err := db.run(ctx, releasePaymentScript, []string{db.keys.payment(key)},
 		db.nowArg(), strconv.FormatInt(fence, 10))
 	if err != nil {
@@ -121,20 +97,11 @@ func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err 
 	return outcome(status, rest)
 }
 
-// UpdatePayment implements store.Payments, with the rules of the sqlite
-// backend: state must be PaymentPending or PaymentSettled (anything else is an
-// error that is not a sentinel); txHash may be empty; held -> pending |
-// settled and pending -> pending | settled are allowed; PaymentSettled is
-// terminal (the same values again: nil and no change; else ErrFenced); a
-// stale fence is ErrFenced, an absent or expired record ErrNotFound.
+// UpdatePayment implements store.Payments.
 func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state store.PaymentState, txHash string) (err error) {
-	defer wrap(&err, "update payment %q to %s", key, state)
-	switch state {
-	case store.PaymentPending, store.PaymentSettled:
-	case store.PaymentHeld:
-		return errors.New("a claim never goes back to held")
-	default:
-		return errors.New("unknown state")
+	defer store.Wrap(&err, "redis", "update payment %q to %s", key, state)
+	if err := store.CheckPaymentUpdate(state); err != nil {
+		return err
 	}
 	status, rest, err := db.run(ctx, updatePaymentScript, []string{db.keys.payment(key)},
 		db.nowArg(), strconv.FormatInt(fence, 10), string(state), txHash)
@@ -148,12 +115,9 @@ func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state 
 // given (Redis strings are binary-safe); the staged response goes with its
 // record (release, expiry).
 func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store.StagedResponse) (err error) {
-	defer wrap(&err, "stage payment %q", key)
-	switch {
-	case r.Status < 100 || r.Status > 599:
-		return fmt.Errorf("status %d is not an HTTP status", r.Status)
-	case len(r.Body) > store.MaxStagedBody:
-		return fmt.Errorf("body of %d bytes is over the %d bytes a staged response may have", len(r.Body), store.MaxStagedBody)
+	defer store.Wrap(&err, "redis", "stage payment %q", key)
+	if err := store.CheckResponse(r.Status, r.Body); err != nil {
+		return err
 	}
 	body := r.Body
 	if body == nil {
@@ -169,7 +133,7 @@ func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store
 
 // Payment implements store.Payments: ErrNotFound if absent or expired.
 func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, err error) {
-	defer wrap(&err, "payment %q", key)
+	defer store.Wrap(&err, "redis", "payment %q", key)
 	status, rest, err := db.run(ctx, paymentScript, []string{db.keys.payment(key)}, db.nowArg())
 	if err != nil {
 		return store.PaymentClaim{}, err
@@ -183,17 +147,16 @@ func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, er
 	return decodePayment(key, rest[0])
 }
 
-// PurgeExpiredPayments exists so this store offers what the sqlite one does;
-// it deletes nothing and returns 0. Redis removes each payment claim's key by
-// itself, expiryMargin after its ExpiresAt (the key's TTL), and an expired
-// record counts as absent before that. limit must still be positive.
+// PurgeExpiredPayments deletes nothing and returns 0: Redis removes each
+// claim's key by itself, expiryMargin after its ExpiresAt (the key's TTL). It
+// exists so this store offers what the SQL ones do.
 func (db *DB) PurgeExpiredPayments(_ context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "purge expired payments")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "redis", "purge expired payments")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
-	if db.closed.Load() {
-		return 0, errors.New("store is closed")
+	if db.gate.Closed() {
+		return 0, store.ErrClosed
 	}
 	return 0, nil
 }
@@ -231,15 +194,6 @@ func decodePayment(key string, v any) (store.PaymentClaim, error) {
 		return store.PaymentClaim{}, fmt.Errorf("record %q: %w", key, r.err)
 	}
 	return c, nil
-}
-
-// ceilMs returns t in unix milliseconds, rounded up.
-func ceilMs(t time.Time) int64 {
-	ms := t.UnixMilli()
-	if t.After(time.UnixMilli(ms)) {
-		ms++
-	}
-	return ms
 }
 
 var _ store.Payments = (*DB)(nil)

@@ -22,7 +22,7 @@ import (
 // backend for recoveries.
 //
 // Expiry. A record counts as absent everywhere from its ExpiresAt on, by the
-// store's clock, exactly as in the sqlite backend. Redis also forgets it by
+// store's clock (see store.Recoveries). Redis also forgets it by
 // itself: the record and its index carry a TTL ending at ExpiresAt, measured
 // from the script's now (PEXPIRE, so that a test clock far from the server's
 // gives the same TTL the server's clock would), and promotion moves both
@@ -267,32 +267,18 @@ func (k keys) recoveryOp(op string) string { return k.tag + "recovery-op:" + op 
 func (k keys) recoveryOpPrefix() string    { return k.tag + "recovery-op:" }
 func (k keys) recoveryFence() string       { return k.tag + "recovery-fence" }
 
-// BeginRecovery implements store.Recoveries. Of any number of concurrent
-// callers, on any number of DB values, exactly one creates or replaces the
-// record.
-//
-// Key and OperationID must not be empty, lease must be positive (rounded up
-// to the millisecond), and ExpiresAt (rounded up to the millisecond) must be
-// after the store's time and before the year 287,000; otherwise it fails with
-// an error that is not a sentinel and changes nothing. An operation id that
-// another live record carries is refused the same way.
+// BeginRecovery implements store.Recoveries in one script. ExpiresAt must
+// also be before the year 287,000 (maxExpiryMs).
 func (db *DB) BeginRecovery(ctx context.Context, r store.Recovery, lease time.Duration) (_ store.Recovery, _ bool, err error) {
-	defer wrap(&err, "begin recovery %q", r.Key)
-	switch {
-	case r.Key == "":
-		return store.Recovery{}, false, errors.New("empty key")
-	case r.OperationID == "":
-		return store.Recovery{}, false, errors.New("empty operation id")
-	case lease <= 0:
-		return store.Recovery{}, false, fmt.Errorf("lease %v is not positive", lease)
-	case r.ExpiresAt.IsZero():
-		return store.Recovery{}, false, errors.New("no expiry")
+	defer store.Wrap(&err, "redis", "begin recovery %q", r.Key)
+	if err := store.CheckBeginRecovery(r, lease); err != nil {
+		return store.Recovery{}, false, err
 	}
-	expiresMs := ceilMs(r.ExpiresAt)
+	expiresMs := store.CeilUnixMilli(r.ExpiresAt)
 	if expiresMs > maxExpiryMs {
 		return store.Recovery{}, false, fmt.Errorf("expiry %s is too far in the future", r.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
-	lms, proofMs := leaseMs(lease), r.ProofUntil.UnixMilli()
+	lms, proofMs := store.CeilMillis(lease), r.ProofUntil.UnixMilli()
 	status, rest, err := db.run(ctx, beginRecoveryScript,
 		[]string{db.keys.recovery(r.Key), db.keys.recoveryFence(), db.keys.recoveryOp(r.OperationID)},
 		db.nowArg(), strconv.FormatInt(lms, 10), strconv.FormatInt(expiresMs, 10),
@@ -332,16 +318,11 @@ func (db *DB) BeginRecovery(ctx context.Context, r store.Recovery, lease time.Du
 }
 
 // StageRecovery implements store.Recoveries. The body is stored as the bytes
-// given (Redis strings are binary-safe); a status outside 100..599 or a body
-// over store.MaxStagedBody is an error that is not a sentinel and changes
-// nothing.
+// given (Redis strings are binary-safe).
 func (db *DB) StageRecovery(ctx context.Context, key string, fence int64, resp store.RecordedResponse) (err error) {
-	defer wrap(&err, "stage recovery %q", key)
-	switch {
-	case resp.Status < 100 || resp.Status > 599:
-		return fmt.Errorf("status %d is not an HTTP status", resp.Status)
-	case len(resp.Body) > store.MaxStagedBody:
-		return fmt.Errorf("body of %d bytes is over the %d bytes a recorded response may have", len(resp.Body), store.MaxStagedBody)
+	defer store.Wrap(&err, "redis", "stage recovery %q", key)
+	if err := store.CheckResponse(resp.Status, resp.Body); err != nil {
+		return err
 	}
 	body := resp.Body
 	if body == nil {
@@ -355,22 +336,14 @@ func (db *DB) StageRecovery(ctx context.Context, key string, fence int64, resp s
 	return outcome(status, rest)
 }
 
-// PromoteRecovery implements store.Recoveries. The ttl is rounded up to the
-// millisecond.
+// PromoteRecovery implements store.Recoveries.
 func (db *DB) PromoteRecovery(ctx context.Context, operationID, fingerprint string, ref store.SettlementRef, ttl time.Duration, replays int) (_ store.Recovery, err error) {
-	defer wrap(&err, "promote recovery")
-	switch {
-	case operationID == "":
-		return store.Recovery{}, errors.New("empty operation id")
-	case ref.Network == "" || ref.TxHash == "":
-		return store.Recovery{}, errors.New("no settlement reference: nothing is promoted without one")
-	case ttl <= 0:
-		return store.Recovery{}, fmt.Errorf("ttl %v is not positive", ttl)
-	case replays <= 0:
-		return store.Recovery{}, fmt.Errorf("replay budget %d is not positive", replays)
+	defer store.Wrap(&err, "redis", "promote recovery")
+	if err := store.CheckPromote(operationID, ref, ttl, replays); err != nil {
+		return store.Recovery{}, err
 	}
 	status, rest, err := db.run(ctx, promoteRecoveryScript, []string{db.keys.recoveryOp(operationID)},
-		db.nowArg(), operationID, fingerprint, ref.Network, ref.TxHash, strconv.FormatInt(leaseMs(ttl), 10),
+		db.nowArg(), operationID, fingerprint, ref.Network, ref.TxHash, strconv.FormatInt(store.CeilMillis(ttl), 10),
 		strconv.Itoa(replays), db.keys.recoveryPrefix())
 	if err != nil {
 		return store.Recovery{}, err
@@ -399,7 +372,7 @@ func (db *DB) PromoteRecovery(ctx context.Context, operationID, fingerprint stri
 
 // AbandonRecovery implements store.Recoveries.
 func (db *DB) AbandonRecovery(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "abandon recovery %q", key)
+	defer store.Wrap(&err, "redis", "abandon recovery %q", key)
 	status, rest, err := db.run(ctx, abandonRecoveryScript, []string{db.keys.recovery(key)},
 		db.nowArg(), strconv.FormatInt(fence, 10), db.keys.recoveryOpPrefix(), key)
 	if err != nil {
@@ -410,7 +383,7 @@ func (db *DB) AbandonRecovery(ctx context.Context, key string, fence int64) (err
 
 // Recovery implements store.Recoveries: ErrNotFound if absent or expired.
 func (db *DB) Recovery(ctx context.Context, key string) (_ store.Recovery, err error) {
-	defer wrap(&err, "recovery %q", key)
+	defer store.Wrap(&err, "redis", "recovery %q", key)
 	status, rest, err := db.run(ctx, recoveryScript, []string{db.keys.recovery(key)}, db.nowArg())
 	if err != nil {
 		return store.Recovery{}, err
@@ -428,7 +401,7 @@ func (db *DB) Recovery(ctx context.Context, key string) (_ store.Recovery, err e
 // script, so concurrent callers on any number of DB values get exactly the
 // budget between them.
 func (db *DB) TakeReplay(ctx context.Context, key, operationID string) (_ store.Recovery, _ bool, err error) {
-	defer wrap(&err, "take replay %q", key)
+	defer store.Wrap(&err, "redis", "take replay %q", key)
 	status, rest, err := db.run(ctx, takeReplayScript, []string{db.keys.recovery(key)}, db.nowArg(), operationID)
 	if err != nil {
 		return store.Recovery{}, false, err

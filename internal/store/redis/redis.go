@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -53,7 +52,7 @@ type DB struct {
 	log    *slog.Logger
 	// password is kept only to scrub it from error texts.
 	password string
-	closed   atomic.Bool
+	gate     store.Gate
 	// lines batches concurrent claims (lines.go).
 	lines *lines.Set[*scriptCall]
 }
@@ -93,7 +92,7 @@ func Open(ctx context.Context, rawURL string, log *slog.Logger) (_ *DB, err erro
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "store/redis")
-	defer wrap(&err, "open %s", opts.Addr)
+	defer store.Wrap(&err, "redis", "open %s", opts.Addr)
 
 	// A script whose reply is lost may have run: resending it could claim
 	// twice or report a release as not found. Errors go to the caller, who
@@ -245,11 +244,9 @@ func checkKeyPrefix(p string) error {
 	return nil
 }
 
-// Close closes the connection pool. Calls in progress may fail; calls after
-// Close fail with an error saying the store is closed. Closing twice is a
-// no-op.
+// Close closes the connection pool. Calls in progress may fail.
 func (db *DB) Close() error {
-	if db.closed.Swap(true) {
+	if !db.gate.Close() {
 		return nil
 	}
 	if err := db.client.Close(); err != nil {
@@ -261,8 +258,11 @@ func (db *DB) Close() error {
 // Ping checks that the server answers, within ctx's deadline or
 // store.DefaultTimeout.
 func (db *DB) Ping(ctx context.Context) (err error) {
-	defer wrap(&err, "ping")
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "redis", "ping")
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	return db.mapErr(ctx, db.client.Ping(ctx).Err())
 }
@@ -279,7 +279,10 @@ func (db *DB) nowArg() string {
 // run runs s, within ctx's deadline or store.DefaultTimeout, and returns its
 // reply's status word and the rest of the reply.
 func (db *DB) run(ctx context.Context, s *goredis.Script, keys []string, args ...any) (string, []any, error) {
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return "", nil, err
+	}
 	defer cancel()
 	v, err := s.Run(ctx, db.client, keys, args...).Result()
 	return db.reply(ctx, v, err)
@@ -331,7 +334,7 @@ func (db *DB) mapErr(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, goredis.ErrClosed):
-		return errors.New("store is closed")
+		return store.ErrClosed
 	case ctx.Err() != nil:
 		if errors.Is(err, ctx.Err()) {
 			return ctx.Err()
@@ -350,13 +353,4 @@ func scrub(s, password string) string {
 		return s
 	}
 	return strings.ReplaceAll(s, password, "xxxxx")
-}
-
-// wrap prefixes a non-nil *errp with the package and the operation. Error
-// texts were scrubbed where they were made (mapErr); the operation's
-// arguments never hold the password.
-func wrap(errp *error, format string, args ...any) {
-	if *errp != nil {
-		*errp = fmt.Errorf("redis: %s: %w", fmt.Sprintf(format, args...), *errp)
-	}
 }

@@ -22,7 +22,7 @@ var recentRetentionMs = strconv.FormatInt(store.RecentRetention.Milliseconds(), 
 // RecentSettlements implements store.Settlements. Records updated in the
 // same millisecond come in descending key order (byte order).
 func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int) (_ []store.Settlement, err error) {
-	defer wrap(&err, "recent settlements")
+	defer store.Wrap(&err, "redis", "recent settlements")
 	if err := store.CheckRecentQuery(limit); err != nil {
 		return nil, err
 	}
@@ -40,7 +40,7 @@ func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int)
 // MarkReorg implements store.Settlements in one script, which decides as
 // store.ReorgStep does.
 func (db *DB) MarkReorg(ctx context.Context, key, txHash string, to store.ReorgStatus, lostTo string) (_ bool, err error) {
-	defer wrap(&err, "mark reorg of settlement %q as %q", key, to)
+	defer store.Wrap(&err, "redis", "mark reorg of settlement %q as %q", key, to)
 	if err := store.CheckReorg(to, lostTo); err != nil {
 		return false, err
 	}

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -18,18 +17,13 @@ import (
 // keep the settled ones in keys.recent() (reorg.go). Settlement
 // records have no TTL: the success mark must outlive any retry (DECISIONS D5).
 
-// ClaimSettlement implements store.Settlements. Of any number of concurrent
-// callers, on any number of DB values, exactly one creates or takes over the
-// record.
+// ClaimSettlement implements store.Settlements in one script.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
-	defer wrap(&err, "claim settlement %q", s.Key)
-	if s.Key == "" {
-		return store.Settlement{}, false, errors.New("empty key")
+	defer store.Wrap(&err, "redis", "claim settlement %q", s.Key)
+	if err := store.CheckClaim(s.Key, lease); err != nil {
+		return store.Settlement{}, false, err
 	}
-	if lease <= 0 {
-		return store.Settlement{}, false, fmt.Errorf("lease %v is not positive", lease)
-	}
-	lms := leaseMs(lease)
+	lms := store.CeilMillis(lease)
 	status, rest, err := db.claim(ctx, s.Key, claimSettlementScript,
 		[]string{db.keys.settlement(s.Key), db.keys.settlementFence(), db.keys.unresolved()},
 		db.nowArg(), strconv.FormatInt(lms, 10), s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner)
@@ -72,29 +66,10 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 }
 
 // UpdateSettlement implements store.Settlements.
-//
-// Beyond the interface's contract it refuses, with an error that is not a
-// sentinel, a state the store does not know or StateClaimed (a record never
-// goes back to claimed, where it could be released or taken over and its
-// authorization broadcast again), StateBroadcast or StateSettled without a
-// transaction hash, and StateFailed without a reason. StateSettled and
-// StateFailed are terminal: writing the values the record already holds
-// succeeds and changes nothing, anything else is ErrFenced.
 func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
-	defer wrap(&err, "update settlement %q to %s", key, state)
-	switch state {
-	case store.StateBroadcast, store.StateSettled:
-		if txHash == "" {
-			return errors.New("no transaction hash")
-		}
-	case store.StateFailed:
-		if reason == "" {
-			return errors.New("no reason")
-		}
-	case store.StateClaimed:
-		return errors.New("a record never goes back to claimed")
-	default:
-		return errors.New("unknown state")
+	defer store.Wrap(&err, "redis", "update settlement %q to %s", key, state)
+	if err := store.CheckSettlementUpdate(state, txHash, reason); err != nil {
+		return err
 	}
 	status, rest, err := db.run(ctx, updateSettlementScript,
 		[]string{db.keys.settlement(key), db.keys.unresolved(), db.keys.recent()},
@@ -107,7 +82,7 @@ func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, sta
 
 // ReleaseSettlement implements store.Settlements.
 func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release settlement %q", key)
+	defer store.Wrap(&err, "redis", "release settlement %q", key)
 	status, rest, err := db.run(ctx, releaseSettlementScript,
 		[]string{db.keys.settlement(key), db.keys.unresolved()},
 		strconv.FormatInt(fence, 10), key)
@@ -117,10 +92,9 @@ func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (e
 	return outcome(status, rest)
 }
 
-// RecordBroadcast implements store.Settlements, refusing bad arguments as
-// the sqlite backend does.
+// RecordBroadcast implements store.Settlements.
 func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
-	defer wrap(&err, "record broadcast of settlement %q", key)
+	defer store.Wrap(&err, "redis", "record broadcast of settlement %q", key)
 	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
 		return err
 	}
@@ -134,7 +108,7 @@ func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHa
 
 // AbandonBroadcast implements store.Settlements.
 func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
-	defer wrap(&err, "abandon broadcast of settlement %q", key)
+	defer store.Wrap(&err, "redis", "abandon broadcast of settlement %q", key)
 	status, rest, err := db.run(ctx, abandonBroadcastScript,
 		[]string{db.keys.settlement(key), db.keys.unresolved()},
 		strconv.FormatInt(fence, 10), txHash, key)
@@ -147,7 +121,7 @@ func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txH
 // MarkSuccessReported implements store.Settlements: the script sets the mark
 // only on a settled record that lacks it, so only one call ever gets true.
 func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
-	defer wrap(&err, "mark success reported %q", key)
+	defer store.Wrap(&err, "redis", "mark success reported %q", key)
 	status, rest, err := db.run(ctx, markSuccessReportedScript, []string{db.keys.settlement(key), db.keys.recent()},
 		db.nowArg(), key, recentRetentionMs)
 	if err != nil {
@@ -164,7 +138,7 @@ func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err 
 
 // Settlement implements store.Settlements.
 func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, err error) {
-	defer wrap(&err, "settlement %q", key)
+	defer store.Wrap(&err, "redis", "settlement %q", key)
 	status, rest, err := db.run(ctx, settlementScript, []string{db.keys.settlement(key)})
 	if err != nil {
 		return store.Settlement{}, err
@@ -178,14 +152,13 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 	return decodeSettlement(key, rest[0])
 }
 
-// UnresolvedSettlements implements store.Settlements. Records created in the
-// same millisecond come in key order (byte order). limit must be positive; a
-// limit over 10,000 returns at most 10,000 records, because the listing runs
-// in one script and Redis serves no other client meanwhile.
+// UnresolvedSettlements implements store.Settlements. A limit over 10,000
+// returns at most 10,000 records: the listing runs in one script, and Redis
+// serves no other client meanwhile.
 func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
-	defer wrap(&err, "unresolved settlements")
-	if limit <= 0 {
-		return nil, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "redis", "unresolved settlements")
+	if err := store.CheckLimit(limit); err != nil {
+		return nil, err
 	}
 	limit = min(limit, maxListLimit)
 	status, rest, err := db.run(ctx, unresolvedScript, []string{db.keys.unresolved()},
@@ -309,15 +282,5 @@ func fenceAndTime(fence, now any) (int64, int64, error) {
 
 // msTime is unix milliseconds as a time in UTC.
 func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
-
-// leaseMs is lease in milliseconds, rounded up so it is never shorter than
-// asked.
-func leaseMs(lease time.Duration) int64 {
-	ms := lease / time.Millisecond
-	if lease%time.Millisecond != 0 {
-		ms++ // not lease+999µs first: that overflows near the longest Duration
-	}
-	return int64(ms)
-}
 
 var _ store.Settlements = (*DB)(nil)

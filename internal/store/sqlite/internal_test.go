@@ -2,10 +2,8 @@ package sqlite
 
 import (
 	"errors"
-	"math"
 	"path/filepath"
 	"testing"
-	"time"
 
 	sqlitedrv "modernc.org/sqlite"
 )
@@ -71,22 +69,5 @@ func TestMapErrHidesDriverTypes(t *testing.T) {
 	}
 	if mapped := mapErr(t.Context(), err); errors.As(mapped, &se) {
 		t.Errorf("mapErr(%v) still holds a *sqlite.Error", err)
-	}
-}
-
-func TestCeilMillis(t *testing.T) {
-	for _, tc := range []struct {
-		d    time.Duration
-		want int64
-	}{
-		{time.Nanosecond, 1},
-		{time.Millisecond, 1},
-		{time.Millisecond + 1, 2},
-		{time.Minute, 60_000},
-		{math.MaxInt64, math.MaxInt64/int64(time.Millisecond) + 1},
-	} {
-		if got := ceilMillis(tc.d); got != tc.want {
-			t.Errorf("ceilMillis(%d) = %d, want %d", tc.d, got, tc.want)
-		}
 	}
 }

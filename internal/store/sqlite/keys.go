@@ -21,11 +21,14 @@ const keyColumns = `key_id, key_hash, owner, name, total_cap, period_cap, period
 
 // CreateKey implements store.Keys.
 func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, err error) {
-	defer wrap(&err, "create key %q", k.ID)
+	defer store.Wrap(&err, "sqlite", "create key %q", k.ID)
 	if err := k.Validate(); err != nil {
 		return store.APIKey{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.APIKey{}, err
+	}
 	defer cancel()
 
 	var out store.APIKey
@@ -68,11 +71,14 @@ ON CONFLICT DO NOTHING`,
 
 // KeysByOwner implements store.Keys.
 func (db *DB) KeysByOwner(ctx context.Context, owner string) (_ []store.APIKey, err error) {
-	defer wrap(&err, "keys of %q", owner)
+	defer store.Wrap(&err, "sqlite", "keys of %q", owner)
 	if !store.ValidOwner(owner) {
 		return nil, errors.New("invalid owner")
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer cancel()
 
 	rows, err := db.ro.QueryContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE owner = ?
@@ -97,11 +103,14 @@ ORDER BY created_at_ms, key_id`, owner)
 
 // KeyByHash implements store.Keys.
 func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err error) {
-	defer wrap(&err, "key by hash")
+	defer store.Wrap(&err, "sqlite", "key by hash")
 	if !store.ValidHash(hash) {
 		return store.APIKey{}, errors.New("invalid key hash")
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.APIKey{}, err
+	}
 	defer cancel()
 
 	k, err := scanKey(db.ro.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE key_hash = ?`, hash))
@@ -113,11 +122,14 @@ func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err e
 
 // RevokeKey implements store.Keys.
 func (db *DB) RevokeKey(ctx context.Context, owner, id string) (_ store.APIKey, err error) {
-	defer wrap(&err, "revoke key %q", id)
+	defer store.Wrap(&err, "sqlite", "revoke key %q", id)
 	if !store.ValidOwner(owner) || !store.ValidID(id) {
 		return store.APIKey{}, errors.New("invalid owner or key id")
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.APIKey{}, err
+	}
 	defer cancel()
 
 	var out store.APIKey
@@ -140,14 +152,14 @@ RETURNING `+keyColumns, max(db.nowMs(), 1), id))
 
 // PutNonce implements store.Keys.
 func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (err error) {
-	defer wrap(&err, "put nonce")
-	if !store.ValidNonce(nonce) {
-		return errors.New("invalid nonce")
-	}
-	if err := store.ValidateAuthTTL(ttl); err != nil {
+	defer store.Wrap(&err, "sqlite", "put nonce")
+	if err := store.ValidateNonce(nonce, ttl); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return mapErr(ctx, db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -158,7 +170,7 @@ func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (er
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO auth_nonces (nonce, expires_at_ms) VALUES (?, ?) ON CONFLICT DO NOTHING`,
-			nonce, now+ceilMillis(ttl))
+			nonce, now+store.CeilMillis(ttl))
 		if err != nil {
 			return err
 		}
@@ -174,11 +186,14 @@ func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (er
 
 // ConsumeNonce implements store.Keys: one conditional DELETE.
 func (db *DB) ConsumeNonce(ctx context.Context, nonce string) (err error) {
-	defer wrap(&err, "consume nonce")
+	defer store.Wrap(&err, "sqlite", "consume nonce")
 	if !store.ValidNonce(nonce) {
 		return store.ErrNotFound // a nonce we could never have issued
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return mapErr(ctx, db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -200,24 +215,21 @@ const sessionColumns = `session_hash, owner, created_at_ms, expires_at_ms`
 
 // CreateSession implements store.Keys.
 func (db *DB) CreateSession(ctx context.Context, hash, owner string, ttl time.Duration) (_ store.Session, err error) {
-	defer wrap(&err, "create session")
-	switch {
-	case !store.ValidHash(hash):
-		return store.Session{}, errors.New("invalid session hash")
-	case !store.ValidOwner(owner):
-		return store.Session{}, errors.New("invalid owner")
-	}
-	if err := store.ValidateAuthTTL(ttl); err != nil {
+	defer store.Wrap(&err, "sqlite", "create session")
+	if err := store.ValidateSession(hash, owner, ttl); err != nil {
 		return store.Session{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Session{}, err
+	}
 	defer cancel()
 
 	var s store.Session
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := db.nowMs()
 		res, err := tx.ExecContext(ctx, `INSERT INTO auth_sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-			hash, owner, now, now+ceilMillis(ttl))
+			hash, owner, now, now+store.CeilMillis(ttl))
 		if err != nil {
 			return err
 		}
@@ -227,7 +239,7 @@ func (db *DB) CreateSession(ctx context.Context, hash, owner string, ttl time.Du
 			}
 			return err
 		}
-		s = store.Session{Hash: hash, Owner: owner, CreatedAt: time.UnixMilli(now).UTC(), ExpiresAt: time.UnixMilli(now + ceilMillis(ttl)).UTC()}
+		s = store.Session{Hash: hash, Owner: owner, CreatedAt: time.UnixMilli(now).UTC(), ExpiresAt: time.UnixMilli(now + store.CeilMillis(ttl)).UTC()}
 		return nil
 	})
 	if err != nil {
@@ -238,11 +250,14 @@ func (db *DB) CreateSession(ctx context.Context, hash, owner string, ttl time.Du
 
 // Session implements store.Keys.
 func (db *DB) Session(ctx context.Context, hash string) (_ store.Session, err error) {
-	defer wrap(&err, "session")
+	defer store.Wrap(&err, "sqlite", "session")
 	if !store.ValidHash(hash) {
 		return store.Session{}, store.ErrNotFound
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Session{}, err
+	}
 	defer cancel()
 
 	var s store.Session
@@ -258,11 +273,14 @@ func (db *DB) Session(ctx context.Context, hash string) (_ store.Session, err er
 
 // DeleteSession implements store.Keys.
 func (db *DB) DeleteSession(ctx context.Context, hash string) (err error) {
-	defer wrap(&err, "delete session")
+	defer store.Wrap(&err, "sqlite", "delete session")
 	if !store.ValidHash(hash) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return mapErr(ctx, db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -273,11 +291,14 @@ func (db *DB) DeleteSession(ctx context.Context, hash string) (err error) {
 
 // SweepAuth implements store.Keys.
 func (db *DB) SweepAuth(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "sweep auth")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "sqlite", "sweep auth")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return 0, err
+	}
 	defer cancel()
 
 	var total int

@@ -117,11 +117,14 @@ var errOutOfRange = errors.New("balance out of range")
 
 // Credit implements store.Ledger.
 func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int64) (_ store.Entry, err error) {
-	defer wrap(&err, "credit %q", opID)
+	defer store.Wrap(&err, "sqlite", "credit %q", opID)
 	if err := store.ValidateCredit(opID, owner, asset, amount); err != nil {
 		return store.Entry{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Entry{}, err
+	}
 	defer cancel()
 
 	var e store.Entry
@@ -161,11 +164,14 @@ func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int6
 
 // Hold implements store.Ledger.
 func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err error) {
-	defer wrap(&err, "hold %q", r.ID)
+	defer store.Wrap(&err, "sqlite", "hold %q", r.ID)
 	if err := r.Validate(); err != nil {
 		return store.Hold{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Hold{}, err
+	}
 	defer cancel()
 	if h, done, err := db.unsafeHold(ctx, r); done {
 		return h, err
@@ -175,7 +181,7 @@ func (db *DB) Hold(ctx context.Context, r store.HoldRequest) (_ store.Hold, err 
 
 // hold is Hold after its arguments were checked.
 func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error) {
-	ttlMs := int64((r.TTL + time.Millisecond - 1) / time.Millisecond)
+	ttlMs := store.CeilMillis(r.TTL)
 	var h store.Hold
 	err := db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
 		tx := db.wtx(sqlTx)
@@ -279,11 +285,14 @@ func holdKeyPeriod(ctx context.Context, tx wtx, keyID, asset string, periodMs, s
 
 // Capture implements store.Ledger.
 func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store.Hold, _ store.Entry, err error) {
-	defer wrap(&err, "capture %q", holdID)
+	defer store.Wrap(&err, "sqlite", "capture %q", holdID)
 	if err := store.ValidateActual(holdID, actual); err != nil {
 		return store.Hold{}, store.Entry{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Hold{}, store.Entry{}, err
+	}
 	defer cancel()
 
 	var h store.Hold
@@ -316,11 +325,14 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 
 // Release implements store.Ledger.
 func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store.Entry, err error) {
-	defer wrap(&err, "release %q", holdID)
+	defer store.Wrap(&err, "sqlite", "release %q", holdID)
 	if !store.ValidID(holdID) {
 		return store.Hold{}, store.Entry{}, errors.New("invalid hold id")
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Hold{}, store.Entry{}, err
+	}
 	defer cancel()
 
 	var h store.Hold
@@ -353,11 +365,14 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 // write op, which shares its batch's transaction and deadline with other
 // writes: keep it in the hundreds.
 func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "release expired holds")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "sqlite", "release expired holds")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return 0, err
+	}
 	defer cancel()
 
 	var n int
@@ -609,11 +624,14 @@ func queryEntries(ctx context.Context, q querier, query string, args ...any) ([]
 
 // HoldRecord implements store.Ledger.
 func (db *DB) HoldRecord(ctx context.Context, holdID string) (_ store.Hold, err error) {
-	defer wrap(&err, "hold record %q", holdID)
+	defer store.Wrap(&err, "sqlite", "hold record %q", holdID)
 	if !store.ValidID(holdID) {
 		return store.Hold{}, errors.New("invalid hold id")
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Hold{}, err
+	}
 	defer cancel()
 	h, err := scanHold(db.ro.QueryRowContext(ctx, selectHold, holdID))
 	if err != nil {
@@ -625,15 +643,15 @@ func (db *DB) HoldRecord(ctx context.Context, holdID string) (_ store.Hold, err 
 // Balance implements store.Ledger. A system account's balance is the sum of
 // its postings: a scan of its index, for reports, not for the paid path.
 func (db *DB) Balance(ctx context.Context, account, asset string) (_ int64, err error) {
-	defer wrap(&err, "balance %q", account)
-	kind, _, ok := store.ParseAccount(account)
-	if !ok {
-		return 0, errors.New("invalid account")
+	defer store.Wrap(&err, "sqlite", "balance %q", account)
+	kind, err := store.ValidateAccount(account, asset)
+	if err != nil {
+		return 0, err
 	}
-	if !store.ValidAsset(asset) {
-		return 0, errors.New("invalid asset")
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
 	var b int64
 	if kind == "user" || kind == "held" {
@@ -651,16 +669,14 @@ func (db *DB) Balance(ctx context.Context, account, asset string) (_ int64, err 
 // Entries implements store.Ledger, in one statement, so a page is one
 // snapshot.
 func (db *DB) Entries(ctx context.Context, account, asset string, afterSeq int64, limit int) (_ []store.Entry, err error) {
-	defer wrap(&err, "entries of %q", account)
-	switch _, _, ok := store.ParseAccount(account); {
-	case !ok:
-		return nil, errors.New("invalid account")
-	case !store.ValidAsset(asset):
-		return nil, errors.New("invalid asset")
-	case limit <= 0 || limit > store.MaxEntries:
-		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxEntries)
+	defer store.Wrap(&err, "sqlite", "entries of %q", account)
+	if err := store.ValidateEntries(account, asset, limit); err != nil {
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer cancel()
 	es, err := queryEntries(ctx, db.ro, `SELECT `+entryColumns+`, p.account, p.delta, p.balance_after
 FROM (SELECT seq FROM ledger_postings WHERE account = ? AND asset = ? AND seq > ? ORDER BY seq LIMIT ?) s
@@ -675,18 +691,14 @@ ORDER BY e.seq, p.account`, account, asset, afterSeq, limit)
 
 // KeyUsage implements store.Ledger.
 func (db *DB) KeyUsage(ctx context.Context, keyID, asset string, period time.Duration) (_ store.KeyUsage, err error) {
-	defer wrap(&err, "key usage %q", keyID)
-	switch {
-	case !store.ValidID(keyID):
-		return store.KeyUsage{}, errors.New("invalid key id")
-	case !store.ValidAsset(asset):
-		return store.KeyUsage{}, errors.New("invalid asset")
-	case period != 0:
-		if err := store.ValidatePeriod(period); err != nil {
-			return store.KeyUsage{}, err
-		}
+	defer store.Wrap(&err, "sqlite", "key usage %q", keyID)
+	if err := store.ValidateKeyUsage(keyID, asset, period); err != nil {
+		return store.KeyUsage{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.KeyUsage{}, err
+	}
 	defer cancel()
 	u := store.KeyUsage{KeyID: keyID, Asset: asset, Period: period}
 	err = db.ro.QueryRowContext(ctx, selectKeyUsage, keyID, asset).Scan(&u.Held, &u.Spent)

@@ -17,18 +17,8 @@ import (
 // takeover, release, update) sees no other writer in between, on any number of
 // DB values.
 //
-// Expiry. A record whose ExpiresAt has come (now >= ExpiresAt, by db.Now) counts
-// as absent everywhere: Payment, UpdatePayment and ReleasePayment answer
-// ErrNotFound, and ClaimPayment replaces it with a new claim under a new fence,
-// whatever its state, even PaymentHeld under a live lease or PaymentSettled.
-// That cannot let an authorization be spent twice: ExpiresAt lies past the
-// authorization's validBefore (plus a margin for clock skew, MISSION E1), so no
-// chain accepts that authorization any more, and a transaction broadcast for it
-// has either been mined by then, spending its nonce, or never will be. A new
-// authorization with the same key (same payer and nonce) can only be spent if
-// that nonce is still unused on chain, which verification checks before the
-// claim. The expired row stays in the table until PurgeExpiredPayments deletes
-// it or a claim replaces it.
+// An expired row (see store.Payments) stays in the table until
+// PurgeExpiredPayments deletes it or a claim replaces it.
 
 const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, owner,
     fence, lease_until_ms, expires_at_ms, created_at_ms, updated_at_ms,
@@ -38,37 +28,20 @@ const paymentColumns = `payment_key, network, payer, amount, state, tx_hash, own
 // with the clock of the op.
 const selectPayment = `SELECT ` + paymentColumns + ` FROM payments WHERE payment_key = ?`
 
-// ClaimPayment implements store.Payments. Of any number of concurrent callers,
-// on any number of DB values, exactly one creates, takes over or replaces the
-// record.
-//
-// It reads Key, Network, Payer, Amount, Owner and ExpiresAt of c and ignores
-// the rest. Key must not be empty, lease must be positive (it is rounded up to
-// the millisecond), and ExpiresAt (rounded up to the millisecond) must be after
-// the store's time; otherwise it fails with an error that is not a sentinel and
-// changes nothing, not even an expired record. The new claim's LeaseUntil is
-// now+lease; it may lie past ExpiresAt, and then expiry wins.
-//
-// A record that has not expired is returned as it stands with false, unless it
-// is PaymentHeld with its lease over (now >= LeaseUntil): then the caller takes
-// it over, getting a new Owner, Fence and LeaseUntil while the authorization's
-// details (Network, Payer, Amount, ExpiresAt, CreatedAt) stay those of the
-// first claim. PaymentPending and PaymentSettled records are never taken over.
-// An expired record is replaced, as if absent (see the file comment).
+// ClaimPayment implements store.Payments, reading and writing as one op of a
+// write batch (writer.go).
 func (db *DB) ClaimPayment(ctx context.Context, c store.PaymentClaim, lease time.Duration) (_ store.PaymentClaim, _ bool, err error) {
-	defer wrap(&err, "claim payment %q", c.Key)
-	switch {
-	case c.Key == "":
-		return store.PaymentClaim{}, false, errors.New("empty key")
-	case lease <= 0:
-		return store.PaymentClaim{}, false, fmt.Errorf("lease %v is not positive", lease)
-	case c.ExpiresAt.IsZero():
-		return store.PaymentClaim{}, false, errors.New("no expiry")
+	defer store.Wrap(&err, "sqlite", "claim payment %q", c.Key)
+	if err := store.CheckPaymentClaim(c, lease); err != nil {
+		return store.PaymentClaim{}, false, err
 	}
 	// Round both up, so neither is ever shorter than asked.
-	leaseMs := ceilMillis(lease)
-	expiresMs := ceilMs(c.ExpiresAt)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	leaseMs := store.CeilMillis(lease)
+	expiresMs := store.CeilUnixMilli(c.ExpiresAt)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.PaymentClaim{}, false, err
+	}
 	defer cancel()
 
 	var rec, prev store.PaymentClaim
@@ -163,14 +136,13 @@ func (db *DB) livePayment(ctx context.Context, tx *sql.Tx, key string, fence int
 	return cur, nil
 }
 
-// ReleasePayment implements store.Payments. It deletes the record if it is
-// PaymentHeld or PaymentPending under fence, whether or not the lease is over;
-// ErrFenced if the fence is stale or the record is PaymentSettled; ErrNotFound
-// if absent or expired. A key claimed again after a release gets a fence never
-// used before, so the released fence stays stale.
+// ReleasePayment implements store.Payments.
 func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release payment %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "release payment %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -187,33 +159,15 @@ func (db *DB) ReleasePayment(ctx context.Context, key string, fence int64) (err 
 }
 
 // UpdatePayment implements store.Payments.
-//
-// state must be PaymentPending or PaymentSettled; PaymentHeld (a claim never
-// goes back to held, where it could be taken over and its authorization reach
-// the upstream again) and unknown states fail with an error that is not a
-// sentinel. txHash may be empty in both: a settle answer need not name a
-// transaction (a remote facilitator's settlement_pending, or
-// invalid_exact_evm_nonce_already_used recorded as spent), and refusing the
-// write would leave the claim PaymentHeld, to be taken over once its lease
-// ends, while the authorization is spent or about to be.
-//
-// Allowed: held -> pending, held -> settled, pending -> pending (a replacement
-// transaction, or the same one again), pending -> settled. PaymentSettled is
-// terminal: writing the values it holds (settled, same txHash) succeeds and
-// changes nothing, anything else is ErrFenced. A stale fence is ErrFenced, an
-// absent or expired record ErrNotFound. The lease does not matter: until
-// someone takes the claim over, its holder's fence is good. UpdatedAt changes
-// on every successful write but the no-op on a settled record.
 func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state store.PaymentState, txHash string) (err error) {
-	defer wrap(&err, "update payment %q to %s", key, state)
-	switch state {
-	case store.PaymentPending, store.PaymentSettled:
-	case store.PaymentHeld:
-		return errors.New("a claim never goes back to held")
-	default:
-		return errors.New("unknown state")
+	defer store.Wrap(&err, "sqlite", "update payment %q to %s", key, state)
+	if err := store.CheckPaymentUpdate(state); err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -233,21 +187,20 @@ func (db *DB) UpdatePayment(ctx context.Context, key string, fence int64, state 
 	})
 }
 
-// StagePayment implements store.Payments (migration 0003's columns). The
-// staged response is deleted with its record (release, expiry).
+// StagePayment implements store.Payments, in migration 0003's columns.
 func (db *DB) StagePayment(ctx context.Context, key string, fence int64, r store.StagedResponse) (err error) {
-	defer wrap(&err, "stage payment %q", key)
-	switch {
-	case r.Status < 100 || r.Status > 599:
-		return fmt.Errorf("status %d is not an HTTP status", r.Status)
-	case len(r.Body) > store.MaxStagedBody:
-		return fmt.Errorf("body of %d bytes is over the %d bytes a staged response may have", len(r.Body), store.MaxStagedBody)
+	defer store.Wrap(&err, "sqlite", "stage payment %q", key)
+	if err := store.CheckResponse(r.Status, r.Body); err != nil {
+		return err
 	}
 	body := r.Body
 	if body == nil {
 		body = []byte{} // NULL means nothing staged
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -267,8 +220,11 @@ WHERE payment_key = ?`, r.Status, r.ContentType, body, r.Fingerprint, db.nowMs()
 
 // Payment implements store.Payments: ErrNotFound if absent or expired.
 func (db *DB) Payment(ctx context.Context, key string) (_ store.PaymentClaim, err error) {
-	defer wrap(&err, "payment %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "payment %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.PaymentClaim{}, err
+	}
 	defer cancel()
 
 	c, err := scanPayment(db.ro.QueryRowContext(ctx, selectPayment+` AND expires_at_ms > ?`, key, db.nowMs()))
@@ -288,28 +244,17 @@ WHERE state IN ('pending', 'settled') AND tx_hash <> ''
 ORDER BY staged_content_type, created_at_ms, payment_key
 LIMIT ?`
 
-// StagedPayments lists up to limit (1..1000) payment records whose staged
-// response has the content type contentType and that are PaymentSettled or
-// PaymentPending with a transaction hash: what a background task needs to
-// finish the work of a request that died after its settlement (the top-up
-// sweep of internal/gateway). They come oldest first, by CreatedAt and then
-// Key byte by byte, starting after the record (afterCreated, afterKey): pass
-// the last record of a page to read the next, the zero time and "" to start.
-// CreatedAt never changes while a record lives, so paging sees each record at
-// most once.
-//
-// It is not part of store.Payments, and, unlike every operation there, it
-// lists expired records too, until PurgeExpiredPayments deletes them: a
-// settled payment nobody came back for is still owed once its claim
-// expired. An empty content type or a limit outside 1..1000 fails with an
-// error that is not a sentinel; no match is an empty list. Migration 0009
-// indexes exactly this query.
+// StagedPayments implements store.StagedLister. Migration 0009 indexes
+// exactly this query.
 func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) (_ []store.PaymentClaim, err error) {
-	defer wrap(&err, "staged payments of %q", contentType)
+	defer store.Wrap(&err, "sqlite", "staged payments of %q", contentType)
 	if err := store.ValidateStagedQuery(contentType, limit); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer cancel()
 
 	after := afterCreated.UnixMilli()
@@ -332,17 +277,13 @@ func (db *DB) StagedPayments(ctx context.Context, contentType string, afterCreat
 	return out, nil
 }
 
-// PurgeExpiredPayments deletes up to limit (> 0) expired payment records
-// (ExpiresAt <= now by db.Now), soonest expired first, and returns how many it
-// deleted. It is not part of store.Payments: expired records already count as
-// absent, so purging only reclaims space and is never needed for correctness.
-// Call it periodically, and again at once while it returns limit. limit bounds
-// the work of one write op, which shares its batch's transaction and deadline
-// with other writes: keep it in the hundreds or low thousands.
+// PurgeExpiredPayments deletes expired claims (see store.Payments). limit
+// bounds the work of one write op, which shares its batch's transaction and
+// deadline with other writes: keep it in the hundreds or low thousands.
 func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "purge expired payments")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "sqlite", "purge expired payments")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
 	return db.purgeExpired(ctx, "payments", "payment_key", limit)
 }
@@ -350,10 +291,13 @@ func (db *DB) PurgeExpiredPayments(ctx context.Context, limit int) (_ int, err e
 // purgeExpired deletes up to limit rows of table whose expires_at_ms has
 // passed, oldest first, in one write op, and returns how many.
 func (db *DB) purgeExpired(ctx context.Context, table, key string, limit int) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return 0, err
+	}
 	defer cancel()
 	var n int64
-	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// DELETE ... LIMIT is a compile-time option of SQLite; a subquery is
 		// not. table and key are constants of this package, never input.
 		q := `DELETE FROM ` + table + ` WHERE ` + key + ` IN (SELECT ` + key + ` FROM ` + table + //nolint:gosec // G202: table and key are this package's constants, never input.
@@ -369,15 +313,6 @@ func (db *DB) purgeExpired(ctx context.Context, table, key string, limit int) (i
 		return 0, mapErr(ctx, err)
 	}
 	return int(n), nil
-}
-
-// ceilMs returns t in unix milliseconds, rounded up.
-func ceilMs(t time.Time) int64 {
-	ms := t.UnixMilli()
-	if t.After(time.UnixMilli(ms)) {
-		ms++
-	}
-	return ms
 }
 
 // scanPayment reads one row of paymentColumns.
@@ -408,4 +343,4 @@ func scanPayment(row interface{ Scan(...any) error }) (store.PaymentClaim, error
 	return c, nil
 }
 
-var _ store.Payments = (*DB)(nil)
+var _ store.StagedLister = (*DB)(nil)

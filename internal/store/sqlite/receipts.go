@@ -20,11 +20,14 @@ const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
 
 // PutReceipt implements store.Receipts.
 func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error) {
-	defer wrap(&err, "put receipt %q", r.RequestID)
+	defer store.Wrap(&err, "sqlite", "put receipt %q", r.RequestID)
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -50,11 +53,14 @@ ON CONFLICT DO NOTHING`, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, db.no
 
 // Receipt implements store.Receipts.
 func (db *DB) Receipt(ctx context.Context, requestID string) (_ store.StoredReceipt, err error) {
-	defer wrap(&err, "receipt %q", requestID)
+	defer store.Wrap(&err, "sqlite", "receipt %q", requestID)
 	if !store.ValidID(requestID) {
 		return store.StoredReceipt{}, store.ErrNotFound // never stored
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.StoredReceipt{}, err
+	}
 	defer cancel()
 
 	r, err := scanReceipt(db.ro.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = ?`, requestID))
@@ -69,7 +75,7 @@ func (db *DB) Receipt(ctx context.Context, requestID string) (_ store.StoredRece
 // OR ? is empty": an OR on a parameter hides the condition from the query
 // planner, which could then use no index on key_id.
 func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.StoredReceipt, err error) {
-	defer wrap(&err, "receipts of %q", q.Owner)
+	defer store.Wrap(&err, "sqlite", "receipts of %q", q.Owner)
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
@@ -77,7 +83,10 @@ func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer cancel()
 
 	args := []any{q.Owner, before, q.Limit}

@@ -36,19 +36,15 @@ func absentRecovery(r store.Recovery, now int64) bool {
 
 // BeginRecovery implements store.Recoveries.
 func (db *DB) BeginRecovery(ctx context.Context, r store.Recovery, lease time.Duration) (_ store.Recovery, _ bool, err error) {
-	defer wrap(&err, "begin recovery %q", r.Key)
-	switch {
-	case r.Key == "":
-		return store.Recovery{}, false, errors.New("empty key")
-	case r.OperationID == "":
-		return store.Recovery{}, false, errors.New("empty operation id")
-	case lease <= 0:
-		return store.Recovery{}, false, fmt.Errorf("lease %v is not positive", lease)
-	case r.ExpiresAt.IsZero():
-		return store.Recovery{}, false, errors.New("no expiry")
+	defer store.Wrap(&err, "sqlite", "begin recovery %q", r.Key)
+	if err := store.CheckBeginRecovery(r, lease); err != nil {
+		return store.Recovery{}, false, err
 	}
-	leaseMs, expiresMs := ceilMillis(lease), ceilMs(r.ExpiresAt)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	leaseMs, expiresMs := store.CeilMillis(lease), store.CeilUnixMilli(r.ExpiresAt)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Recovery{}, false, err
+	}
 	defer cancel()
 
 	var rec store.Recovery
@@ -111,18 +107,18 @@ func (db *DB) liveRecovery(ctx context.Context, tx *sql.Tx, key string, fence in
 
 // StageRecovery implements store.Recoveries.
 func (db *DB) StageRecovery(ctx context.Context, key string, fence int64, resp store.RecordedResponse) (err error) {
-	defer wrap(&err, "stage recovery %q", key)
-	switch {
-	case resp.Status < 100 || resp.Status > 599:
-		return fmt.Errorf("status %d is not an HTTP status", resp.Status)
-	case len(resp.Body) > store.MaxStagedBody:
-		return fmt.Errorf("body of %d bytes is over the %d bytes a recorded response may have", len(resp.Body), store.MaxStagedBody)
+	defer store.Wrap(&err, "sqlite", "stage recovery %q", key)
+	if err := store.CheckResponse(resp.Status, resp.Body); err != nil {
+		return err
 	}
 	body := resp.Body
 	if body == nil {
 		body = []byte{}
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := db.liveRecovery(ctx, tx, key, fence)
@@ -142,18 +138,14 @@ WHERE recovery_key = ?`, store.RecoveryStaged, resp.Status, resp.ContentType, bo
 
 // PromoteRecovery implements store.Recoveries.
 func (db *DB) PromoteRecovery(ctx context.Context, operationID, fingerprint string, ref store.SettlementRef, ttl time.Duration, replays int) (_ store.Recovery, err error) {
-	defer wrap(&err, "promote recovery")
-	switch {
-	case operationID == "":
-		return store.Recovery{}, errors.New("empty operation id")
-	case ref.Network == "" || ref.TxHash == "":
-		return store.Recovery{}, errors.New("no settlement reference: nothing is promoted without one")
-	case ttl <= 0:
-		return store.Recovery{}, fmt.Errorf("ttl %v is not positive", ttl)
-	case replays <= 0:
-		return store.Recovery{}, fmt.Errorf("replay budget %d is not positive", replays)
+	defer store.Wrap(&err, "sqlite", "promote recovery")
+	if err := store.CheckPromote(operationID, ref, ttl, replays); err != nil {
+		return store.Recovery{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Recovery{}, err
+	}
 	defer cancel()
 	var rec store.Recovery
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -180,7 +172,7 @@ func (db *DB) PromoteRecovery(ctx context.Context, operationID, fingerprint stri
 SET state = ?, network = ?, tx_hash = ?, replays_left = ?, expires_at_ms = ?, updated_at_ms = ?
 WHERE recovery_key = ?
 RETURNING `+recoveryColumns,
-			store.RecoveryPromoted, ref.Network, ref.TxHash, replays, now+ceilMillis(ttl), now, cur.Key))
+			store.RecoveryPromoted, ref.Network, ref.TxHash, replays, now+store.CeilMillis(ttl), now, cur.Key))
 		return err
 	})
 	if err != nil {
@@ -191,8 +183,11 @@ RETURNING `+recoveryColumns,
 
 // AbandonRecovery implements store.Recoveries.
 func (db *DB) AbandonRecovery(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "abandon recovery %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "abandon recovery %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := db.liveRecovery(ctx, tx, key, fence)
@@ -210,8 +205,11 @@ func (db *DB) AbandonRecovery(ctx context.Context, key string, fence int64) (err
 
 // Recovery implements store.Recoveries.
 func (db *DB) Recovery(ctx context.Context, key string) (_ store.Recovery, err error) {
-	defer wrap(&err, "recovery %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "recovery %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Recovery{}, err
+	}
 	defer cancel()
 	r, err := scanRecovery(db.ro.QueryRowContext(ctx, selectRecovery+` AND expires_at_ms > ?`, key, db.nowMs()))
 	if err != nil {
@@ -222,8 +220,11 @@ func (db *DB) Recovery(ctx context.Context, key string) (_ store.Recovery, err e
 
 // TakeReplay implements store.Recoveries.
 func (db *DB) TakeReplay(ctx context.Context, key, operationID string) (_ store.Recovery, _ bool, err error) {
-	defer wrap(&err, "take replay %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "take replay %q", key)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Recovery{}, false, err
+	}
 	defer cancel()
 	var rec store.Recovery
 	var took bool
@@ -254,13 +255,12 @@ WHERE recovery_key = ? RETURNING `+recoveryColumns, now, key))
 	return rec, took, nil
 }
 
-// PurgeExpiredRecoveries deletes up to limit (> 0) expired recovery records
-// and returns how many. Not part of store.Recoveries: expired records already
-// count as absent.
+// PurgeExpiredRecoveries deletes expired records (see store.Recoveries), as
+// PurgeExpiredPayments does.
 func (db *DB) PurgeExpiredRecoveries(ctx context.Context, limit int) (_ int, err error) {
-	defer wrap(&err, "purge expired recoveries")
-	if limit <= 0 {
-		return 0, fmt.Errorf("limit %d is not positive", limit)
+	defer store.Wrap(&err, "sqlite", "purge expired recoveries")
+	if err := store.CheckLimit(limit); err != nil {
+		return 0, err
 	}
 	return db.purgeExpired(ctx, "recoveries", "recovery_key", limit)
 }

@@ -13,11 +13,14 @@ import (
 // settlements_recent (migration 0011). Records updated in the same
 // millisecond come in descending key order.
 func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int) (_ []store.Settlement, err error) {
-	defer wrap(&err, "recent settlements")
+	defer store.Wrap(&err, "sqlite", "recent settlements")
 	if err := store.CheckRecentQuery(limit); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer cancel()
 
 	return db.settlements(ctx, `SELECT `+columns+` FROM settlements
@@ -30,11 +33,14 @@ LIMIT ?`, since.UnixMilli(), limit)
 // a write batch, so of concurrent callers finding the same, one changes the
 // record.
 func (db *DB) MarkReorg(ctx context.Context, key, txHash string, to store.ReorgStatus, lostTo string) (_ bool, err error) {
-	defer wrap(&err, "mark reorg of settlement %q as %q", key, to)
+	defer store.Wrap(&err, "sqlite", "mark reorg of settlement %q as %q", key, to)
 	if err := store.CheckReorg(to, lostTo); err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return false, err
+	}
 	defer cancel()
 
 	var changed bool

@@ -48,9 +48,10 @@ type DB struct {
 	// afterwards (the time it returns may change).
 	Now func() time.Time
 
-	rw  *sql.DB // exactly one connection: every write, in IMMEDIATE transactions
-	ro  *sql.DB // read-only connections
-	log *slog.Logger
+	gate store.Gate
+	rw   *sql.DB // exactly one connection: every write, in IMMEDIATE transactions
+	ro   *sql.DB // read-only connections
+	log  *slog.Logger
 
 	// The write queue. mu guards queue and closing; wake (on mu) tells the
 	// writer goroutine that an op was queued or Close was called.
@@ -75,7 +76,7 @@ type DB struct {
 // refused, because every connection would get a database of its own.
 // A nil log discards log output.
 func Open(ctx context.Context, path string, log *slog.Logger) (_ *DB, err error) {
-	defer wrap(&err, "open %q", path)
+	defer store.Wrap(&err, "sqlite", "open %q", path)
 	switch {
 	case path == "", path == ":memory:", strings.HasPrefix(path, "file:"), strings.ContainsAny(path, "?#"):
 		return nil, errors.New("want a plain file path (no URI, query or in-memory database)")
@@ -131,12 +132,14 @@ func Open(ctx context.Context, path string, log *slog.Logger) (_ *DB, err error)
 
 // Close closes the database. Writes already queued are still run and
 // answered: Close waits for them, for the writer goroutine to return, and
-// then closes the connections. Writes called after Close fail with an error
-// saying the database is closed; reads in progress may fail.
+// then closes the connections. Reads in progress may fail.
 //
 // If another connection holds the write lock, the wait can last up to
 // busy_timeout for BEGIN plus store.DefaultTimeout for the batch.
 func (db *DB) Close() error {
+	if !db.gate.Close() {
+		return nil
+	}
 	db.mu.Lock()
 	db.closing = true
 	db.mu.Unlock()
@@ -157,8 +160,11 @@ func (db *DB) Close() error {
 
 // Ping checks that the file can still be read, for readiness probes.
 func (db *DB) Ping(ctx context.Context) (err error) {
-	defer wrap(&err, "ping")
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
+	defer store.Wrap(&err, "sqlite", "ping")
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	if err := db.ro.PingContext(ctx); err != nil {
 		return mapErr(ctx, err)
@@ -169,7 +175,7 @@ func (db *DB) Ping(ctx context.Context) (err error) {
 // migrate applies every migration the file lacks, all in one transaction,
 // and refuses a file whose schema is newer than this binary's.
 func migrate(ctx context.Context, rw *sql.DB, log *slog.Logger) (err error) {
-	defer wrap(&err, "migrate")
+	defer store.Wrap(&err, "sqlite", "migrate")
 	all, err := migrations.All()
 	if err != nil {
 		return err
@@ -235,320 +241,13 @@ func appliedMigrations(ctx context.Context, tx *sql.Tx) ([]string, error) {
 	return names, mapErr(ctx, rows.Err())
 }
 
-const columns = `settlement_key, network, asset, payer, pay_to, amount, state, tx_hash, reason, owner,
-    fence, lease_until_ms, success_reported, created_at_ms, updated_at_ms, raw_tx, reorg, reorgs, lost_to`
-
-const selectByKey = `SELECT ` + columns + ` FROM settlements WHERE settlement_key = ?`
-
-// ClaimSettlement implements store.Settlements. It reads and writes as one op
-// of a write batch, inside the batch's IMMEDIATE transaction, so of any number
-// of concurrent callers, on any number of DB values, exactly one creates or
-// takes over the record.
-func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
-	defer wrap(&err, "claim settlement %q", s.Key)
-	if s.Key == "" {
-		return store.Settlement{}, false, errors.New("empty key")
-	}
-	if lease <= 0 {
-		return store.Settlement{}, false, fmt.Errorf("lease %v is not positive", lease)
-	}
-	// Round the lease up, so it is never shorter than asked.
-	leaseMs := ceilMillis(lease)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-
-	var rec, prev store.Settlement
-	var won, tookOver bool
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		now := db.nowMs()
-		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, s.Key))
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			fence, err := nextFence(ctx, tx)
-			if err != nil {
-				return err
-			}
-			rec, err = scan(tx.QueryRowContext(ctx, `INSERT INTO settlements (
-    settlement_key, network, asset, payer, pay_to, amount, state, owner,
-    fence, lease_until_ms, created_at_ms, updated_at_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-RETURNING `+columns,
-				s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, store.StateClaimed, s.Owner,
-				fence, now+leaseMs, now, now))
-			won = err == nil
-			return err
-		case err != nil:
-			return err
-		case cur.State == store.StateClaimed && now >= cur.LeaseUntil.UnixMilli():
-			fence, err := nextFence(ctx, tx)
-			if err != nil {
-				return err
-			}
-			rec, err = scan(tx.QueryRowContext(ctx, `UPDATE settlements
-SET owner = ?, fence = ?, lease_until_ms = ?, updated_at_ms = ?, pay_to = ?, amount = ?
-WHERE settlement_key = ?
-RETURNING `+columns,
-				s.Owner, fence, now+leaseMs, now, s.PayTo, s.Amount, s.Key))
-			if err != nil {
-				return err
-			}
-			won, tookOver, prev = true, true, cur
-			return nil
-		default:
-			rec = cur
-			return nil
-		}
-	})
-	if err != nil {
-		return store.Settlement{}, false, err
-	}
-	if tookOver { // logged once committed, with the caller's context
-		db.log.InfoContext(ctx, "took over expired settlement claim",
-			"key", s.Key, "previous_owner", prev.Owner, "owner", s.Owner, "fence", rec.Fence)
-	}
-	return rec, won, nil
-}
-
-// nextFence draws the next fencing token from the one counter, so a token is
-// never handed out twice, not even for a key released and claimed again.
-func nextFence(ctx context.Context, tx *sql.Tx) (int64, error) {
-	var fence int64
-	err := tx.QueryRowContext(ctx, `UPDATE settlement_fences SET last = last + 1 WHERE id = 1 RETURNING last`).Scan(&fence)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, errors.New("fence counter row missing")
-	}
-	return fence, err
-}
-
-// UpdateSettlement implements store.Settlements.
-//
-// Beyond the interface's contract it refuses, with an error that is not a
-// sentinel, a state the store does not know or StateClaimed (a record never
-// goes back to claimed, where it could be released or taken over and its
-// authorization broadcast again), StateBroadcast or StateSettled without a
-// transaction hash, and StateFailed without a reason. StateSettled and
-// StateFailed are terminal: writing the values the record already holds
-// succeeds and changes nothing, anything else is ErrFenced (someone else
-// resolved the record; the caller must stop and read it).
-func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, state store.SettlementState, txHash, reason string) (err error) {
-	defer wrap(&err, "update settlement %q to %s", key, state)
-	switch state {
-	case store.StateBroadcast, store.StateSettled:
-		if txHash == "" {
-			return errors.New("no transaction hash")
-		}
-	case store.StateFailed:
-		if reason == "" {
-			return errors.New("no reason")
-		}
-	case store.StateClaimed:
-		return errors.New("a record never goes back to claimed")
-	default:
-		return errors.New("unknown state")
-	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-
-	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
-		if err != nil {
-			return err
-		}
-		if cur.Fence != fence {
-			return fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
-		}
-		if cur.State == store.StateSettled || cur.State == store.StateFailed {
-			if cur.State == state && cur.TxHash == txHash && cur.Reason == reason {
-				return nil
-			}
-			return fmt.Errorf("record is already %s: %w", cur.State, store.ErrFenced)
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE settlements SET state = ?, tx_hash = ?, reason = ?, updated_at_ms = ? WHERE settlement_key = ?`,
-			state, txHash, reason, db.nowMs(), key)
-		return err
-	})
-}
-
-// ReleaseSettlement implements store.Settlements.
-func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (err error) {
-	defer wrap(&err, "release settlement %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-
-	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
-		if err != nil {
-			return err
-		}
-		if cur.Fence != fence {
-			return fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
-		}
-		if cur.State != store.StateClaimed {
-			return fmt.Errorf("record is %s, past claimed: %w", cur.State, store.ErrFenced)
-		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM settlements WHERE settlement_key = ?`, key)
-		return err
-	})
-}
-
-// RecordBroadcast implements store.Settlements. Beyond the interface's
-// contract it refuses, with an error that is not a sentinel, an empty hash
-// and a raw transaction that is not 0x-prefixed hex of 1 to store.MaxRawTx
-// bytes.
-func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHash, rawTx string) (err error) {
-	defer wrap(&err, "record broadcast of settlement %q", key)
-	if err := store.CheckBroadcast(txHash, rawTx); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-
-	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
-		if err != nil {
-			return err
-		}
-		if cur.Fence != fence {
-			return fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
-		}
-		if cur.State != store.StateClaimed && cur.State != store.StateBroadcast {
-			return fmt.Errorf("record is already %s: %w", cur.State, store.ErrFenced)
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE settlements SET state = 'broadcast', tx_hash = ?, raw_tx = ?, updated_at_ms = ? WHERE settlement_key = ?`,
-			txHash, rawTx, db.nowMs(), key)
-		return err
-	})
-}
-
-// AbandonBroadcast implements store.Settlements.
-func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
-	defer wrap(&err, "abandon broadcast of settlement %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-
-	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := scan(tx.QueryRowContext(ctx, selectByKey, key))
-		if err != nil {
-			return err
-		}
-		switch {
-		case cur.Fence != fence:
-			return fmt.Errorf("fence %d is stale, the record's is %d: %w", fence, cur.Fence, store.ErrFenced)
-		case cur.State != store.StateBroadcast:
-			return fmt.Errorf("record is %s, not broadcast: %w", cur.State, store.ErrFenced)
-		case cur.TxHash != txHash:
-			return fmt.Errorf("record names transaction %s, not %s: %w", cur.TxHash, txHash, store.ErrFenced)
-		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM settlements WHERE settlement_key = ?`, key)
-		return err
-	})
-}
-
-// MarkSuccessReported implements store.Settlements. The mark is one
-// conditional UPDATE; only the call that changed the row gets true. It
-// returns ErrNotFound if there is no record for key.
-func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
-	defer wrap(&err, "mark success reported %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-
-	var set bool
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE settlements SET success_reported = 1, updated_at_ms = ?
-WHERE settlement_key = ? AND state = 'settled' AND success_reported = 0`, db.nowMs(), key)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if set = n == 1; set {
-			return nil
-		}
-		// Not settled, already reported, or absent: only the last is an error.
-		var one int
-		return tx.QueryRowContext(ctx, `SELECT 1 FROM settlements WHERE settlement_key = ?`, key).Scan(&one)
-	})
-	if err != nil {
-		return false, err
-	}
-	return set, nil
-}
-
-// Settlement implements store.Settlements.
-func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, err error) {
-	defer wrap(&err, "settlement %q", key)
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-
-	s, err := scan(db.ro.QueryRowContext(ctx, selectByKey, key))
-	if err != nil {
-		return store.Settlement{}, mapErr(ctx, err)
-	}
-	return s, nil
-}
-
-// UnresolvedSettlements implements store.Settlements. Records created in the
-// same millisecond come in key order. limit must be positive.
-func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
-	defer wrap(&err, "unresolved settlements")
-	if limit <= 0 {
-		return nil, fmt.Errorf("limit %d is not positive", limit)
-	}
-	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
-	defer cancel()
-
-	return db.settlements(ctx, `SELECT `+columns+` FROM settlements
-WHERE state IN ('claimed', 'broadcast')
-ORDER BY created_at_ms, settlement_key
-LIMIT ?`, limit)
-}
-
-// settlements runs query, which selects columns, and scans every row.
-func (db *DB) settlements(ctx context.Context, query string, args ...any) ([]store.Settlement, error) {
-	rows, err := db.ro.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, mapErr(ctx, err)
-	}
-	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
-	var out []store.Settlement
-	for rows.Next() {
-		s, err := scan(rows)
-		if err != nil {
-			return nil, mapErr(ctx, err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapErr(ctx, err)
-	}
-	return out, nil
-}
-
+// nowMs is the store's time in unix milliseconds: DB.Now's, else the
+// system clock's.
 func (db *DB) nowMs() int64 {
 	if db.Now == nil {
 		return time.Now().UnixMilli()
 	}
 	return db.Now().UnixMilli()
-}
-
-// scan reads one row of columns.
-func scan(row interface{ Scan(...any) error }) (store.Settlement, error) {
-	var s store.Settlement
-	var state, reorg string
-	var leaseUntil, created, updated int64
-	err := row.Scan(&s.Key, &s.Network, &s.Asset, &s.Payer, &s.PayTo, &s.Amount, &state, &s.TxHash, &s.Reason, &s.Owner,
-		&s.Fence, &leaseUntil, &s.SuccessReported, &created, &updated, &s.RawTx, &reorg, &s.Reorgs, &s.LostTo)
-	if err != nil {
-		return store.Settlement{}, err
-	}
-	s.State = store.SettlementState(state)
-	s.Reorg = store.ReorgStatus(reorg)
-	s.LeaseUntil = time.UnixMilli(leaseUntil).UTC()
-	s.CreatedAt = time.UnixMilli(created).UTC()
-	s.UpdatedAt = time.UnixMilli(updated).UTC()
-	return s, nil
 }
 
 // mapErr turns what database/sql and the driver return into errors callers
@@ -576,23 +275,3 @@ func mapErr(ctx context.Context, err error) error {
 		return errors.New(se.Error())
 	}
 }
-
-// ceilMillis rounds d up to whole milliseconds without overflowing near the
-// largest Duration (adding a millisecond first would wrap to a lease in the
-// past, which anyone could take over at once).
-func ceilMillis(d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		ms++
-	}
-	return ms
-}
-
-// wrap prefixes a non-nil *errp with the package and the operation.
-func wrap(errp *error, format string, args ...any) {
-	if *errp != nil {
-		*errp = fmt.Errorf("sqlite: %s: %w", fmt.Sprintf(format, args...), *errp)
-	}
-}
-
-var _ store.Settlements = (*DB)(nil)

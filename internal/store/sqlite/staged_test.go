@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/store/storetest"
 )
 
 // TestStagedPayments runs the StagedPayments conformance suite with two DB
 // values on one temporary file, as two processes would share it.
 func TestStagedPayments(t *testing.T) {
-	storetest.RunStagedPayments(t, func(t *testing.T, now func() time.Time) (a, b storetest.StagedLister) {
+	storetest.RunStagedPayments(t, func(t *testing.T, now func() time.Time) (a, b store.StagedLister) {
 		path := filepath.Join(t.TempDir(), "llm4agents.db")
 		return open(t, path, now), open(t, path, now)
 	})

@@ -35,7 +35,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -48,9 +47,6 @@ import (
 // maxBatch bounds the ops of one transaction, so a batch's commit, which every
 // op in it waits for, never waits for an unbounded amount of work.
 const maxBatch = 64
-
-// errClosed is what a write gets once Close has been called.
-var errClosed = errors.New("database is closed")
 
 // writeFunc is the body of one write operation. It runs on the writer
 // goroutine inside the batch's transaction and must use the ctx it is given
@@ -90,7 +86,7 @@ func (db *DB) write(ctx context.Context, fn writeFunc) error {
 	db.mu.Lock()
 	if db.closing {
 		db.mu.Unlock()
-		return errClosed
+		return store.ErrClosed
 	}
 	db.queue = append(db.queue, op)
 	db.mu.Unlock()

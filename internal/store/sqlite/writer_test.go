@@ -472,8 +472,8 @@ func TestCloseAnswersQueuedWrites(t *testing.T) {
 	go func() { closed <- db.Close() }()
 	waitFor(t, db, "Close to begin", func() bool { return db.closing })
 	_, _, err := db.ClaimSettlement(ctx, claimInput("late"), time.Minute)
-	if !errors.Is(err, errClosed) || !strings.Contains(err.Error(), "database is closed") {
-		t.Errorf("ClaimSettlement() during Close = %v, want errClosed", err)
+	if !errors.Is(err, store.ErrClosed) || !strings.Contains(err.Error(), "database is closed") {
+		t.Errorf("ClaimSettlement() during Close = %v, want store.ErrClosed", err)
 	}
 	select {
 	case err := <-closed:
@@ -510,8 +510,8 @@ func TestCloseAnswersQueuedWrites(t *testing.T) {
 			return err
 		}(),
 	} {
-		if !errors.Is(err, errClosed) {
-			t.Errorf("%s() after Close = %v, want errClosed", name, err)
+		if !errors.Is(err, store.ErrClosed) {
+			t.Errorf("%s() after Close = %v, want store.ErrClosed", name, err)
 		}
 	}
 

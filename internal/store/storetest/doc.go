@@ -2,10 +2,10 @@
 // semantics of the contracts in package store, written once as table
 // subtests, so that SQLite, PostgreSQL and Redis cannot drift apart.
 //
-// A backend's test calls RunSettlements, RunPayments and (SQL backends)
-// RunLedger, each with a function that opens two
-// independent handles (separate connection pools or clients) on one new,
-// empty database. Most subtests use the first handle and read back through
+// A backend's test calls RunSettlements, RunPayments and RunRecoveries, and
+// the SQL backends also RunLedger, RunKeys, RunReceipts and
+// RunStagedPayments, each with a function that opens two independent handles
+// (separate connection pools or clients) on one new, empty database. Most subtests use the first handle and read back through
 // the second; the race subtests split concurrent callers between both, the
 // way two gateway processes share one database.
 //

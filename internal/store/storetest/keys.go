@@ -48,6 +48,7 @@ func RunKeys(t *testing.T, open OpenKeys) {
 		{"Sweep", testSweepAuth},
 		{"Race/ConsumeNonce", testRaceConsumeNonce},
 		{"Race/CreateKey", testRaceCreateKey},
+		{"Closed", testKeysClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -75,6 +75,7 @@ func RunLedger(t *testing.T, open OpenLedger) {
 		{"Race/KeyPeriodCap", testLedgerRaceKeyPeriod},
 		{"Race/SameOperation", testLedgerRaceSameOp},
 		{"Race/CaptureVsRelease", testLedgerRaceCaptureRelease},
+		{"Closed", testLedgerClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -56,6 +56,7 @@ func RunPayments(t *testing.T, open OpenPayments) {
 		{"Claim/NoTakeoverPastHeld", testPayClaimNoTakeoverPastHeld},
 		{"Claim/ExpiredCountsAsAbsent", testPayClaimExpired},
 		{"Claim/InvalidArguments", testPayClaimInvalid},
+		{"Claim/NearMaximumLease", testPayClaimNearMaxLease},
 		{"Update/Transitions", testPayUpdateTransitions},
 		{"Update/AfterLeaseWithoutTakeover", testPayUpdateAfterLease},
 		{"Update/StaleFence", testPayUpdateStaleFence},
@@ -77,6 +78,7 @@ func RunPayments(t *testing.T, open OpenPayments) {
 		{"Race/Takeover", testPayRaceTakeover},
 		{"Race/ReplaceExpired", testPayRaceReplaceExpired},
 		{"Race/ReleaseVsUpdate", testPayRaceReleaseVsUpdate},
+		{"Closed", testPaymentsClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,6 +47,7 @@ func RunReceipts(t *testing.T, open OpenReceipts) {
 		{"Bounds", testReceiptBounds},
 		{"InvalidArguments", testReceiptInvalid},
 		{"Race/Put", testReceiptRace},
+		{"Closed", testReceiptsClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,6 +38,7 @@ func RunRecoveries(t *testing.T, open OpenRecoveries) {
 	}{
 		{"Begin/CreatesAndHolds", testRecBegin},
 		{"Begin/InvalidArguments", testRecBeginInvalid},
+		{"Begin/NearMaximumLease", testRecBeginNearMaxLease},
 		{"Begin/TakeoverAfterLease", testRecBeginTakeover},
 		{"Begin/StagedNeverTakenOver", testRecBeginStaged},
 		{"Begin/ExpiredCountsAsAbsent", testRecBeginExpired},
@@ -50,6 +51,8 @@ func RunRecoveries(t *testing.T, open OpenRecoveries) {
 		{"Promote/FingerprintIsChecked", testRecPromoteFingerprint},
 		{"Promote/InFlightRefused", testRecPromoteInFlight},
 		{"Promote/Idempotent", testRecPromoteIdempotent},
+		{"Promote/NearMaximumTTL", testRecPromoteNearMaxTTL},
+		{"Promote/ReplayBudgetBound", testRecPromoteReplayBound},
 		{"Abandon", testRecAbandon},
 		{"Replay/Budget", testRecReplayBudget},
 		{"Replay/NotPromoted", testRecReplayNotPromoted},
@@ -57,6 +60,7 @@ func RunRecoveries(t *testing.T, open OpenRecoveries) {
 		{"Race/Begin", testRecRaceBegin},
 		{"Race/TakeReplay", testRecRaceReplay},
 		{"Race/PromoteVsAbandon", testRecRacePromoteAbandon},
+		{"Closed", testRecoveriesClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,6 +33,7 @@ func RunSettlements(t *testing.T, open OpenSettlements) {
 		{"Claim/TakeoverAfterExpiry", testClaimTakeover},
 		{"Claim/NoTakeoverPastClaimed", testClaimNoTakeoverPastClaimed},
 		{"Claim/InvalidArguments", testClaimInvalid},
+		{"Claim/NearMaximumLease", testClaimNearMaxLease},
 		{"Update/Transitions", testUpdateTransitions},
 		{"Update/AfterLeaseWithoutTakeover", testUpdateAfterLease},
 		{"Update/StaleFence", testUpdateStaleFence},
@@ -62,6 +63,7 @@ func RunSettlements(t *testing.T, open OpenSettlements) {
 		{"Race/Takeover", testRaceTakeover},
 		{"Race/MarkSuccessReported", testRaceMark},
 		{"Race/MarkReorg", testRaceReorg},
+		{"Closed", testSettlementsClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

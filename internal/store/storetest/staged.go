@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,17 +11,9 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// StagedLister is a payments store that can list claims by the content type
-// of their staged response: the SQL backends, for the gateway's top-up sweep
-// (which declares the same method on its side).
-type StagedLister interface {
-	store.Payments
-	StagedPayments(ctx context.Context, contentType string, afterCreated time.Time, afterKey string, limit int) ([]store.PaymentClaim, error)
-}
-
 // OpenStaged opens two independent handles on one new, empty database, as
 // OpenPayments does.
-type OpenStaged func(t *testing.T, now func() time.Time) (a, b StagedLister)
+type OpenStaged func(t *testing.T, now func() time.Time) (a, b store.StagedLister)
 
 // RunStagedPayments runs the conformance suite of StagedPayments against the
 // backend that open opens. Every subtest opens a database of its own; handle
@@ -59,7 +50,7 @@ func RunStagedPayments(t *testing.T, open OpenStaged) {
 
 type stagedEnv struct {
 	*payEnv
-	lb StagedLister
+	lb store.StagedLister
 }
 
 const (

@@ -34,11 +34,10 @@
 // a payment or sign-in header is never carried to an origin other than the one
 // it was made for when an http.Client follows a redirect.
 //
-// Receipts (D18) are EIP-712 typed data: this package holds their one
-// definition (ReceiptTypes, ReceiptDigest, the X-Llm4agents-Receipt codec),
-// which the gateway signs with, and verifies them against the signer an origin
-// publishes at /.well-known/llm4agents.json (ReceiptVerifier).
+// Receipts (D18) are EIP-712 typed data defined in x402/receipt, which the
+// gateway signs with; ReceiptVerifier verifies them against the signer an
+// origin publishes at /.well-known/llm4agents.json.
 //
 // The package imports no database driver and nothing under internal/, so a buyer
-// who imports it inherits only x402, x402/evm/exact and go-ethereum.
+// who imports it inherits only x402, its sub-packages and go-ethereum.
 package client

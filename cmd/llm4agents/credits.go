@@ -19,6 +19,7 @@ import (
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // maxReceiptsLimit bounds --limit of credits receipts.
@@ -234,7 +235,7 @@ type receiptResult struct {
 	Signer    string          `json:"signer,omitempty"`
 	Error     string          `json:"error,omitempty"`
 
-	r *client.Receipt
+	r *receipt.Receipt
 }
 
 func creditsReceipts(ctx context.Context, args []string, e env) error {
@@ -320,7 +321,7 @@ func creditsReceipts(ctx context.Context, args []string, e env) error {
 		printReceipts(e.stdout, results, f.decimals)
 	}
 	if bad > 0 {
-		return fmt.Errorf("credits receipts: %d of %d receipts do not verify against %s%s", bad, len(results), f.base, client.WellKnownPath)
+		return fmt.Errorf("credits receipts: %d of %d receipts do not verify against %s%s", bad, len(results), f.base, receipt.WellKnownPath)
 	}
 	return nil
 }
@@ -329,7 +330,7 @@ func creditsReceipts(ctx context.Context, args []string, e env) error {
 // the gateway's published signer.
 func verifyEnvelope(ctx context.Context, v *client.ReceiptVerifier, base *url.URL, env json.RawMessage) receiptResult {
 	res := receiptResult{}
-	r, sig, err := client.ParseReceiptEnvelope(bytes.TrimSpace(env))
+	r, sig, err := receipt.ParseEnvelope(bytes.TrimSpace(env))
 	if err != nil {
 		res.Error = err.Error()
 		return res

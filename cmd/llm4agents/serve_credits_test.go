@@ -24,6 +24,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 const serveReceiptKeyEnv = "LLM4AGENTS_TEST_RECEIPT_KEY"
@@ -82,7 +83,7 @@ func TestServeCredits(t *testing.T) {
 	}
 	// The receipt signer is the configured key's address.
 	_, doc := getURL(t, base+"/.well-known/llm4agents.json")
-	var wk client.WellKnown
+	var wk receipt.WellKnown
 	if err := json.Unmarshal(doc, &wk); err != nil || wk.Receipts.Signer != crypto.PubkeyToAddress(rk.PublicKey) {
 		t.Errorf("well-known signer %v, %v; want %s", wk.Receipts.Signer, err, crypto.PubkeyToAddress(rk.PublicKey))
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
@@ -61,10 +60,10 @@ func newOperationID() string {
 	return "op_" + hex.EncodeToString(b[:])
 }
 
-// fingerprint is DECISIONS D14's request fingerprint, the buyer's
-// client.Fingerprint, so that the two can never disagree.
+// fingerprint is DECISIONS D14's request fingerprint:
+// x402.Fingerprint, which the buyer computes too, so the two never disagree.
 func fingerprint(method, path, model string, body []byte) string {
-	return client.Fingerprint(method, path, model, body)
+	return x402.Fingerprint(method, path, model, body)
 }
 
 // recordKey is the record key of D14. A payment-identifier is a secret: the key

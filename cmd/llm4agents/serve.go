@@ -150,8 +150,8 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	}
 	var cred *gateway.Credits
 	// With credits on, expired claims are purged only once the top-up sweep
-	// left none of them waiting for its credit (purgeGate).
-	var gate purgeGate
+	// left none of them waiting for its credit (gateway.PurgeGate).
+	var gate gateway.PurgeGate
 	if cfg.Credits.Enabled {
 		var chain gateway.ChainReader
 		if backend != nil {
@@ -164,7 +164,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		g.closers = append(g.closers, stop)
 		cred, gate = c, topUps
 	}
-	g.closers = append(g.closers, purgeExpired(db, gate, time.Hour, log))
+	g.closers = append(g.closers, gateway.StartPurger(db, gate, time.Hour, log).Close)
 	hostname, _ := os.Hostname()
 	srv, err := gateway.New(gateway.Config{
 		PublicURL: cfg.PublicURL, Network: cfg.Network.ID, Asset: asset.Hex(),

@@ -27,7 +27,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/upstream"
-	"github.com/llm4agents/llm4agents/x402"
 )
 
 // node is what the gateway's in-process facilitator needs from a chain: an
@@ -41,7 +40,7 @@ type node interface {
 // gateway asks the chain itself whether a payment whose settle answer it did
 // not get was paid.
 type confirmingFacilitator struct {
-	x402.Facilitator
+	gateway.Facilitator
 	*facilitator.ChainConfirmer
 }
 
@@ -76,7 +75,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	g.closers = append(g.closers, func() { _ = db.Close() })
 
 	asset, _ := cfg.Network.AssetAddress()
-	var fac x402.Facilitator
+	var fac gateway.Facilitator
 	switch cfg.Facilitator.Mode {
 	case config.ModeRemote:
 		fac = facilitator.NewClient(cfg.Facilitator.URL, nil)

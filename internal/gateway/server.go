@@ -111,7 +111,7 @@ const (
 // Server serves the gateway's HTTP API.
 type Server struct {
 	cfg      Config
-	fac      x402.Facilitator
+	fac      Facilitator
 	payments store.Payments
 	// recoveries holds the recovery records (recovery.go); nil when the store
 	// does not implement store.Recoveries, and then no id is advertised and
@@ -135,7 +135,7 @@ type Server struct {
 
 // New returns a Server. fac verifies and settles; payments holds the claims,
 // and the recovery records when it implements store.Recoveries.
-func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Logger) (*Server, error) {
+func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger) (*Server, error) {
 	if cfg.MaxTimeoutSeconds <= 0 {
 		cfg.MaxTimeoutSeconds = DefaultMaxTimeoutSeconds
 	}

@@ -38,6 +38,11 @@
 // gateway signs with; ReceiptVerifier verifies them against the signer an
 // origin publishes at /.well-known/llm4agents.json.
 //
+// Account calls an llm4agents gateway's account routes: it signs in with the
+// wallet (EIP-4361), creates, lists and revokes sk-l4a- API keys, shows the
+// credit balance, pays top-ups through a Transport and fetches the receipts of
+// credit-paid calls. `llm4agents keys` and `llm4agents credits` are built on it.
+//
 // The package imports no database driver and nothing under internal/, so a buyer
 // who imports it inherits only x402, its sub-packages and go-ethereum.
 package client

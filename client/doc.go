@@ -20,7 +20,7 @@
 //
 // Retries never pay twice (DECISIONS D26, MISSION B3). Each paying call has an
 // entry in a Journal, keyed by its Idempotency-Key header or its request
-// Fingerprint (D14), created before anything is signed. The authorization
+// x402.Fingerprint (D14), created before anything is signed. The authorization
 // signed for the call is recorded there before it is sent, and sent again,
 // unchanged, by the Transport's own retries (RetryPolicy: transport errors,
 // settlement_pending, 409 with Retry-After), by an SDK that retries the call

@@ -34,12 +34,3 @@ func BenchmarkPaidCall(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkFingerprint measures the request fingerprint of a chat body.
-func BenchmarkFingerprint(b *testing.B) {
-	body := []byte(chatBody)
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = client.Fingerprint(http.MethodPost, "/v1/chat/completions", "gpt-4o-mini", body)
-	}
-}

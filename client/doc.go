@@ -20,7 +20,7 @@
 //
 // Retries never pay twice (DECISIONS D26, MISSION B3). Each paying call has an
 // entry in a Journal, keyed by its Idempotency-Key header or its request
-// Fingerprint (D14), created before anything is signed. The authorization
+// x402.Fingerprint (D14), created before anything is signed. The authorization
 // signed for the call is recorded there before it is sent, and sent again,
 // unchanged, by the Transport's own retries (RetryPolicy: transport errors,
 // settlement_pending, 409 with Retry-After), by an SDK that retries the call
@@ -34,11 +34,15 @@
 // a payment or sign-in header is never carried to an origin other than the one
 // it was made for when an http.Client follows a redirect.
 //
-// Receipts (D18) are EIP-712 typed data: this package holds their one
-// definition (ReceiptTypes, ReceiptDigest, the X-Llm4agents-Receipt codec),
-// which the gateway signs with, and verifies them against the signer an origin
-// publishes at /.well-known/llm4agents.json (ReceiptVerifier).
+// Receipts (D18) are EIP-712 typed data defined in x402/receipt, which the
+// gateway signs with; ReceiptVerifier verifies them against the signer an
+// origin publishes at /.well-known/llm4agents.json.
+//
+// Account calls an llm4agents gateway's account routes: it signs in with the
+// wallet (EIP-4361), creates, lists and revokes sk-l4a- API keys, shows the
+// credit balance, pays top-ups through a Transport and fetches the receipts of
+// credit-paid calls. `llm4agents keys` and `llm4agents credits` are built on it.
 //
 // The package imports no database driver and nothing under internal/, so a buyer
-// who imports it inherits only x402, x402/evm/exact and go-ethereum.
+// who imports it inherits only x402, its sub-packages and go-ethereum.
 package client

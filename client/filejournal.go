@@ -249,7 +249,7 @@ func decodeEntry(b []byte, key string, slot int) (*JournalEntry, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("data after the entry")
 	}
-	if strictJSON(b) != nil {
+	if x402.CheckStrictJSON(b) != nil {
 		return nil, errors.New("duplicate keys or too deep")
 	}
 	var o Outcome

@@ -2,9 +2,7 @@ package client
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,61 +51,6 @@ func TestBackoff(t *testing.T) {
 	}
 	if d := (RetryPolicy{}).backoff(1000); d != DefaultMaxWait {
 		t.Errorf("default backoff(1000) = %v", d)
-	}
-}
-
-func TestStrictJSON(t *testing.T) {
-	for _, ok := range []string{`{}`, `[]`, `1`, `"s"`, `{"a":{"a":1},"b":[{"a":1},{"a":2}]}`, ` {"a" : 1} `} {
-		if err := strictJSON([]byte(ok)); err != nil {
-			t.Errorf("strictJSON(%s) = %v", ok, err)
-		}
-	}
-	for _, bad := range []string{``, `{`, `{"a":1,"a":2}`, `{"a":{"b":1,"b":1}}`, `[{"x":1,"x":1}]`, `{} {}`, `{}x`, "\"\xff\"",
-		strings.Repeat("[", maxJSONDepth+2) + strings.Repeat("]", maxJSONDepth+2), `{"a":}`} {
-		if err := strictJSON([]byte(bad)); !errors.Is(err, errJSONShape) {
-			t.Errorf("strictJSON(%.40q) = %v, want errJSONShape", bad, err)
-		}
-	}
-}
-
-// TestFingerprint: D14's canonical form, with the body's key order,
-// whitespace and HTML characters not mattering, and everything else
-// mattering.
-func TestFingerprint(t *testing.T) {
-	const body = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi <b>&</b>"}],"max_tokens":10,"temperature":0.70}`
-	base := Fingerprint("POST", "/v1/chat/completions", "gpt-4o-mini", []byte(body))
-	same := []string{
-		"{ \"messages\" : [ {\"content\":\"hi <b>&</b>\", \"role\":\"user\"} ],\n\t\"temperature\":0.70, \"max_tokens\":10, \"model\":\"gpt-4o-mini\" }",
-		`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi \u003cb\u003e\u0026\u003c/b\u003e"}],"max_tokens":10,"temperature":0.70}`,
-	}
-	for _, b := range same {
-		if got := Fingerprint("POST", "/v1/chat/completions", "gpt-4o-mini", []byte(b)); got != base {
-			t.Errorf("Fingerprint(%s) differs", b)
-		}
-	}
-	differ := map[string]string{
-		"method": Fingerprint("PUT", "/v1/chat/completions", "gpt-4o-mini", []byte(body)),
-		"path":   Fingerprint("POST", "/v1/completions", "gpt-4o-mini", []byte(body)),
-		"model":  Fingerprint("POST", "/v1/chat/completions", "gpt-4o", []byte(body)),
-		"number as written": Fingerprint("POST", "/v1/chat/completions", "gpt-4o-mini",
-			[]byte(strings.Replace(body, "0.70", "0.7", 1))),
-		"array order": Fingerprint("POST", "/v1/chat/completions", "gpt-4o-mini",
-			[]byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi <b>&</b>"},{"role":"user","content":"x"}],"max_tokens":10,"temperature":0.70}`)),
-		"trailing bytes make it raw": Fingerprint("POST", "/v1/chat/completions", "gpt-4o-mini", []byte(body+"x")),
-	}
-	for name, got := range differ {
-		if got == base {
-			t.Errorf("%s: same fingerprint", name)
-		}
-	}
-	// A raw body never collides with a JSON body whose value is its hash.
-	raw := []byte("not json")
-	rawFP := Fingerprint("POST", "/p", "", raw)
-	if rawFP == Fingerprint("POST", "/p", "", []byte(`"not json"`)) || rawFP == Fingerprint("POST", "/p", "", nil) {
-		t.Error("raw body collides")
-	}
-	if len(base) != 64 {
-		t.Errorf("fingerprint %q is not hex SHA-256", base)
 	}
 }
 

@@ -69,7 +69,7 @@ func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
 // replaces the whole entry with the recorded one.
 type JournalEntry struct {
 	// Key names the logical call: the origin, the payer and either the
-	// request's Idempotency-Key or its Fingerprint. Entries are looked up by it.
+	// request's Idempotency-Key or its x402.Fingerprint. Entries are looked up by it.
 	Key string
 	// Slot tells apart entries with one Key that are open at once: identical
 	// requests in flight together are distinct calls. The Journal sets it.
@@ -84,7 +84,7 @@ type JournalEntry struct {
 	Resource string
 	// IdempotencyKey is the request's Idempotency-Key header, if any.
 	IdempotencyKey string
-	// Fingerprint is the request's Fingerprint (DECISIONS D14).
+	// Fingerprint is the request's x402.Fingerprint (DECISIONS D14).
 	Fingerprint string
 	// Created is when the Journal first recorded the call.
 	Created time.Time

@@ -71,7 +71,7 @@ var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a d
 // A request is sent through Base. An answer other than 402 is returned as it
 // is. On a 402 the Transport decodes PAYMENT-REQUIRED and opens the call's
 // entry in its Journal before anything is signed (DECISIONS D26). The entry is
-// keyed by the request's Idempotency-Key header, or else by its Fingerprint
+// keyed by the request's Idempotency-Key header, or else by its x402.Fingerprint
 // (D14), together with the origin and the payer. Then:
 //
 //   - If the entry holds an authorization signed earlier for this call (the

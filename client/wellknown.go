@@ -1,9 +1,7 @@
 package client
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,122 +12,24 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
-
-// WellKnownPath is where a gateway publishes its receipt signer and domain
-// (DECISIONS D18).
-const WellKnownPath = "/.well-known/llm4agents.json"
 
 // maxWellKnown bounds the well-known document read.
 const maxWellKnown = 64 << 10
 
-// ErrBadWellKnown: the well-known document could not be fetched or does not
-// decode strictly.
-var ErrBadWellKnown = errors.New("client: bad " + WellKnownPath)
-
-// WellKnown is the document at WellKnownPath:
-//
-//	{"receipts": {"signer": "0x…", "domain": {"name": "llm4agents", "version": "1", "chainId": 8453}}}
-//
-// The receipts object is decoded strictly: exactly these fields, once each,
-// a signer address (EIP-55 if mixed case), a non-empty name and version, and
-// chainId a positive integer JSON number. Other top-level members are allowed
-// and ignored, so the document can grow without breaking buyers.
-type WellKnown struct {
-	Receipts WellKnownReceipts `json:"receipts"`
-}
-
-// WellKnownReceipts says who signs the receipts and in which EIP-712 domain.
-type WellKnownReceipts struct {
-	Signer common.Address `json:"signer"`
-	Domain ReceiptDomain  `json:"domain"`
-}
-
-// MarshalJSON encodes the signer with its EIP-55 checksum.
-func (w WellKnownReceipts) MarshalJSON() ([]byte, error) {
-	type domain ReceiptDomain
-	return json.Marshal(struct {
-		Signer string `json:"signer"`
-		Domain domain `json:"domain"`
-	}{w.Signer.Hex(), domain(w.Domain)})
-}
-
-// UnmarshalJSON decodes strictly, as ParseWellKnown.
-func (w *WellKnown) UnmarshalJSON(b []byte) error {
-	p, err := ParseWellKnown(b)
-	if err != nil {
-		return err
-	}
-	*w = *p
-	return nil
-}
-
-// ParseWellKnown decodes a well-known document strictly (see WellKnown).
-func ParseWellKnown(b []byte) (*WellKnown, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrBadWellKnown, fmt.Sprintf(format, args...))
-	}
-	if err := strictJSON(b); err != nil {
-		return nil, bad("%v", err)
-	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(b, &top); err != nil || top == nil {
-		return nil, bad("not a JSON object")
-	}
-	rawReceipts, ok := top["receipts"]
-	if !ok {
-		return nil, bad("no receipts member")
-	}
-	var w struct {
-		Signer *string `json:"signer"`
-		Domain *struct {
-			Name    *string         `json:"name"`
-			Version *string         `json:"version"`
-			ChainID json.RawMessage `json:"chainId"`
-		} `json:"domain"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(rawReceipts))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&w); err != nil {
-		return nil, bad("receipts is not {signer, domain{name, version, chainId}}")
-	}
-	if w.Signer == nil || w.Domain == nil || w.Domain.Name == nil || w.Domain.Version == nil || w.Domain.ChainID == nil {
-		return nil, bad("receipts lacks signer, domain.name, domain.version or domain.chainId")
-	}
-	signer, err := exact.ParseAddress(*w.Signer)
-	if err != nil {
-		return nil, bad("signer: %v", err)
-	}
-	if signer == (common.Address{}) {
-		return nil, bad("signer is the zero address")
-	}
-	if *w.Domain.Name == "" || *w.Domain.Version == "" {
-		return nil, bad("domain name and version must not be empty")
-	}
-	// A JSON number in canonical decimal: not a string, fraction or exponent.
-	chainID, err := exact.ParseUint256(string(w.Domain.ChainID))
-	if err != nil || chainID.Sign() == 0 {
-		return nil, bad("domain.chainId is not a positive integer")
-	}
-	return &WellKnown{Receipts: WellKnownReceipts{
-		Signer: signer,
-		Domain: ReceiptDomain{Name: *w.Domain.Name, Version: *w.Domain.Version, ChainID: chainID},
-	}}, nil
-}
-
 // FetchWellKnown fetches and parses origin's well-known document with hc (nil
 // means http.DefaultClient). origin is scheme://host[:port]; anything after it
 // is ignored. The body read is bounded and the answer must be a 200.
-func FetchWellKnown(ctx context.Context, hc *http.Client, origin string) (*WellKnown, error) {
+func FetchWellKnown(ctx context.Context, hc *http.Client, origin string) (*receipt.WellKnown, error) {
 	u, err := url.Parse(origin)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: origin %q is not http(s)://host", ErrBadWellKnown, redactOrigin(origin))
+		return nil, fmt.Errorf("%w: origin %q is not http(s)://host", receipt.ErrBadWellKnown, redactOrigin(origin))
 	}
-	target := u.Scheme + "://" + u.Host + WellKnownPath
+	target := u.Scheme + "://" + u.Host + receipt.WellKnownPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadWellKnown, err)
+		return nil, fmt.Errorf("%w: %w", receipt.ErrBadWellKnown, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	if hc == nil {
@@ -137,20 +37,20 @@ func FetchWellKnown(ctx context.Context, hc *http.Client, origin string) (*WellK
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: GET %s: %w", ErrBadWellKnown, target, err)
+		return nil, fmt.Errorf("%w: GET %s: %w", receipt.ErrBadWellKnown, target, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: GET %s: status %d", ErrBadWellKnown, target, resp.StatusCode)
+		return nil, fmt.Errorf("%w: GET %s: status %d", receipt.ErrBadWellKnown, target, resp.StatusCode)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxWellKnown+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: GET %s: %w", ErrBadWellKnown, target, err)
+		return nil, fmt.Errorf("%w: GET %s: %w", receipt.ErrBadWellKnown, target, err)
 	}
 	if len(b) > maxWellKnown {
-		return nil, fmt.Errorf("%w: GET %s: body over %d bytes", ErrBadWellKnown, target, maxWellKnown)
+		return nil, fmt.Errorf("%w: GET %s: body over %d bytes", receipt.ErrBadWellKnown, target, maxWellKnown)
 	}
-	return ParseWellKnown(b)
+	return receipt.ParseWellKnown(b)
 }
 
 // redactOrigin keeps what an error may show of a string meant as an origin.
@@ -162,7 +62,7 @@ func redactOrigin(s string) string {
 }
 
 // ReceiptVerifier verifies the receipts of responses against the signer and
-// domain their origin publishes at WellKnownPath. It caches each origin's
+// domain their origin publishes at receipt.WellKnownPath. It caches each origin's
 // document, and fetches it again once when a receipt does not verify, so a
 // rotated signer key is picked up. The zero value uses http.DefaultClient and
 // is safe for concurrent use.
@@ -172,14 +72,14 @@ type ReceiptVerifier struct {
 	Client *http.Client
 
 	mu    sync.Mutex
-	known map[string]*WellKnown // by origin
+	known map[string]*receipt.WellKnown // by origin
 }
 
-// VerifyResponse verifies the receipt in resp's HeaderReceipt against the
+// VerifyResponse verifies the receipt in resp's receipt.Header against the
 // well-known document of the origin resp.Request was sent to, and returns the
-// receipt. A response without the header is ErrNoReceipt.
-func (v *ReceiptVerifier) VerifyResponse(ctx context.Context, resp *http.Response) (*Receipt, error) {
-	r, sig, err := DecodeReceiptHeader(resp.Header.Get(HeaderReceipt))
+// receipt. A response without the header is receipt.ErrMissing.
+func (v *ReceiptVerifier) VerifyResponse(ctx context.Context, resp *http.Response) (*receipt.Receipt, error) {
+	r, sig, err := receipt.DecodeHeader(resp.Header.Get(receipt.Header))
 	if err != nil {
 		return nil, err
 	}
@@ -194,20 +94,20 @@ func (v *ReceiptVerifier) VerifyResponse(ctx context.Context, resp *http.Respons
 
 // Verify checks that sig over r was made by the signer origin publishes, in
 // the domain it publishes.
-func (v *ReceiptVerifier) Verify(ctx context.Context, origin string, r *Receipt, sig []byte) error {
+func (v *ReceiptVerifier) Verify(ctx context.Context, origin string, r *receipt.Receipt, sig []byte) error {
 	_, err := v.VerifySigner(ctx, origin, r, sig)
 	return err
 }
 
 // VerifySigner is Verify that also returns the published signer the
 // receipt was verified against, for a person to compare.
-func (v *ReceiptVerifier) VerifySigner(ctx context.Context, origin string, r *Receipt, sig []byte) (common.Address, error) {
+func (v *ReceiptVerifier) VerifySigner(ctx context.Context, origin string, r *receipt.Receipt, sig []byte) (common.Address, error) {
 	for refresh := false; ; refresh = true {
 		wk, cached, err := v.wellKnown(ctx, origin, refresh)
 		if err != nil {
 			return common.Address{}, err
 		}
-		got, err := VerifyReceipt(r, sig, wk.Receipts.Domain)
+		got, err := receipt.Verify(r, sig, wk.Receipts.Domain)
 		switch {
 		case err == nil && got == wk.Receipts.Signer:
 			return got, nil
@@ -216,7 +116,7 @@ func (v *ReceiptVerifier) VerifySigner(ctx context.Context, origin string, r *Re
 		case err != nil:
 			return common.Address{}, err
 		default:
-			return common.Address{}, fmt.Errorf("%w: signed by %s, not by %s's published signer %s", ErrReceiptSignature, got.Hex(), origin, wk.Receipts.Signer.Hex())
+			return common.Address{}, fmt.Errorf("%w: signed by %s, not by %s's published signer %s", receipt.ErrSignature, got.Hex(), origin, wk.Receipts.Signer.Hex())
 		}
 	}
 }
@@ -227,7 +127,7 @@ func OriginOf(u *url.URL) string { return originOf(u) }
 
 // wellKnown returns origin's document, from the cache unless refresh is set,
 // and whether it came from the cache.
-func (v *ReceiptVerifier) wellKnown(ctx context.Context, origin string, refresh bool) (*WellKnown, bool, error) {
+func (v *ReceiptVerifier) wellKnown(ctx context.Context, origin string, refresh bool) (*receipt.WellKnown, bool, error) {
 	v.mu.Lock()
 	wk, ok := v.known[origin]
 	v.mu.Unlock()
@@ -241,7 +141,7 @@ func (v *ReceiptVerifier) wellKnown(ctx context.Context, origin string, refresh 
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.known == nil {
-		v.known = map[string]*WellKnown{}
+		v.known = map[string]*receipt.WellKnown{}
 	}
 	v.known[origin] = wk
 	return wk, false, nil

@@ -703,8 +703,8 @@ func (s *timedStore) UpdatePayment(ctx context.Context, key string, fence int64,
 }
 
 var (
-	_ x402.Facilitator = (*timedFacilitator)(nil)
-	_ store.Payments   = (*timedStore)(nil)
+	_ facilitator.API = (*timedFacilitator)(nil)
+	_ store.Payments  = (*timedStore)(nil)
 )
 
 // timedSender times the Sender's sends (estimate, sign, record, broadcast) and

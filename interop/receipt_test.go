@@ -8,8 +8,8 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/credits"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // The test in this file checks the gateway's signed receipts (D18) with viem's
@@ -38,7 +38,7 @@ type wireDomain struct {
 	ChainID string `json:"chainId"`
 }
 
-func toWire(d client.ReceiptDomain) *wireDomain {
+func toWire(d receipt.Domain) *wireDomain {
 	return &wireDomain{Name: d.Name, Version: d.Version, ChainID: d.ChainID.String()}
 }
 
@@ -57,8 +57,8 @@ var maxUint256 = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewI
 // receipts are the receipts signed and verified: a key-paid call, a
 // wallet-paid one (zero key id) that delivered nothing, every uint256 at its
 // maximum, and model names viem must hash as UTF-8.
-func receipts() map[string]client.Receipt {
-	base := client.Receipt{
+func receipts() map[string]receipt.Receipt {
+	base := receipt.Receipt{
 		RequestID:    crypto.Keccak256Hash([]byte("request 1")),
 		Account:      common.HexToAddress("0x857b06519E91e3A54538791bDbb0E22373e36b66"),
 		KeyID:        crypto.Keccak256Hash([]byte("key 1")),
@@ -80,25 +80,25 @@ func receipts() map[string]client.Receipt {
 	unicode.Model = "modèle-日本語-🚀 \"quoted\" \\ \u2028"
 	empty := base
 	empty.Model = ""
-	return map[string]client.Receipt{"key-paid": base, "wallet-paid": wallet, "max-uint256": maxed,
+	return map[string]receipt.Receipt{"key-paid": base, "wallet-paid": wallet, "max-uint256": maxed,
 		"unicode-model": unicode, "empty-model": empty}
 }
 
 // tampered returns the base receipt with each field changed in turn.
-func tampered(base client.Receipt) map[string]client.Receipt {
+func tampered(base receipt.Receipt) map[string]receipt.Receipt {
 	plus1 := func(v *big.Int) *big.Int { return new(big.Int).Add(v, big.NewInt(1)) }
-	out := map[string]client.Receipt{}
-	for name, change := range map[string]func(r *client.Receipt){
-		"requestId":    func(r *client.Receipt) { r.RequestID[31] ^= 1 },
-		"account":      func(r *client.Receipt) { r.Account[19] ^= 1 },
-		"keyId":        func(r *client.Receipt) { r.KeyID = common.Hash{} },
-		"model":        func(r *client.Receipt) { r.Model = "gpt-4o" },
-		"inputTokens":  func(r *client.Receipt) { r.InputTokens = plus1(r.InputTokens) },
-		"outputTokens": func(r *client.Receipt) { r.OutputTokens = plus1(r.OutputTokens) },
-		"amount":       func(r *client.Receipt) { r.Amount = plus1(r.Amount) },
-		"balanceAfter": func(r *client.Receipt) { r.BalanceAfter = plus1(r.BalanceAfter) },
-		"ledgerSeq":    func(r *client.Receipt) { r.LedgerSeq = plus1(r.LedgerSeq) },
-		"issuedAt":     func(r *client.Receipt) { r.IssuedAt++ },
+	out := map[string]receipt.Receipt{}
+	for name, change := range map[string]func(r *receipt.Receipt){
+		"requestId":    func(r *receipt.Receipt) { r.RequestID[31] ^= 1 },
+		"account":      func(r *receipt.Receipt) { r.Account[19] ^= 1 },
+		"keyId":        func(r *receipt.Receipt) { r.KeyID = common.Hash{} },
+		"model":        func(r *receipt.Receipt) { r.Model = "gpt-4o" },
+		"inputTokens":  func(r *receipt.Receipt) { r.InputTokens = plus1(r.InputTokens) },
+		"outputTokens": func(r *receipt.Receipt) { r.OutputTokens = plus1(r.OutputTokens) },
+		"amount":       func(r *receipt.Receipt) { r.Amount = plus1(r.Amount) },
+		"balanceAfter": func(r *receipt.Receipt) { r.BalanceAfter = plus1(r.BalanceAfter) },
+		"ledgerSeq":    func(r *receipt.Receipt) { r.LedgerSeq = plus1(r.LedgerSeq) },
+		"issuedAt":     func(r *receipt.Receipt) { r.IssuedAt++ },
 	} {
 		r := base
 		change(&r)
@@ -122,7 +122,7 @@ func TestReceiptVerifiedByViem(t *testing.T) {
 		in := map[string]any{
 			"signer": signer.Address().Hex(),
 			"domain": toWire(signer.Domain()),
-			"types":  map[string][]client.TypedField{client.ReceiptPrimaryType: client.ReceiptTypes()[client.ReceiptPrimaryType]},
+			"types":  map[string][]receipt.TypedField{receipt.PrimaryType: receipt.Types()[receipt.PrimaryType]},
 			"cases":  cases,
 		}
 		var got []viemResult
@@ -143,18 +143,18 @@ func receiptCases(t *testing.T, signer *credits.Signer) []receiptCase {
 	t.Helper()
 	d := signer.Domain()
 	var cases []receiptCase
-	add := func(name string, r client.Receipt, sig []byte, d client.ReceiptDomain, valid bool) *receiptCase {
-		env, err := client.EncodeReceiptEnvelope(&r, sig)
+	add := func(name string, r receipt.Receipt, sig []byte, d receipt.Domain, valid bool) *receiptCase {
+		env, err := receipt.EncodeEnvelope(&r, sig)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		digest, err := client.ReceiptDigest(d, &r)
+		digest, err := receipt.Digest(d, &r)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		// Our own verifier must agree with what viem is to answer.
-		if from, err := client.VerifyReceipt(&r, sig, d); (err == nil && from == signer.Address()) != valid {
-			t.Fatalf("%s: client.VerifyReceipt() = %v, %v; want valid %t", name, from, err, valid)
+		if from, err := receipt.Verify(&r, sig, d); (err == nil && from == signer.Address()) != valid {
+			t.Fatalf("%s: receipt.Verify() = %v, %v; want valid %t", name, from, err, valid)
 		}
 		cases = append(cases, receiptCase{Name: name, Envelope: string(env), valid: valid, digest: digest})
 		return &cases[len(cases)-1]
@@ -186,7 +186,7 @@ func receiptCases(t *testing.T, signer *credits.Signer) []receiptCase {
 	add("tampered signature v", base.Receipt, swapped, d, false)
 	add("invalid signature v", base.Receipt, flip(64), d, false) // 26 or 29: viem throws
 
-	for name, other := range map[string]client.ReceiptDomain{
+	for name, other := range map[string]receipt.Domain{
 		"other chainId": {Name: d.Name, Version: d.Version, ChainID: new(big.Int).Add(d.ChainID, big.NewInt(1))},
 		"other name":    {Name: d.Name + "x", Version: d.Version, ChainID: d.ChainID},
 		"other version": {Name: d.Name, Version: "2", ChainID: d.ChainID},
@@ -221,7 +221,7 @@ func checkViem(t *testing.T, chainID int64, signer common.Address, c receiptCase
 		t.Errorf("chain %d %s: viem verifyTypedData = %t, want %t (recovered %s, signer %s)",
 			chainID, c.Name, got.Valid, c.valid, got.Recovered.Hex(), signer.Hex())
 	case got.Thrown == "" && got.Digest != c.digest:
-		t.Errorf("chain %d %s: viem hashTypedData = %s, Go ReceiptDigest = %s", chainID, c.Name, got.Digest.Hex(), c.digest.Hex())
+		t.Errorf("chain %d %s: viem hashTypedData = %s, Go receipt.Digest = %s", chainID, c.Name, got.Digest.Hex(), c.digest.Hex())
 	case c.valid && got.Recovered != signer:
 		t.Errorf("chain %d %s: viem recovered %s, want %s", chainID, c.Name, got.Recovered.Hex(), signer.Hex())
 	case got.Thrown != "":

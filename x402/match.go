@@ -2,7 +2,6 @@ package x402
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -135,14 +134,4 @@ func FindMatch(offers []PaymentRequirements, accepted PaymentRequirements) int {
 		}
 	}
 	return -1
-}
-
-// Facilitator verifies and settles payments. It is implemented in-process and by
-// an HTTP client of a remote facilitator; both answer protocol failures as
-// responses (isValid or success false, with a Reason) and return an error only when
-// they could not reach a verdict (a node that is down, a cancelled context).
-type Facilitator interface {
-	Verify(ctx context.Context, p *PaymentPayload, req PaymentRequirements) (*VerifyResponse, error)
-	Settle(ctx context.Context, p *PaymentPayload, req PaymentRequirements) (*SettleResponse, error)
-	Supported(ctx context.Context) (*SupportedResponse, error)
 }

@@ -1,5 +1,9 @@
 // Package x402 holds the x402 protocol version 2 wire types, the header codec and
-// the typed reasons that resource servers, clients and facilitators exchange.
+// the typed reasons that resource servers, clients and facilitators exchange,
+// and the pieces a buyer and a seller must compute alike: the request
+// Fingerprint (DECISIONS D14) and the strict JSON check of signed or kept
+// documents (CheckStrictJSON). The gateway's signed receipts are in
+// x402/receipt.
 //
 // The package does no I/O and imports neither a database driver nor go-ethereum, so
 // buyers can depend on it without inheriting the gateway's dependencies. Amounts are

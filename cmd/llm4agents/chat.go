@@ -21,6 +21,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 const (
@@ -539,7 +540,7 @@ func creditTurn(ctx context.Context, hc *http.Client, v *client.ReceiptVerifier,
 	case readErr != nil:
 		return "", fmt.Errorf("read the answer: %w", readErr)
 	case !rc.Verified:
-		return "", fmt.Errorf("the answer's receipt does not verify against %s%s: %s", client.OriginOf(resp.Request.URL), client.WellKnownPath, rc.Error)
+		return "", fmt.Errorf("the answer's receipt does not verify against %s%s: %s", client.OriginOf(resp.Request.URL), receipt.WellKnownPath, rc.Error)
 	}
 	return a.text, nil
 }
@@ -549,14 +550,14 @@ func creditTurn(ctx context.Context, hc *http.Client, v *client.ReceiptVerifier,
 // stream's final usage chunk.
 func creditReceipt(ctx context.Context, v *client.ReceiptVerifier, resp *http.Response, note *creditNote) *receiptCheck {
 	rc := &receiptCheck{}
-	var r *client.Receipt
+	var r *receipt.Receipt
 	var sig []byte
 	var err error
 	switch {
-	case resp.Header.Get(client.HeaderReceipt) != "":
-		r, sig, err = client.DecodeReceiptHeader(resp.Header.Get(client.HeaderReceipt))
+	case resp.Header.Get(receipt.Header) != "":
+		r, sig, err = receipt.DecodeHeader(resp.Header.Get(receipt.Header))
 	case note != nil && len(note.Receipt) > 0:
-		r, sig, err = client.ParseReceiptEnvelope(note.Receipt)
+		r, sig, err = receipt.ParseEnvelope(note.Receipt)
 	default:
 		err = errors.New("the answer carries no receipt")
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // TestChatCredits holds a two-turn conversation paid from prepaid credits
@@ -114,8 +114,8 @@ func TestChatCreditsReceipts(t *testing.T) {
 		t.Fatal(err)
 	}
 	reqID := common.HexToHash("0x01")
-	receipt := func(s *credits.Signer, id common.Hash, amount int64) string {
-		signed, err := s.Sign(client.Receipt{RequestID: id, Model: "demo", InputTokens: big.NewInt(3), OutputTokens: big.NewInt(5),
+	envelopeOf := func(s *credits.Signer, id common.Hash, amount int64) string {
+		signed, err := s.Sign(receipt.Receipt{RequestID: id, Model: "demo", InputTokens: big.NewInt(3), OutputTokens: big.NewInt(5),
 			Amount: big.NewInt(amount), BalanceAfter: big.NewInt(100), LedgerSeq: big.NewInt(7), IssuedAt: 1_800_000_000})
 		if err != nil {
 			t.Fatal(err)
@@ -142,22 +142,22 @@ func TestChatCreditsReceipts(t *testing.T) {
 		stream               bool
 		headerID, noteID     string
 	}{
-		{"genuine", receipt(gateway, reqID, 42), "", false, "", ""},
-		{"genuine, streamed", receipt(gateway, reqID, 42), "", true, "", ""},
+		{"genuine", envelopeOf(gateway, reqID, 42), "", false, "", ""},
+		{"genuine, streamed", envelopeOf(gateway, reqID, 42), "", true, "", ""},
 		{"missing", "", "the answer carries no receipt", false, "", ""},
 		{"missing, streamed", "", "the answer carries no receipt", true, "", ""},
-		{"forged", receipt(forger, reqID, 42), "receipt NOT verified", true, "", ""},
-		{"another request", receipt(gateway, common.HexToHash("0x02"), 42), "the receipt is for request", false, "", ""},
-		{"another amount", receipt(gateway, reqID, 41), "the receipt's amount differs", true, "", ""},
+		{"forged", envelopeOf(forger, reqID, 42), "receipt NOT verified", true, "", ""},
+		{"another request", envelopeOf(gateway, common.HexToHash("0x02"), 42), "the receipt is for request", false, "", ""},
+		{"another amount", envelopeOf(gateway, reqID, 41), "the receipt's amount differs", true, "", ""},
 		{"garbage", `{"receipt":1}`, "receipt NOT verified", true, "", ""},
-		{"the header names another request", receipt(gateway, reqID, 42), "the receipt is for request", false, common.HexToHash("0x03").Hex(), ""},
-		{"only the header names it", receipt(gateway, reqID, 42), "", true, "", "-"},
-		{"no request id anywhere", receipt(gateway, reqID, 42), "the answer names no request id", false, "-", "-"},
+		{"the header names another request", envelopeOf(gateway, reqID, 42), "the receipt is for request", false, common.HexToHash("0x03").Hex(), ""},
+		{"only the header names it", envelopeOf(gateway, reqID, 42), "", true, "", "-"},
+		{"no request id anywhere", envelopeOf(gateway, reqID, 42), "the answer names no request id", false, "-", "-"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var auth string
 			mux := http.NewServeMux()
-			mux.Handle(client.WellKnownPath, gateway.WellKnownHandler())
+			mux.Handle(receipt.WellKnownPath, gateway.WellKnownHandler())
 			mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 				auth = r.Header.Get("Authorization")
 				if h := id(tc.headerID); h != "" {

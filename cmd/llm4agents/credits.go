@@ -12,13 +12,13 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // maxReceiptsLimit bounds --limit of credits receipts.
@@ -31,15 +31,6 @@ func runCredits(ctx context.Context, args []string, e env) error {
 		{"balance", "show the account's balance and what calls in progress hold", creditsBalance},
 		{"receipts", "list the latest signed receipts of credit-paid calls and verify each", creditsReceipts},
 	})
-}
-
-// topUpAnswer is the gateway's answer to a paid top-up.
-type topUpAnswer struct {
-	Account     string          `json:"account"`
-	Credited    string          `json:"credited"`
-	Balance     string          `json:"balance"`
-	Transaction string          `json:"transaction"`
-	LedgerSeq   json.RawMessage `json:"ledger_seq"`
 }
 
 // creditsTopUp pays POST /v1/credits/topup with x402: the wallet pays the
@@ -108,11 +99,10 @@ func creditsTopUp(ctx context.Context, args []string, e env) error {
 		Log: slog.New(slog.NewTextHandler(logOut, nil)),
 	}
 	a := newAccount(&f)
-	a.hc.Transport = tr
+	a.Client.Transport = tr
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	var t topUpAnswer
-	raw, err := a.do(ctx, http.MethodPost, pathTopUp, map[string]string{"amount": n.String()}, http.StatusOK, &t)
+	t, raw, err := a.TopUp(ctx, n)
 	if err != nil {
 		if np, ok := errors.AsType[*client.NoPayableOptionError](err); ok {
 			for _, o := range np.Options {
@@ -144,7 +134,7 @@ func amountText(s string, decimals int) string {
 
 // authorized returns an account that sends the API key of --api-key-file or
 // $LLM4AGENTS_API_KEY, or else one signed in with the wallet.
-func authorized(ctx context.Context, f *accountFlags, apiKeyFile string, e env) (*account, error) {
+func authorized(ctx context.Context, f *accountFlags, apiKeyFile string, e env) (*client.Account, error) {
 	if err := f.check(e.getenv); err != nil {
 		return nil, err
 	}
@@ -159,7 +149,7 @@ func authorized(ctx context.Context, f *accountFlags, apiKeyFile string, e env) 
 		return nil, err
 	}
 	a := newAccount(f)
-	a.bearer = k
+	a.Token = k
 	return a, nil
 }
 
@@ -184,14 +174,6 @@ func loadAPIKey(path string, getenv func(string) string) (client.Secret, error) 
 	return client.Secret(raw), nil
 }
 
-// balanceAnswer is the gateway's answer to GET /v1/credits/balance.
-type balanceAnswer struct {
-	Account string `json:"account"`
-	Asset   string `json:"asset"`
-	Balance string `json:"balance"`
-	Held    string `json:"held"`
-}
-
 func creditsBalance(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("credits balance", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -212,8 +194,7 @@ func creditsBalance(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("credits balance: %w", err)
 	}
-	var bal balanceAnswer
-	raw, err := a.do(ctx, http.MethodGet, pathBalance, nil, http.StatusOK, &bal)
+	bal, raw, err := a.Balance(ctx)
 	if err != nil {
 		return fmt.Errorf("credits balance: %w", err)
 	}
@@ -234,7 +215,7 @@ type receiptResult struct {
 	Signer    string          `json:"signer,omitempty"`
 	Error     string          `json:"error,omitempty"`
 
-	r *client.Receipt
+	r *receipt.Receipt
 }
 
 func creditsReceipts(ctx context.Context, args []string, e env) error {
@@ -286,23 +267,13 @@ func creditsReceipts(ctx context.Context, args []string, e env) error {
 	}
 	var envelopes []json.RawMessage
 	if id != "" {
-		raw, err := a.do(ctx, http.MethodGet, pathReceipts+"/"+url.PathEscape(id), nil, http.StatusOK, nil)
+		raw, err := a.Receipt(ctx, id)
 		if err != nil {
 			return fmt.Errorf("credits receipts: %w", err)
 		}
 		envelopes = append(envelopes, raw)
-	} else {
-		var list struct {
-			Data []json.RawMessage `json:"data"`
-		}
-		q := url.Values{"limit": {strconv.Itoa(limit)}}
-		if keyID != "" {
-			q.Set("key_id", keyID)
-		}
-		if _, err := a.do(ctx, http.MethodGet, pathReceipts+"?"+q.Encode(), nil, http.StatusOK, &list); err != nil {
-			return fmt.Errorf("credits receipts: %w", err)
-		}
-		envelopes = list.Data
+	} else if envelopes, err = a.Receipts(ctx, limit, keyID); err != nil {
+		return fmt.Errorf("credits receipts: %w", err)
 	}
 	verifier := newReceiptVerifier(f.timeout)
 	bad := 0
@@ -320,7 +291,7 @@ func creditsReceipts(ctx context.Context, args []string, e env) error {
 		printReceipts(e.stdout, results, f.decimals)
 	}
 	if bad > 0 {
-		return fmt.Errorf("credits receipts: %d of %d receipts do not verify against %s%s", bad, len(results), f.base, client.WellKnownPath)
+		return fmt.Errorf("credits receipts: %d of %d receipts do not verify against %s%s", bad, len(results), f.base, receipt.WellKnownPath)
 	}
 	return nil
 }
@@ -329,7 +300,7 @@ func creditsReceipts(ctx context.Context, args []string, e env) error {
 // the gateway's published signer.
 func verifyEnvelope(ctx context.Context, v *client.ReceiptVerifier, base *url.URL, env json.RawMessage) receiptResult {
 	res := receiptResult{}
-	r, sig, err := client.ParseReceiptEnvelope(bytes.TrimSpace(env))
+	r, sig, err := receipt.ParseEnvelope(bytes.TrimSpace(env))
 	if err != nil {
 		res.Error = err.Error()
 		return res

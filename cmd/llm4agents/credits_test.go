@@ -23,12 +23,12 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/devchain"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // accountGateway is the gateway's account side for the CLI: the real
@@ -96,7 +96,7 @@ func startAccountGateway(tb testing.TB) *accountGateway {
 	mux.Handle("/v1/auth/verify", accounts)
 	mux.Handle("/v1/keys", g.keepKeys(accounts))
 	mux.Handle("/v1/keys/", accounts)
-	mux.Handle(client.WellKnownPath, signer.WellKnownHandler())
+	mux.Handle(receipt.WellKnownPath, signer.WellKnownHandler())
 	mux.HandleFunc("POST /v1/credits/topup", g.topUp)
 	mux.HandleFunc("GET /v1/credits/balance", g.owner(func(w http.ResponseWriter, owner string) {
 		writeTestJSON(w, map[string]string{"account": owner, "asset": fakeAsset, "balance": "1500000", "held": "20000"})
@@ -227,9 +227,9 @@ func writeTestJSON(w http.ResponseWriter, v any) {
 
 // addReceipt signs a receipt for amount with the gateway's key (or, when
 // forger is not nil, with that key instead) and serves it first.
-func (g *accountGateway) addReceipt(tb testing.TB, amount int64, forge func(*client.Receipt)) client.Receipt {
+func (g *accountGateway) addReceipt(tb testing.TB, amount int64, forge func(*receipt.Receipt)) receipt.Receipt {
 	tb.Helper()
-	r := client.Receipt{
+	r := receipt.Receipt{
 		RequestID: common.BytesToHash(crypto.Keccak256([]byte(fmt.Sprint(amount, len(g.receipts))))),
 		Account:   devchain.Address(demoBuyer), Model: "demo",
 		InputTokens: big.NewInt(12), OutputTokens: big.NewInt(30), Amount: big.NewInt(amount),
@@ -435,7 +435,7 @@ func TestCreditsReceipts(t *testing.T) {
 	}
 	g.checkClean(t, stdout, stderr, err)
 
-	g.addReceipt(t, 30_000, func(r *client.Receipt) { r.Amount = big.NewInt(3) })
+	g.addReceipt(t, 30_000, func(r *receipt.Receipt) { r.Amount = big.NewInt(3) })
 	stdout, _, err = runBuyer(t, []string{"credits", "receipts", "--json", "--gateway", g.URL}, buyerEnv(), "")
 	if err == nil || !strings.Contains(err.Error(), "1 of 3 receipts do not verify") {
 		t.Fatalf("err = %v, want one failure", err)
@@ -534,7 +534,7 @@ func TestPayVerifiesReceipt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mux := http.NewServeMux()
-			mux.Handle(client.WellKnownPath, g.signer.WellKnownHandler())
+			mux.Handle(receipt.WellKnownPath, g.signer.WellKnownHandler())
 			mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, _ *http.Request) {
 				h := "bm90IGEgcmVjZWlwdA=="
 				if !tc.garbage {
@@ -543,7 +543,7 @@ func TestPayVerifiesReceipt(t *testing.T) {
 						t.Error(err)
 					}
 				}
-				w.Header().Set(client.HeaderReceipt, h)
+				w.Header().Set(receipt.Header, h)
 				_, _ = io.WriteString(w, `{"ok":true}`)
 			})
 			srv := httptest.NewServer(mux)

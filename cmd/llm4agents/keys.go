@@ -3,13 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,18 +13,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/client"
-	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
-)
-
-// Account routes of the gateway (internal/credits and internal/gateway).
-const (
-	pathNonce    = "/v1/auth/nonce"
-	pathVerify   = "/v1/auth/verify"
-	pathKeys     = "/v1/keys"
-	pathTopUp    = "/v1/credits/topup"
-	pathBalance  = "/v1/credits/balance"
-	pathReceipts = "/v1/receipts"
 )
 
 const (
@@ -36,10 +21,6 @@ const (
 	gatewayEnv = "LLM4AGENTS_GATEWAY"
 	// apiKeyEnv may hold an sk-l4a- key for the commands that accept one.
 	apiKeyEnv = "LLM4AGENTS_API_KEY" // #nosec G101 -- the name of the variable, not a key
-	// maxAccountBody bounds an answer of the account routes.
-	maxAccountBody = 1 << 20
-	// signInStatement is the statement of the EIP-4361 message the CLI signs.
-	signInStatement = "Sign in to llm4agents to manage API keys and credits."
 )
 
 // accountFlags are the flags every keys and credits subcommand shares.
@@ -109,166 +90,16 @@ func parseSub(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// account talks to the gateway's account routes as one wallet or key.
-type account struct {
-	hc   *http.Client
-	base *url.URL
-	// bearer is the session token or API key sent with Authorization.
-	bearer client.Secret
+// newAccount returns the account client of the gateway the flags name. It
+// follows redirects within that origin only, so the bearer never goes
+// elsewhere.
+func newAccount(f *accountFlags) *client.Account {
+	return &client.Account{Base: f.base, Client: &http.Client{Timeout: f.timeout, CheckRedirect: sameOriginRedirects}}
 }
 
-func newAccount(f *accountFlags) *account {
-	return &account{hc: &http.Client{Timeout: f.timeout, CheckRedirect: sameOriginRedirects}, base: f.base}
-}
-
-// apiError is an answer of the gateway other than the one asked for; its
-// text is the gateway's OpenAI-style message, never a secret of ours.
-type apiError struct {
-	Route   string
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string {
-	msg := fmt.Sprintf("%s: the gateway answered %d %s", e.Route, e.Status, http.StatusText(e.Status))
-	if e.Code != "" {
-		msg += " (" + e.Code + ")"
-	}
-	if e.Message != "" {
-		msg += ": " + e.Message
-	}
-	return msg
-}
-
-// do sends method path with body as JSON (nil: none) and, when the answer
-// has status want, decodes it into out. It returns the raw answer.
-func (a *account) do(ctx context.Context, method, path string, body any, want int, out any) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := x402.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: encode: %w", method, path, err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base.String()+path, rd) // #nosec G704 -- the user names the gateway
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	if a.bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+a.bearer.Reveal())
-	}
-	resp, err := a.hc.Do(req) // #nosec G704 -- the user names the gateway
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, withoutURL(err))
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := readBounded(resp.Body, maxAccountBody)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: read the answer: %w", method, path, err)
-	}
-	if resp.StatusCode != want {
-		return nil, gatewayError(method+" "+path, resp.StatusCode, b)
-	}
-	if out != nil {
-		if err := x402.Unmarshal(b, out); err != nil {
-			return nil, fmt.Errorf("%s %s: the answer is not the expected JSON: %w", method, path, err)
-		}
-	}
-	return b, nil
-}
-
-// gatewayError reads an OpenAI-style error body, if there is one.
-func gatewayError(route string, status int, body []byte) error {
-	var e struct {
-		Error struct {
-			Message string `json:"message"`
-			Code    string `json:"code"`
-		} `json:"error"`
-	}
-	ae := &apiError{Route: route, Status: status}
-	if json.Unmarshal(body, &e) == nil {
-		ae.Code, ae.Message = oneLine(e.Error.Code, 64), oneLine(e.Error.Message, 300)
-	}
-	return ae
-}
-
-// oneLine keeps at most n bytes of s on one line of printable characters,
-// so a hostile gateway cannot draw on the terminal.
-func oneLine(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > n {
-		s = s[:n] + "..."
-	}
-	return s
-}
-
-// nonceAnswer is the gateway's answer to POST /v1/auth/nonce.
-type nonceAnswer struct {
-	Nonce     string `json:"nonce"`
-	ExpiresAt string `json:"expiresAt"`
-	Domain    string `json:"domain"`
-	URI       string `json:"uri"`
-	ChainID   uint64 `json:"chainId"`
-}
-
-// signIn signs in with the wallet key (EIP-4361) and keeps the session token
-// for the next requests, in memory only.
-func (a *account) signIn(ctx context.Context, key *ecdsa.PrivateKey, now time.Time) error {
-	var n nonceAnswer
-	if _, err := a.do(ctx, http.MethodPost, pathNonce, nil, http.StatusOK, &n); err != nil {
-		return fmt.Errorf("sign in: %w", err)
-	}
-	// Sign only a message for the gateway the user named: a message for
-	// another origin would be a sign-in there.
-	uri, err := url.Parse(n.URI)
-	switch {
-	case !strings.EqualFold(n.Domain, a.base.Host):
-		return fmt.Errorf("sign in: the gateway asks to sign in to %q (its public_url), not %s; not signing. "+
-			"Pass --gateway with the origin of its public_url, or set every replica's public_url to the address clients use", oneLine(n.Domain, 100), a.base.Host)
-	case err != nil || !sameOrigin(uri, a.base) || uri.User != nil:
-		return fmt.Errorf("sign in: the gateway's sign-in URI is not on %s; not signing. "+
-			"Pass --gateway with the origin of its public_url, or set every replica's public_url to the address clients use", a.base)
-	case n.ChainID == 0:
-		return errors.New("sign in: the gateway named no chain id")
-	case n.Nonce == "" || !isToken(n.Nonce) || len(n.Nonce) > 128:
-		return errors.New("sign in: the gateway's nonce is not a short token")
-	}
-	signer := exact.NewKeySigner(key)
-	m := client.SignInMessage{
-		Domain: n.Domain, Address: signer.Address(), Statement: signInStatement, URI: n.URI,
-		Version: "1", ChainID: n.ChainID, Nonce: n.Nonce, IssuedAt: now.UTC().Format(time.RFC3339),
-	}
-	text := m.String()
-	sig, err := client.SignText(ctx, signer, text)
-	if err != nil {
-		return fmt.Errorf("sign in: %w", err)
-	}
-	var v struct {
-		Token     string `json:"token"`
-		Account   string `json:"account"`
-		ExpiresAt string `json:"expiresAt"`
-	}
-	body := map[string]string{"message": text, "signature": "0x" + hex.EncodeToString(sig)}
-	if _, err := a.do(ctx, http.MethodPost, pathVerify, body, http.StatusOK, &v); err != nil {
-		return fmt.Errorf("sign in: %w", err)
-	}
-	if v.Token == "" {
-		return errors.New("sign in: the gateway gave no session token")
-	}
-	a.bearer = client.Secret(v.Token)
-	return nil
-}
+// oneLine is client.OneLine: text from the gateway on one short line of
+// printable characters.
+func oneLine(s string, n int) string { return client.OneLine(s, n) }
 
 // runKeys is `llm4agents keys create|list|revoke`.
 func runKeys(ctx context.Context, args []string, e env) error {
@@ -321,25 +152,8 @@ func runSubcommand(ctx context.Context, cmd string, args []string, e env, subs [
 	return fmt.Errorf("%s: unknown subcommand %q: want %s", cmd, oneLine(args[0], 40), want)
 }
 
-// keyView is a key as the gateway shows it to its owner.
-type keyView struct {
-	ID            string   `json:"id"`
-	Object        string   `json:"object"`
-	Key           string   `json:"key,omitempty"`
-	Name          string   `json:"name"`
-	Account       string   `json:"account"`
-	TotalCap      *string  `json:"totalCap"`
-	PeriodCap     *string  `json:"periodCap"`
-	PeriodSeconds *int64   `json:"periodSeconds"`
-	ExpiresAt     *string  `json:"expiresAt"`
-	Models        []string `json:"models"`
-	RatePerMinute int      `json:"ratePerMinute"`
-	CreatedAt     string   `json:"createdAt"`
-	RevokedAt     *string  `json:"revokedAt"`
-}
-
 // signedIn parses the shared flags, reads the wallet key and signs in.
-func signedIn(ctx context.Context, f *accountFlags, e env) (*account, error) {
+func signedIn(ctx context.Context, f *accountFlags, e env) (*client.Account, error) {
 	if err := f.check(e.getenv); err != nil {
 		return nil, err
 	}
@@ -348,7 +162,10 @@ func signedIn(ctx context.Context, f *accountFlags, e env) (*account, error) {
 		return nil, err
 	}
 	a := newAccount(f)
-	if err := a.signIn(ctx, key, time.Now()); err != nil {
+	if err := a.SignIn(ctx, exact.NewKeySigner(key), time.Now()); err != nil {
+		if errors.Is(err, client.ErrSignInOrigin) {
+			err = fmt.Errorf("%w. Pass --gateway with the origin of its public_url, or set every replica's public_url to the address clients use", err)
+		}
 		return nil, err
 	}
 	return a, nil
@@ -387,8 +204,7 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)
 	}
-	var k keyView
-	raw, err := a.do(ctx, http.MethodPost, pathKeys, req, http.StatusCreated, &k)
+	k, raw, err := a.CreateKey(ctx, req)
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)
 	}
@@ -401,25 +217,22 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 		return nil
 	}
 	printf(e.stdout, "%s\n", k.Key)
-	printf(e.stderr, "created key %s %s\n", k.ID, describeKey(&k, f.decimals))
+	printf(e.stderr, "created key %s %s\n", k.ID, describeKey(k, f.decimals))
 	return nil
 }
 
-// keyRequest builds the body of POST /v1/keys from the flags.
-func keyRequest(name, totalCap, periodCap string, period time.Duration, expires string, models []string, rate, decimals int, now time.Time) (map[string]any, error) {
-	req := map[string]any{"name": name}
+// keyRequest builds the key to create from the flags.
+func keyRequest(name, totalCap, periodCap string, period time.Duration, expires string, models []string, rate, decimals int, now time.Time) (*client.KeyRequest, error) {
+	req := &client.KeyRequest{Name: name, RatePerMinute: rate, Models: models}
 	if rate < 0 {
 		return nil, errors.New("--rate must not be negative")
-	}
-	if rate > 0 {
-		req["ratePerMinute"] = rate
 	}
 	if totalCap != "" {
 		n, err := parseAmount(totalCap, decimals)
 		if err != nil {
 			return nil, fmt.Errorf("--total-cap: %w", err)
 		}
-		req["totalCap"] = n.String()
+		req.TotalCap = n.String()
 	}
 	switch {
 	case (periodCap == "") != (period == 0):
@@ -431,7 +244,7 @@ func keyRequest(name, totalCap, periodCap string, period time.Duration, expires 
 		if err != nil {
 			return nil, fmt.Errorf("--period-cap: %w", err)
 		}
-		req["periodCap"], req["periodSeconds"] = n.String(), int64(period/time.Second)
+		req.PeriodCap, req.PeriodSeconds = n.String(), int64(period/time.Second)
 	}
 	if expires != "" {
 		t, err := time.Parse(time.RFC3339, expires)
@@ -442,16 +255,13 @@ func keyRequest(name, totalCap, periodCap string, period time.Duration, expires 
 			}
 			t = now.Add(d)
 		}
-		req["expiresAt"] = t.UTC().Format(time.RFC3339)
-	}
-	if len(models) > 0 {
-		req["models"] = models
+		req.ExpiresAt = t.UTC().Format(time.RFC3339)
 	}
 	return req, nil
 }
 
 // describeKey says in one line what a key may do.
-func describeKey(k *keyView, decimals int) string {
+func describeKey(k *client.Key, decimals int) string {
 	var parts []string
 	if k.Name != "" {
 		parts = append(parts, fmt.Sprintf("%q", oneLine(k.Name, 64)))
@@ -505,10 +315,7 @@ func keysList(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("keys list: %w", err)
 	}
-	var list struct {
-		Data []keyView `json:"data"`
-	}
-	raw, err := a.do(ctx, http.MethodGet, pathKeys, nil, http.StatusOK, &list)
+	keys, raw, err := a.Keys(ctx)
 	if err != nil {
 		return fmt.Errorf("keys list: %w", err)
 	}
@@ -516,10 +323,10 @@ func keysList(ctx context.Context, args []string, e env) error {
 		printf(e.stdout, "%s\n", bytes.TrimSpace(raw))
 		return nil
 	}
-	if len(list.Data) == 0 {
+	if len(keys) == 0 {
 		printf(e.stdout, "no keys\n")
 	}
-	for _, k := range list.Data {
+	for _, k := range keys {
 		printf(e.stdout, "%s  %s\n", oneLine(k.ID, 80), describeKey(&k, f.decimals))
 	}
 	return nil
@@ -544,8 +351,7 @@ func keysRevoke(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("keys revoke: %w", err)
 	}
-	var k keyView
-	raw, err := a.do(ctx, http.MethodDelete, pathKeys+"/"+url.PathEscape(id), nil, http.StatusOK, &k)
+	k, raw, err := a.RevokeKey(ctx, id)
 	if err != nil {
 		return fmt.Errorf("keys revoke: %w", err)
 	}
@@ -553,6 +359,6 @@ func keysRevoke(ctx context.Context, args []string, e env) error {
 		printf(e.stdout, "%s\n", bytes.TrimSpace(raw))
 		return nil
 	}
-	printf(e.stdout, "revoked %s %s\n", oneLine(k.ID, 80), describeKey(&k, f.decimals))
+	printf(e.stdout, "revoked %s %s\n", oneLine(k.ID, 80), describeKey(k, f.decimals))
 	return nil
 }

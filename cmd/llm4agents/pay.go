@@ -21,6 +21,7 @@ import (
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 const (
@@ -292,22 +293,22 @@ func newReceiptVerifier(timeout time.Duration) *client.ReceiptVerifier {
 
 // receiptCheck is what a response's X-Llm4agents-Receipt came to.
 type receiptCheck struct {
-	Receipt   *client.Receipt `json:"receipt,omitempty"`
-	Signature string          `json:"signature,omitempty"`
-	Verified  bool            `json:"verified"`
-	Signer    string          `json:"signer,omitempty"`
-	Error     string          `json:"error,omitempty"`
+	Receipt   *receipt.Receipt `json:"receipt,omitempty"`
+	Signature string           `json:"signature,omitempty"`
+	Verified  bool             `json:"verified"`
+	Signer    string           `json:"signer,omitempty"`
+	Error     string           `json:"error,omitempty"`
 }
 
 // checkReceipt verifies the receipt header of resp, if any, against the
 // signer its origin publishes. It returns nil when there is no receipt.
 func (b *buyer) checkReceipt(ctx context.Context, resp *http.Response) *receiptCheck {
-	v := resp.Header.Get(client.HeaderReceipt)
+	v := resp.Header.Get(receipt.Header)
 	if v == "" || b.receipts == nil {
 		return nil
 	}
 	rc := &receiptCheck{}
-	r, sig, err := client.DecodeReceiptHeader(v)
+	r, sig, err := receipt.DecodeHeader(v)
 	if err != nil {
 		rc.Error = err.Error()
 		return rc
@@ -375,7 +376,7 @@ func payOnce(ctx context.Context, hc *http.Client, b *buyer, f *payFlags, e env,
 		printf(e.stderr, "%s%s\n", prefix, rc.line())
 		res.Receipt = rc
 		if !rc.Verified && err == nil {
-			err = fmt.Errorf("pay: %s: the response's receipt does not verify against %s%s", line, client.OriginOf(resp.Request.URL), client.WellKnownPath)
+			err = fmt.Errorf("pay: %s: the response's receipt does not verify against %s%s", line, client.OriginOf(resp.Request.URL), receipt.WellKnownPath)
 		}
 	}
 	if readErr != nil {
@@ -636,7 +637,7 @@ func formatRequirementAmount(r *x402.PaymentRequirements, decimals int) string {
 // headersOfInterest are the response headers --json reports.
 func headersOfInterest(h http.Header) map[string]string {
 	out := map[string]string{}
-	for _, k := range []string{"Content-Type", x402.HeaderPaymentResponse, x402.HeaderPaymentRequired, "X-Llm4agents-Receipt", "X-Llm4agents-Replay", "Retry-After", "Location"} {
+	for _, k := range []string{"Content-Type", x402.HeaderPaymentResponse, x402.HeaderPaymentRequired, receipt.Header, "X-Llm4agents-Replay", "Retry-After", "Location"} {
 		if v := h.Get(k); v != "" {
 			out[strings.ToLower(k)] = v
 		}

@@ -1102,33 +1102,6 @@ func TestPayAmounts(t *testing.T) {
 	}
 }
 
-// FuzzPayParseAmount: parseAmount never panics, never yields a negative or
-// over-256-bit amount, and what formatAmount prints parses back to the same
-// amount.
-func FuzzPayParseAmount(f *testing.F) {
-	for _, s := range []string{"0.05", "50000", "1.", ".5", "-1", "1e6", "0.0000001", "", "00.10", strings.Repeat("9", 80)} {
-		f.Add(s, 6)
-	}
-	f.Add("1.5", 0)
-	f.Add("1.5", 77)
-	f.Fuzz(func(t *testing.T, s string, decimals int) {
-		if decimals < 0 || decimals > maxDecimals {
-			return
-		}
-		n, err := parseAmount(s, decimals)
-		if err != nil {
-			return
-		}
-		if n.Sign() < 0 || n.BitLen() > 256 {
-			t.Fatalf("parseAmount(%q, %d) = %s", s, decimals, n)
-		}
-		back, err := parseAmount(formatAmount(n, decimals), decimals)
-		if err != nil || back.Cmp(n) != 0 {
-			t.Fatalf("%q at %d: %s formats as %q, which parses as %v (%v)", s, decimals, n, formatAmount(n, decimals), back, err)
-		}
-	})
-}
-
 // TestPayJournal: a call whose paid request never got an answer (the
 // connection dropped on every retry) is run again as a new process would. With
 // --journal the second run sends the payment the first one signed; without it,

@@ -27,7 +27,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/upstream"
-	"github.com/llm4agents/llm4agents/x402"
 )
 
 // node is what the gateway's in-process facilitator needs from a chain: an
@@ -41,7 +40,7 @@ type node interface {
 // gateway asks the chain itself whether a payment whose settle answer it did
 // not get was paid.
 type confirmingFacilitator struct {
-	x402.Facilitator
+	gateway.Facilitator
 	*facilitator.ChainConfirmer
 }
 
@@ -76,7 +75,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	g.closers = append(g.closers, func() { _ = db.Close() })
 
 	asset, _ := cfg.Network.AssetAddress()
-	var fac x402.Facilitator
+	var fac gateway.Facilitator
 	switch cfg.Facilitator.Mode {
 	case config.ModeRemote:
 		fac = facilitator.NewClient(cfg.Facilitator.URL, nil)
@@ -150,8 +149,8 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	}
 	var cred *gateway.Credits
 	// With credits on, expired claims are purged only once the top-up sweep
-	// left none of them waiting for its credit (purgeGate).
-	var gate purgeGate
+	// left none of them waiting for its credit (gateway.PurgeGate).
+	var gate gateway.PurgeGate
 	if cfg.Credits.Enabled {
 		var chain gateway.ChainReader
 		if backend != nil {
@@ -164,7 +163,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		g.closers = append(g.closers, stop)
 		cred, gate = c, topUps
 	}
-	g.closers = append(g.closers, purgeExpired(db, gate, time.Hour, log))
+	g.closers = append(g.closers, gateway.StartPurger(db, gate, time.Hour, log).Close)
 	hostname, _ := os.Hostname()
 	srv, err := gateway.New(gateway.Config{
 		PublicURL: cfg.PublicURL, Network: cfg.Network.ID, Asset: asset.Hex(),

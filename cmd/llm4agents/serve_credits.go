@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/config"
@@ -28,16 +26,10 @@ type creditStore interface {
 // holds and sign-in records swept.
 const creditSweepEvery = time.Minute
 
-// topUpSweeper credits settled top-ups nobody came back for
-// (gateway.TopUpSweep).
-type topUpSweeper interface {
-	SweepTopUps(ctx context.Context) (credited int, err error)
-}
-
 // buildCredits wires prepaid credits from a validated config on the opened
 // store db, reading top-up settlements from chain. It returns them, their
-// top-up sweep (the purge of expired claims waits for it, purgeGate) and the
-// stop of their sweeper.
+// top-up sweep (the purge of expired claims waits for it, gateway.PurgeGate)
+// and the stop of their sweeper (gateway.StartCreditSweeper).
 func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, getenv func(string) string, log *slog.Logger) (_ *gateway.Credits, _ *gateway.TopUpSweep, stop func(), err error) {
 	cs, ok := db.(creditStore)
 	if !ok {
@@ -98,53 +90,5 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 	}
 	log.Info("credits on", "receipt_signer", signer.Address().Hex(), "sign_in_origin", auth.Origin(),
 		"topup_min", lo.String(), "topup_max", hi.String())
-	return c, topUps, sweepCredits(topUps, led, cs, creditSweepEvery, log), nil
-}
-
-// sweepCredits credits settled top-ups nobody came back for, releases
-// expired holds and deletes expired sign-in nonces and sessions, at start
-// and then every period, until stop is called. A hold expires only when the
-// request that took it died: the ledger logs how many it released.
-//
-// The top-up sweep runs first, at once: it also credits top-ups whose
-// claims expired while no process ran, and the only thing that deletes an
-// expired claim, purgeExpired (store.go), first runs a whole period (an
-// hour) after start, and then only after a sweep of its own that left no
-// expired top-up waiting (purgeGate).
-func sweepCredits(topUps topUpSweeper, led *ledger.Ledger, keys store.Keys, every time.Duration, log *slog.Logger) (stop func()) {
-	const batch = 500
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			n, err := topUps.SweepTopUps(ctx)
-			if err != nil {
-				log.Warn("credit settled top-ups", "credited", n, "err", err)
-			}
-			cancel()
-			ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
-			if _, err := led.SweepExpired(ctx); err != nil {
-				log.Warn("sweep expired holds", "err", err)
-			}
-			for {
-				n, err := keys.SweepAuth(ctx, batch)
-				if err != nil {
-					log.Warn("sweep expired sign-ins", "err", err)
-				}
-				if err != nil || n < batch {
-					break
-				}
-			}
-			cancel()
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
+	return c, topUps, gateway.StartCreditSweeper(topUps, led, cs, creditSweepEvery, log).Close, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/config"
+	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
@@ -34,9 +35,6 @@ const (
 	defaultDecimals      = 6 // USDC's, and the demo token's
 	defaultMaxPerPayment = "0.10"
 	defaultBudget        = "1.00"
-	// maxAmountLen bounds an amount flag before it is parsed: 2^256 has 78
-	// digits, so anything longer is refused without big arithmetic.
-	maxAmountLen = 100
 	// maxDecimals is the most decimals a uint256 token can use meaningfully.
 	maxDecimals = 77
 )
@@ -213,62 +211,22 @@ func (s *spending) describe() string {
 // human formats atomic units as whole tokens at the configured decimals.
 func (s *spending) human(n *big.Int) string { return formatAmount(n, s.decimals) }
 
-// parseAmount reads a money flag: an integer is atomic units ("50000"); a
-// number with a decimal point is whole tokens at decimals ("0.05" is 50000 at 6
-// decimals). More fractional digits than decimals is an error, never a
-// rounding. The result fits in a uint256.
+// parseAmount reads a money flag with pricing.ParseAmount, the one reading of
+// amounts: a number with a decimal point is whole tokens at decimals ("0.05" is
+// 50000 at 6 decimals), an integer is atomic units ("50000"). More fractional
+// digits than decimals is an error, never a rounding.
 func parseAmount(s string, decimals int) (*big.Int, error) {
-	s = strings.TrimSpace(s)
-	if len(s) > maxAmountLen {
-		return nil, fmt.Errorf("amount is longer than %d characters", maxAmountLen)
+	if decimals < 0 || decimals > maxDecimals {
+		return nil, fmt.Errorf("--decimals %d is outside [0, %d]", decimals, maxDecimals)
 	}
-	whole, frac, point := strings.Cut(s, ".")
-	if !allDigits(whole) || (point && !allDigits(frac)) {
-		return nil, fmt.Errorf("amount %q is not a non-negative number such as 0.05 (whole tokens) or 50000 (atomic units)", s)
-	}
-	if !point {
-		return exact.ParseUint256(whole)
-	}
-	if len(frac) > decimals {
-		return nil, fmt.Errorf("amount %q has more than %d decimals", s, decimals)
-	}
-	n, ok := new(big.Int).SetString(whole+frac+strings.Repeat("0", decimals-len(frac)), 10)
-	if !ok {
-		return nil, fmt.Errorf("amount %q is not a number", s)
-	}
-	if n.BitLen() > 256 {
-		return nil, fmt.Errorf("amount %q does not fit in 256 bits", s)
-	}
-	return n, nil
+	return pricing.ParseAmount(s, uint8(decimals)) // #nosec G115 -- checked above
 }
 
-func allDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// formatAmount writes atomic units n as whole tokens at decimals, with at
-// least two fractional digits and no trailing zeros beyond them: 10000 at 6
-// decimals is "0.01", 1 is "0.000001", 1000000 is "1.00".
+// formatAmount writes atomic units n as whole tokens at decimals with
+// pricing.FormatAmount: 10000 at 6 decimals is "0.01", 1 is "0.000001",
+// 1000000 is "1.00". decimals is a checked --decimals, in [0, maxDecimals].
 func formatAmount(n *big.Int, decimals int) string {
-	if n == nil {
-		return "0"
-	}
-	if decimals == 0 {
-		return n.String()
-	}
-	q, r := new(big.Int).QuoRem(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(decimals)), nil), new(big.Int))
-	frac := fmt.Sprintf("%0*s", decimals, r.String())
-	keep := len(strings.TrimRight(frac, "0"))
-	keep = max(keep, min(2, decimals))
-	return q.String() + "." + frac[:keep]
+	return pricing.FormatAmount(n, uint8(min(max(decimals, 0), maxDecimals))) // #nosec G115 -- clamped to [0, 77]
 }
 
 // loadWallet reads the buyer's key from the file at path, or else from

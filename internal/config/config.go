@@ -855,7 +855,9 @@ func checkPrice(p *problems, path, s string, decimals uint8) {
 	case errors.Is(err, strconv.ErrRange):
 		p.add(path, "%q is more than %d atomic units per million tokens", truncate(s), uint64(1<<64-1))
 	default:
-		if a, err := pricing.ParseAmount(s, decimals); err == nil {
+		// A decimal ("0.15") is whole tokens to pricing.ParseAmount: say what
+		// it would be in atomic units.
+		if a, err := pricing.ParseAmount(s, decimals); err == nil && strings.Contains(s, ".") {
 			p.add(path, "%q must be whole atomic units per million tokens, not a decimal: %s of the asset per million tokens is %q with %d decimals",
 				truncate(s), truncate(s), a.String(), decimals)
 			return

@@ -11,18 +11,18 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // Signer signs the gateway's receipts (D18) with the
-// receipt key, in the domain it publishes at client.WellKnownPath. The digest
-// and wire forms are client's, so what Sign returns is exactly what
-// client.VerifyReceipt accepts. It is safe for concurrent use.
+// receipt key, in the domain it publishes at receipt.WellKnownPath. The digest
+// and wire forms are x402/receipt's, so what Sign returns is exactly what
+// receipt.Verify accepts. It is safe for concurrent use.
 type Signer struct {
 	key    *ecdsa.PrivateKey
 	addr   common.Address
-	domain client.ReceiptDomain
+	domain receipt.Domain
 }
 
 // NewSigner returns a Signer for key on chainID (D18: the primary payment
@@ -38,7 +38,7 @@ func NewSigner(key *ecdsa.PrivateKey, chainID *big.Int) (*Signer, error) {
 		return nil, errors.New("credits: receipt chain id is not a positive uint256")
 	}
 	return &Signer{key: key, addr: crypto.PubkeyToAddress(key.PublicKey),
-		domain: client.NewReceiptDomain(new(big.Int).Set(chainID))}, nil
+		domain: receipt.NewDomain(new(big.Int).Set(chainID))}, nil
 }
 
 // canSign reports whether key signs a probe digest with a signature that
@@ -64,20 +64,20 @@ func canSign(key *ecdsa.PrivateKey) (ok bool) {
 func (s *Signer) Address() common.Address { return s.addr }
 
 // Domain returns the EIP-712 domain receipts are signed in.
-func (s *Signer) Domain() client.ReceiptDomain {
+func (s *Signer) Domain() receipt.Domain {
 	d := s.domain
 	d.ChainID = new(big.Int).Set(d.ChainID)
 	return d
 }
 
 // WellKnown returns the document the gateway serves at
-// client.WellKnownPath.
-func (s *Signer) WellKnown() client.WellKnown {
-	return client.WellKnown{Receipts: client.WellKnownReceipts{Signer: s.addr, Domain: s.Domain()}}
+// receipt.WellKnownPath.
+func (s *Signer) WellKnown() receipt.WellKnown {
+	return receipt.WellKnown{Receipts: receipt.WellKnownReceipts{Signer: s.addr, Domain: s.Domain()}}
 }
 
 // WellKnownHandler serves WellKnown as JSON, for GET (and HEAD) at
-// client.WellKnownPath. The document is public and the same for every
+// receipt.WellKnownPath. The document is public and the same for every
 // buyer, so it may be cached for a few minutes; a rotated key shows within
 // that time, and client.ReceiptVerifier refetches once on a mismatch.
 func (s *Signer) WellKnownHandler() http.Handler {
@@ -104,27 +104,27 @@ func (s *Signer) WellKnownHandler() http.Handler {
 // SignedReceipt is a receipt and the signer's 65-byte signature over it (v is
 // 27 or 28).
 type SignedReceipt struct {
-	Receipt   client.Receipt
+	Receipt   receipt.Receipt
 	Signature []byte
 }
 
-// Header returns the value of client.HeaderReceipt for a non-streaming
+// Header returns the value of receipt.Header for a non-streaming
 // answer.
 func (r SignedReceipt) Header() (string, error) {
-	return client.EncodeReceiptHeader(&r.Receipt, r.Signature)
+	return receipt.EncodeHeader(&r.Receipt, r.Signature)
 }
 
 // JSON returns the envelope {receipt, signature}, as a stream's final usage
 // chunk carries it in x_llm4agents.receipt and GET /v1/receipts/{id} serves
 // it.
 func (r SignedReceipt) JSON() ([]byte, error) {
-	return client.EncodeReceiptEnvelope(&r.Receipt, r.Signature)
+	return receipt.EncodeEnvelope(&r.Receipt, r.Signature)
 }
 
 // Sign signs r. It fails, without signing, on a receipt whose integers are
 // missing or out of range.
-func (s *Signer) Sign(r client.Receipt) (SignedReceipt, error) {
-	digest, err := client.ReceiptDigest(s.domain, &r)
+func (s *Signer) Sign(r receipt.Receipt) (SignedReceipt, error) {
+	digest, err := receipt.Digest(s.domain, &r)
 	if err != nil {
 		return SignedReceipt{}, fmt.Errorf("credits: receipt: %w", err)
 	}

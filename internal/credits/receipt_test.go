@@ -17,10 +17,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
-func testReceipt() client.Receipt {
-	return client.Receipt{
+func testReceipt() receipt.Receipt {
+	return receipt.Receipt{
 		RequestID: common.HexToHash("0x01"), Account: common.HexToAddress("0x857b06519e91e3a54538791bdbb0e22373e36b66"),
 		KeyID: common.HexToHash("0x02"), Model: "gpt-4o-mini",
 		InputTokens: big.NewInt(120), OutputTokens: big.NewInt(80), Amount: big.NewInt(1234),
@@ -46,7 +47,7 @@ func TestSignerRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wk, err := client.ParseWellKnown(b)
+	wk, err := receipt.ParseWellKnown(b)
 	if err != nil {
 		t.Fatalf("ParseWellKnown(%s): %v", b, err)
 	}
@@ -58,7 +59,7 @@ func TestSignerRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, sig, err := client.DecodeReceiptHeader(h)
+	r, sig, err := receipt.DecodeHeader(h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,45 +67,45 @@ func TestSignerRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, sig2, err := client.ParseReceiptEnvelope(env)
+	r2, sig2, err := receipt.ParseEnvelope(env)
 	if err != nil || !bytes.Equal(sig, sig2) {
-		t.Fatalf("ParseReceiptEnvelope() = %v, sig equal %v", err, bytes.Equal(sig, sig2))
+		t.Fatalf("receipt.ParseEnvelope() = %v, sig equal %v", err, bytes.Equal(sig, sig2))
 	}
 	if diff := cmp.Diff(r, r2, cmp.Comparer(func(a, b *big.Int) bool { return a.Cmp(b) == 0 })); diff != "" {
 		t.Errorf("header and envelope differ:\n%s", diff)
 	}
-	got, err := client.VerifyReceipt(r, sig, wk.Receipts.Domain)
+	got, err := receipt.Verify(r, sig, wk.Receipts.Domain)
 	if err != nil || got != wk.Receipts.Signer {
-		t.Fatalf("VerifyReceipt() = %v, %v, want %v", got, err, wk.Receipts.Signer)
+		t.Fatalf("receipt.Verify() = %v, %v, want %v", got, err, wk.Receipts.Signer)
 	}
 
 	// Tampering with any field, the domain or the signature is caught.
-	tamper := map[string]func(r *client.Receipt){
-		"requestId":    func(r *client.Receipt) { r.RequestID[31] ^= 1 },
-		"account":      func(r *client.Receipt) { r.Account[0] ^= 1 },
-		"keyId":        func(r *client.Receipt) { r.KeyID = common.Hash{} },
-		"model":        func(r *client.Receipt) { r.Model = "gpt-4o" },
-		"inputTokens":  func(r *client.Receipt) { r.InputTokens = big.NewInt(119) },
-		"outputTokens": func(r *client.Receipt) { r.OutputTokens = big.NewInt(81) },
-		"amount":       func(r *client.Receipt) { r.Amount = big.NewInt(1) },
-		"balanceAfter": func(r *client.Receipt) { r.BalanceAfter = big.NewInt(1_000_000) },
-		"ledgerSeq":    func(r *client.Receipt) { r.LedgerSeq = big.NewInt(43) },
-		"issuedAt":     func(r *client.Receipt) { r.IssuedAt++ },
+	tamper := map[string]func(r *receipt.Receipt){
+		"requestId":    func(r *receipt.Receipt) { r.RequestID[31] ^= 1 },
+		"account":      func(r *receipt.Receipt) { r.Account[0] ^= 1 },
+		"keyId":        func(r *receipt.Receipt) { r.KeyID = common.Hash{} },
+		"model":        func(r *receipt.Receipt) { r.Model = "gpt-4o" },
+		"inputTokens":  func(r *receipt.Receipt) { r.InputTokens = big.NewInt(119) },
+		"outputTokens": func(r *receipt.Receipt) { r.OutputTokens = big.NewInt(81) },
+		"amount":       func(r *receipt.Receipt) { r.Amount = big.NewInt(1) },
+		"balanceAfter": func(r *receipt.Receipt) { r.BalanceAfter = big.NewInt(1_000_000) },
+		"ledgerSeq":    func(r *receipt.Receipt) { r.LedgerSeq = big.NewInt(43) },
+		"issuedAt":     func(r *receipt.Receipt) { r.IssuedAt++ },
 	}
 	for name, f := range tamper {
 		r := testReceipt()
 		f(&r)
-		if got, err := client.VerifyReceipt(&r, sig, wk.Receipts.Domain); err == nil && got == wk.Receipts.Signer {
+		if got, err := receipt.Verify(&r, sig, wk.Receipts.Domain); err == nil && got == wk.Receipts.Signer {
 			t.Errorf("tampered %s still verifies", name)
 		}
 	}
-	other := client.NewReceiptDomain(big.NewInt(1))
-	if got, err := client.VerifyReceipt(r, sig, other); err == nil && got == wk.Receipts.Signer {
+	other := receipt.NewDomain(big.NewInt(1))
+	if got, err := receipt.Verify(r, sig, other); err == nil && got == wk.Receipts.Signer {
 		t.Error("receipt verifies in another chain's domain")
 	}
 	bad := bytes.Clone(sig)
 	bad[10] ^= 1
-	if got, err := client.VerifyReceipt(r, bad, wk.Receipts.Domain); err == nil && got == wk.Receipts.Signer {
+	if got, err := receipt.Verify(r, bad, wk.Receipts.Domain); err == nil && got == wk.Receipts.Signer {
 		t.Error("tampered signature still verifies")
 	}
 }
@@ -166,14 +167,14 @@ func TestWellKnownHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(client.WellKnownPath, s.WellKnownHandler())
+	mux.Handle(receipt.WellKnownPath, s.WellKnownHandler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	wk, err := client.FetchWellKnown(t.Context(), srv.Client(), srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wk.Receipts.Signer != s.Address() || wk.Receipts.Domain.ChainID.Int64() != testChain || wk.Receipts.Domain.Name != client.ReceiptDomainName {
+	if wk.Receipts.Signer != s.Address() || wk.Receipts.Domain.ChainID.Int64() != testChain || wk.Receipts.Domain.Name != receipt.DomainName {
 		t.Errorf("well-known = %+v", wk.Receipts)
 	}
 	// A receipt signed by s verifies through a ReceiptVerifier on this origin.
@@ -185,7 +186,7 @@ func TestWellKnownHandler(t *testing.T) {
 	if err := v.Verify(t.Context(), srv.URL, &signed.Receipt, signed.Signature); err != nil {
 		t.Errorf("ReceiptVerifier.Verify(): %v", err)
 	}
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+client.WellKnownPath, nil)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+receipt.WellKnownPath, nil)
 	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -101,7 +101,7 @@ func (e *env) pay(t *testing.T, i int, req x402.PaymentRequirements) *x402.Payme
 
 // both runs f against the in-process facilitator and the same facilitator
 // behind the HTTP handler and client.
-func both(t *testing.T, f func(t *testing.T, e *env, fac x402.Facilitator)) {
+func both(t *testing.T, f func(t *testing.T, e *env, fac facilitator.API)) {
 	t.Run("in-process", func(t *testing.T) {
 		e := newEnv(t)
 		f(t, e, e.fac)
@@ -115,7 +115,7 @@ func both(t *testing.T, f func(t *testing.T, e *env, fac x402.Facilitator)) {
 }
 
 func TestSettleOnce(t *testing.T) {
-	both(t, func(t *testing.T, e *env, fac x402.Facilitator) {
+	both(t, func(t *testing.T, e *env, fac facilitator.API) {
 		ctx := context.Background()
 		req := e.requirements("10000")
 		p := e.pay(t, 1, req)
@@ -156,7 +156,7 @@ func TestSettleOnce(t *testing.T) {
 // TestConcurrentSameAuthorization presents one authorization, in several
 // re-encodings, 16 times at once: exactly one success and one transfer.
 func TestConcurrentSameAuthorization(t *testing.T) {
-	both(t, func(t *testing.T, e *env, fac x402.Facilitator) {
+	both(t, func(t *testing.T, e *env, fac facilitator.API) {
 		ctx := context.Background()
 		req := e.requirements("20000")
 		p := e.pay(t, 2, req)
@@ -300,7 +300,7 @@ func TestThirdPartyUsedFirst(t *testing.T) {
 }
 
 func TestSupported(t *testing.T) {
-	both(t, func(t *testing.T, e *env, fac x402.Facilitator) {
+	both(t, func(t *testing.T, e *env, fac facilitator.API) {
 		s, err := fac.Supported(context.Background())
 		if err != nil {
 			t.Fatal(err)

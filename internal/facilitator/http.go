@@ -18,18 +18,29 @@ import (
 // maxRequestBytes caps a /verify or /settle body. A real one is about 2 KiB.
 const maxRequestBytes = 64 << 10
 
+// API is what a Handler serves: the three operations of an x402 facilitator.
+// *Facilitator and *Client implement it, and so may a wrapper around either.
+// Protocol failures are answers (isValid or success false, with a Reason); an
+// error means no verdict was reached (a node that is down, a cancelled
+// context).
+type API interface {
+	Verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.VerifyResponse, error)
+	Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error)
+	Supported(ctx context.Context) (*x402.SupportedResponse, error)
+}
+
 // Handler serves a Facilitator over HTTP as the official HTTPFacilitatorClient
 // expects: POST /verify, POST /settle, GET /supported. A well-formed request always
 // gets 200 with a JSON answer, valid or not; a malformed one gets 400
 // {"error": "..."}.
 type Handler struct {
-	f   x402.Facilitator
+	f   API
 	log *slog.Logger
 	mux *http.ServeMux
 }
 
 // NewHandler returns the HTTP face of f.
-func NewHandler(f x402.Facilitator, log *slog.Logger) *Handler {
+func NewHandler(f API, log *slog.Logger) *Handler {
 	h := &Handler{f: f, log: log.With("component", "facilitator-http"), mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST /verify", h.verify)
 	h.mux.HandleFunc("POST /settle", h.settle)
@@ -125,7 +136,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-// Client is an x402.Facilitator that calls a remote facilitator over HTTP.
+// Client calls a remote facilitator over HTTP; it implements API, and the
+// gateway's Facilitator.
 type Client struct {
 	base string
 	http *http.Client
@@ -231,7 +243,7 @@ func (c *Client) post(ctx context.Context, path string, p *x402.PaymentPayload, 
 }
 
 var (
-	_ http.Handler     = (*Handler)(nil)
-	_ x402.Facilitator = (*Client)(nil)
-	_ x402.Facilitator = (*Facilitator)(nil)
+	_ http.Handler = (*Handler)(nil)
+	_ API          = (*Client)(nil)
+	_ API          = (*Facilitator)(nil)
 )

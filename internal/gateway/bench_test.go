@@ -487,6 +487,6 @@ func addedRatio(d [3]time.Duration) float64 {
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 var (
-	_ x402.Facilitator = instantFacilitator{}
-	_ store.Payments   = (*timedPayments)(nil)
+	_ gateway.Facilitator = instantFacilitator{}
+	_ store.Payments      = (*timedPayments)(nil)
 )

@@ -15,13 +15,13 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // Credits is what prepaid credits need (D12, D16-D18).
@@ -92,14 +92,14 @@ type creditInfo struct {
 	RequestID      string      `json:"request_id"`
 	Usage          *chat.Usage `json:"usage,omitempty"` // what was charged for
 	// Receipt is the signed envelope (D18); a non-streaming answer also
-	// carries it in client.HeaderReceipt.
+	// carries it in receipt.Header.
 	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // creditOutcome is a captured call: what to tell the buyer.
 type creditOutcome struct {
 	info   creditInfo
-	header string // client.HeaderReceipt's value, "" without a receipt
+	header string // receipt.Header's value, "" without a receipt
 }
 
 // creditChat serves a chat completion paid from credits through an API key.
@@ -358,7 +358,7 @@ func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *cr
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Should-Retry", "false")
 	if out.header != "" {
-		h.Set(client.HeaderReceipt, out.header)
+		h.Set(receipt.Header, out.header)
 	}
 	if out.info.Charged != "" {
 		h.Set("X-Llm4agents-Charged", out.info.Charged)
@@ -444,7 +444,7 @@ func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (
 	if issued.IsZero() {
 		issued = s.now()
 	}
-	return s.cfg.Credits.Signer.Sign(client.Receipt{
+	return s.cfg.Credits.Signer.Sign(receipt.Receipt{
 		RequestID: common.HexToHash(call.id), Account: call.payer, KeyID: keyID, Model: call.q.model.ID,
 		InputTokens: big.NewInt(u.PromptTokens), OutputTokens: big.NewInt(u.CompletionTokens),
 		Amount: ch.Charged, BalanceAfter: ch.BalanceAfter, LedgerSeq: big.NewInt(ch.Seq),

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // creditClients is the fixed number of concurrent clients of
@@ -179,8 +179,8 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 	p := creditBenchPath{url: srv.URL + "/v1/chat/completions", bearer: secret}
 	// One call end to end, so a broken path fails here and not as a latency.
 	status, body, hdr := creditDo(b.Context(), hc, p)
-	if status != http.StatusOK || hdr.Get(client.HeaderReceipt) == "" {
-		b.Fatalf("credit call: status %d, receipt %q: %s", status, hdr.Get(client.HeaderReceipt), body)
+	if status != http.StatusOK || hdr.Get(receipt.Header) == "" {
+		b.Fatalf("credit call: status %d, receipt %q: %s", status, hdr.Get(receipt.Header), body)
 	}
 	return p, timed
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/gateway"
@@ -38,6 +37,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 var (
@@ -312,10 +312,10 @@ func promptTokensOf(t *testing.T, body string) int64 {
 
 // verified checks a receipt's signature against the signer's published
 // address and domain, as a buyer does.
-func (e *creditEnv) verified(t *testing.T, r *client.Receipt, sig []byte) {
+func (e *creditEnv) verified(t *testing.T, r *receipt.Receipt, sig []byte) {
 	t.Helper()
 	wk := e.signer.WellKnown()
-	addr, err := client.VerifyReceipt(r, sig, wk.Receipts.Domain)
+	addr, err := receipt.Verify(r, sig, wk.Receipts.Domain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestCreditChat(t *testing.T) {
 		if got := resp.Header.Get("X-Should-Retry"); got != "false" {
 			t.Errorf("X-Should-Retry = %q", got)
 		}
-		r, sig, err := client.DecodeReceiptHeader(resp.Header.Get(client.HeaderReceipt))
+		r, sig, err := receipt.DecodeHeader(resp.Header.Get(receipt.Header))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +382,7 @@ func TestCreditChat(t *testing.T) {
 		}
 
 		// The same envelope, by id, to the key and to the owner's session.
-		want, err := client.EncodeReceiptEnvelope(r, sig)
+		want, err := receipt.EncodeEnvelope(r, sig)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -403,7 +403,7 @@ type wantReceipt struct {
 	in, out, amount, balance int64
 }
 
-func checkReceipt(t *testing.T, r *client.Receipt, w wantReceipt) {
+func checkReceipt(t *testing.T, r *receipt.Receipt, w wantReceipt) {
 	t.Helper()
 	got := fmt.Sprintf("id %s account %s key %s model %s in %v out %v amount %v balance %v",
 		r.RequestID.Hex(), r.Account.Hex(), r.KeyID.Hex(), r.Model, r.InputTokens, r.OutputTokens, r.Amount, r.BalanceAfter)
@@ -430,7 +430,7 @@ func sseData(t *testing.T, body []byte) []string {
 }
 
 // streamReceipt finds the final usage chunk's annotation in a stream.
-func streamReceipt(t *testing.T, events []string) (creditAnnotation, *client.Receipt, []byte) {
+func streamReceipt(t *testing.T, events []string) (creditAnnotation, *receipt.Receipt, []byte) {
 	t.Helper()
 	if len(events) < 2 || events[len(events)-1] != "[DONE]" {
 		t.Fatalf("stream does not end with [DONE]: %q", events)
@@ -442,7 +442,7 @@ func streamReceipt(t *testing.T, events []string) (creditAnnotation, *client.Rec
 	if err := json.Unmarshal([]byte(events[len(events)-2]), &c); err != nil || c.Usage == nil || c.X == nil {
 		t.Fatalf("the last chunk is not an annotated usage chunk: %s", events[len(events)-2])
 	}
-	r, sig, err := client.ParseReceiptEnvelope(c.X.Receipt)
+	r, sig, err := receipt.ParseEnvelope(c.X.Receipt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +578,7 @@ func TestCreditStreamClientLeaves(t *testing.T) {
 				rec, err = e.db.Receipt(t.Context(), id)
 				return err == nil
 			})
-			r, sig, err := client.ParseReceiptEnvelope(rec.Envelope)
+			r, sig, err := receipt.ParseEnvelope(rec.Envelope)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -915,7 +915,7 @@ func TestCreditReceiptsOwner(t *testing.T) {
 			}
 			var ids []string
 			for _, env := range l.Data {
-				r, _, err := client.ParseReceiptEnvelope(env)
+				r, _, err := receipt.ParseEnvelope(env)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -991,8 +991,8 @@ func TestCreditStoreFaults(t *testing.T) {
 			secret, _ := e.newKey(t, alice, nil)
 			resp := e.chat(t, secret, chatBody)
 			body := readAll(t, resp)
-			if resp.StatusCode != http.StatusOK || resp.Header.Get(client.HeaderReceipt) != "" {
-				t.Fatalf("status %d, receipt %q: %s", resp.StatusCode, resp.Header.Get(client.HeaderReceipt), body)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get(receipt.Header) != "" {
+				t.Fatalf("status %d, receipt %q: %s", resp.StatusCode, resp.Header.Get(receipt.Header), body)
 			}
 			h, err := e.db.HoldRecord(t.Context(), resp.Header.Get(gateway.HeaderRequestID))
 			if err != nil {

@@ -61,27 +61,27 @@ func newEnv(t *testing.T) *env {
 
 // newEnvWith is newEnv with the gateway's facilitator wrapped by wrap, when
 // not nil.
-func newEnvWith(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilitator) *env {
+func newEnvWith(t *testing.T, wrap func(*facilitator.Facilitator) gateway.Facilitator) *env {
 	t.Helper()
 	return newEnvSettle(t, 10*time.Second, wrap)
 }
 
 // newEnvSettle is newEnvWith with the gateway's settle timeout.
-func newEnvSettle(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) x402.Facilitator) *env {
+func newEnvSettle(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) gateway.Facilitator) *env {
 	t.Helper()
 	return newEnvConfig(t, settleTimeout, wrap, nil)
 }
 
 // newEnvConfig is newEnvSettle with the gateway's Config passed through
 // edit, when not nil, before the gateway is made.
-func newEnvConfig(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) x402.Facilitator, edit func(*gateway.Config)) *env {
+func newEnvConfig(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) gateway.Facilitator, edit func(*gateway.Config)) *env {
 	t.Helper()
 	return newEnvStore(t, settleTimeout, wrap, edit, nil)
 }
 
 // newEnvStore is newEnvConfig with the gateway's store passed through
 // payments, when not nil (to hide what a backend can do from the gateway).
-func newEnvStore(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) x402.Facilitator, edit func(*gateway.Config), payments func(store.Payments) store.Payments) *env {
+func newEnvStore(t *testing.T, settleTimeout time.Duration, wrap func(*facilitator.Facilitator) gateway.Facilitator, edit func(*gateway.Config), payments func(store.Payments) store.Payments) *env {
 	t.Helper()
 	sim := testchain.NewSimulated(t)
 	sim.StartAutoCommit(t, 10*time.Millisecond)
@@ -112,7 +112,7 @@ func newEnvStore(t *testing.T, settleTimeout time.Duration, wrap func(*facilitat
 		t.Fatal(err)
 	}
 	e := &env{db: db, chain: sim, up: up}
-	var gwFac x402.Facilitator = fac
+	var gwFac gateway.Facilitator = fac
 	if wrap != nil {
 		gwFac = wrap(fac)
 	}

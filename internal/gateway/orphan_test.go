@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -279,7 +280,7 @@ func orphanStreamPaidNothingStaged(t *testing.T, be rigBackend) {
 func TestUnresolvedSettlementNeverSettledWithoutTx(t *testing.T) {
 	for _, body := range []string{chatBody, streamBody} {
 		t.Run(map[bool]string{false: "json", true: "stream"}[body == streamBody], func(t *testing.T) {
-			e := newEnvWith(t, func(f *facilitator.Facilitator) x402.Facilitator { return f })
+			e := newEnvWith(t, func(f *facilitator.Facilitator) gateway.Facilitator { return f })
 			h := e.signedHeader(t, body, buyerIdx)
 			key := e.claimKey(t, h)
 			p, _ := x402.DecodePaymentPayload(h)

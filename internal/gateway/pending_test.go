@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -47,7 +48,7 @@ func (f *pendingFac) calls() int {
 func newPendingEnv(t *testing.T, pending int) (*env, *pendingFac) {
 	t.Helper()
 	var pf *pendingFac
-	e := newEnvWith(t, func(f *facilitator.Facilitator) x402.Facilitator {
+	e := newEnvWith(t, func(f *facilitator.Facilitator) gateway.Facilitator {
 		pf = &pendingFac{Facilitator: f, pending: pending}
 		return pf
 	})

@@ -12,8 +12,8 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/gateway"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // receiptsRig is one owner (alice) with two keys that each made calls, and
@@ -98,7 +98,7 @@ func (g *receiptsRig) list(t *testing.T, auth, query string) listed {
 	}
 	out := listed{ids: []string{}}
 	for _, env := range l.Data {
-		r, _, err := client.ParseReceiptEnvelope(env)
+		r, _, err := receipt.ParseEnvelope(env)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,7 @@ func TestCreditReceiptsPerKey(t *testing.T) {
 					t.Errorf("a receipt out of view answers %s, a missing one %s", body, missing)
 				}
 				if status == 200 {
-					r, _, err := client.ParseReceiptEnvelope(body)
+					r, _, err := receipt.ParseEnvelope(body)
 					if err != nil || r.RequestID.Hex() != tc.id {
 						t.Errorf("receipt %v, %v; want %s", r, err, tc.id)
 					}

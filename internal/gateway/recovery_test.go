@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
@@ -1013,7 +1012,7 @@ func TestRecoveryStoreDownFailsClosed(t *testing.T) {
 }
 
 // TestRecoveryFingerprintAgreesWithClient: the record's fingerprint is the
-// buyer's client.Fingerprint of the request (D14), so the two never disagree.
+// buyer's x402.Fingerprint of the request (D14), so the two never disagree.
 func TestRecoveryFingerprintAgreesWithClient(t *testing.T) {
 	eachRigBackend(t, func(t *testing.T, be rigBackend) {
 		rg := newRig(t, rigOpts{backend: be})
@@ -1023,7 +1022,7 @@ func TestRecoveryFingerprintAgreesWithClient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := client.Fingerprint(http.MethodPost, "/v1/chat/completions", "demo", []byte(chatBody)); r.Fingerprint != want {
+		if want := x402.Fingerprint(http.MethodPost, "/v1/chat/completions", "demo", []byte(chatBody)); r.Fingerprint != want {
 			t.Errorf("record fingerprint %s, client's %s", r.Fingerprint, want)
 		}
 	})
@@ -1042,21 +1041,21 @@ func FuzzFingerprint(f *testing.F) {
 		if dec.Decode(&v) != nil || dec.More() || !json.Valid([]byte(body)) {
 			return
 		}
-		fp := client.Fingerprint("POST", "/v1/chat/completions", "m", []byte(body))
+		fp := x402.Fingerprint("POST", "/v1/chat/completions", "m", []byte(body))
 		indented, err := json.MarshalIndent(v, "  ", "\t")
 		if err != nil {
 			return
 		}
-		if got := client.Fingerprint("POST", "/v1/chat/completions", "m", indented); got != fp {
+		if got := x402.Fingerprint("POST", "/v1/chat/completions", "m", indented); got != fp {
 			t.Errorf("re-encoded %q -> %q: fingerprint changed", body, indented)
 		}
-		if client.Fingerprint("POST", "/v1/chat/completions", "m2", []byte(body)) == fp {
+		if x402.Fingerprint("POST", "/v1/chat/completions", "m2", []byte(body)) == fp {
 			t.Error("the model is not part of the fingerprint")
 		}
 		if m, ok := v.(map[string]any); ok {
 			m["x_fuzz_extra"] = "1"
 			changed, _ := json.Marshal(m)
-			if client.Fingerprint("POST", "/v1/chat/completions", "m", changed) == fp {
+			if x402.Fingerprint("POST", "/v1/chat/completions", "m", changed) == fp {
 				t.Errorf("an added key kept the fingerprint of %q", body)
 			}
 		}

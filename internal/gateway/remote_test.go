@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -42,7 +43,7 @@ func (f *slowAnswerFac) Settle(ctx context.Context, p *x402.PaymentPayload, req 
 
 // remote serves fac over HTTP as `llm4agents facilitator` does and returns
 // the client a gateway in remote mode uses.
-func remote(t *testing.T, fac x402.Facilitator) *facilitator.Client {
+func remote(t *testing.T, fac facilitator.API) *facilitator.Client {
 	t.Helper()
 	srv := httptest.NewServer(facilitator.NewHandler(fac, discard()))
 	t.Cleanup(srv.Close)
@@ -72,7 +73,7 @@ func (c *chainConfirming) Confirm(ctx context.Context, p *x402.PaymentPayload, r
 // facilitator and lost answers": set a node).
 func TestRemoteSettleTimeoutKeepsClaim(t *testing.T) {
 	slow := &slowAnswerFac{late: 1500 * time.Millisecond}
-	e := newEnvSettle(t, 300*time.Millisecond, func(f *facilitator.Facilitator) x402.Facilitator {
+	e := newEnvSettle(t, 300*time.Millisecond, func(f *facilitator.Facilitator) gateway.Facilitator {
 		slow.Facilitator = f
 		return remote(t, slow)
 	})
@@ -117,7 +118,7 @@ func TestRemoteSettleTimeoutConfirmedFromChain(t *testing.T) {
 	// loaded machine, before the gateway stops waiting and asks the chain.
 	slow := &slowAnswerFac{late: 3 * time.Second}
 	fac := &chainConfirming{}
-	e := newEnvSettle(t, 2*time.Second, func(f *facilitator.Facilitator) x402.Facilitator {
+	e := newEnvSettle(t, 2*time.Second, func(f *facilitator.Facilitator) gateway.Facilitator {
 		slow.Facilitator = f
 		fac.Client = remote(t, slow)
 		return fac
@@ -174,10 +175,10 @@ func TestCopyWhileHolderRecords(t *testing.T) {
 			held := &heldFac{settled: make(chan struct{}), release: make(chan struct{})}
 			// A store that keeps no recovery records: the copy meets the
 			// claim, not the holder's staged answer.
-			e := newEnvStore(t, 10*time.Second, func(f *facilitator.Facilitator) x402.Facilitator {
+			e := newEnvStore(t, 10*time.Second, func(f *facilitator.Facilitator) gateway.Facilitator {
 				held.Facilitator = f
 				if tc.hide {
-					return struct{ x402.Facilitator }{held} // no Confirm
+					return struct{ gateway.Facilitator }{held} // no Confirm
 				}
 				return held
 			}, nil, func(p store.Payments) store.Payments { return struct{ store.Payments }{p} })
@@ -222,7 +223,7 @@ func TestCopyWhileHolderRecords(t *testing.T) {
 // not after the lease; and once.
 func TestTopUpHeldByDeadRequestCredited(t *testing.T) {
 	held := &heldFac{settled: make(chan struct{}), release: make(chan struct{})}
-	e := newTopUpEnv(t, func(f *facilitator.Facilitator) x402.Facilitator { held.Facilitator = f; return held }, nil)
+	e := newTopUpEnv(t, func(f *facilitator.Facilitator) gateway.Facilitator { held.Facilitator = f; return held }, nil)
 	t.Cleanup(func() { close(held.release) }) // before the server closes
 	h := e.topUpSigned(t, "1000000", buyerIdx, nil)
 
@@ -352,11 +353,11 @@ func TestFailureNamingTxKeepsClaim(t *testing.T) {
 		chain bool
 	}{{"chain readable", true}, {"chain unreadable", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnvWith(t, func(f *facilitator.Facilitator) x402.Facilitator {
+			e := newEnvWith(t, func(f *facilitator.Facilitator) gateway.Facilitator {
 				if tc.chain {
 					return &failedWithTxFac{f}
 				}
-				return struct{ x402.Facilitator }{&failedWithTxFac{f}} // no Confirm
+				return struct{ gateway.Facilitator }{&failedWithTxFac{f}} // no Confirm
 			})
 			h := e.signedHeader(t, chatBody, buyerIdx)
 			resp := e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {h}})

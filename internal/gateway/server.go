@@ -131,7 +131,7 @@ type Server struct {
 
 // New returns a Server. fac verifies and settles; payments holds the claims,
 // and the recovery records when it implements store.Recoveries.
-func New(cfg Config, fac x402.Facilitator, payments store.Payments, log *slog.Logger) (*Server, error) {
+func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger) (*Server, error) {
 	if cfg.MaxTimeoutSeconds <= 0 {
 		cfg.MaxTimeoutSeconds = DefaultMaxTimeoutSeconds
 	}

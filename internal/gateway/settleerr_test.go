@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/facilitator"
+	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 )
@@ -31,7 +32,7 @@ func (f *lostSettleFac) Settle(ctx context.Context, p *x402.PaymentPayload, req 
 // The claim holder asks the chain, which shows the payment, and serves the
 // answer it was paid for: never a 402 for a payment that went through.
 func TestSettleErrorResolvedFromChain(t *testing.T) {
-	e := newEnvWith(t, func(f *facilitator.Facilitator) x402.Facilitator { return &lostSettleFac{Facilitator: f} })
+	e := newEnvWith(t, func(f *facilitator.Facilitator) gateway.Facilitator { return &lostSettleFac{Facilitator: f} })
 	c, _ := e.payer(buyerIdx)
 	resp := e.post(t, c, chatBody, nil)
 	body, _ := io.ReadAll(resp.Body)
@@ -66,7 +67,7 @@ func (f *lateAnswerFac) Settle(ctx context.Context, p *x402.PaymentPayload, req 
 // left held, it would be taken over once its lease ended, and the same
 // payment would buy a second answer.
 func TestLateSettleRecorded(t *testing.T) {
-	e := newEnvSettle(t, 100*time.Millisecond, func(f *facilitator.Facilitator) x402.Facilitator { return &lateAnswerFac{Facilitator: f} })
+	e := newEnvSettle(t, 100*time.Millisecond, func(f *facilitator.Facilitator) gateway.Facilitator { return &lateAnswerFac{Facilitator: f} })
 	h := e.signedHeader(t, chatBody, buyerIdx)
 	resp := e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {h}})
 	body := readAll(t, resp)
@@ -104,7 +105,7 @@ func (f *deadlineFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 // and crediting after its answer still have their seconds.
 func TestSettleLeavesTimeAfter(t *testing.T) {
 	fac := &deadlineFac{}
-	e := newEnvSettle(t, 2*time.Second, func(f *facilitator.Facilitator) x402.Facilitator { fac.Facilitator = f; return fac })
+	e := newEnvSettle(t, 2*time.Second, func(f *facilitator.Facilitator) gateway.Facilitator { fac.Facilitator = f; return fac })
 	h := e.signedHeader(t, chatBody, buyerIdx)
 	resp := e.post(t, http.DefaultClient, chatBody, http.Header{x402.HeaderPaymentSignature: {h}})
 	if body := readAll(t, resp); resp.StatusCode != http.StatusOK {

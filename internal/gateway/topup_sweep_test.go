@@ -80,7 +80,7 @@ func newSweepEnv(t *testing.T, b creditBackend, o sweepOpts) *sweepEnv {
 		mod: func(c *gateway.Credits) { c.Confirmations = o.confirmations },
 	}
 	if o.pending > 0 {
-		rig.wrap = func(fac *facilitator.Facilitator) x402.Facilitator {
+		rig.wrap = func(fac *facilitator.Facilitator) gateway.Facilitator {
 			lf := &lateFac{Facilitator: fac}
 			lf.late.Store(int32(o.pending))
 			return lf

@@ -44,7 +44,7 @@ type topUpEnv struct {
 
 // newTopUpEnv builds a topUpEnv; wrap wraps the gateway's facilitator and
 // mod changes the credits config, each when not nil.
-func newTopUpEnv(t *testing.T, wrap func(*facilitator.Facilitator) x402.Facilitator, mod func(*gateway.Credits)) *topUpEnv {
+func newTopUpEnv(t *testing.T, wrap func(*facilitator.Facilitator) gateway.Facilitator, mod func(*gateway.Credits)) *topUpEnv {
 	t.Helper()
 	e, _, _ := newTopUpRig(t, topUpRig{wrap: wrap, mod: mod})
 	return e
@@ -64,7 +64,7 @@ type topUpRig struct {
 	// SQLite file.
 	open func(t *testing.T) topUpStore
 	// wrap wraps the gateway's facilitator, to inject faults.
-	wrap func(*facilitator.Facilitator) x402.Facilitator
+	wrap func(*facilitator.Facilitator) gateway.Facilitator
 	// ledger wraps the ledger's store, to inject faults.
 	ledger func(store.Ledger) store.Ledger
 	// mod changes the credits config.
@@ -113,7 +113,7 @@ func newTopUpRig(t *testing.T, o topUpRig) (*topUpEnv, *facilitator.Facilitator,
 	if s, ok := db.(*sqlite.DB); ok {
 		e.db = s
 	}
-	var gwFac x402.Facilitator = fac
+	var gwFac gateway.Facilitator = fac
 	if o.wrap != nil {
 		gwFac = o.wrap(fac)
 	}
@@ -485,7 +485,7 @@ func TestTopUpMismatch(t *testing.T) {
 // same payment presented again settles it and credits once.
 func TestTopUpPending(t *testing.T) {
 	var pf *pendingFac
-	e := newTopUpEnv(t, func(f *facilitator.Facilitator) x402.Facilitator {
+	e := newTopUpEnv(t, func(f *facilitator.Facilitator) gateway.Facilitator {
 		pf = &pendingFac{Facilitator: f, pending: 1}
 		return pf
 	}, nil)

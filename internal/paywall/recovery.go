@@ -14,7 +14,6 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -46,10 +45,10 @@ func newOperationID() string {
 	return "op_" + hex.EncodeToString(b[:])
 }
 
-// Fingerprint is D14's request fingerprint, the buyer's client.Fingerprint,
+// Fingerprint is D14's request fingerprint, x402.Fingerprint, which the buyer computes too,
 // so that the two can never disagree.
 func Fingerprint(method, path, model string, body []byte) string {
-	return client.Fingerprint(method, path, model, body)
+	return x402.Fingerprint(method, path, model, body)
 }
 
 // RecordKey is the record key of D14. A payment-identifier is a secret: the

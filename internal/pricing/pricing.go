@@ -1,6 +1,7 @@
 // Package pricing turns token counts into prices: the quote a 402 states
 // before a call (MISSION P1, DECISIONS D13), the actual cost of a finished
-// call, and the decimal display of an amount of a token.
+// call, and the one reading and display of an amount of a token in whole
+// tokens (ParseAmount, FormatAmount), which the gateway and the CLI share.
 //
 // Everything here is a pure function of its arguments: no I/O, no clock, no
 // configuration lookups. Money is never float64: prices are integer atomic
@@ -13,7 +14,6 @@
 package pricing
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -128,14 +128,18 @@ func OutputBound(req *chat.Request, defaultCap int64) int64 {
 	return limit * n
 }
 
-// FormatAmount renders atomic units of an asset with the given decimals as a
-// decimal string for people: "0.03", "1.50", "12.00", "0.000001". It shows at
-// least two decimals (a dollar display), more when the amount needs them, and
-// never rounds: trailing zeros past the second decimal are dropped, nothing
-// else. A nil amount is "0.00"; a negative one starts with "-".
+// FormatAmount renders atomic units of an asset with the given decimals as
+// whole tokens, for people: "0.03", "1.50", "12.00", "0.000001" for 6-decimal
+// USDC. It shows at least two decimals (a dollar display), more when the
+// amount needs them, and never rounds: trailing zeros past the second decimal
+// are dropped, nothing else. An asset with fewer than two decimals shows only
+// the decimals it has (1.5 with one, 15 with none), since it has no cents. A nil
+// amount is zero; a negative one starts with "-".
+//
+// ParseAmount reads every result back to the same amount.
 func FormatAmount(atomic *big.Int, decimals uint8) string {
 	if atomic == nil {
-		return "0.00"
+		atomic = new(big.Int)
 	}
 	digits := new(big.Int).Abs(atomic).String()
 	d := int(decimals)
@@ -143,51 +147,64 @@ func FormatAmount(atomic *big.Int, decimals uint8) string {
 		digits = strings.Repeat("0", d-len(digits)+1) + digits
 	}
 	whole, frac := digits[:len(digits)-d], strings.TrimRight(digits[len(digits)-d:], "0")
-	if len(frac) < 2 {
-		frac += strings.Repeat("0", 2-len(frac))
+	if keep := min(2, d); len(frac) < keep {
+		frac += strings.Repeat("0", keep-len(frac))
 	}
 	sign := ""
 	if atomic.Sign() < 0 {
 		sign = "-"
 	}
+	if frac == "" {
+		return sign + whole
+	}
 	return sign + whole + "." + frac
 }
 
-// maxAmountLen bounds the input of ParseAmount: a uint256 has 78 digits, so
-// anything longer than this is not an amount, and is refused before any work.
-const maxAmountLen = 160
+// maxAmountLen bounds the input of ParseAmount, which refuses anything longer
+// before any work: the longest amount FormatAmount writes has 257 characters
+// (one atomic unit at 255 decimals), with room left for white space around it.
+const maxAmountLen = 300
 
-// errNotAmount is wrapped by every ParseAmount error.
-var errNotAmount = errors.New("not an amount")
-
-// ParseAmount reads a decimal amount of an asset, "0.05" or "12", into atomic
-// units, exactly. It accepts ASCII digits with at most one '.', and digits on
-// both sides of it; it refuses signs, exponents, spaces, separators, other
-// scripts' digits, nonzero digits past the asset's decimals (they would need
-// rounding; zeros there change nothing, so FormatAmount's "12.00" reads back
-// for an asset with no decimals), and values above the uint256 maximum. Zero is
-// accepted; whether zero is allowed is the caller's decision.
+// ParseAmount reads an amount of an asset with the given decimals, as a person
+// types it on the command line, into atomic units, exactly. It takes two forms:
+//
+//   - with a decimal point, whole tokens: "0.05" is 50000 atomic units of
+//     6-decimal USDC, "12.5" is 12500000;
+//   - without one, atomic units: "50000" is 50000, and "12" is 12 atomic units,
+//     not 12 tokens.
+//
+// The second form is what the CLI's --help and README promise, and it errs on
+// the safe side: a user who types "12" meaning twelve dollars allows twelve
+// micro-dollars, never a million times more than meant.
+//
+// Surrounding white space is ignored. Otherwise only ASCII digits with at most
+// one '.' and digits on both sides of it are accepted: no sign, exponent,
+// separator, other scripts' digits, or value above the uint256 maximum. Digits
+// past the asset's decimals must be zeros ("0.0500000" is 0.05; "0.0000001" is
+// refused, as it would need rounding). Zero is accepted; whether zero is allowed
+// is the caller's decision.
 func ParseAmount(s string, decimals uint8) (*big.Int, error) {
-	if s == "" {
-		return nil, fmt.Errorf("%w: empty", errNotAmount)
-	}
 	if len(s) > maxAmountLen {
-		return nil, fmt.Errorf("%w: %d characters", errNotAmount, len(s))
+		return nil, fmt.Errorf("amount is longer than %d characters", maxAmountLen)
 	}
+	s = strings.TrimSpace(s)
 	whole, frac, dot := strings.Cut(s, ".")
 	if !allDigits(whole) || (dot && !allDigits(frac)) {
-		return nil, fmt.Errorf("%w: %q is not a plain decimal number such as 0.05", errNotAmount, s)
+		return nil, fmt.Errorf("amount %q is not a non-negative number such as 0.05 (whole tokens) or 50000 (atomic units)", s)
 	}
-	if len(frac) > int(decimals) {
-		if strings.TrimRight(frac[decimals:], "0") != "" {
-			return nil, fmt.Errorf("%w: %q has more decimal places than the asset's %d", errNotAmount, s, decimals)
+	digits := whole
+	if dot {
+		if len(frac) > int(decimals) {
+			if strings.TrimRight(frac[decimals:], "0") != "" {
+				return nil, fmt.Errorf("amount %q has more than %d decimals", s, decimals)
+			}
+			frac = frac[:decimals] // only zeros past the asset's precision: the value is exact
 		}
-		frac = frac[:decimals] // only zeros past the asset's precision: the value is exact
+		digits = whole + frac + strings.Repeat("0", int(decimals)-len(frac))
 	}
-	digits := whole + frac + strings.Repeat("0", int(decimals)-len(frac))
 	n, ok := new(big.Int).SetString(digits, 10)
 	if !ok || n.Cmp(maxUint256) > 0 {
-		return nil, fmt.Errorf("%w: %q is out of range", errNotAmount, s)
+		return nil, fmt.Errorf("amount %q does not fit in 256 bits", s)
 	}
 	return n, nil
 }

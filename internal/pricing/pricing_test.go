@@ -183,22 +183,30 @@ func TestFormatAmount(t *testing.T) {
 	}{
 		{big.NewInt(30000), 6, "0.03"},
 		{big.NewInt(10000), 6, "0.01"},
+		{big.NewInt(50000), 6, "0.05"},
 		{big.NewInt(100000), 6, "0.10"},
 		{big.NewInt(1500000), 6, "1.50"},
 		{big.NewInt(12000000), 6, "12.00"},
+		{big.NewInt(12), 6, "0.000012"},
 		{big.NewInt(1), 6, "0.000001"},
 		{big.NewInt(1234567), 6, "1.234567"},
 		{big.NewInt(1230000), 6, "1.23"},
 		{big.NewInt(1234000), 6, "1.234"},
 		{big.NewInt(0), 6, "0.00"},
-		{nil, 6, "0.00"},
+		{nil, 6, "0.00"}, // nil is zero
+		{nil, 0, "0"},
 		{big.NewInt(-10000), 6, "-0.01"},
-		{big.NewInt(12), 0, "12.00"},
-		{big.NewInt(0), 0, "0.00"},
-		{big.NewInt(15), 1, "1.50"},
+		{big.NewInt(-1), 6, "-0.000001"},
+		// An asset without cents shows the decimals it has.
+		{big.NewInt(12), 0, "12"},
+		{big.NewInt(0), 0, "0"},
+		{big.NewInt(15), 1, "1.5"},
+		{big.NewInt(10), 1, "1.0"},
 		{big.NewInt(5), 2, "0.05"},
 		{big.NewInt(1), 18, "0.000000000000000001"},
+		{bigInt(t, "1500000000000000000"), 18, "1.50"},
 		{bigInt(t, "1000000000000000000"), 18, "1.00"},
+		{maxUint256, 0, maxUint256.String()},
 		{maxUint256, 36, "115792089237316195423570985008687907853269.984665640564039457584007913129639935"},
 	} {
 		if got := FormatAmount(tc.atomic, tc.decimals); got != tc.want {
@@ -207,57 +215,87 @@ func TestFormatAmount(t *testing.T) {
 	}
 }
 
+// TestParseAmount: the two forms (a decimal point means whole tokens, an
+// integer atomic units) and every boundary: white space, too many decimals,
+// signs, exponents, range, other scripts' digits. Errors say what is wrong.
 func TestParseAmount(t *testing.T) {
+	const maxUint256 = "115792089237316195423570985008687907853269984665640564039457584007913129639935"
 	for _, tc := range []struct {
 		in       string
 		decimals uint8
-		want     string // "" = error
+		want     string // atomic units; "" = error
+		wantErr  string // part of the error, when want is ""
 	}{
-		{"0.05", 6, "50000"},
-		{"0.01", 6, "10000"},
-		{"12", 6, "12000000"},
-		{"12.00", 6, "12000000"},
-		{"0.000001", 6, "1"},
-		{"0", 6, "0"},
-		{"007.10", 2, "710"},
-		{"1", 0, "1"},
-		{"1.00", 0, "1"},          // zeros past the asset's decimals change nothing
-		{"0.0500000", 6, "50000"}, // same
-		{"1", 18, "1000000000000000000"},
-		{"115792089237316195423570985008687907853269984665640564039457584007913129639935", 0,
-			"115792089237316195423570985008687907853269984665640564039457584007913129639935"},
-		// Refused.
-		{"115792089237316195423570985008687907853269984665640564039457584007913129639936", 0, ""},
-		{"1", 255, ""}, // 1e255 > uint256
-		{"", 6, ""},
-		{"-1", 6, ""},
-		{"+1", 6, ""},
-		{"1e3", 6, ""},
-		{"1E3", 6, ""},
-		{"0.0000001", 6, ""},
-		{"1.5", 0, ""},
-		{"0.001", 2, ""},
-		{"١", 6, ""}, // ARABIC-INDIC DIGIT ONE
-		{"１", 6, ""}, // FULLWIDTH DIGIT ONE
-		{"½", 6, ""},
-		{" 1", 6, ""},
-		{"1 ", 6, ""},
-		{"1.", 6, ""},
-		{".5", 6, ""},
-		{".", 6, ""},
-		{"1.2.3", 6, ""},
-		{"1,5", 6, ""},
-		{"1_000", 6, ""},
-		{"0x10", 6, ""},
-		{"NaN", 6, ""},
-		{"Inf", 6, ""},
-		{"1\x00", 6, ""},
-		{strings.Repeat("9", 200), 0, ""},
+		// Whole tokens, with a decimal point.
+		{"0.05", 6, "50000", ""},
+		{"0.01", 6, "10000", ""},
+		{"12.5", 6, "12500000", ""},
+		{"12.00", 6, "12000000", ""},
+		{"1.00", 6, "1000000", ""},
+		{"0.000001", 6, "1", ""},
+		{"007.10", 2, "710", ""},
+		{"00.10", 6, "100000", ""},
+		{"1.5", 1, "15", ""},
+		{"1.5", 18, "1500000000000000000", ""},
+		{"1.00", 0, "1", ""},          // zeros past the asset's decimals change nothing
+		{"0.0500000", 6, "50000", ""}, // same
+		// Atomic units, without one: "12" is 12 atomic units, never 12 tokens.
+		{"12", 6, "12", ""},
+		{"50000", 6, "50000", ""},
+		{"0", 6, "0", ""},
+		{"15", 0, "15", ""},
+		{"1", 18, "1", ""},
+		{"1", 255, "1", ""},
+		{"0050000", 6, "50000", ""},
+		{maxUint256, 0, maxUint256, ""},
+		{maxUint256, 77, maxUint256, ""},
+		// Surrounding white space is ignored.
+		{" 0.10 ", 6, "100000", ""},
+		{"\t12\n", 6, "12", ""},
+		{" 1", 6, "1", ""},
+		// Too many decimals: refused, never rounded.
+		{"0.0000001", 6, "", "has more than 6 decimals"},
+		{"12.5", 0, "", "has more than 0 decimals"},
+		{"1.5", 0, "", "has more than 0 decimals"},
+		{"0.001", 2, "", "has more than 2 decimals"},
+		// Out of range.
+		{"115792089237316195423570985008687907853269984665640564039457584007913129639936", 0, "", "does not fit in 256 bits"},
+		{"115792089237316195423570985008687907853269984665640564039457.584007913129639936", 18, "", "does not fit in 256 bits"},
+		{"1.5", 255, "", "does not fit in 256 bits"},
+		{strings.Repeat("9", 101), 6, "", "does not fit in 256 bits"},
+		{strings.Repeat("9", 200), 0, "", "does not fit in 256 bits"},
+		{strings.Repeat("9", 301), 0, "", "longer than 300 characters"},
+		// Not a plain non-negative decimal.
+		{"", 6, "", "is not a non-negative number"},
+		{"   ", 6, "", "is not a non-negative number"},
+		{"-1", 6, "", "is not a non-negative number"},
+		{"-0.05", 6, "", "is not a non-negative number"},
+		{"+1", 6, "", "is not a non-negative number"},
+		{"1e3", 6, "", "is not a non-negative number"},
+		{"1E3", 6, "", "is not a non-negative number"},
+		{"1e6", 6, "", "is not a non-negative number"},
+		{"1.5e-3", 6, "", "is not a non-negative number"},
+		{"١", 6, "", "is not a non-negative number"}, // ARABIC-INDIC DIGIT ONE
+		{"１", 6, "", "is not a non-negative number"}, // FULLWIDTH DIGIT ONE
+		{"½", 6, "", "is not a non-negative number"},
+		{"1 000", 6, "", "is not a non-negative number"},
+		{"1.", 6, "", "is not a non-negative number"},
+		{".5", 6, "", "is not a non-negative number"},
+		{".", 6, "", "is not a non-negative number"},
+		{"1.2.3", 6, "", "is not a non-negative number"},
+		{"1,5", 6, "", "is not a non-negative number"},
+		{"1_000", 6, "", "is not a non-negative number"},
+		{"0x10", 6, "", "is not a non-negative number"},
+		{"NaN", 6, "", "is not a non-negative number"},
+		{"Inf", 6, "", "is not a non-negative number"},
+		{"1\x00", 6, "", "is not a non-negative number"},
 	} {
 		got, err := ParseAmount(tc.in, tc.decimals)
 		switch {
 		case tc.want == "" && err == nil:
 			t.Errorf("ParseAmount(%q, %d) = %s, want an error", tc.in, tc.decimals, got)
+		case tc.want == "" && !strings.Contains(err.Error(), tc.wantErr):
+			t.Errorf("ParseAmount(%q, %d): %v, want an error saying %q", tc.in, tc.decimals, err, tc.wantErr)
 		case tc.want != "" && err != nil:
 			t.Errorf("ParseAmount(%q, %d): %v", tc.in, tc.decimals, err)
 		case tc.want != "" && got.Cmp(bigInt(t, tc.want)) != 0:

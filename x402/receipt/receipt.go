@@ -1,4 +1,4 @@
-package client
+package receipt
 
 import (
 	"bytes"
@@ -17,30 +17,25 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// This file is the one definition of the gateway's signed receipts (DECISIONS
-// D18): the EIP-712 types, the digest, the wire form and the verification. The
-// gateway signs ReceiptDigest and encodes with EncodeReceiptHeader; buyers
-// verify with VerifyReceipt or a ReceiptVerifier.
-
-// HeaderReceipt carries a non-streaming answer's receipt: standard base64 of
-// the JSON envelope {"receipt": Receipt, "signature": "0x..."}. A stream
+// Header carries a non-streaming answer's receipt: standard base64 of the JSON
+// envelope {"receipt": Receipt, "signature": "0x..."}. A stream
 // carries the same envelope, as JSON, in the field x_llm4agents.receipt of its
-// final usage chunk (ParseReceiptEnvelope).
-const HeaderReceipt = "X-Llm4agents-Receipt"
+// final usage chunk (ParseEnvelope).
+const Header = "X-Llm4agents-Receipt"
 
 // The receipt domain's fixed fields (D18); chainId comes from the gateway's
 // configuration.
 const (
-	ReceiptDomainName    = "llm4agents"
-	ReceiptDomainVersion = "1"
+	DomainName    = "llm4agents"
+	DomainVersion = "1"
 )
 
-// ReceiptPrimaryType is the EIP-712 primary type of a receipt.
-const ReceiptPrimaryType = "Receipt"
+// PrimaryType is the EIP-712 primary type of a receipt.
+const PrimaryType = "Receipt"
 
-// ReceiptTypeString is the EIP-712 encoding of the receipt type, exactly as
+// TypeString is the EIP-712 encoding of the receipt type, exactly as
 // D18 writes it.
-const ReceiptTypeString = "Receipt(bytes32 requestId,address account,bytes32 keyId,string model," +
+const TypeString = "Receipt(bytes32 requestId,address account,bytes32 keyId,string model," +
 	"uint256 inputTokens,uint256 outputTokens,uint256 amount,uint256 balanceAfter,uint256 ledgerSeq,uint64 issuedAt)"
 
 // receiptDomainTypeString is the EIP-712 encoding of the receipt domain: no
@@ -48,7 +43,7 @@ const ReceiptTypeString = "Receipt(bytes32 requestId,address account,bytes32 key
 const receiptDomainTypeString = "EIP712Domain(string name,string version,uint256 chainId)"
 
 var (
-	receiptTypeHash       = crypto.Keccak256Hash([]byte(ReceiptTypeString))
+	receiptTypeHash       = crypto.Keccak256Hash([]byte(TypeString))
 	receiptDomainTypeHash = crypto.Keccak256Hash([]byte(receiptDomainTypeString))
 )
 
@@ -59,17 +54,17 @@ type TypedField struct {
 	Type string `json:"type"`
 }
 
-// ReceiptTypes returns the EIP-712 types of a receipt, EIP712Domain included,
+// Types returns the EIP-712 types of a receipt, EIP712Domain included,
 // for signers and verifiers that take typed data rather than a digest. Each
 // call returns a fresh map.
-func ReceiptTypes() map[string][]TypedField {
+func Types() map[string][]TypedField {
 	return map[string][]TypedField{
 		"EIP712Domain": {
 			{Name: "name", Type: "string"},
 			{Name: "version", Type: "string"},
 			{Name: "chainId", Type: "uint256"},
 		},
-		ReceiptPrimaryType: {
+		PrimaryType: {
 			{Name: "requestId", Type: "bytes32"},
 			{Name: "account", Type: "address"},
 			{Name: "keyId", Type: "bytes32"},
@@ -84,18 +79,18 @@ func ReceiptTypes() map[string][]TypedField {
 	}
 }
 
-// ReceiptDomain is the EIP-712 domain receipts are signed in: {name, version,
+// Domain is the EIP-712 domain receipts are signed in: {name, version,
 // chainId}, published at /.well-known/llm4agents.json. On the wire chainId is a
 // JSON number.
-type ReceiptDomain struct {
+type Domain struct {
 	Name    string   `json:"name"`
 	Version string   `json:"version"`
 	ChainID *big.Int `json:"chainId"`
 }
 
-// NewReceiptDomain returns D18's domain on chainID.
-func NewReceiptDomain(chainID *big.Int) ReceiptDomain {
-	return ReceiptDomain{Name: ReceiptDomainName, Version: ReceiptDomainVersion, ChainID: chainID}
+// NewDomain returns D18's domain on chainID.
+func NewDomain(chainID *big.Int) Domain {
+	return Domain{Name: DomainName, Version: DomainVersion, ChainID: chainID}
 }
 
 // Receipt is what the gateway signs for each call (D18). Amounts are atomic
@@ -131,13 +126,13 @@ type receiptJSON struct {
 
 // Receipt errors.
 var (
-	// ErrNoReceipt: the response carries no receipt header.
-	ErrNoReceipt = errors.New("client: response has no " + HeaderReceipt + " header")
-	// ErrBadReceipt: a receipt or its envelope that does not decode strictly.
-	ErrBadReceipt = errors.New("client: malformed receipt")
-	// ErrReceiptSignature: the signature is malformed, or is not the
+	// ErrMissing: the response carries no receipt header.
+	ErrMissing = errors.New("client: response has no " + Header + " header")
+	// ErrMalformed: a receipt or its envelope that does not decode strictly.
+	ErrMalformed = errors.New("client: malformed receipt")
+	// ErrSignature: the signature is malformed, or is not the
 	// published signer's over this receipt in this domain.
-	ErrReceiptSignature = errors.New("client: receipt signature does not verify")
+	ErrSignature = errors.New("client: receipt signature does not verify")
 )
 
 // ints returns the receipt's integers in type order, with their names.
@@ -158,7 +153,7 @@ func (r *Receipt) ints() [5]struct {
 func (r *Receipt) check() error {
 	for _, n := range r.ints() {
 		if n.v == nil || n.v.Sign() < 0 || n.v.BitLen() > 256 {
-			return fmt.Errorf("%w: %s is missing or not a uint256", ErrBadReceipt, n.name)
+			return fmt.Errorf("%w: %s is missing or not a uint256", ErrMalformed, n.name)
 		}
 	}
 	return nil
@@ -180,34 +175,34 @@ func (r Receipt) MarshalJSON() ([]byte, error) {
 // other field, canonical decimals, 0x-hex of the right length, and an address
 // whose mixed case, if any, is its EIP-55 checksum.
 func (r *Receipt) UnmarshalJSON(b []byte) error {
-	if err := strictJSON(b); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadReceipt, err)
+	if err := x402.CheckStrictJSON(b); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	var present map[string]json.RawMessage
 	if err := json.Unmarshal(b, &present); err != nil {
-		return fmt.Errorf("%w: not a JSON object", ErrBadReceipt)
+		return fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}
-	for _, f := range ReceiptTypes()[ReceiptPrimaryType] {
+	for _, f := range Types()[PrimaryType] {
 		if v, ok := present[f.Name]; !ok || string(bytes.TrimSpace(v)) == "null" {
-			return fmt.Errorf("%w: %s is missing", ErrBadReceipt, f.Name)
+			return fmt.Errorf("%w: %s is missing", ErrMalformed, f.Name)
 		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var w receiptJSON
 	if err := dec.Decode(&w); err != nil {
-		return fmt.Errorf("%w: fields of the wrong type or unknown", ErrBadReceipt)
+		return fmt.Errorf("%w: fields of the wrong type or unknown", ErrMalformed)
 	}
 	var out Receipt
 	var err error
 	if out.RequestID, err = parseBytes32(w.RequestID); err != nil {
-		return fmt.Errorf("%w: requestId: %w", ErrBadReceipt, err)
+		return fmt.Errorf("%w: requestId: %w", ErrMalformed, err)
 	}
 	if out.KeyID, err = parseBytes32(w.KeyID); err != nil {
-		return fmt.Errorf("%w: keyId: %w", ErrBadReceipt, err)
+		return fmt.Errorf("%w: keyId: %w", ErrMalformed, err)
 	}
 	if out.Account, err = exact.ParseAddress(w.Account); err != nil {
-		return fmt.Errorf("%w: account: %w", ErrBadReceipt, err)
+		return fmt.Errorf("%w: account: %w", ErrMalformed, err)
 	}
 	for _, f := range []struct {
 		dst **big.Int
@@ -217,7 +212,7 @@ func (r *Receipt) UnmarshalJSON(b []byte) error {
 		{&out.BalanceAfter, w.BalanceAfter}, {&out.LedgerSeq, w.LedgerSeq},
 	} {
 		if *f.dst, err = exact.ParseUint256(f.s); err != nil {
-			return fmt.Errorf("%w: %w", ErrBadReceipt, err)
+			return fmt.Errorf("%w: %w", ErrMalformed, err)
 		}
 	}
 	out.Model, out.IssuedAt = w.Model, w.IssuedAt
@@ -237,7 +232,7 @@ func parseBytes32(s string) (common.Hash, error) {
 }
 
 // separator is the EIP-712 domain separator of d.
-func (d ReceiptDomain) separator() (common.Hash, error) {
+func (d Domain) separator() (common.Hash, error) {
 	if d.ChainID == nil || d.ChainID.Sign() <= 0 || d.ChainID.BitLen() > 256 {
 		return common.Hash{}, errors.New("client: receipt domain chainId is missing or not a positive uint256")
 	}
@@ -269,9 +264,9 @@ func (r *Receipt) structHash() (common.Hash, error) {
 	return crypto.Keccak256Hash(buf[:]), nil
 }
 
-// ReceiptDigest returns the hash the gateway signs for r in d:
+// Digest returns the hash the gateway signs for r in d:
 // keccak256(0x1901 ‖ domainSeparator ‖ structHash).
-func ReceiptDigest(d ReceiptDomain, r *Receipt) (common.Hash, error) {
+func Digest(d Domain, r *Receipt) (common.Hash, error) {
 	sep, err := d.separator()
 	if err != nil {
 		return common.Hash{}, err
@@ -287,17 +282,17 @@ func ReceiptDigest(d ReceiptDomain, r *Receipt) (common.Hash, error) {
 	return crypto.Keccak256Hash(buf[:]), nil
 }
 
-// VerifyReceipt checks that sig is a 65-byte r ‖ s ‖ v signature (v in {0, 1,
+// Verify checks that sig is a 65-byte r ‖ s ‖ v signature (v in {0, 1,
 // 27, 28}, s in the lower half of the curve order) over r in d, and returns
 // the address that signed it. The caller compares that address with the
-// published signer (ReceiptVerifier does).
-func VerifyReceipt(r *Receipt, sig []byte, d ReceiptDomain) (common.Address, error) {
-	digest, err := ReceiptDigest(d, r)
+// published signer (client.ReceiptVerifier does).
+func Verify(r *Receipt, sig []byte, d Domain) (common.Address, error) {
+	digest, err := Digest(d, r)
 	if err != nil {
 		return common.Address{}, err
 	}
 	if len(sig) != crypto.SignatureLength {
-		return common.Address{}, fmt.Errorf("%w: signature is %d bytes, want 65", ErrReceiptSignature, len(sig))
+		return common.Address{}, fmt.Errorf("%w: signature is %d bytes, want 65", ErrSignature, len(sig))
 	}
 	norm := bytes.Clone(sig)
 	if norm[64] >= 27 {
@@ -305,11 +300,11 @@ func VerifyReceipt(r *Receipt, sig []byte, d ReceiptDomain) (common.Address, err
 	}
 	rr, ss := new(big.Int).SetBytes(norm[:32]), new(big.Int).SetBytes(norm[32:64])
 	if !crypto.ValidateSignatureValues(norm[64], rr, ss, true) {
-		return common.Address{}, fmt.Errorf("%w: signature values out of range", ErrReceiptSignature)
+		return common.Address{}, fmt.Errorf("%w: signature values out of range", ErrSignature)
 	}
 	pub, err := crypto.SigToPub(digest[:], norm)
 	if err != nil {
-		return common.Address{}, fmt.Errorf("%w: %w", ErrReceiptSignature, err)
+		return common.Address{}, fmt.Errorf("%w: %w", ErrSignature, err)
 	}
 	return crypto.PubkeyToAddress(*pub), nil
 }
@@ -320,9 +315,9 @@ type receiptEnvelope struct {
 	Signature string          `json:"signature"`
 }
 
-// EncodeReceiptEnvelope returns the JSON envelope of r and sig, as a stream's
+// EncodeEnvelope returns the JSON envelope of r and sig, as a stream's
 // final usage chunk carries it.
-func EncodeReceiptEnvelope(r *Receipt, sig []byte) ([]byte, error) {
+func EncodeEnvelope(r *Receipt, sig []byte) ([]byte, error) {
 	rb, err := r.MarshalJSON()
 	if err != nil {
 		return nil, err
@@ -330,26 +325,26 @@ func EncodeReceiptEnvelope(r *Receipt, sig []byte) ([]byte, error) {
 	return x402.Marshal(receiptEnvelope{Receipt: rb, Signature: "0x" + hex.EncodeToString(sig)})
 }
 
-// EncodeReceiptHeader returns the HeaderReceipt value for r and sig.
-func EncodeReceiptHeader(r *Receipt, sig []byte) (string, error) {
-	b, err := EncodeReceiptEnvelope(r, sig)
+// EncodeHeader returns the Header value for r and sig.
+func EncodeHeader(r *Receipt, sig []byte) (string, error) {
+	b, err := EncodeEnvelope(r, sig)
 	if err != nil {
 		return "", err
 	}
 	return base64.StdEncoding.EncodeToString(b), nil
 }
 
-// ParseReceiptEnvelope decodes the JSON envelope {"receipt", "signature"}
+// ParseEnvelope decodes the JSON envelope {"receipt", "signature"}
 // strictly. It checks the shapes, not the signature.
-func ParseReceiptEnvelope(b []byte) (*Receipt, []byte, error) {
-	if err := strictJSON(b); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrBadReceipt, err)
+func ParseEnvelope(b []byte) (*Receipt, []byte, error) {
+	if err := x402.CheckStrictJSON(b); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var env receiptEnvelope
 	if err := dec.Decode(&env); err != nil || env.Receipt == nil {
-		return nil, nil, fmt.Errorf("%w: not an envelope {receipt, signature}", ErrBadReceipt)
+		return nil, nil, fmt.Errorf("%w: not an envelope {receipt, signature}", ErrMalformed)
 	}
 	var r Receipt
 	if err := r.UnmarshalJSON(env.Receipt); err != nil {
@@ -357,28 +352,28 @@ func ParseReceiptEnvelope(b []byte) (*Receipt, []byte, error) {
 	}
 	sig := env.Signature
 	if !strings.HasPrefix(sig, "0x") || len(sig) != 2+2*crypto.SignatureLength {
-		return nil, nil, fmt.Errorf("%w: signature is not 0x and 130 hex digits", ErrBadReceipt)
+		return nil, nil, fmt.Errorf("%w: signature is not 0x and 130 hex digits", ErrMalformed)
 	}
 	raw, err := hex.DecodeString(sig[2:])
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: signature is not 0x and 130 hex digits", ErrBadReceipt)
+		return nil, nil, fmt.Errorf("%w: signature is not 0x and 130 hex digits", ErrMalformed)
 	}
 	return &r, raw, nil
 }
 
-// DecodeReceiptHeader decodes a HeaderReceipt value: standard padded base64 of
+// DecodeHeader decodes a Header value: standard padded base64 of
 // the envelope, at most x402.MaxHeaderBytes long.
-func DecodeReceiptHeader(v string) (*Receipt, []byte, error) {
+func DecodeHeader(v string) (*Receipt, []byte, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return nil, nil, ErrNoReceipt
+		return nil, nil, ErrMissing
 	}
 	if len(v) > x402.MaxHeaderBytes {
-		return nil, nil, fmt.Errorf("%w: header over %d bytes", ErrBadReceipt, x402.MaxHeaderBytes)
+		return nil, nil, fmt.Errorf("%w: header over %d bytes", ErrMalformed, x402.MaxHeaderBytes)
 	}
 	b, err := base64.StdEncoding.Strict().DecodeString(v)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: not standard base64", ErrBadReceipt)
+		return nil, nil, fmt.Errorf("%w: not standard base64", ErrMalformed)
 	}
-	return ParseReceiptEnvelope(b)
+	return ParseEnvelope(b)
 }

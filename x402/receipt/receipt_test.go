@@ -1,19 +1,13 @@
-package client_test
+package receipt_test
 
 import (
 	"crypto/ecdsa"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"math/big"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -22,12 +16,12 @@ import (
 	"github.com/ethereum/go-ethereum/signer/core/apitypes"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
-func testReceipt() *client.Receipt {
-	return &client.Receipt{
+func testReceipt() *receipt.Receipt {
+	return &receipt.Receipt{
 		RequestID:    common.HexToHash("0x8f3a0c1e9a8b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d"),
 		Account:      testchain.DevAddress(0),
 		KeyID:        common.Hash{},
@@ -44,10 +38,10 @@ func testReceipt() *client.Receipt {
 // typedData builds r in d as go-ethereum's apitypes takes it, from the public
 // type definition and the wire form: the independent EIP-712 implementation
 // the digest is checked against.
-func typedData(tb testing.TB, d client.ReceiptDomain, r *client.Receipt) apitypes.TypedData {
+func typedData(tb testing.TB, d receipt.Domain, r *receipt.Receipt) apitypes.TypedData {
 	tb.Helper()
 	types := apitypes.Types{}
-	for name, fields := range client.ReceiptTypes() {
+	for name, fields := range receipt.Types() {
 		for _, f := range fields {
 			types[name] = append(types[name], apitypes.Type{Name: f.Name, Type: f.Type})
 		}
@@ -63,7 +57,7 @@ func typedData(tb testing.TB, d client.ReceiptDomain, r *client.Receipt) apitype
 	msg["issuedAt"] = strconv.FormatUint(r.IssuedAt, 10) // exact, where float64 is not
 	return apitypes.TypedData{
 		Types:       types,
-		PrimaryType: client.ReceiptPrimaryType,
+		PrimaryType: receipt.PrimaryType,
 		Domain:      apitypes.TypedDataDomain{Name: d.Name, Version: d.Version, ChainId: (*math.HexOrDecimal256)(d.ChainID)},
 		Message:     msg,
 	}
@@ -71,7 +65,7 @@ func typedData(tb testing.TB, d client.ReceiptDomain, r *client.Receipt) apitype
 
 // signReceipt signs r in d with key through apitypes' hashing, as a wallet
 // or viem's signTypedData would.
-func signReceipt(tb testing.TB, key *ecdsa.PrivateKey, d client.ReceiptDomain, r *client.Receipt) []byte {
+func signReceipt(tb testing.TB, key *ecdsa.PrivateKey, d receipt.Domain, r *receipt.Receipt) []byte {
 	tb.Helper()
 	hash, _, err := apitypes.TypedDataAndHash(typedData(tb, d, r))
 	if err != nil {
@@ -86,18 +80,18 @@ func signReceipt(tb testing.TB, key *ecdsa.PrivateKey, d client.ReceiptDomain, r
 }
 
 func TestReceiptTypes(t *testing.T) {
-	td := typedData(t, client.NewReceiptDomain(big.NewInt(1337)), testReceipt())
-	if got := string(td.EncodeType(client.ReceiptPrimaryType)); got != client.ReceiptTypeString {
-		t.Errorf("apitypes encodes the type as %q, want D18's %q", got, client.ReceiptTypeString)
+	td := typedData(t, receipt.NewDomain(big.NewInt(1337)), testReceipt())
+	if got := string(td.EncodeType(receipt.PrimaryType)); got != receipt.TypeString {
+		t.Errorf("apitypes encodes the type as %q, want D18's %q", got, receipt.TypeString)
 	}
 	const d18 = "Receipt(bytes32 requestId,address account,bytes32 keyId,string model,uint256 inputTokens,uint256 outputTokens,uint256 amount,uint256 balanceAfter,uint256 ledgerSeq,uint64 issuedAt)"
-	if client.ReceiptTypeString != d18 {
-		t.Errorf("ReceiptTypeString = %q, want D18's %q", client.ReceiptTypeString, d18)
+	if receipt.TypeString != d18 {
+		t.Errorf("ReceiptTypeString = %q, want D18's %q", receipt.TypeString, d18)
 	}
 	if got := string(td.EncodeType("EIP712Domain")); got != "EIP712Domain(string name,string version,uint256 chainId)" {
 		t.Errorf("domain type %q", got)
 	}
-	if d := client.NewReceiptDomain(big.NewInt(8453)); d.Name != "llm4agents" || d.Version != "1" || d.ChainID.Int64() != 8453 {
+	if d := receipt.NewDomain(big.NewInt(8453)); d.Name != "llm4agents" || d.Version != "1" || d.ChainID.Int64() != 8453 {
 		t.Errorf("NewReceiptDomain = %+v", d)
 	}
 }
@@ -112,13 +106,13 @@ func TestReceiptDigest(t *testing.T) {
 	unicode.Model = "modèle/🦙 \"quoted\" <b>"
 	empty := testReceipt()
 	empty.Model = ""
-	for name, r := range map[string]*client.Receipt{"typical": testReceipt(), "maximal": huge, "unicode model": unicode, "empty model": empty} {
-		for _, d := range []client.ReceiptDomain{client.NewReceiptDomain(big.NewInt(1337)), client.NewReceiptDomain(big.NewInt(8453)), {Name: "other", Version: "2", ChainID: maxU256}} {
+	for name, r := range map[string]*receipt.Receipt{"typical": testReceipt(), "maximal": huge, "unicode model": unicode, "empty model": empty} {
+		for _, d := range []receipt.Domain{receipt.NewDomain(big.NewInt(1337)), receipt.NewDomain(big.NewInt(8453)), {Name: "other", Version: "2", ChainID: maxU256}} {
 			want, _, err := apitypes.TypedDataAndHash(typedData(t, d, r))
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := client.ReceiptDigest(d, r)
+			got, err := receipt.Digest(d, r)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,14 +123,14 @@ func TestReceiptDigest(t *testing.T) {
 	}
 	bad := testReceipt()
 	bad.Amount = big.NewInt(-1)
-	if _, err := client.ReceiptDigest(client.NewReceiptDomain(big.NewInt(1)), bad); !errors.Is(err, client.ErrBadReceipt) {
+	if _, err := receipt.Digest(receipt.NewDomain(big.NewInt(1)), bad); !errors.Is(err, receipt.ErrMalformed) {
 		t.Errorf("negative amount: %v", err)
 	}
 	bad.Amount = nil
-	if _, err := client.ReceiptDigest(client.NewReceiptDomain(big.NewInt(1)), bad); !errors.Is(err, client.ErrBadReceipt) {
+	if _, err := receipt.Digest(receipt.NewDomain(big.NewInt(1)), bad); !errors.Is(err, receipt.ErrMalformed) {
 		t.Errorf("nil amount: %v", err)
 	}
-	if _, err := client.ReceiptDigest(client.ReceiptDomain{Name: "llm4agents", Version: "1"}, testReceipt()); err == nil {
+	if _, err := receipt.Digest(receipt.Domain{Name: "llm4agents", Version: "1"}, testReceipt()); err == nil {
 		t.Error("a domain without chainId hashed")
 	}
 }
@@ -146,39 +140,39 @@ func TestReceiptDigest(t *testing.T) {
 func TestVerifyReceipt(t *testing.T) {
 	key := testchain.DevKey(3)
 	signer := crypto.PubkeyToAddress(key.PublicKey)
-	d := client.NewReceiptDomain(big.NewInt(1337))
+	d := receipt.NewDomain(big.NewInt(1337))
 	r := testReceipt()
 	sig := signReceipt(t, key, d, r)
-	got, err := client.VerifyReceipt(r, sig, d)
+	got, err := receipt.Verify(r, sig, d)
 	if err != nil || got != signer {
 		t.Fatalf("VerifyReceipt = %s, %v; want %s", got, err, signer)
 	}
 	v01 := append([]byte(nil), sig...)
 	v01[64] -= 27
-	if got, err := client.VerifyReceipt(r, v01, d); err != nil || got != signer {
+	if got, err := receipt.Verify(r, v01, d); err != nil || got != signer {
 		t.Errorf("v in {0,1}: %s, %v", got, err)
 	}
 
-	tamper := map[string]func(r *client.Receipt, d *client.ReceiptDomain){
-		"requestId":    func(r *client.Receipt, _ *client.ReceiptDomain) { r.RequestID[31] ^= 1 },
-		"account":      func(r *client.Receipt, _ *client.ReceiptDomain) { r.Account = testchain.DevAddress(1) },
-		"keyId":        func(r *client.Receipt, _ *client.ReceiptDomain) { r.KeyID[0] = 1 },
-		"model":        func(r *client.Receipt, _ *client.ReceiptDomain) { r.Model = "gpt-4o" },
-		"inputTokens":  func(r *client.Receipt, _ *client.ReceiptDomain) { r.InputTokens = big.NewInt(1233) },
-		"outputTokens": func(r *client.Receipt, _ *client.ReceiptDomain) { r.OutputTokens = big.NewInt(568) },
-		"amount":       func(r *client.Receipt, _ *client.ReceiptDomain) { r.Amount = big.NewInt(1) },
-		"balanceAfter": func(r *client.Receipt, _ *client.ReceiptDomain) { r.BalanceAfter = big.NewInt(1) },
-		"ledgerSeq":    func(r *client.Receipt, _ *client.ReceiptDomain) { r.LedgerSeq = big.NewInt(43) },
-		"issuedAt":     func(r *client.Receipt, _ *client.ReceiptDomain) { r.IssuedAt++ },
-		"domain name":  func(_ *client.Receipt, d *client.ReceiptDomain) { d.Name = "llm4agentz" },
-		"version":      func(_ *client.Receipt, d *client.ReceiptDomain) { d.Version = "2" },
-		"chainId":      func(_ *client.Receipt, d *client.ReceiptDomain) { d.ChainID = big.NewInt(1) },
+	tamper := map[string]func(r *receipt.Receipt, d *receipt.Domain){
+		"requestId":    func(r *receipt.Receipt, _ *receipt.Domain) { r.RequestID[31] ^= 1 },
+		"account":      func(r *receipt.Receipt, _ *receipt.Domain) { r.Account = testchain.DevAddress(1) },
+		"keyId":        func(r *receipt.Receipt, _ *receipt.Domain) { r.KeyID[0] = 1 },
+		"model":        func(r *receipt.Receipt, _ *receipt.Domain) { r.Model = "gpt-4o" },
+		"inputTokens":  func(r *receipt.Receipt, _ *receipt.Domain) { r.InputTokens = big.NewInt(1233) },
+		"outputTokens": func(r *receipt.Receipt, _ *receipt.Domain) { r.OutputTokens = big.NewInt(568) },
+		"amount":       func(r *receipt.Receipt, _ *receipt.Domain) { r.Amount = big.NewInt(1) },
+		"balanceAfter": func(r *receipt.Receipt, _ *receipt.Domain) { r.BalanceAfter = big.NewInt(1) },
+		"ledgerSeq":    func(r *receipt.Receipt, _ *receipt.Domain) { r.LedgerSeq = big.NewInt(43) },
+		"issuedAt":     func(r *receipt.Receipt, _ *receipt.Domain) { r.IssuedAt++ },
+		"domain name":  func(_ *receipt.Receipt, d *receipt.Domain) { d.Name = "llm4agentz" },
+		"version":      func(_ *receipt.Receipt, d *receipt.Domain) { d.Version = "2" },
+		"chainId":      func(_ *receipt.Receipt, d *receipt.Domain) { d.ChainID = big.NewInt(1) },
 	}
 	for name, f := range tamper {
 		t.Run(name, func(t *testing.T) {
 			r2, d2 := *testReceipt(), d
 			f(&r2, &d2)
-			got, err := client.VerifyReceipt(&r2, sig, d2)
+			got, err := receipt.Verify(&r2, sig, d2)
 			if err == nil && got == signer {
 				t.Error("a tampered receipt verifies")
 			}
@@ -190,7 +184,7 @@ func TestVerifyReceipt(t *testing.T) {
 	s := new(big.Int).Sub(n, new(big.Int).SetBytes(sig[32:64]))
 	s.FillBytes(highS[32:64])
 	highS[64] = 27 + 28 - highS[64] // the other parity
-	if got, err := client.VerifyReceipt(r, highS, d); err == nil || got == signer {
+	if got, err := receipt.Verify(r, highS, d); err == nil || got == signer {
 		t.Errorf("the high-s twin of the signature verifies to %s, %v", got, err)
 	}
 	badSigs := map[string][]byte{
@@ -208,7 +202,7 @@ func TestVerifyReceipt(t *testing.T) {
 	}
 	for name, bs := range badSigs {
 		t.Run("signature "+name, func(t *testing.T) {
-			got, err := client.VerifyReceipt(r, bs, d)
+			got, err := receipt.Verify(r, bs, d)
 			if err == nil && got == signer {
 				t.Error("a bad signature verifies")
 			}
@@ -217,13 +211,13 @@ func TestVerifyReceipt(t *testing.T) {
 }
 
 // TestReceiptWire: the envelope round trips through the header and the JSON
-// form; hostile encodings are refused with ErrBadReceipt.
+// form; hostile encodings are refused with ErrMalformed.
 func TestReceiptWire(t *testing.T) {
 	key := testchain.DevKey(3)
-	d := client.NewReceiptDomain(big.NewInt(1337))
+	d := receipt.NewDomain(big.NewInt(1337))
 	r := testReceipt()
 	sig := signReceipt(t, key, d, r)
-	h, err := client.EncodeReceiptHeader(r, sig)
+	h, err := receipt.EncodeHeader(r, sig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +231,7 @@ func TestReceiptWire(t *testing.T) {
 	if !strings.HasPrefix(string(raw), want) {
 		t.Errorf("envelope\n%s\nwant prefix\n%s", raw, want)
 	}
-	r2, sig2, err := client.DecodeReceiptHeader(h)
+	r2, sig2, err := receipt.DecodeHeader(h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +241,7 @@ func TestReceiptWire(t *testing.T) {
 	if string(sig2) != string(sig) {
 		t.Error("signature changed in the round trip")
 	}
-	if _, _, err := client.DecodeReceiptHeader(""); !errors.Is(err, client.ErrNoReceipt) {
+	if _, _, err := receipt.DecodeHeader(""); !errors.Is(err, receipt.ErrMissing) {
 		t.Errorf("empty header: %v", err)
 	}
 
@@ -302,11 +296,11 @@ func TestReceiptWire(t *testing.T) {
 	}
 	for name, body := range hostile {
 		t.Run(name, func(t *testing.T) {
-			if _, _, err := client.ParseReceiptEnvelope([]byte(body)); !errors.Is(err, client.ErrBadReceipt) {
-				t.Errorf("ParseReceiptEnvelope = %v, want ErrBadReceipt", err)
+			if _, _, err := receipt.ParseEnvelope([]byte(body)); !errors.Is(err, receipt.ErrMalformed) {
+				t.Errorf("ParseEnvelope = %v, want ErrMalformed", err)
 			}
-			if _, _, err := client.DecodeReceiptHeader(base64.StdEncoding.EncodeToString([]byte(body))); !errors.Is(err, client.ErrBadReceipt) {
-				t.Errorf("DecodeReceiptHeader = %v, want ErrBadReceipt", err)
+			if _, _, err := receipt.DecodeHeader(base64.StdEncoding.EncodeToString([]byte(body))); !errors.Is(err, receipt.ErrMalformed) {
+				t.Errorf("DecodeHeader = %v, want ErrMalformed", err)
 			}
 		})
 	}
@@ -315,8 +309,8 @@ func TestReceiptWire(t *testing.T) {
 		"unpadded":  unpadded(t, raw),
 		"oversize":  strings.Repeat("A", 1<<20),
 	} {
-		if _, _, err := client.DecodeReceiptHeader(h); !errors.Is(err, client.ErrBadReceipt) {
-			t.Errorf("%s header: %v, want ErrBadReceipt", name, err)
+		if _, _, err := receipt.DecodeHeader(h); !errors.Is(err, receipt.ErrMalformed) {
+			t.Errorf("%s header: %v, want ErrMalformed", name, err)
 		}
 	}
 }
@@ -338,7 +332,7 @@ func TestParseWellKnown(t *testing.T) {
 	const signer = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
 	doc := func(receipts string) string { return `{"receipts":` + receipts + `}` }
 	valid := `{"signer":"` + signer + `","domain":{"name":"llm4agents","version":"1","chainId":1337}}`
-	wk, err := client.ParseWellKnown([]byte(`{"service":"llm4agents","receipts":` + valid + `,"future":{"x":[1]}}`))
+	wk, err := receipt.ParseWellKnown([]byte(`{"service":"llm4agents","receipts":` + valid + `,"future":{"x":[1]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,154 +380,18 @@ func TestParseWellKnown(t *testing.T) {
 	}
 	for name, body := range hostile {
 		t.Run(name, func(t *testing.T) {
-			if wk, err := client.ParseWellKnown([]byte(body)); !errors.Is(err, client.ErrBadWellKnown) {
+			if wk, err := receipt.ParseWellKnown([]byte(body)); !errors.Is(err, receipt.ErrBadWellKnown) {
 				t.Errorf("ParseWellKnown = %+v, %v; want ErrBadWellKnown", wk, err)
 			}
 		})
 	}
 }
 
-// gateway serves a well-known document and a receipted answer, as the
-// gateway will.
-type gateway struct {
-	srv     *httptest.Server
-	mu      sync.Mutex
-	key     *ecdsa.PrivateKey // signs receipts
-	doc     string            // well-known body; "" derives it from key
-	status  int               // well-known status; 0 is 200
-	fetches atomic.Int32
-}
-
-func newGateway(t *testing.T, key *ecdsa.PrivateKey) *gateway {
-	g := &gateway{key: key}
-	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.mu.Lock()
-		key, doc, status := g.key, g.doc, g.status
-		g.mu.Unlock()
-		d := client.NewReceiptDomain(big.NewInt(1337))
-		switch r.URL.Path {
-		case client.WellKnownPath:
-			g.fetches.Add(1)
-			if doc == "" {
-				b, err := json.Marshal(client.WellKnown{Receipts: client.WellKnownReceipts{Signer: crypto.PubkeyToAddress(key.PublicKey), Domain: d}})
-				if err != nil {
-					t.Error(err)
-				}
-				doc = string(b)
-			}
-			if status != 0 {
-				w.WriteHeader(status)
-			}
-			_, _ = io.WriteString(w, doc)
-		case "/v1/chat/completions":
-			rc := testReceipt()
-			h, err := client.EncodeReceiptHeader(rc, signReceipt(t, key, d, rc))
-			if err != nil {
-				t.Error(err)
-			}
-			w.Header().Set(client.HeaderReceipt, h)
-			_, _ = io.WriteString(w, `{"id":"chatcmpl-1"}`)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(g.srv.Close)
-	return g
-}
-
-func (g *gateway) set(f func(g *gateway)) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	f(g)
-}
-
-// verify gets path from g and verifies the answer's receipt with v.
-func (g *gateway) verify(t *testing.T, v *client.ReceiptVerifier, path string) (*client.Receipt, error) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, g.srv.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := g.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return v.VerifyResponse(t.Context(), resp)
-}
-
-func TestReceiptVerifier(t *testing.T) {
-	g := newGateway(t, testchain.DevKey(3))
-	v := &client.ReceiptVerifier{Client: g.srv.Client()}
-	for range 3 {
-		r, err := g.verify(t, v, "/v1/chat/completions")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Account != testchain.DevAddress(0) || r.Amount.Int64() != 10000 {
-			t.Errorf("receipt %+v", r)
-		}
-	}
-	if n := g.fetches.Load(); n != 1 {
-		t.Errorf("well-known fetched %d times, want once (cached)", n)
-	}
-
-	// The signer key rotates: the cached document is stale, fetched again.
-	g.set(func(g *gateway) { g.key = testchain.DevKey(4) })
-	if _, err := g.verify(t, v, "/v1/chat/completions"); err != nil {
-		t.Fatalf("after rotation: %v", err)
-	}
-	if n := g.fetches.Load(); n != 2 {
-		t.Errorf("well-known fetched %d times, want 2", n)
-	}
-
-	// Receipts signed by a key the origin does not publish.
-	forger := testchain.DevKey(5)
-	g.set(func(g *gateway) {
-		g.doc = fmt.Sprintf(`{"receipts":{"signer":"%s","domain":{"name":"llm4agents","version":"1","chainId":1337}}}`, testchain.DevAddress(4).Hex())
-		g.key = forger
-	})
-	if _, err := g.verify(t, v, "/v1/chat/completions"); !errors.Is(err, client.ErrReceiptSignature) {
-		t.Errorf("forged receipt: %v, want ErrReceiptSignature", err)
-	}
-	// Published in another domain (chain): the signature does not recover
-	// the signer.
-	g.set(func(g *gateway) {
-		g.key = testchain.DevKey(4)
-		g.doc = fmt.Sprintf(`{"receipts":{"signer":"%s","domain":{"name":"llm4agents","version":"1","chainId":1}}}`, testchain.DevAddress(4).Hex())
-	})
-	v = &client.ReceiptVerifier{Client: g.srv.Client()}
-	if _, err := g.verify(t, v, "/v1/chat/completions"); !errors.Is(err, client.ErrReceiptSignature) {
-		t.Errorf("other domain: %v, want ErrReceiptSignature", err)
-	}
-
-	if _, err := g.verify(t, v, "/other"); !errors.Is(err, client.ErrNoReceipt) {
-		t.Errorf("no receipt: %v", err)
-	}
-	for name, f := range map[string]func(g *gateway){
-		"404":      func(g *gateway) { g.doc, g.status = "", http.StatusNotFound },
-		"garbage":  func(g *gateway) { g.doc, g.status = "<html>", 0 },
-		"oversize": func(g *gateway) { g.doc = `{"x":"` + strings.Repeat("a", 1<<20) + `"}` },
-	} {
-		t.Run(name, func(t *testing.T) {
-			g.set(f)
-			v := &client.ReceiptVerifier{Client: g.srv.Client()}
-			if _, err := g.verify(t, v, "/v1/chat/completions"); !errors.Is(err, client.ErrBadWellKnown) {
-				t.Errorf("VerifyResponse = %v, want ErrBadWellKnown", err)
-			}
-		})
-	}
-	if _, err := client.FetchWellKnown(t.Context(), nil, "ftp://example.com"); !errors.Is(err, client.ErrBadWellKnown) {
-		t.Errorf("ftp origin: %v", err)
-	}
-}
-
 func FuzzDecodeReceiptHeader(f *testing.F) {
-	d := client.NewReceiptDomain(big.NewInt(1337))
+	d := receipt.NewDomain(big.NewInt(1337))
 	r := testReceipt()
 	sig := signReceipt(f, testchain.DevKey(3), d, r)
-	h, err := client.EncodeReceiptHeader(r, sig)
+	h, err := receipt.EncodeHeader(r, sig)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -543,9 +401,9 @@ func FuzzDecodeReceiptHeader(f *testing.F) {
 	f.Add(base64.StdEncoding.EncodeToString([]byte(`{"receipt":{},"signature":""}`)))
 	f.Add("%%%")
 	f.Fuzz(func(t *testing.T, v string) {
-		r, sig, err := client.DecodeReceiptHeader(v)
+		r, sig, err := receipt.DecodeHeader(v)
 		if err != nil {
-			if !errors.Is(err, client.ErrBadReceipt) && !errors.Is(err, client.ErrNoReceipt) {
+			if !errors.Is(err, receipt.ErrMalformed) && !errors.Is(err, receipt.ErrMissing) {
 				t.Fatalf("untyped error %v", err)
 			}
 			return
@@ -553,17 +411,17 @@ func FuzzDecodeReceiptHeader(f *testing.F) {
 		if len(sig) != 65 {
 			t.Fatalf("signature of %d bytes accepted", len(sig))
 		}
-		_, _ = client.VerifyReceipt(r, sig, d) // must not panic
-		again, err := client.EncodeReceiptHeader(r, sig)
+		_, _ = receipt.Verify(r, sig, d) // must not panic
+		again, err := receipt.EncodeHeader(r, sig)
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		r2, sig2, err := client.DecodeReceiptHeader(again)
+		r2, sig2, err := receipt.DecodeHeader(again)
 		if err != nil || string(sig2) != string(sig) {
 			t.Fatalf("round trip: %v", err)
 		}
-		d1, err1 := client.ReceiptDigest(d, r)
-		d2, err2 := client.ReceiptDigest(d, r2)
+		d1, err1 := receipt.Digest(d, r)
+		d2, err2 := receipt.Digest(d, r2)
 		if err1 != nil || err2 != nil || d1 != d2 {
 			t.Fatalf("digest changed in the round trip: %v %v", err1, err2)
 		}
@@ -576,9 +434,9 @@ func FuzzParseWellKnown(f *testing.F) {
 	f.Add(`{"receipts":null}`)
 	f.Add(`[[[[`)
 	f.Fuzz(func(t *testing.T, doc string) {
-		wk, err := client.ParseWellKnown([]byte(doc))
+		wk, err := receipt.ParseWellKnown([]byte(doc))
 		if err != nil {
-			if !errors.Is(err, client.ErrBadWellKnown) {
+			if !errors.Is(err, receipt.ErrBadWellKnown) {
 				t.Fatalf("untyped error %v", err)
 			}
 			return
@@ -587,7 +445,7 @@ func FuzzParseWellKnown(f *testing.F) {
 		if wk.Receipts.Signer == (common.Address{}) || d.Name == "" || d.Version == "" || d.ChainID == nil || d.ChainID.Sign() <= 0 {
 			t.Fatalf("accepted %+v", wk.Receipts)
 		}
-		if _, err := client.ReceiptDigest(d, testReceipt()); err != nil {
+		if _, err := receipt.Digest(d, testReceipt()); err != nil {
 			t.Fatalf("accepted domain does not hash: %v", err)
 		}
 	})

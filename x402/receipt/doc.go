@@ -1,0 +1,13 @@
+// Package receipt is the one definition of the gateway's signed receipts
+// (DECISIONS D18), shared by the seller that signs them and the buyer that
+// checks them: the EIP-712 types and domain, the digest, the
+// X-Llm4agents-Receipt header and JSON envelope codecs, signature recovery,
+// and the well-known document at /.well-known/llm4agents.json that names the
+// signer.
+//
+// The gateway signs Digest and sends EncodeHeader's value, or the envelope
+// in a stream's final usage chunk; a buyer decodes with DecodeHeader or
+// ParseEnvelope and checks the signature with Verify against the signer the
+// origin publishes (client.ReceiptVerifier fetches and caches that document).
+// Everything here is a pure function of its arguments: no I/O.
+package receipt

@@ -1,0 +1,111 @@
+package receipt
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// WellKnownPath is where a gateway publishes its receipt signer and domain
+// (DECISIONS D18).
+const WellKnownPath = "/.well-known/llm4agents.json"
+
+// ErrBadWellKnown: the well-known document could not be fetched or does not
+// decode strictly.
+var ErrBadWellKnown = errors.New("client: bad " + WellKnownPath)
+
+// WellKnown is the document at WellKnownPath:
+//
+//	{"receipts": {"signer": "0x…", "domain": {"name": "llm4agents", "version": "1", "chainId": 8453}}}
+//
+// The receipts object is decoded strictly: exactly these fields, once each,
+// a signer address (EIP-55 if mixed case), a non-empty name and version, and
+// chainId a positive integer JSON number. Other top-level members are allowed
+// and ignored, so the document can grow without breaking buyers.
+type WellKnown struct {
+	Receipts WellKnownReceipts `json:"receipts"`
+}
+
+// WellKnownReceipts says who signs the receipts and in which EIP-712 domain.
+type WellKnownReceipts struct {
+	Signer common.Address `json:"signer"`
+	Domain Domain         `json:"domain"`
+}
+
+// MarshalJSON encodes the signer with its EIP-55 checksum.
+func (w WellKnownReceipts) MarshalJSON() ([]byte, error) {
+	type domain Domain
+	return json.Marshal(struct {
+		Signer string `json:"signer"`
+		Domain domain `json:"domain"`
+	}{w.Signer.Hex(), domain(w.Domain)})
+}
+
+// UnmarshalJSON decodes strictly, as ParseWellKnown.
+func (w *WellKnown) UnmarshalJSON(b []byte) error {
+	p, err := ParseWellKnown(b)
+	if err != nil {
+		return err
+	}
+	*w = *p
+	return nil
+}
+
+// ParseWellKnown decodes a well-known document strictly (see WellKnown).
+func ParseWellKnown(b []byte) (*WellKnown, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadWellKnown, fmt.Sprintf(format, args...))
+	}
+	if err := x402.CheckStrictJSON(b); err != nil {
+		return nil, bad("%v", err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil || top == nil {
+		return nil, bad("not a JSON object")
+	}
+	rawReceipts, ok := top["receipts"]
+	if !ok {
+		return nil, bad("no receipts member")
+	}
+	var w struct {
+		Signer *string `json:"signer"`
+		Domain *struct {
+			Name    *string         `json:"name"`
+			Version *string         `json:"version"`
+			ChainID json.RawMessage `json:"chainId"`
+		} `json:"domain"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(rawReceipts))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return nil, bad("receipts is not {signer, domain{name, version, chainId}}")
+	}
+	if w.Signer == nil || w.Domain == nil || w.Domain.Name == nil || w.Domain.Version == nil || w.Domain.ChainID == nil {
+		return nil, bad("receipts lacks signer, domain.name, domain.version or domain.chainId")
+	}
+	signer, err := exact.ParseAddress(*w.Signer)
+	if err != nil {
+		return nil, bad("signer: %v", err)
+	}
+	if signer == (common.Address{}) {
+		return nil, bad("signer is the zero address")
+	}
+	if *w.Domain.Name == "" || *w.Domain.Version == "" {
+		return nil, bad("domain name and version must not be empty")
+	}
+	// A JSON number in canonical decimal: not a string, fraction or exponent.
+	chainID, err := exact.ParseUint256(string(w.Domain.ChainID))
+	if err != nil || chainID.Sign() == 0 {
+		return nil, bad("domain.chainId is not a positive integer")
+	}
+	return &WellKnown{Receipts: WellKnownReceipts{
+		Signer: signer,
+		Domain: Domain{Name: *w.Domain.Name, Version: *w.Domain.Version, ChainID: chainID},
+	}}, nil
+}

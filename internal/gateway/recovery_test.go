@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
@@ -99,6 +100,19 @@ type hookFac struct {
 	after        func()
 	before       func()        // when set, runs before each settle (orphan_test.go)
 	beforeMu     chan struct{} // when set, settle waits on it
+	// chainDown: reading an authorization from the chain fails, as with a
+	// node that is down.
+	chainDown bool
+}
+
+func (f *hookFac) ConfirmAuthorization(ctx context.Context, network string, asset common.Address, a exact.Authorization) (string, bool, error) {
+	f.mu.Lock()
+	down := f.chainDown
+	f.mu.Unlock()
+	if down {
+		return "", false, errors.New("the node is down")
+	}
+	return f.Facilitator.ConfirmAuthorization(ctx, network, asset, a)
 }
 
 func (f *hookFac) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {

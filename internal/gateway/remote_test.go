@@ -303,6 +303,10 @@ func TestSpentPaymentNeverOfferedAgain(t *testing.T) {
 // buy the same answer again: the chain shows the first payment, so the
 // staged answer is promoted and replayed, with the new authorization as
 // proof of control and never settled. One transfer, one upstream call.
+//
+// While the chain cannot be read the retry is refused with 503
+// recovery_unavailable: not knowing whether the record's payment mined is
+// no reason to sell its answer again.
 func TestExpiredClaimPaidNotSoldAgain(t *testing.T) {
 	eachRigBackend(t, func(t *testing.T, be rigBackend) {
 		// Replica 1's store runs past the first claim's expiry.
@@ -320,7 +324,20 @@ func TestExpiredClaimPaidNotSoldAgain(t *testing.T) {
 			t.Fatalf("the later store still sees the claim: %v", err)
 		}
 
+		// While the chain cannot be read, the record's payment is unknown:
+		// never a fresh purchase of the same answer, never a free one; the
+		// buyer retries.
+		later.fac.set(func(f *hookFac) { f.chainDown = true })
 		a, b := later.do(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
+		if a.StatusCode != http.StatusServiceUnavailable || errorCode(t, b) != "recovery_unavailable" || a.Header.Get("Retry-After") == "" {
+			t.Fatalf("retry with the chain unreadable: %d %.300s; want 503 recovery_unavailable with Retry-After", a.StatusCode, b)
+		}
+		if rg.up.Calls() != 1 || later.fac.calls() != 0 {
+			t.Fatalf("upstream %d, later settles %d with the chain unreadable; want 1, 0", rg.up.Calls(), later.fac.calls())
+		}
+		later.fac.set(func(f *hookFac) { f.chainDown = false })
+
+		a, b = later.do(t, chatBody, rg.pay(t, chatBody, buyerIdx, testID, nil))
 		if a.StatusCode != http.StatusOK || a.Header.Get("X-Llm4agents-Replay") != "promoted" {
 			t.Fatalf("retry with a new authorization: %d replay=%q %.300s; want the staged answer, promoted", a.StatusCode, a.Header.Get("X-Llm4agents-Replay"), b)
 		}

@@ -42,8 +42,8 @@
 // prefixes. Payment claims carry a TTL that ends five minutes
 // after their ExpiresAt, so Redis forgets them by itself and
 // PurgeExpiredPayments has nothing to do. Settlement records and the two
-// counters have no TTL: the success mark must outlive every retry (DECISIONS
-// D5), and a counter that restarted could hand out a fence again (the scripts
+// counters have no TTL: the success mark must outlive every retry (D5), and
+// a counter that restarted could hand out a fence again (the scripts
 // still keep each key's fences growing if a counter is deleted by hand).
 // Never evict these keys: run the server with maxmemory-policy noeviction.
 // Recovery records are "{l4a:}recovery:<key>", found for promotion through

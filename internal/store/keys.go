@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// API keys and wallet sign-in (MISSION C4, DECISIONS D12): the records behind
+// API keys and wallet sign-in (D12): the records behind
 // `Authorization: Bearer sk-l4a-...` and behind the sign-in that lets an
 // account owner manage its keys. The store keeps only hashes of secrets: the
 // key itself, the session token. Nonces are not secret (they are part of the

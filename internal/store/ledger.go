@@ -9,12 +9,11 @@ import (
 	"time"
 )
 
-// The credits ledger (MISSION C1, P2; DECISIONS D16): double-entry and
-// append-only. Every operation writes one journal Entry, identified by an
-// operation id and numbered by a ledger sequence, whose Postings sum to zero
-// in the entry's asset. Nothing is ever updated or deleted in the journal;
-// holds and balances are state derived from it and kept in the same
-// transaction.
+// The credits ledger (D16): double-entry and append-only. Every operation
+// writes one journal Entry, identified by an operation id and numbered by a
+// ledger sequence, whose Postings sum to zero in the entry's asset. Nothing
+// is ever updated or deleted in the journal; holds and balances are state
+// derived from it and kept in the same transaction.
 //
 // Accounts, per asset:
 //
@@ -145,7 +144,7 @@ const (
 	HoldExpired  HoldState = "expired"
 )
 
-// Hold is the reservation of the maximum cost of one call (DECISIONS D16).
+// Hold is the reservation of the maximum cost of one call (D16).
 type Hold struct {
 	ID     string
 	Owner  string
@@ -172,7 +171,7 @@ type Hold struct {
 	ResolvedSeq int64
 }
 
-// KeyLimits are the caps of the API key a hold is drawn through (MISSION C4).
+// KeyLimits are the caps of the API key a hold is drawn through.
 // The store keeps what each key has spent and holds, per asset, and checks
 // the caps in the same atomic step as the balance, so concurrent holds through
 // one key on any number of replicas never exceed them.
@@ -214,8 +213,7 @@ const (
 )
 
 // InsufficientError is a refused hold, with the numbers for the error the
-// buyer sees (issue 6: "with the numbers in the error"). It matches
-// ErrInsufficient under errors.Is.
+// buyer sees. It matches ErrInsufficient under errors.Is.
 type InsufficientError struct {
 	Limit     Limit
 	Available int64 // the balance, or what remains of the cap

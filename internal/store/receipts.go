@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// Signed receipts of credit-paid calls (MISSION C2, DECISIONS D18). The
-// gateway signs a receipt when it captures a call's cost and keeps it here, so
-// that `GET /v1/receipts/{requestId}` serves it later from any replica. The
-// store keeps the signed envelope as the gateway produced it: it is evidence,
-// never re-encoded.
+// Signed receipts of credit-paid calls (D18). The gateway signs a receipt
+// when it captures a call's cost and keeps it here, so that
+// `GET /v1/receipts/{requestId}` serves it later from any replica. The store
+// keeps the signed envelope as the gateway produced it: it is evidence, never
+// re-encoded.
 
 // MaxReceiptBytes bounds one stored receipt envelope.
 const MaxReceiptBytes = 8 << 10

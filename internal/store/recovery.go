@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// Recovery records (MISSION R1-R5, DECISIONS D14, D15): a paid answer kept so
-// that a buyer whose connection died after settlement receives it again,
-// without paying twice and without a free answer for anyone else.
+// Recovery records (D14, D15): a paid answer kept so that a buyer whose
+// connection died after settlement receives it again, without paying twice
+// and without a free answer for anyone else.
 //
 // A record is created in flight by the request that pays (BeginRecovery),
 // staged with the upstream's answer by the handler (StageRecovery), and made

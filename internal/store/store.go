@@ -45,7 +45,7 @@ const (
 )
 
 // Settlement is the record of settling one authorization, keyed by its on-chain
-// replay identity (DECISIONS D4).
+// replay identity (D4).
 type Settlement struct {
 	Key     string
 	Network string
@@ -70,10 +70,10 @@ type Settlement struct {
 	// store's clock.
 	LeaseUntil time.Time
 	// SuccessReported is set once, by the one caller that answered success:true
-	// (DECISIONS D5).
+	// (D5).
 	SuccessReported bool
 	// Reorg is what the reconciler last found of a StateSettled record's
-	// transaction when it looked for reorgs (DECISIONS D17; MarkReorg);
+	// transaction when it looked for reorgs (D17; MarkReorg);
 	// ReorgNone for every other record.
 	Reorg ReorgStatus
 	// Reorgs counts the times a reorg was seen to take the record's
@@ -90,7 +90,7 @@ type Settlement struct {
 // ReorgStatus is what the reconciler last found of a settled record's
 // transaction on the chain. It never changes State, SuccessReported or
 // TxHash: the buyer was told (or will be told) once, and a reorg does not
-// take that back (DECISIONS D5); it tells the operator whether the
+// take that back (D5); it tells the operator whether the
 // payment is still on the chain.
 type ReorgStatus string
 
@@ -269,10 +269,10 @@ const (
 )
 
 // PaymentClaim is a resource server's claim on one authorization, taken before
-// the paid handler runs (MISSION E2) so that a second presentation of the same
+// the paid handler runs so that a second presentation of the same
 // authorization, concurrent or later, never reaches the upstream.
 type PaymentClaim struct {
-	Key     string // the authorization's replay identity (DECISIONS D4)
+	Key     string // the authorization's replay identity (D4)
 	Network string
 	Payer   string
 	Amount  string // decimal atomic units
@@ -284,10 +284,10 @@ type PaymentClaim struct {
 	// over, judged by the store's clock.
 	LeaseUntil time.Time
 	// ExpiresAt is when the record may be forgotten: past the authorization's
-	// validBefore plus a margin, when no chain can accept it any more (MISSION E1).
+	// validBefore plus a margin, when no chain can accept it any more.
 	ExpiresAt time.Time
 	// Staged is the answer the buyer paid for, kept while the settlement is
-	// pending (DECISIONS D3) so that a retry with the same authorization
+	// pending (D3) so that a retry with the same authorization
 	// receives it; nil when nothing is staged.
 	Staged    *StagedResponse
 	CreatedAt time.Time
@@ -300,7 +300,7 @@ type StagedResponse struct {
 	Status      int // HTTP status, 100..599
 	ContentType string
 	Body        []byte
-	// Fingerprint identifies the request the answer belongs to (DECISIONS D14).
+	// Fingerprint identifies the request the answer belongs to (D14).
 	Fingerprint string
 }
 
@@ -326,8 +326,8 @@ func ValidateStagedQuery(contentType string, limit int) error {
 // absent from its ExpiresAt on (now >= ExpiresAt, by the store's clock) in
 // every operation, whatever its state, even PaymentHeld under a live lease or
 // PaymentSettled. That cannot let an authorization be spent twice: ExpiresAt
-// lies past the authorization's validBefore (plus a margin for clock skew,
-// MISSION E1), so no chain accepts that authorization any more, and a
+// lies past the authorization's validBefore (plus a margin for clock
+// skew), so no chain accepts that authorization any more, and a
 // transaction broadcast for it has either been mined by then, spending its
 // nonce, or never will be. A new authorization with the same key (same payer
 // and nonce) can only be spent if that nonce is still unused on chain, which

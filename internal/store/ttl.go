@@ -7,8 +7,8 @@ import (
 )
 
 // ClaimRetention says how long a claim on a payment must be kept so that no
-// chain can still accept the payment once the claim is forgotten (MISSION
-// E1): forgetting it earlier would let the same payment buy a second answer.
+// chain can still accept the payment once the claim is forgotten:
+// forgetting it earlier would let the same payment buy a second answer.
 type ClaimRetention struct {
 	// Margin is kept past the payment's own expiry, for clock skew between
 	// the chain and the store and for a transaction still in a mempool.

@@ -1,5 +1,5 @@
 -- Settlement records of the facilitator (store.Settlements), keyed by the
--- authorization's on-chain identity (DECISIONS D4).
+-- authorization's on-chain identity (D4).
 --
 -- Portable subset of SQLite and PostgreSQL: TEXT, SMALLINT, BIGINT, CHECK,
 -- partial indexes, no AUTOINCREMENT/SERIAL and no BOOLEAN. Times are unix

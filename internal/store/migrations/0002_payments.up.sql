@@ -1,6 +1,6 @@
 -- The resource server's claims on authorizations (store.Payments), keyed by
--- the authorization's on-chain replay identity (DECISIONS D4) and taken before
--- the paid handler runs (MISSION E2).
+-- the authorization's on-chain replay identity (D4) and taken before the
+-- paid handler runs, so that a replay never reaches the upstream.
 --
 -- Same portable subset as 0001: TEXT, SMALLINT, BIGINT, CHECK; times are unix
 -- milliseconds (UTC) in BIGINT, amounts decimal strings in TEXT.
@@ -14,8 +14,8 @@ CREATE TABLE payments (
     owner          TEXT   NOT NULL DEFAULT '',
     fence          BIGINT NOT NULL CHECK (fence > 0),
     lease_until_ms BIGINT NOT NULL,
-    -- When the record may be forgotten (MISSION E1): from then on it counts as
-    -- absent, and PurgeExpiredPayments deletes it.
+    -- When the record may be forgotten (past validBefore plus a margin): from
+    -- then on it counts as absent, and PurgeExpiredPayments deletes it.
     expires_at_ms  BIGINT NOT NULL,
     created_at_ms  BIGINT NOT NULL,
     updated_at_ms  BIGINT NOT NULL,

@@ -1,5 +1,5 @@
 -- The answer a buyer paid for, staged with its claim while the settlement is
--- pending (DECISIONS D3), so that re-presenting the same PAYMENT-SIGNATURE
+-- pending (D3), so that re-presenting the same PAYMENT-SIGNATURE
 -- receives it once the settlement is mined (D14), never calling the upstream
 -- again. All three are NULL while nothing is staged.
 --

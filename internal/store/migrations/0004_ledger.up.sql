@@ -1,8 +1,8 @@
--- The credits ledger (store.Ledger): double-entry and append-only (MISSION C1,
--- DECISIONS D16). Every operation writes one row of ledger_entries and its
--- postings, which sum to zero; nothing in those two tables is ever updated or
--- deleted. Balances of user and held accounts, holds and key usage are state
--- derived from the journal, written in the same transaction.
+-- The credits ledger (store.Ledger): double-entry and append-only (D16).
+-- Every operation writes one row of ledger_entries and its postings, which
+-- sum to zero; nothing in those two tables is ever updated or deleted.
+-- Balances of user and held accounts, holds and key usage are state derived
+-- from the journal, written in the same transaction.
 --
 -- Same portable subset as 0001: TEXT, SMALLINT, BIGINT, CHECK, partial
 -- indexes, INSERT ... ON CONFLICT; times are unix milliseconds (UTC) in

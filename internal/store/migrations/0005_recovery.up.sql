@@ -1,4 +1,4 @@
--- Recovery records (store.Recoveries, DECISIONS D14, D15): a paid answer kept
+-- Recovery records (store.Recoveries, D14, D15): a paid answer kept
 -- so that a buyer whose connection died after settlement receives it again.
 -- Keyed by the gateway's record key (never the raw payment-identifier, which is
 -- a secret); promotion finds a record by its server-generated operation id.
@@ -28,7 +28,7 @@ CREATE TABLE recoveries (
     replays_left          INTEGER NOT NULL DEFAULT 0 CHECK (replays_left >= 0),
     created_at_ms         BIGINT  NOT NULL,
     updated_at_ms         BIGINT  NOT NULL,
-    -- Nothing is replayable without a settlement reference (MISSION R2).
+    -- Nothing is replayable without a settlement reference.
     CHECK (state <> 'promoted' OR (network <> '' AND tx_hash <> '' AND response_status IS NOT NULL)),
     CHECK (operation_id <> '')
 );

@@ -1,4 +1,4 @@
--- API keys and wallet sign-in (store.Keys; MISSION C4, DECISIONS D12). No
+-- API keys and wallet sign-in (store.Keys, D12). No
 -- secret is stored: key_hash and session_hash are SHA-256 of the secret, as
 -- 64 lower-case hex digits. Same portable subset as 0001; times are unix
 -- milliseconds (UTC) in BIGINT, 0 for "never"/"not yet".

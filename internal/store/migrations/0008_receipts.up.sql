@@ -1,7 +1,7 @@
--- Signed receipts of credit-paid calls (store.Receipts; MISSION C2,
--- DECISIONS D18), kept so that GET /v1/receipts/{requestId} serves them from
--- any replica. envelope is the signed JSON as the gateway served it, never
--- re-encoded: it is evidence. Rows are written once and never updated.
+-- Signed receipts of credit-paid calls (store.Receipts, D18), kept so that
+-- GET /v1/receipts/{requestId} serves them from any replica. envelope is the
+-- signed JSON as the gateway served it, never re-encoded: it is evidence.
+-- Rows are written once and never updated.
 -- Same portable subset as 0001; BLOB becomes BYTEA on PostgreSQL; times are
 -- unix milliseconds (UTC) in BIGINT. key_id is '' for a call drawn without a
 -- key; seq is the ledger entry of the call's capture.

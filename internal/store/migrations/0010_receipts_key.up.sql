@@ -1,4 +1,4 @@
--- One API key's receipts, newest first (MISSION C4: GET /v1/receipts with a
+-- One API key's receipts, newest first (GET /v1/receipts with a
 -- key lists that key's receipts only; a session may ask for one key's with
 -- ?key_id=). Without it the key's list walks every receipt of the owner in
 -- receipts_owner and reads each row to test key_id, or scans the table on

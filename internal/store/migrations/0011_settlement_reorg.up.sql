@@ -1,5 +1,5 @@
 -- What the reconciler last found of a settled record's transaction when it
--- looked for reorgs (store.Settlements.MarkReorg, DECISIONS D17): '' on the
+-- looked for reorgs (store.Settlements.MarkReorg, D17): '' on the
 -- chain (or never looked at), 'dropped' taken off the chain by a reorg,
 -- 'lost' never to pay (final). reorgs counts the times the transaction was
 -- seen gone; lost_to names the transaction that used the authorization

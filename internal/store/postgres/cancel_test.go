@@ -10,7 +10,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// TestCancelledWriteDoesNotCommitLater is issue 4's bug: a write whose
+// TestCancelledWriteDoesNotCommitLater: a write whose
 // context is cancelled while it waits for a row another transaction holds
 // must stop on the server, not only in the client. With pgx's default
 // (close the socket) the server goes on waiting, and once the row is free

@@ -36,9 +36,9 @@
 //
 // Leases, expiry and every timestamp are judged by the server's clock,
 // inside the statement that decides (clock_timestamp(), to the millisecond),
-// so replicas whose clocks disagree still agree on who holds a claim
-// (issue 4). DB.Now replaces that clock for tests, through the same SQL: the
-// time is a nullable parameter that falls back to the server's clock.
+// so replicas whose clocks disagree still agree on who holds a claim.
+// DB.Now replaces that clock for tests, through the same SQL: the time is a
+// nullable parameter that falls back to the server's clock.
 //
 // # Durability and failover
 //

@@ -637,7 +637,7 @@ func TestLedgerReplayNotRefused(t *testing.T) {
 	}
 }
 
-// Crash test (DECISIONS D21): processes running random ledger operations on
+// Crash test (D21): processes running random ledger operations on
 // one schema are killed with SIGKILL at random moments, with statements and
 // batches in flight; then the books must still balance, every operation
 // must have been applied once or not at all, and a recovering process must

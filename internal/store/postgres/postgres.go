@@ -52,9 +52,9 @@ type DB struct {
 	// Now, when set, is the clock leases are judged by and records are
 	// stamped with, to the millisecond, instead of the server's clock. Open
 	// leaves it nil: production uses the server's clock, so replicas with
-	// skewed clocks agree on every lease (issue 4). Tests set it before the
-	// first call and must not change the field afterwards (the time it
-	// returns may change). The same SQL runs either way: the time is a
+	// skewed clocks agree on every lease. Tests set it before the first call
+	// and must not change the field afterwards (the time it returns may
+	// change). The same SQL runs either way: the time is a
 	// nullable parameter that falls back to the server's clock.
 	Now func() time.Time
 
@@ -155,14 +155,14 @@ func parseConfig(dsn string) (*pgxpool.Config, string, error) {
 }
 
 // cancelOnContextEnd makes a statement whose context ends stop on the
-// server, not only in the client (issue 4). pgx's default closes the
-// socket, and the server does not notice a closed socket while a statement
-// waits for a row lock: the statement goes on once the lock is free and, in
-// an implicit transaction, commits, so a ClaimPayment that returned a
-// context error could still have claimed. A cancel request (sent at once
-// over a second connection) interrupts the statement where it waits; the
-// server rolls it back and answers 57014, and the connection stays usable.
-// The socket is closed only if no answer comes within cancelGrace.
+// server, not only in the client. pgx's default closes the socket, and the
+// server does not notice a closed socket while a statement waits for a row
+// lock: the statement goes on once the lock is free and, in an implicit
+// transaction, commits, so a ClaimPayment that returned a context error
+// could still have claimed. A cancel request (sent at once over a second
+// connection) interrupts the statement where it waits; the server rolls it
+// back and answers 57014, and the connection stays usable. The socket is
+// closed only if no answer comes within cancelGrace.
 //
 // A window remains: a statement that has already committed when the cancel
 // arrives stays committed, and if the answer is lost (cancelGrace passes,

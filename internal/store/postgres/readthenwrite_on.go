@@ -11,7 +11,7 @@ import (
 )
 
 // This file exists only in binaries built with -tags l4a_unsafe_readthenwrite,
-// for the control run of the cap tests (issue 6 item 4): with
+// for the control run of the cap tests: with
 // LLM4AGENTS_UNSAFE_READ_THEN_WRITE=1, Hold reads the balance and the key's
 // usage in one statement, decides in Go, and writes the hold in another, with
 // the key's caps lifted from the write: the reservation as read-then-write.

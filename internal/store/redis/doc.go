@@ -25,7 +25,7 @@
 //
 // Leases and expiries are judged by the Redis server's clock: each script
 // reads TIME itself, so replicas whose clocks disagree still agree on who
-// holds a claim (issue 4). Setting DB.Now replaces it (tests do); the script
+// holds a claim. Setting DB.Now replaces it (tests do); the script
 // then receives that time as an argument. Times are kept to the millisecond.
 //
 // # Keys
@@ -42,8 +42,8 @@
 // prefixes. Payment claims carry a TTL that ends five minutes
 // after their ExpiresAt, so Redis forgets them by itself and
 // PurgeExpiredPayments has nothing to do. Settlement records and the two
-// counters have no TTL: the success mark must outlive every retry (DECISIONS
-// D5), and a counter that restarted could hand out a fence again (the scripts
+// counters have no TTL: the success mark must outlive every retry (D5), and
+// a counter that restarted could hand out a fence again (the scripts
 // still keep each key's fences growing if a counter is deleted by hand).
 // Never evict these keys: run the server with maxmemory-policy noeviction.
 // Recovery records are "{l4a:}recovery:<key>", found for promotion through
@@ -80,7 +80,7 @@
 // lost settlement record is resolved from the chain the same way, so it cannot
 // become a second settlement either. What the chain cannot restore is a lost
 // success mark: a second settle call could then be answered success:true for
-// the one transfer that happened (DECISIONS D5 asks for exactly one).
+// the one transfer that happened (D5 asks for exactly one).
 //
 // For recovery records a lost write costs the buyer, never the seller: it
 // can lose an answer that was paid for, it cannot hand one out unpaid. A

@@ -42,9 +42,9 @@ type DB struct {
 	// records are stamped with, to the millisecond; each script receives its
 	// time as an argument. Nil (what Open sets) means the Redis server's own
 	// clock (TIME, read inside each script), so that replicas whose clocks
-	// disagree still agree on every lease (issue 4). Tests set it before the
-	// first call and must not change the field afterwards (the time it
-	// returns may change).
+	// disagree still agree on every lease. Tests set it before the first call
+	// and must not change the field afterwards (the time it returns may
+	// change).
 	Now func() time.Time
 
 	client *goredis.Client

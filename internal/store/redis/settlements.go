@@ -15,7 +15,7 @@ import (
 // or StateBroadcast are listed in the sorted set keys.unresolved(), scored by
 // creation time, which the scripts keep in step with the records, as they
 // keep the settled ones in keys.recent() (reorg.go). Settlement
-// records have no TTL: the success mark must outlive any retry (DECISIONS D5).
+// records have no TTL: the success mark must outlive any retry (D5).
 
 // ClaimSettlement implements store.Settlements in one script.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {

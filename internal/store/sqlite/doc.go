@@ -5,7 +5,7 @@
 // and synchronous=FULL. FULL, not NORMAL: in WAL mode NORMAL may lose the last
 // committed transactions on power loss, and a lost "success reported" mark or
 // a lost claim can make the facilitator answer success twice or broadcast an
-// authorization again (DECISIONS D4, D5). An fsync per commit is cheap next to
+// authorization again (D4, D5). An fsync per commit is cheap next to
 // a chain round trip, and group commit shares it between concurrent writes.
 //
 // Writes are group-committed (writer.go). Each *DB queues its writes for one

@@ -73,7 +73,7 @@ func TestLedgerCreditOverflow(t *testing.T) {
 	}
 }
 
-// Crash test (DECISIONS D21): processes running random ledger operations on
+// Crash test (D21): processes running random ledger operations on
 // one database file are killed with SIGKILL at random moments, so that a
 // batch of writes is cut off anywhere, even inside its transaction; then the
 // books must still balance, every operation must have been applied once or

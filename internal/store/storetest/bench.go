@@ -22,8 +22,8 @@ type OpenBench func(b *testing.B) (store.Settlements, store.Payments)
 
 // RunBenchmarks measures the operations the paid path makes, with
 // BenchWorkers concurrent callers on one handle, so every backend is measured
-// by the same code (issue 4's targets: PostgreSQL claim p99 <= 5 ms, Redis
-// claim p99 <= 1 ms). Besides ns/op (wall time over b.N, which falls as
+// by the same code (targets: PostgreSQL claim p99 <= 5 ms, Redis claim p99
+// <= 1 ms). Besides ns/op (wall time over b.N, which falls as
 // operations share commits), it reports ops/s and the p50 and p99 latency of
 // one operation as a caller sees it.
 //

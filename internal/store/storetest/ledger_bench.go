@@ -17,8 +17,7 @@ type OpenLedgerBench func(b *testing.B) store.Ledger
 // RunLedgerBenchmarks measures the credit path's store writes with
 // BenchWorkers concurrent callers on one handle, reporting ops/s and the p50
 // and p99 latency of one operation as a caller sees it, like RunBenchmarks
-// (issue 6's budget for the whole credit path: p50 <= 0.5 ms, p99 <= 2 ms
-// added).
+// (budget for the whole credit path: p50 <= 0.5 ms, p99 <= 2 ms added).
 //
 //   - hold-capture: Hold through a key with both caps, then Capture: the two
 //     writes of one credit-paid call; each worker pays from an owner of its

@@ -9,7 +9,8 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// Key cap race, for the read-then-write control (issue 6 item 4).
+// Key cap race, for the read-then-write control (readthenwrite_on.go in the
+// sqlite and postgres packages).
 const (
 	// CapRaceHolds is how many holds KeyCapRace places at once.
 	CapRaceHolds = 200

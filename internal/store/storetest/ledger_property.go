@@ -950,7 +950,7 @@ func (m *ledgerModel) retry(ctx context.Context, l store.Ledger, op *opRecord) [
 // holds through keys, captures, releases) against l from workers goroutines
 // until ctx ends, writing each operation's intent to intents as one JSON line
 // before calling the store. It is the body of a process that a crash test
-// kills at a random moment (DECISIONS D21); CheckLedgerAfterCrash then judges
+// kills at a random moment (D21); CheckLedgerAfterCrash then judges
 // the database it leaves. The seed chooses the operations; seeds of
 // successive processes on one database must differ, so their ids do. It
 // returns the first operation that went wrong, or nil when ctx ends.

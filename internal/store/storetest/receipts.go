@@ -244,7 +244,7 @@ func receiptIDs(rs []store.StoredReceipt) []string {
 }
 
 // testReceiptKeyPages: a query with a key id selects that key's receipts of
-// the owner only (MISSION C4: a delegated key must not read what the owner's
+// the owner only (a delegated key must not read what the owner's
 // other keys spent), pages like the owner's list, and never selects another
 // owner's receipts.
 func testReceiptKeyPages(e *receiptsEnv) {

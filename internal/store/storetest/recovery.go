@@ -410,7 +410,8 @@ func testRecAbandon(e *recEnv) {
 	if err := e.b.AbandonRecovery(e.ctx, "k2", st.Fence); err != nil {
 		e.t.Fatal(err)
 	}
-	// Abandoned: its operation id promotes nothing any more (seed 002 scenario 1).
+	// Abandoned (its payment did not settle): its operation id promotes
+	// nothing any more, so the answer is never replayed.
 	if _, err := e.a.PromoteRecovery(e.ctx, "op2", recFP, recRef, recTTL, 1); !errors.Is(err, store.ErrNotFound) {
 		e.t.Errorf("promote an abandoned record = %v, want ErrNotFound", err)
 	}

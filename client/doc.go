@@ -3,7 +3,7 @@
 // sending each logical call's payment once however often the call is retried;
 // and the verification of the gateway's signed receipts.
 //
-// It mirrors the official @x402/fetch 2.27 client (x402-v2.md §2.3, §9.1): the
+// It mirrors the official @x402/fetch 2.27 client: the
 // PAYMENT-REQUIRED header is authoritative, the chosen requirement and the
 // resource are echoed verbatim, requirements with an unknown extra.paymentFlow
 // are skipped, a request that already carries a payment header is never paid
@@ -15,26 +15,27 @@
 // Policy pays nothing. Only the `exact` scheme on eip155 networks is paid (EIP-3009,
 // through x402/evm/exact); `nvm:erc4337` and `nvm:card-delegation` are recognised
 // and labelled "requires a Nevermined account", and any other scheme is foreign.
-// Neither is ever paid (MISSION B2). When nothing is payable, RoundTrip fails with
+// Neither is ever paid. When nothing is payable, RoundTrip fails with
 // a *NoPayableOptionError that lists every option and why it was refused.
 //
-// Retries never pay twice (DECISIONS D26, MISSION B3). Each paying call has an
+// Retries never pay twice: one logical call sends one payment. Each paying call has an
 // entry in a Journal, keyed by its Idempotency-Key header or its request
-// x402.Fingerprint (D14), created before anything is signed. The authorization
+// x402.Fingerprint, created before anything is signed. The authorization
 // signed for the call is recorded there before it is sent, and sent again,
 // unchanged, by the Transport's own retries (RetryPolicy: transport errors,
 // settlement_pending, 409 with Retry-After), by an SDK that retries the call
 // after a lost connection, and, with a FileJournal, by a new process after a
-// crash. When the 402 declares the payment-identifier extension (x402-v2.md
-// §7.1) the payment carries the call's id, kept across every authorization
+// crash. When the 402 declares the payment-identifier extension (x402 v2 spec,
+// github.com/x402-foundation/x402 specs/extensions/payment_identifier.md) the
+// payment carries the call's id, kept across every authorization
 // signed for it. A 2xx completes the call.
 //
 // Payment headers, payment-identifier ids, sign-in headers and keys are
-// secrets (MISSION W5): they are never logged and never part of an error, and
+// secrets: they are never logged and never part of an error, and
 // a payment or sign-in header is never carried to an origin other than the one
 // it was made for when an http.Client follows a redirect.
 //
-// Receipts (D18) are EIP-712 typed data defined in x402/receipt, which the
+// Receipts are EIP-712 typed data defined in x402/receipt, which the
 // gateway signs with; ReceiptVerifier verifies them against the signer an
 // origin publishes at /.well-known/llm4agents.json.
 //

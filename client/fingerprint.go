@@ -15,8 +15,7 @@ import (
 )
 
 // HeaderIdempotencyKey names the request header that, when present, keys the
-// journal entry of a call instead of the request's x402.Fingerprint (DECISIONS
-// D26).
+// journal entry of a call instead of the request's x402.Fingerprint.
 const HeaderIdempotencyKey = "Idempotency-Key"
 
 // modelOf returns the top-level "model" string of a JSON object body, or "".

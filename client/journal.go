@@ -16,8 +16,8 @@ type Outcome int
 
 const (
 	// OutcomeUnknown: the paid request was sent but the answer says neither
-	// way: the connection failed, the server answered settlement_pending
-	// (DECISIONS D3), or a 409 said the payment is in use or pending. The
+	// way: the connection failed, the server answered settlement_pending,
+	// or a 409 said the payment is in use or pending. The
 	// authorization may still be settled before its validBefore, so its amount
 	// stays counted against the budget.
 	OutcomeUnknown Outcome = iota
@@ -62,7 +62,7 @@ func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
 // JournalEntry is one logical call that pays: what a Journal records so that a
 // retry of the call, by the Transport, by an SDK after a connection error, or
 // by a new process after a crash, sends the payment already signed instead of
-// a second one (DECISIONS D26, MISSION B3).
+// a second one: one logical call pays at most once.
 //
 // The Transport fills Key, ID (a proposal), Method, Resource, IdempotencyKey
 // and Fingerprint before Begin; Begin either keeps them, for a new call, or
@@ -74,7 +74,7 @@ type JournalEntry struct {
 	// Slot tells apart entries with one Key that are open at once: identical
 	// requests in flight together are distinct calls. The Journal sets it.
 	Slot int
-	// ID is the payment-identifier id of the call (x402-v2.md §7.1), sent when
+	// ID is the payment-identifier id of the call, sent when
 	// the 402 declares the extension, and kept across every authorization
 	// signed for the call.
 	ID Secret
@@ -84,7 +84,7 @@ type JournalEntry struct {
 	Resource string
 	// IdempotencyKey is the request's Idempotency-Key header, if any.
 	IdempotencyKey string
-	// Fingerprint is the request's x402.Fingerprint (DECISIONS D14).
+	// Fingerprint is the request's x402.Fingerprint.
 	Fingerprint string
 	// Created is when the Journal first recorded the call.
 	Created time.Time
@@ -102,7 +102,7 @@ type JournalEntry struct {
 }
 
 // Journal records the payments of logical calls, durably when it is to survive
-// a crash (DECISIONS D26, MISSION B3).
+// a crash, so that a retried call never pays twice.
 //
 // The Transport calls Begin before signing, Signed after signing and before
 // sending, and Finish once per successful Begin, whatever happened. An error

@@ -225,7 +225,7 @@ func (j *crashJournal) Finish(ctx context.Context, e *client.JournalEntry, o cli
 
 // TestFileJournalCrash: a retry after a client crash, by a new Transport on the
 // same directory, sends the payment recorded before the crash instead of
-// signing another (DECISIONS D26, MISSION B3).
+// signing another (D26).
 func TestFileJournalCrash(t *testing.T) {
 	for _, tc := range []struct {
 		name string

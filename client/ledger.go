@@ -11,8 +11,8 @@ import (
 // flight or of unknown outcome. A payment is reserved (held) before it is signed,
 // in the same critical section as the choice, so concurrent calls never commit
 // more than the budget between them. Once signed, a hold is bound to its
-// authorization, so sending the same authorization again (a retry, DECISIONS
-// D26) never counts it twice.
+// authorization, so sending the same authorization again (a retry) never
+// counts it twice.
 type ledger struct {
 	mu    sync.Mutex
 	spent big.Int // outcome paid

@@ -53,14 +53,14 @@ type Asset struct {
 // is malformed. Responses other than 402 pass through regardless.
 var ErrInvalidPolicy = errors.New("client: invalid policy")
 
-// Scheme names this package recognises without paying them (MISSION B2).
+// Scheme names this package recognises without ever paying them.
 const (
 	SchemeNeverminedERC4337        = "nvm:erc4337"
 	SchemeNeverminedCardDelegation = "nvm:card-delegation"
 )
 
 // LabelNevermined is the label of an option whose scheme needs a Nevermined
-// account (MISSION B2).
+// account; such an option is never paid.
 const LabelNevermined = "requires a Nevermined account"
 
 // Refusal says why an option of a 402 was not paid. Callers branch on it; the
@@ -76,7 +76,7 @@ const (
 	// RefusedForeignScheme: a scheme this client does not know; never paid.
 	RefusedForeignScheme Refusal = "foreign_scheme"
 	// RefusedPaymentFlow: extra.paymentFlow is unknown, or one the exact scheme
-	// does not support (x402-v2.md §9.3).
+	// does not support, as @x402/fetch 2.27 filters them.
 	RefusedPaymentFlow Refusal = "payment_flow"
 	// RefusedNetwork: not an eip155 chain, or a network the policy does not allow.
 	RefusedNetwork Refusal = "network"
@@ -95,7 +95,7 @@ const (
 	// RefusedOverBudget: the amount is over what is left of Policy.Budget.
 	RefusedOverBudget Refusal = "over_budget"
 	// RefusedOutstanding: an authorization signed earlier for the same logical
-	// call (DECISIONS D26) is still valid and pays another option, or none that
+	// call is still valid and pays another option, or none that
 	// the 402 offers now; paying this one could pay twice. It resolves itself
 	// once that authorization is within Transport.ReuseMargin of its
 	// validBefore.
@@ -218,7 +218,7 @@ func (r *rules) refuseOrigin(u *url.URL, pr *x402.PaymentRequired) []Option {
 	return opts
 }
 
-// Payment flows of extra.paymentFlow (x402-v2.md §9.3). Absent means
+// Payment flows of extra.paymentFlow, as @x402/core 2.27 names them. Absent means
 // authorization.
 const (
 	flowAuthorization = "authorization"

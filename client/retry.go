@@ -10,13 +10,12 @@ import (
 	"github.com/llm4agents/llm4agents/x402"
 )
 
-// RetryPolicy bounds the Transport's own retries of a paid request (DECISIONS
-// D26). A retry sends the same PAYMENT-SIGNATURE, and so the same
+// RetryPolicy bounds the Transport's own retries of a paid request. A retry sends the same PAYMENT-SIGNATURE, and so the same
 // payment-identifier, with the body replayed from its buffered copy; it is
 // never a second payment. The Transport retries:
 //
 //   - a transport error (the connection failed before an answer arrived);
-//   - a 402 whose PAYMENT-RESPONSE says settlement_pending (DECISIONS D3);
+//   - a 402 whose PAYMENT-RESPONSE says settlement_pending;
 //   - a 409 with a Retry-After header (the payment is in use or pending).
 //
 // It stops when the attempts or the time run out, when the recorded

@@ -33,7 +33,7 @@ func sameSends(tb testing.TB, srv *server, body string) []seen {
 
 // TestTransportRetries: the Transport retries a paid request on a transport
 // error, settlement_pending and 409 with Retry-After, with the same payment and
-// body, within its bounds (DECISIONS D26).
+// body, within its bounds (D26).
 func TestTransportRetries(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -176,8 +176,8 @@ func TestTransportRetryWaits(t *testing.T) {
 }
 
 // TestTransportPaymentID: a payment carries a payment-identifier id exactly
-// when the 402 declares the extension, echoing the declaration (x402-v2.md
-// §7.1); the official clients do the same.
+// when the 402 declares the extension, echoing the declaration; the official
+// clients do the same.
 func TestTransportPaymentID(t *testing.T) {
 	withBazaar := map[string]json.RawMessage{
 		"bazaar":                json.RawMessage(`{"info":{"input":{"type":"http"}},"schema":{}}`),
@@ -275,7 +275,7 @@ func (c *clock) add(d time.Duration) {
 // TestTransportReusesAcrossCalls: an SDK that retries a call after a lost
 // answer goes through RoundTrip again; the Transport sends the payment it
 // recorded, while it is valid, and afterwards a fresh authorization with the
-// same id (MISSION B3, issue 5 item 7).
+// same id: one logical call keeps one payment-identifier (D26).
 func TestTransportReusesAcrossCalls(t *testing.T) {
 	t.Run("same payment while valid", func(t *testing.T) {
 		srv := newServer(t, offer(price))
@@ -416,7 +416,7 @@ func noReuse(tb testing.TB, tr *client.Transport) {
 }
 
 // TestTransportIdempotencyKey: an Idempotency-Key names the call instead of
-// the fingerprint (DECISIONS D26).
+// the fingerprint (D26).
 func TestTransportIdempotencyKey(t *testing.T) {
 	post := func(key, body string) request {
 		return request{method: http.MethodPost, body: body, header: map[string]string{"Idempotency-Key": key}}

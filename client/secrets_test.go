@@ -33,7 +33,7 @@ func randomHex(tb testing.TB, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// TestSecretsNeverLeak (MISSION W5): the Transport runs through success, every
+// TestSecretsNeverLeak: the Transport runs through success, every
 // failure path, refusals, retries and journal faults with one debug-level
 // log; no payment header, signature, payment-identifier id, SIGN-IN-WITH-X
 // value (the caller's or one the Transport minted), API key (in a header or the URL's query) or private key appears in
@@ -246,7 +246,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 }
 
-// TestRedirectKeepsSignInOnOrigin (MISSION W5): a SIGN-IN-WITH-X header
+// TestRedirectKeepsSignInOnOrigin: a SIGN-IN-WITH-X header
 // reaches only the origin it was made for, on every hop of a redirect chain,
 // whether the Transport pays or not.
 func TestRedirectKeepsSignInOnOrigin(t *testing.T) {

@@ -24,8 +24,8 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// Test fixtures: the official express server's offer on chain 1337 (x402-v2.md
-// §9.4), and a clock shared by the signer and the server's verifier.
+// Test fixtures: the official express server's offer on chain 1337 (as
+// @x402/express 2.27 sends it), and a clock shared by the signer and the server's verifier.
 const (
 	network = "eip155:1337"
 	token   = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
@@ -309,7 +309,7 @@ func (s *server) check(header string, n int) (int, string, bool) {
 	p, err := x402.DecodePaymentPayload(header)
 	if err != nil {
 		// Not from the Transport (tests set such headers by hand): the official
-		// server treats it as no payment (x402-v2.md §2.2).
+		// server treats it as no payment.
 		return 0, "", false
 	}
 	accepted, err := p.AcceptedRequirements()

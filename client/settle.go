@@ -26,7 +26,7 @@ func SettleResponse(resp *http.Response) (*x402.SettleResponse, error) {
 
 // outcomeOf reads what the answer to a paid request says about the payment. A
 // 2xx counts as paid whatever its PAYMENT-RESPONSE says, since the server served
-// the paid resource; settlement_pending is unknown (DECISIONS D3), and so is a
+// the paid resource; settlement_pending is unknown, and so is a
 // 409, which says the payment is in use by another request, pending, or already
 // spent; anything else without a successful PAYMENT-RESPONSE was not paid.
 func outcomeOf(resp *http.Response) (Outcome, *x402.SettleResponse, error) {

@@ -19,7 +19,8 @@ import (
 )
 
 // ExtensionSignInWithX is the key under which a 402 declares the
-// sign-in-with-x extension (x402-v2.md §7.2): the server lets a wallet that
+// sign-in-with-x extension (x402 v2 spec, github.com/x402-foundation/x402
+// specs/extensions/sign-in-with-x.md): the server lets a wallet that
 // already paid in again on a signed EIP-4361 message instead of a payment.
 const ExtensionSignInWithX = "sign-in-with-x"
 
@@ -95,7 +96,7 @@ type SignInMessage struct {
 
 // String returns the text a wallet signs: LF line ends, no trailing newline,
 // the address in its EIP-55 form, and two empty lines before URI when there
-// is no statement (x402-v2.md §7.2).
+// is no statement, as the sign-in-with-x extension lays out EIP-4361.
 func (m *SignInMessage) String() string {
 	lines := []string{m.Domain + " wants you to sign in with your Ethereum account:", m.Address.Hex(), ""}
 	if m.Statement != "" {

@@ -24,8 +24,7 @@ import (
 // buyer is the address of dev key 0, the Transport's signer in these tests.
 var buyer = strings.ToLower(testchain.DevAddress(0).Hex())
 
-// siwxOffer is the official server's sign-in-with-x declaration for r
-// (x402-v2.md §7.2), with edit applied to its info first.
+// siwxOffer is the official server's sign-in-with-x declaration for r, with edit applied to its info first.
 func siwxOffer(edit func(info map[string]any, ext map[string]any)) func(*http.Request, string) json.RawMessage {
 	return func(r *http.Request, nonce string) json.RawMessage {
 		info := map[string]any{
@@ -58,9 +57,8 @@ func (s *server) snapshotRequests() []seen {
 	return append([]seen(nil), s.requests...)
 }
 
-// acceptSignIn checks a SIGN-IN-WITH-X proof as the official server does
-// (x402-v2.md §7.2): domain and uri on this origin, a nonce it issued and
-// not used, the EIP-4361 text rebuilt from the echo and signed by address.
+// acceptSignIn checks a SIGN-IN-WITH-X proof as the official server does:
+// domain and uri on this origin, a nonce it issued and not used, the EIP-4361 text rebuilt from the echo and signed by address.
 func (s *server) acceptSignIn(r *http.Request, proof string) bool {
 	s.mu.Lock()
 	s.proofs = append(s.proofs, proof)
@@ -84,8 +82,8 @@ func (s *server) acceptSignIn(r *http.Request, proof string) bool {
 	return true
 }
 
-// verifySIWX rebuilds the signed text from a proof, by the layout of
-// x402-v2.md §7.2 written out here independently of the client, and
+// verifySIWX rebuilds the signed text from a proof, by the sign-in-with-x
+// extension's layout, written out here independently of the client, and
 // recovers who signed it.
 func verifySIWX(proof, host string) (common.Address, string, error) {
 	b, err := base64.StdEncoding.DecodeString(proof)
@@ -319,7 +317,7 @@ func TestSIWXStaysOnOrigin(t *testing.T) {
 	}
 }
 
-// TestSignInMessage: the text is the layout of x402-v2.md §7.2, and the
+// TestSignInMessage: the text has the sign-in-with-x extension's layout, and the
 // gateway's own EIP-4361 parser reads it back field for field.
 func TestSignInMessage(t *testing.T) {
 	addr := testchain.DevAddress(0)

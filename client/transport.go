@@ -70,9 +70,9 @@ var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a d
 //
 // A request is sent through Base. An answer other than 402 is returned as it
 // is. On a 402 the Transport decodes PAYMENT-REQUIRED and opens the call's
-// entry in its Journal before anything is signed (DECISIONS D26). The entry is
-// keyed by the request's Idempotency-Key header, or else by its x402.Fingerprint
-// (D14), together with the origin and the payer. Then:
+// entry in its Journal before anything is signed, so that a retry of the call
+// never signs a second payment. The entry is keyed by the request's
+// Idempotency-Key header, or else by its x402.Fingerprint, together with the origin and the payer. Then:
 //
 //   - If the entry holds an authorization signed earlier for this call (the
 //     caller, an SDK or a restarted process is retrying after a lost answer)
@@ -83,10 +83,11 @@ var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a d
 //     Refusal), reserves its amount against the budget, signs an EIP-3009
 //     authorization with Signer, records it in the Journal, and sends it.
 //
-// When the 402 declares the payment-identifier extension (x402-v2.md §7.1),
+// When the 402 declares the payment-identifier extension (x402 v2 spec,
+// github.com/x402-foundation/x402 specs/extensions/payment_identifier.md),
 // the payment carries the entry's id, and every authorization signed for the
-// call carries the same one, so a server that keeps records per id (ours,
-// D14-D15) recognises a retry with a fresh authorization. When the 402 does
+// call carries the same one, so a server that keeps records per id (the
+// llm4agents gateway does) recognises a retry with a fresh authorization. When the 402 does
 // not declare it no id is sent, as the official clients do: the echo would be
 // an extension the server never offered.
 //
@@ -105,7 +106,7 @@ var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a d
 // held when the outcome is unknown (a lost connection, settlement_pending).
 //
 // Request headers are left alone, Authorization included: the gateway ignores a
-// bearer that is not one of its keys (DECISIONS D12), so the OpenAI SDKs'
+// bearer that is not one of its keys, so the OpenAI SDKs'
 // placeholder key is harmless.
 //
 // The zero value passes every response through and fails on a 402 (no Signer,
@@ -119,7 +120,7 @@ type Transport struct {
 	// Policy bounds what is paid. It must not change once the Transport is in use.
 	Policy Policy
 	// Journal records each call's payment so that its retries reuse it
-	// (DECISIONS D26). Nil means a MemoryJournal of the Transport's own, which
+	// instead of paying again. Nil means a MemoryJournal of the Transport's own, which
 	// covers retries within the process; a FileJournal also covers a crash.
 	Journal Journal
 	// Retry bounds the Transport's own retries of a paid request.
@@ -138,7 +139,8 @@ type Transport struct {
 	// discards.
 	Log *slog.Logger
 	// SignInWithX, when set, answers a 402 that declares the sign-in-with-x
-	// extension (x402-v2.md §7.2) with a SIGN-IN-WITH-X proof signed by Signer
+	// extension (x402 v2 spec, github.com/x402-foundation/x402
+	// specs/extensions/sign-in-with-x.md) with a SIGN-IN-WITH-X proof signed by Signer
 	// before paying: a server that knows the wallet already paid lets it in.
 	// The proof is minted for this one request and its origin (the offer's
 	// domain and uri must be the request's), sent once, never kept, logged
@@ -221,7 +223,7 @@ func (t *Transport) reuseMargin() time.Duration {
 }
 
 // secretHeaders are never carried to an origin other than the one they were
-// made for (MISSION W5).
+// made for: they are secrets.
 var secretHeaders = []string{x402.HeaderPaymentSignature, x402.HeaderLegacyPayment, x402.HeaderSignInWithX}
 
 // RoundTrip sends req, and pays and resends it if the answer is a 402.

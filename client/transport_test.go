@@ -329,7 +329,7 @@ func TestTransportRefuses(t *testing.T) {
 }
 
 // TestNoPayableOptionError checks the typed error lists every option with its
-// label (MISSION B2).
+// label; the Nevermined schemes are labelled, never paid.
 func TestNoPayableOptionError(t *testing.T) {
 	srv := newServer(t,
 		offer(price, withScheme(client.SchemeNeverminedERC4337)),

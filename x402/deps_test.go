@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// Public packages never inherit the gateway's storage (STYLE.md §3.1): a buyer who
+// Public packages never inherit the gateway's storage: a buyer who
 // imports x402, x402/evm/exact or client must not pull in a database driver. The
 // root x402 package also stays free of go-ethereum.
 var (

@@ -8,7 +8,7 @@ import (
 	"fmt"
 )
 
-// Fingerprint is DECISIONS D14's request fingerprint: the hex SHA-256 of the
+// Fingerprint is the request fingerprint: the hex SHA-256 of the
 // canonical JSON of {method, path, model, body}, where canonical means sorted
 // keys, no insignificant whitespace, no HTML escaping, and numbers as written.
 // The buyer keys its journal with it and the seller records it with each

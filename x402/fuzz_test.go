@@ -13,7 +13,7 @@ import (
 )
 
 // The seed corpora live in testdata/fuzz/<FuzzName>/ and hold the spec examples
-// (x402-v2.md §1.4, §9.4) and hostile inputs. Run a target with
+// (the x402 v2 spec's PaymentPayload, an npm 2.27 capture) and hostile inputs. Run a target with
 //
 //	go test -run='^$' -fuzz=FuzzDecodePaymentPayload -fuzztime=30s ./x402/
 //

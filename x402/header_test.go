@@ -76,11 +76,11 @@ func TestHeaderRoundTrip(t *testing.T) {
 	t.Run("PaymentPayload spec example", func(t *testing.T) {
 		got, err := x402.DecodePaymentPayload(b64(specPayload))
 		if err != nil {
-			t.Fatalf("DecodePaymentPayload(§1.4): %v", err)
+			t.Fatalf("DecodePaymentPayload(spec example): %v", err)
 		}
 		again, err := x402.DecodePaymentPayload(mustHeader(t, got))
 		if err != nil {
-			t.Fatalf("DecodePaymentPayload(re-encoded §1.4): %v", err)
+			t.Fatalf("DecodePaymentPayload(re-encoded spec example): %v", err)
 		}
 		if diff := cmp.Diff(got, again, wireOpts); diff != "" {
 			t.Errorf("round trip (-first +second):\n%s", diff)
@@ -93,7 +93,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 			t.Errorf("AcceptedRequirements (-want +got):\n%s", diff)
 		}
 		if got.Resource == nil || got.Resource.URL != "https://api.example.com/premium-data" {
-			t.Errorf("Resource = %+v, want the §1.4 resource", got.Resource)
+			t.Errorf("Resource = %+v, want the spec example's resource", got.Resource)
 		}
 	})
 	for _, tc := range []struct {
@@ -365,7 +365,7 @@ func TestAcceptedRequirements(t *testing.T) {
 	}
 }
 
-// benchHeader is a realistic PAYMENT-SIGNATURE: the §1.4 payload with a resource
+// benchHeader is a realistic PAYMENT-SIGNATURE: the spec's example payload with a resource
 // description and a payment-identifier extension, about 1.5 KiB once encoded.
 func benchHeader(tb testing.TB) string {
 	tb.Helper()

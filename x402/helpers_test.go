@@ -14,14 +14,16 @@ import (
 )
 
 // capture402 is the decoded PAYMENT-REQUIRED header of the npm 2.27.0 express server,
-// byte for byte as captured on the wire (x402-v2.md §9.4). Never regenerate it.
+// byte for byte as captured on the wire on loopback. Never regenerate it.
 const capture402 = `{"x402Version":2,"error":"Payment required","resource":{"url":"http://127.0.0.1:4021/paid","description":"demo","mimeType":"application/json"},"accepts":[{"scheme":"exact","network":"eip155:1337","amount":"10000","asset":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payTo":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","maxTimeoutSeconds":60,"extra":{"name":"USD Coin","version":"2"}}]}`
 
 // captureAccepts0 is accepts[0] of capture402, as a client must echo it.
 const captureAccepts0 = `{"scheme":"exact","network":"eip155:1337","amount":"10000","asset":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payTo":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","maxTimeoutSeconds":60,"extra":{"name":"USD Coin","version":"2"}}`
 
-// specPayload is the PaymentPayload example of x402-v2.md §1.4, whitespace included.
-// Its signature is real (§4.1.6).
+// specPayload is the PaymentPayload example of the x402 v2 spec
+// (github.com/x402-foundation/x402 specs/x402-specification-v2.md), whitespace
+// included. Its signature is real: it recovers to the payer on Base Sepolia USDC's
+// EIP-712 domain.
 const specPayload = `{
   "x402Version": 2,
   "resource": { "url": "https://api.example.com/premium-data", "description": "Access to premium market data", "mimeType": "application/json" },

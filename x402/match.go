@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// Match reports whether accepted, the requirement a client echoed, is the offer
-// (DECISIONS D7): scheme, network, amount and maxTimeoutSeconds equal; asset and
+// Match reports whether accepted, the requirement a client echoed, is the offer,
+// so that a payment for a cheaper request cannot buy a dearer one: scheme, network, amount and maxTimeoutSeconds equal; asset and
 // payTo equal ignoring case; every key of the offer's extra present in accepted's
 // extra with the same JSON value. The client may add keys to extra. The error names
 // the first field that differs.

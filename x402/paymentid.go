@@ -9,7 +9,8 @@ import (
 	"maps"
 )
 
-// The payment-identifier extension (x402-v2.md §7.1): the server declares it in
+// The payment-identifier extension (x402 v2 spec, github.com/x402-foundation/x402
+// specs/extensions/payment_identifier.md): the server declares it in
 // PaymentRequired.extensions, and the client echoes the declaration in
 // PaymentPayload.extensions with its id added to info, so that retries of one
 // purchase carry one idempotency key.
@@ -43,7 +44,7 @@ const (
 )
 
 // paymentIDSchema is the JSON Schema the TS and Go SDKs declare for info
-// (x402-v2.md §7.1, with the SDKs' pattern).
+// (the extension's schema, with the SDKs' id pattern).
 const paymentIDSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",` +
 	`"properties":{"required":{"type":"boolean"},"id":{"type":"string","minLength":16,"maxLength":128,"pattern":"^[a-zA-Z0-9_-]+$"}},` +
 	`"required":["required"]}`

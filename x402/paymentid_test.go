@@ -12,7 +12,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402"
 )
 
-// tsPaymentID is the id pattern of the TS schema (x402-v2.md §7.1).
+// tsPaymentID is the id pattern of the TS payment-identifier schema.
 var tsPaymentID = regexp.MustCompile(`^[a-zA-Z0-9_-]{16,128}$`)
 
 func TestNewPaymentID(t *testing.T) {
@@ -66,7 +66,7 @@ func TestValidPaymentID(t *testing.T) {
 			t.Errorf("the TS pattern says %v for %.40q, the table %v", ok, tc.id, tc.ok)
 		}
 	}
-	// The texts are the official TS package's (x402-v2.md §7.1): servers answer
+	// The texts are the official TS package's: servers answer
 	// them verbatim.
 	if got := x402.ErrPaymentIDFormat.Error(); got != "Invalid payment ID format. ID must be 16-128 characters and contain only alphanumeric characters, hyphens, and underscores." {
 		t.Errorf("ErrPaymentIDFormat = %q", got)

@@ -8,7 +8,8 @@ import "fmt"
 // append-only.
 type Reason string
 
-// Reasons shared by every scheme (x402-v2.md §3.6 a, f).
+// Reasons shared by every scheme (x402 v2 spec, github.com/x402-foundation/x402
+// specs/x402-specification-v2.md).
 const (
 	ReasonInsufficientFunds       Reason = "insufficient_funds"
 	ReasonInvalidNetwork          Reason = "invalid_network"
@@ -25,7 +26,7 @@ const (
 )
 
 // Reasons of the EVM exact scheme, as the official TS 2.27 and Go 2.11
-// facilitators spell them (x402-v2.md §3.6 c).
+// facilitators spell them.
 const (
 	ReasonEVMScheme                 Reason = "invalid_exact_evm_scheme"
 	ReasonEVMNetworkMismatch        Reason = "invalid_exact_evm_network_mismatch"
@@ -55,15 +56,15 @@ const (
 // in docs/REASONS.md.
 const (
 	// ReasonAcceptedMismatch: payload.accepted disagrees with the requirements on
-	// scheme, network, amount, asset, payTo, maxTimeoutSeconds or extra (DECISIONS D7).
+	// scheme, network, amount, asset, payTo, maxTimeoutSeconds or extra.
 	ReasonAcceptedMismatch Reason = "invalid_exact_evm_accepted_mismatch"
 	// ReasonEVMValidBeforeTooFar: validBefore is later than now + maxTimeoutSeconds
-	// + 30 s, so the payment outlives what the 402 promised (DECISIONS D6).
+	// + 30 s, so the payment outlives what the 402 promised.
 	ReasonEVMValidBeforeTooFar Reason = "invalid_exact_evm_payload_authorization_valid_before_too_far"
 	// ReasonEVMAssetNotSupported: the facilitator is not configured for this token.
 	ReasonEVMAssetNotSupported Reason = "invalid_exact_evm_asset_not_supported"
 	// ReasonEVMCounterfactualWallet: an ERC-6492 wrapper for a wallet that is not
-	// deployed yet; refused for now (DECISIONS D8).
+	// deployed yet; refused for now.
 	ReasonEVMCounterfactualWallet Reason = "invalid_exact_evm_counterfactual_wallet_not_supported"
 )
 

@@ -14,7 +14,7 @@ func TestParseReason(t *testing.T) {
 		in   string
 		want x402.Reason
 	}{
-		// Spec (x402-v2.md §3.6 a) and legacy spellings -> what the facilitators emit.
+		// Spec (x402 v2 error reasons) and legacy spellings -> what the facilitators emit.
 		{"invalid_exact_evm_payload_signature", x402.ReasonEVMSignature},
 		{"invalid_exact_evm_payload_recipient_mismatch", x402.ReasonEVMRecipientMismatch},
 		{"invalid_exact_evm_payload_authorization_value", x402.ReasonEVMValueMismatch},

@@ -1,7 +1,7 @@
 // Package x402 holds the x402 protocol version 2 wire types, the header codec and
 // the typed reasons that resource servers, clients and facilitators exchange,
 // and the pieces a buyer and a seller must compute alike: the request
-// Fingerprint (DECISIONS D14) and the strict JSON check of signed or kept
+// Fingerprint and the strict JSON check of signed or kept
 // documents (CheckStrictJSON). The gateway's signed receipts are in
 // x402/receipt.
 //

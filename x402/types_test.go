@@ -202,7 +202,7 @@ func TestCaptureByteCompatibility(t *testing.T) {
 	})
 
 	t.Run("paid PAYMENT-RESPONSE key order", func(t *testing.T) {
-		// §9.4: success, payer, transaction, network, in the TS parser's order.
+		// As npm 2.27 sends it: success, payer, transaction, network, in the TS parser's order.
 		want := `{"success":true,"payer":"` + payer1337 + `","transaction":"` + tx1337 + `","network":"eip155:1337"}`
 		if diff := cmp.Diff(want, string(mustMarshal(t, settleSuccessFixture()))); diff != "" {
 			t.Errorf("Marshal (-want +got):\n%s", diff)

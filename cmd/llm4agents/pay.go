@@ -279,7 +279,7 @@ type buyer struct {
 	in    *inspector
 	tr    *client.Transport
 	spend *spending
-	// receipts verifies the gateway's signed receipts (DECISIONS D18); nil
+	// receipts verifies the gateway's signed receipts (D18); nil
 	// leaves them unchecked.
 	receipts *client.ReceiptVerifier
 }

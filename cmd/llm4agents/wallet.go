@@ -40,8 +40,8 @@ const (
 )
 
 // knownUSDC are the assets paid when no --asset is given: Circle's USDC (6
-// decimals, EIP-3009) on the networks of x402-v2.md §4.2, as the official
-// client's default assets are.
+// decimals, EIP-3009) on the networks where the official client has it as
+// the default asset.
 var knownUSDC = []client.Asset{
 	{Network: "eip155:8453", Address: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"},   // Base
 	{Network: "eip155:84532", Address: "0x036CbD53842c5426634e7929541eC2318f3dCF7e"},  // Base Sepolia

@@ -1,5 +1,5 @@
 // Package pricing turns token counts into prices: the quote a 402 states
-// before a call (MISSION P1, DECISIONS D13), the actual cost of a finished
+// before a call (D13), the actual cost of a finished
 // call, and the one reading and display of an amount of a token in whole
 // tokens (ParseAmount, FormatAmount), which the gateway and the CLI share.
 //
@@ -49,7 +49,7 @@ var (
 
 // Quote is the price a 402 states for a call with promptTokens in and at most
 // outputTokens out: the exact cost, rounded up to a whole cent of the asset and
-// never below one cent (MISSION P1). outputTokens is the whole output bound,
+// never below one cent. outputTokens is the whole output bound,
 // already multiplied by the number of choices (see OutputBound).
 //
 // A cent is 10^(decimals-2) atomic units; an asset with fewer than two decimals
@@ -72,7 +72,7 @@ func Quote(promptTokens, outputTokens int64, p Price, decimals uint8) *big.Int {
 // Cost is the actual cost of a finished call from the usage the upstream
 // reported: the exact price of its prompt and completion tokens, rounded up to
 // the next atomic unit but not to the cent. It is what reporting shows and what
-// credits are charged (DECISIONS D16); it may be zero. Negative counts in u
+// credits are charged (D16); it may be zero. Negative counts in u
 // count as zero.
 func Cost(u chat.Usage, p Price) *big.Int {
 	return atomicCost(u.PromptTokens, u.CompletionTokens, p)
@@ -108,7 +108,7 @@ func Cent(decimals uint8) *big.Int {
 }
 
 // OutputBound is the number of output tokens a request is quoted for
-// (DECISIONS D13): the client's max_completion_tokens or max_tokens, or
+// (D13): the client's max_completion_tokens or max_tokens, or
 // defaultCap when it gave neither (the gateway then injects defaultCap
 // upstream), times n. Reasoning tokens count as output, so they are inside
 // this bound. It saturates at math.MaxInt64 instead of overflowing, and is 0

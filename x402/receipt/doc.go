@@ -1,5 +1,6 @@
-// Package receipt is the one definition of the gateway's signed receipts
-// (DECISIONS D18), shared by the seller that signs them and the buyer that
+// Package receipt is the one definition of the gateway's signed receipts,
+// which let a buyer prove what it was charged without trusting the gateway's API,
+// shared by the seller that signs them and the buyer that
 // checks them: the EIP-712 types and domain, the digest, the
 // X-Llm4agents-Receipt header and JSON envelope codecs, signature recovery,
 // and the well-known document at /.well-known/llm4agents.json that names the

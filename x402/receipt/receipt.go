@@ -23,7 +23,7 @@ import (
 // final usage chunk (ParseEnvelope).
 const Header = "X-Llm4agents-Receipt"
 
-// The receipt domain's fixed fields (D18); chainId comes from the gateway's
+// The receipt domain's fixed fields; chainId comes from the gateway's
 // configuration.
 const (
 	DomainName    = "llm4agents"
@@ -33,8 +33,8 @@ const (
 // PrimaryType is the EIP-712 primary type of a receipt.
 const PrimaryType = "Receipt"
 
-// TypeString is the EIP-712 encoding of the receipt type, exactly as
-// D18 writes it.
+// TypeString is the EIP-712 encoding of the receipt type; signer and verifier
+// hash it byte for byte.
 const TypeString = "Receipt(bytes32 requestId,address account,bytes32 keyId,string model," +
 	"uint256 inputTokens,uint256 outputTokens,uint256 amount,uint256 balanceAfter,uint256 ledgerSeq,uint64 issuedAt)"
 
@@ -88,12 +88,12 @@ type Domain struct {
 	ChainID *big.Int `json:"chainId"`
 }
 
-// NewDomain returns D18's domain on chainID.
+// NewDomain returns the receipt domain on chainID.
 func NewDomain(chainID *big.Int) Domain {
 	return Domain{Name: DomainName, Version: DomainVersion, ChainID: chainID}
 }
 
-// Receipt is what the gateway signs for each call (D18). Amounts are atomic
+// Receipt is what the gateway signs for each call. Amounts are atomic
 // units of the payment asset; KeyID is zero for a wallet-paid call. On the wire
 // (MarshalJSON) bytes32 and addresses are 0x-hex, uint256 values are decimal
 // strings and issuedAt (unix seconds) is a JSON number.

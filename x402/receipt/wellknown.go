@@ -12,8 +12,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// WellKnownPath is where a gateway publishes its receipt signer and domain
-// (DECISIONS D18).
+// WellKnownPath is where a gateway publishes its receipt signer and domain.
 const WellKnownPath = "/.well-known/llm4agents.json"
 
 // ErrBadWellKnown: the well-known document could not be fetched or does not

@@ -6,10 +6,10 @@
 // (common.Address, *big.Int), checks it offline and against a node (Verifier), and
 // provides what a settler needs: the calldata of the on-chain call, the on-chain
 // authorization state, and the log evidence that a transaction paid a given
-// authorization (DECISIONS D5). Sending transactions and recording outcomes is the
+// authorization (PaysAuthorization). Sending transactions and recording outcomes is the
 // facilitator's job (internal/facilitator), not this package's.
 //
-// Reasons are those of the official facilitators (x402-v2.md §4.1.4) wherever a
+// Reasons are those of the official facilitators (npm @x402/evm 2.27) wherever a
 // payload has a single fault; checks of our own carry reasons of our own, listed in
 // the x402 package.
 package exact

@@ -12,7 +12,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 )
 
-// Key is an authorization's on-chain replay identity (DECISIONS D4): network,
+// Key is an authorization's on-chain replay identity: network,
 // token, payer and nonce, lower-case hex. Every re-encoding of one authorization
 // (address case, v in {0,1,27,28}, high or low s, base64 or JSON layout) has the same
 // key, because the signature is not part of it.
@@ -47,7 +47,7 @@ func (v *Verified) Key() string {
 }
 
 // PaysAuthorization reports whether the logs of one transaction receipt pay
-// authorization a at token (DECISIONS D5): among the token's own logs,
+// authorization a at token: among the token's own logs,
 // AuthorizationUsed(from, nonce) immediately followed by Transfer(from, to, value)
 // with exactly the authorization's to and value.
 func PaysAuthorization(logs []*types.Log, token common.Address, a *Authorization) bool {

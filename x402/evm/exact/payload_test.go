@@ -337,7 +337,7 @@ func TestParsePayloadKeyCase(t *testing.T) {
 	}
 }
 
-// TestKey checks DECISIONS D4: every re-encoding of one authorization has the
+// TestKey checks D4: every re-encoding of one authorization has the
 // same key, and the key is lower-case hex of (network, token, from, nonce).
 func TestKey(t *testing.T) {
 	key := testchain.DevKey(0)

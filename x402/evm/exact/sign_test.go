@@ -21,7 +21,7 @@ import (
 )
 
 // offer is accepts[0] of the npm 2.27.0 express server's 402 on chain 1337
-// (x402-v2.md §9.4), with payTo in lower case as a server may send it.
+// (captured on loopback), with payTo in lower case as a server may send it.
 var offer = x402.PaymentRequirements{
 	Scheme:            "exact",
 	Network:           "eip155:1337",
@@ -121,7 +121,7 @@ func TestCreatePayload(t *testing.T) {
 	}
 }
 
-// TestCreatePayloadVector signs the local-chain vector of x402-v2.md §4.1.6 through
+// TestCreatePayloadVector signs the local-chain vector of TestVectors through
 // CreatePayload.
 func TestCreatePayloadVector(t *testing.T) {
 	nonce := common.HexToHash("0x1111111111111111111111111111111111111111111111111111111111111111")

@@ -10,7 +10,8 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 )
 
-// The vectors of x402-v2.md §4.1.6, checked there against viem.
+// Test vectors for the x402 v2 spec's example and for chain 1337, checked
+// against viem.
 func TestVectors(t *testing.T) {
 	tests := []struct {
 		name                       string
@@ -76,7 +77,7 @@ func TestVectors(t *testing.T) {
 }
 
 // TestSignDeterministic checks that our signer reproduces viem's RFC 6979
-// signature for dev key #0 (x402-v2.md §4.1.6).
+// signature for dev key #0.
 func TestSignDeterministic(t *testing.T) {
 	key, err := crypto.HexToECDSA("ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80")
 	if err != nil {

@@ -27,7 +27,8 @@ type Chain interface {
 	CodeAt(ctx context.Context, account common.Address, blockNumber *big.Int) ([]byte, error)
 }
 
-// Timing constants of the facilitator's time window (x402-v2.md §4.1.4, DECISIONS D6).
+// Timing constants of the facilitator's time window. BlockBuffer is the official
+// facilitators' rule; FreshnessSlack is ours.
 const (
 	// BlockBuffer is how long before validBefore an authorization stops being
 	// accepted, so that it cannot expire while its transaction waits for a block.
@@ -109,7 +110,7 @@ func fail(r x402.Reason, payer string, format string, args ...any) *x402.VerifyE
 }
 
 // Check runs every verification step that needs no node: scheme, domain, network,
-// accepted against requirements (D7), payload shape, recipient, time window (D6),
+// accepted against requirements (x402.Match), payload shape, recipient, time window,
 // value, and, for a 65-byte signature, ECDSA recovery. A protocol failure is a
 // *x402.VerifyError.
 //
@@ -202,7 +203,7 @@ func (v *Verifier) Check(p *x402.PaymentPayload, req x402.PaymentRequirements) (
 }
 
 // Verify runs Check and then the node checks: signature by EIP-1271 when from has
-// code (D8), the asset deployed, and a simulation of the transfer whose failure is
+// code, the asset deployed, and a simulation of the transfer whose failure is
 // diagnosed into the official reasons (balance, authorization state, domain).
 // A protocol failure is a *x402.VerifyError; any other error means no verdict.
 func (v *Verifier) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*Verified, error) {
@@ -226,7 +227,7 @@ func (v *Verifier) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.
 // except the simulation, for a caller about to send the transfer: gas
 // estimation simulates it anyway, and a revert there is diagnosed with
 // Simulate. It still reads authorizationState, so an authorization already used
-// on chain is refused before anything is sent (MISSION E3). recovered is
+// on chain is refused before anything is sent. recovered is
 // Check's second result; vd is completed in place.
 func (v *Verifier) VerifyForSettle(ctx context.Context, vd *Verified, recovered bool) error {
 	if err := v.verifySignature(ctx, vd, recovered); err != nil {
@@ -339,7 +340,8 @@ func (v *Verifier) Simulate(ctx context.Context, vd *Verified) error {
 // makes the simulation fail while the earlier read said unused (and may leave
 // the payer short of the amount it just paid): so before blaming anything
 // else, the authorization state is read once more, after the simulation, and
-// an authorization now used is reported as such (DECISIONS D9).
+// an authorization now used is reported as such, as the official facilitator
+// reports it.
 func (v *Verifier) diagnose(ctx context.Context, vd *Verified, revert string) error {
 	err := v.diagnoseState(ctx, vd, revert)
 	if verr, ok := errors.AsType[*x402.VerifyError](err); !ok || verr.Reason == x402.ReasonEVMNonceAlreadyUsed ||

@@ -1128,7 +1128,7 @@ func TestFindUse(t *testing.T) {
 	}
 }
 
-// TestPaysAuthorizationLogs checks the log-pair rule of DECISIONS D5 on crafted
+// TestPaysAuthorizationLogs checks the log-pair rule of D5 on crafted
 // logs: AuthorizationUsed immediately followed by the exact Transfer, both emitted
 // by the token.
 func TestPaysAuthorizationLogs(t *testing.T) {

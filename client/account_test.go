@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -83,9 +84,7 @@ func newAccountGateway(t *testing.T) *accountGateway {
 		"totalCap": "500000", "models": []string{"demo"}, "ratePerMinute": 0, "createdAt": "2030-01-01T00:00:00Z"}
 	mux.HandleFunc("POST "+client.PathKeys, authed(func(w http.ResponseWriter, r *http.Request) {
 		created := map[string]any{"key": testAPIKey}
-		for k, v := range key {
-			created[k] = v
-		}
+		maps.Copy(created, key)
 		writeJSONBody(w, http.StatusCreated, created)
 	}))
 	mux.HandleFunc("GET "+client.PathKeys, authed(func(w http.ResponseWriter, r *http.Request) {
@@ -93,9 +92,7 @@ func newAccountGateway(t *testing.T) *accountGateway {
 	}))
 	mux.HandleFunc("DELETE "+client.PathKeys+"/{id}", authed(func(w http.ResponseWriter, r *http.Request) {
 		revoked := map[string]any{"revokedAt": "2030-01-02T00:00:00Z"}
-		for k, v := range key {
-			revoked[k] = v
-		}
+		maps.Copy(revoked, key)
 		revoked["id"] = r.PathValue("id")
 		writeJSONBody(w, http.StatusOK, revoked)
 	}))

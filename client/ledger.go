@@ -56,7 +56,7 @@ func (l *ledger) reserveRecorded(r *rules, pr *x402.PaymentRequired, i int, id s
 	defer l.mu.Unlock()
 	opts = make([]Option, len(pr.Accepts))
 	for k, req := range pr.Accepts {
-		opts[k] = Option{Index: k, Requirements: req, Refusal: RefusedOutstanding,
+		opts[k] = Option{Index: k, Requirements: req, RefusalError: RefusedOutstanding,
 			Label: "an authorization signed earlier for this call is still valid and pays another option"}
 	}
 	if i < 0 {
@@ -70,10 +70,10 @@ func (l *ledger) reserveRecorded(r *rules, pr *x402.PaymentRequired, i int, id s
 		}
 	}
 	if v.refusal != "" {
-		opts[i].Refusal, opts[i].Label = v.refusal, v.label
+		opts[i].RefusalError, opts[i].Label = v.refusal, v.label
 		return opts, false, false
 	}
-	opts[i].Refusal, opts[i].Label = "", "chosen"
+	opts[i].RefusalError, opts[i].Label = "", "chosen"
 	if !bound {
 		l.held.Add(&l.held, v.amount)
 		l.bindLocked(id, v.amount)

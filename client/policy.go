@@ -63,43 +63,43 @@ const (
 // account; such an option is never paid.
 const LabelNevermined = "requires a Nevermined account"
 
-// Refusal says why an option of a 402 was not paid. Callers branch on it; the
+// RefusalError says why an option of a 402 was not paid. Callers branch on it; the
 // Option's Label says the same for a person. Kinds are append-only.
-type Refusal string
+type RefusalError string
 
 // Refusals, in the order the checks run: the first failing check names the
 // refusal.
 const (
 	// RefusedNevermined: a Nevermined scheme, recognised by name, never paid
 	// automatically.
-	RefusedNevermined Refusal = "nevermined"
+	RefusedNevermined RefusalError = "nevermined"
 	// RefusedForeignScheme: a scheme this client does not know; never paid.
-	RefusedForeignScheme Refusal = "foreign_scheme"
+	RefusedForeignScheme RefusalError = "foreign_scheme"
 	// RefusedPaymentFlow: extra.paymentFlow is unknown, or one the exact scheme
 	// does not support, as @x402/fetch 2.27 filters them.
-	RefusedPaymentFlow Refusal = "payment_flow"
+	RefusedPaymentFlow RefusalError = "payment_flow"
 	// RefusedNetwork: not an eip155 chain, or a network the policy does not allow.
-	RefusedNetwork Refusal = "network"
+	RefusedNetwork RefusalError = "network"
 	// RefusedAsset: a token the policy does not allow on that network.
-	RefusedAsset Refusal = "asset"
+	RefusedAsset RefusalError = "asset"
 	// RefusedOffer: the requirement is malformed, or uses a variant of exact this
 	// client does not sign (Permit2), or asks for an authorization valid longer
 	// than exact.MaxSignedTimeout.
-	RefusedOffer Refusal = "offer"
+	RefusedOffer RefusalError = "offer"
 	// RefusedPayTo: a recipient not in Policy.PayTo.
-	RefusedPayTo Refusal = "pay_to"
+	RefusedPayTo RefusalError = "pay_to"
 	// RefusedOrigin: the 402 came from an origin not in Policy.Origins.
-	RefusedOrigin Refusal = "origin"
+	RefusedOrigin RefusalError = "origin"
 	// RefusedOverMaximum: the amount is over Policy.MaxPerRequest.
-	RefusedOverMaximum Refusal = "over_maximum"
+	RefusedOverMaximum RefusalError = "over_maximum"
 	// RefusedOverBudget: the amount is over what is left of Policy.Budget.
-	RefusedOverBudget Refusal = "over_budget"
+	RefusedOverBudget RefusalError = "over_budget"
 	// RefusedOutstanding: an authorization signed earlier for the same logical
 	// call is still valid and pays another option, or none that
 	// the 402 offers now; paying this one could pay twice. It resolves itself
 	// once that authorization is within Transport.ReuseMargin of its
 	// validBefore.
-	RefusedOutstanding Refusal = "outstanding"
+	RefusedOutstanding RefusalError = "outstanding"
 )
 
 // Option is one entry of a 402's accepts, with the verdict of the policy on it.
@@ -107,8 +107,8 @@ type Option struct {
 	// Index is the entry's position in accepts.
 	Index        int
 	Requirements x402.PaymentRequirements
-	// Refusal is why the option was not paid, or "" for the one chosen.
-	Refusal Refusal
+	// RefusalError is why the option was not paid, or "" for the one chosen.
+	RefusalError RefusalError
 	// Label says why for a person, such as "requires a Nevermined account".
 	Label string
 }
@@ -213,7 +213,7 @@ func (r *rules) refuseOrigin(u *url.URL, pr *x402.PaymentRequired) []Option {
 	}
 	opts := make([]Option, len(pr.Accepts))
 	for i, req := range pr.Accepts {
-		opts[i] = Option{Index: i, Requirements: req, Refusal: RefusedOrigin, Label: "origin " + policyOrigin(u) + " is not allowed by the policy"}
+		opts[i] = Option{Index: i, Requirements: req, RefusalError: RefusedOrigin, Label: "origin " + policyOrigin(u) + " is not allowed by the policy"}
 	}
 	return opts
 }
@@ -230,11 +230,11 @@ const (
 type verdict struct {
 	amount  *big.Int
 	upfront bool
-	refusal Refusal
+	refusal RefusalError
 	label   string
 }
 
-func refuse(r Refusal, format string, args ...any) verdict {
+func refuse(r RefusalError, format string, args ...any) verdict {
 	return verdict{refusal: r, label: fmt.Sprintf(format, args...)}
 }
 
@@ -336,7 +336,7 @@ func (r *rules) choose(pr *x402.PaymentRequired, remaining *big.Int) (int, *big.
 		if v.refusal == "" && v.amount.Cmp(remaining) > 0 {
 			v = refuse(RefusedOverBudget, "amount %s is over the remaining budget %s", v.amount, remaining)
 		}
-		opts[i] = Option{Index: i, Requirements: req, Refusal: v.refusal, Label: v.label}
+		opts[i] = Option{Index: i, Requirements: req, RefusalError: v.refusal, Label: v.label}
 		if v.refusal != "" {
 			continue
 		}

@@ -345,7 +345,7 @@ func TestTransportReusesAcrossCalls(t *testing.T) {
 		srv.setOffers(offer(price, func(r *x402.PaymentRequirements) { r.PayTo = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC" }))
 		_, err := send(t, tr, srv.URL("/paid"), request{})
 		var npe *client.NoPayableOptionError
-		if !errors.As(err, &npe) || len(npe.Options) != 1 || npe.Options[0].Refusal != client.RefusedOutstanding {
+		if !errors.As(err, &npe) || len(npe.Options) != 1 || npe.Options[0].RefusalError != client.RefusedOutstanding {
 			t.Fatalf("error = %v, want every option refused as outstanding", err)
 		}
 		if n := len(srv.paidRequests()); n != 1 {
@@ -356,7 +356,7 @@ func TestTransportReusesAcrossCalls(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		change func(p *client.Policy)
-		want   client.Refusal
+		want   client.RefusalError
 	}{
 		{"over the new maximum", func(p *client.Policy) { p.MaxPerRequest = big.NewInt(price - 1) }, client.RefusedOverMaximum},
 		{"over the new budget", func(p *client.Policy) { p.Budget = big.NewInt(price - 1) }, client.RefusedOverBudget},
@@ -377,7 +377,7 @@ func TestTransportReusesAcrossCalls(t *testing.T) {
 			tr2.Journal = openJournal(t, dir)
 			_, err := send(t, tr2, srv.URL("/paid"), request{method: http.MethodPost, body: chatBody})
 			var npe *client.NoPayableOptionError
-			if !errors.As(err, &npe) || npe.Options[0].Refusal != tc.want {
+			if !errors.As(err, &npe) || npe.Options[0].RefusalError != tc.want {
 				t.Fatalf("error = %v, want the recorded payment refused as %s", err, tc.want)
 			}
 			if n := len(srv.paidRequests()); n != 1 {

@@ -307,7 +307,7 @@ func TestSIWXStaysOnOrigin(t *testing.T) {
 	tr2, _ := newTransport(t, pol, closed)
 	tr2.SignInWithX = true
 	_, err = send(t, tr2, closed.URL("/report"), request{})
-	if np, ok := errors.AsType[*client.NoPayableOptionError](err); !ok || np.Options[0].Refusal != client.RefusedOrigin {
+	if np, ok := errors.AsType[*client.NoPayableOptionError](err); !ok || np.Options[0].RefusalError != client.RefusedOrigin {
 		t.Fatalf("error %v, want origin refused", err)
 	}
 	for _, r := range closed.snapshotRequests() {

@@ -80,7 +80,7 @@ var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a d
 //     sends that same PAYMENT-SIGNATURE again, provided the 402 still offers
 //     its option and the Policy still allows it. Nothing new is signed.
 //   - Otherwise it chooses an option its Policy allows (see Policy and
-//     Refusal), reserves its amount against the budget, signs an EIP-3009
+//     RefusalError), reserves its amount against the budget, signs an EIP-3009
 //     authorization with Signer, records it in the Journal, and sends it.
 //
 // When the 402 declares the payment-identifier extension (x402 v2 spec,

@@ -235,26 +235,26 @@ func TestTransportRefuses(t *testing.T) {
 		header   map[string]string
 		wantErr  error
 		// wantRefusals, when set, expects a *NoPayableOptionError with these.
-		wantRefusals []client.Refusal
+		wantRefusals []client.RefusalError
 	}{
-		{name: "over the per-request maximum", accepts: []x402.PaymentRequirements{offer(price + 1)}, wantRefusals: []client.Refusal{client.RefusedOverMaximum}},
+		{name: "over the per-request maximum", accepts: []x402.PaymentRequirements{offer(price + 1)}, wantRefusals: []client.RefusalError{client.RefusedOverMaximum}},
 		{name: "over the budget", accepts: []x402.PaymentRequirements{offer(price)}, policy: &client.Policy{
 			MaxPerRequest: big.NewInt(price), Budget: big.NewInt(price - 1), Assets: policy(1).Assets,
-		}, wantRefusals: []client.Refusal{client.RefusedOverBudget}},
-		{name: "unknown asset", accepts: []x402.PaymentRequirements{offer(price, withAsset("0x036CbD53842c5426634e7929541eC2318f3dCF7e"))}, wantRefusals: []client.Refusal{client.RefusedAsset}},
-		{name: "network the policy does not allow", accepts: []x402.PaymentRequirements{offer(price, withNetwork("eip155:8453"))}, wantRefusals: []client.Refusal{client.RefusedNetwork}},
-		{name: "chain the signer cannot serve", accepts: []x402.PaymentRequirements{offer(price, withNetwork(solana))}, wantRefusals: []client.Refusal{client.RefusedNetwork}},
-		{name: "malformed chain id", accepts: []x402.PaymentRequirements{offer(price, withNetwork("eip155:0x539"))}, wantRefusals: []client.Refusal{client.RefusedNetwork}},
-		{name: "nvm:erc4337 only", accepts: []x402.PaymentRequirements{offer(price, withScheme(client.SchemeNeverminedERC4337))}, wantRefusals: []client.Refusal{client.RefusedNevermined}},
+		}, wantRefusals: []client.RefusalError{client.RefusedOverBudget}},
+		{name: "unknown asset", accepts: []x402.PaymentRequirements{offer(price, withAsset("0x036CbD53842c5426634e7929541eC2318f3dCF7e"))}, wantRefusals: []client.RefusalError{client.RefusedAsset}},
+		{name: "network the policy does not allow", accepts: []x402.PaymentRequirements{offer(price, withNetwork("eip155:8453"))}, wantRefusals: []client.RefusalError{client.RefusedNetwork}},
+		{name: "chain the signer cannot serve", accepts: []x402.PaymentRequirements{offer(price, withNetwork(solana))}, wantRefusals: []client.RefusalError{client.RefusedNetwork}},
+		{name: "malformed chain id", accepts: []x402.PaymentRequirements{offer(price, withNetwork("eip155:0x539"))}, wantRefusals: []client.RefusalError{client.RefusedNetwork}},
+		{name: "nvm:erc4337 only", accepts: []x402.PaymentRequirements{offer(price, withScheme(client.SchemeNeverminedERC4337))}, wantRefusals: []client.RefusalError{client.RefusedNevermined}},
 		{name: "nevermined schemes only", accepts: []x402.PaymentRequirements{
 			offer(price, withScheme(client.SchemeNeverminedCardDelegation)), offer(1, withScheme(client.SchemeNeverminedERC4337)),
-		}, wantRefusals: []client.Refusal{client.RefusedNevermined, client.RefusedNevermined}},
-		{name: "unknown scheme only", accepts: []x402.PaymentRequirements{offer(price, withScheme("upto"))}, wantRefusals: []client.Refusal{client.RefusedForeignScheme}},
-		{name: "unknown payment flow", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","paymentFlow":"layaway"}`))}, wantRefusals: []client.Refusal{client.RefusedPaymentFlow}},
-		{name: "escrow flow", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","paymentFlow":"escrow"}`))}, wantRefusals: []client.Refusal{client.RefusedPaymentFlow}},
-		{name: "permit2", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","assetTransferMethod":"permit2"}`))}, wantRefusals: []client.Refusal{client.RefusedOffer}},
-		{name: "no EIP-712 domain", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{}`))}, wantRefusals: []client.Refusal{client.RefusedOffer}},
-		{name: "authorization valid too long", accepts: []x402.PaymentRequirements{offer(price, func(r *x402.PaymentRequirements) { r.MaxTimeoutSeconds = 1 << 40 })}, wantRefusals: []client.Refusal{client.RefusedOffer}},
+		}, wantRefusals: []client.RefusalError{client.RefusedNevermined, client.RefusedNevermined}},
+		{name: "unknown scheme only", accepts: []x402.PaymentRequirements{offer(price, withScheme("upto"))}, wantRefusals: []client.RefusalError{client.RefusedForeignScheme}},
+		{name: "unknown payment flow", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","paymentFlow":"layaway"}`))}, wantRefusals: []client.RefusalError{client.RefusedPaymentFlow}},
+		{name: "escrow flow", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","paymentFlow":"escrow"}`))}, wantRefusals: []client.RefusalError{client.RefusedPaymentFlow}},
+		{name: "permit2", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","assetTransferMethod":"permit2"}`))}, wantRefusals: []client.RefusalError{client.RefusedOffer}},
+		{name: "no EIP-712 domain", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{}`))}, wantRefusals: []client.RefusalError{client.RefusedOffer}},
+		{name: "authorization valid too long", accepts: []x402.PaymentRequirements{offer(price, func(r *x402.PaymentRequirements) { r.MaxTimeoutSeconds = 1 << 40 })}, wantRefusals: []client.RefusalError{client.RefusedOffer}},
 		{name: "402 without PAYMENT-REQUIRED", required: &empty, wantErr: client.ErrNoPaymentRequired},
 		{name: "garbage PAYMENT-REQUIRED", required: &garbage, wantErr: client.ErrBadPaymentRequired},
 		{name: "version 1 PAYMENT-REQUIRED", required: &v1, wantErr: client.ErrBadPaymentRequired},
@@ -267,10 +267,10 @@ func TestTransportRefuses(t *testing.T) {
 		{name: "no signer", accepts: []x402.PaymentRequirements{offer(price)}, noSigner: true, wantErr: client.ErrNoSigner},
 		{name: "recipient not allowed", accepts: []x402.PaymentRequirements{offer(price)}, policy: withPolicy(func(p *client.Policy) {
 			p.PayTo = []string{"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"}
-		}), wantRefusals: []client.Refusal{client.RefusedPayTo}},
+		}), wantRefusals: []client.RefusalError{client.RefusedPayTo}},
 		{name: "origin not allowed", accepts: []x402.PaymentRequirements{offer(price), offer(1)}, policy: withPolicy(func(p *client.Policy) {
 			p.Origins = []string{"https://api.example.com"}
-		}), wantRefusals: []client.Refusal{client.RefusedOrigin, client.RefusedOrigin}},
+		}), wantRefusals: []client.RefusalError{client.RefusedOrigin, client.RefusedOrigin}},
 		{name: "policy with a bad recipient", accepts: []x402.PaymentRequirements{offer(price)}, policy: withPolicy(func(p *client.Policy) {
 			p.PayTo = []string{"bob"}
 		}), wantErr: client.ErrInvalidPolicy},
@@ -301,9 +301,9 @@ func TestTransportRefuses(t *testing.T) {
 				if !errors.As(err, &npe) {
 					t.Fatalf("error = %v, want a *NoPayableOptionError", err)
 				}
-				var got []client.Refusal
+				var got []client.RefusalError
 				for _, o := range npe.Options {
-					got = append(got, o.Refusal)
+					got = append(got, o.RefusalError)
 				}
 				if diff := cmp.Diff(tc.wantRefusals, got); diff != "" {
 					t.Errorf("refusals (-want +got):\n%s", diff)
@@ -344,14 +344,14 @@ func TestNoPayableOptionError(t *testing.T) {
 		t.Fatalf("error = %v, want a *NoPayableOptionError", err)
 	}
 	type row struct {
-		Index   int
-		Scheme  string
-		Refusal client.Refusal
-		Label   string
+		Index        int
+		Scheme       string
+		RefusalError client.RefusalError
+		Label        string
 	}
 	var got []row
 	for _, o := range npe.Options {
-		got = append(got, row{o.Index, o.Requirements.Scheme, o.Refusal, o.Label})
+		got = append(got, row{o.Index, o.Requirements.Scheme, o.RefusalError, o.Label})
 	}
 	want := []row{
 		{0, "nvm:erc4337", client.RefusedNevermined, "requires a Nevermined account"},
@@ -564,7 +564,7 @@ func testConcurrentBudget(t *testing.T, j client.Journal) {
 		switch {
 		case err == nil:
 			ok++
-		case errors.As(err, &npe) && len(npe.Options) == 1 && npe.Options[0].Refusal == client.RefusedOverBudget:
+		case errors.As(err, &npe) && len(npe.Options) == 1 && npe.Options[0].RefusalError == client.RefusedOverBudget:
 			refused++
 		default:
 			t.Errorf("call failed: %v", err)

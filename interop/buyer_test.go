@@ -87,7 +87,7 @@ func TestBuyerPaysExpress(t *testing.T) {
 
 	for _, tc := range []struct {
 		path    string
-		refusal client.Refusal
+		refusal client.RefusalError
 		label   string
 	}{
 		{"/nvm", client.RefusedNevermined, client.LabelNevermined},
@@ -116,7 +116,7 @@ func TestBuyerPaysExpress(t *testing.T) {
 				t.Fatalf("options = %+v, want the one offered", np.Options)
 			}
 			o := np.Options[0]
-			if o.Refusal != tc.refusal || o.Label != tc.label || o.Requirements.Network != network || o.Requirements.Amount != amount {
+			if o.RefusalError != tc.refusal || o.Label != tc.label || o.Requirements.Network != network || o.Requirements.Amount != amount {
 				t.Errorf("option = %+v, want refusal %q labelled %q", o, tc.refusal, tc.label)
 			}
 			if !strings.Contains(err.Error(), tc.label) {

@@ -598,7 +598,7 @@ func printOptions(w io.Writer, line string, pr *x402.PaymentRequired, vs []verdi
 		if v.Pay {
 			printf(w, "    verdict  PAY: %s\n", v.Label)
 		} else {
-			printf(w, "    verdict  refused (%s): %s\n", v.Refusal, v.Label)
+			printf(w, "    verdict  refused (%s): %s\n", v.RefusalError, v.Label)
 		}
 	}
 	printf(w, "policy: %s\n", s.describe())
@@ -678,7 +678,7 @@ type optionJSON struct {
 	MaxTimeoutSeconds int64           `json:"maxTimeoutSeconds"`
 	Extra             json.RawMessage `json:"extra,omitempty"`
 	Pay               bool            `json:"pay"`
-	Refusal           string          `json:"refusal,omitempty"`
+	RefusalError      string          `json:"refusal,omitempty"`
 	Label             string          `json:"label,omitempty"`
 }
 
@@ -699,7 +699,7 @@ func optionsJSON(vs []verdict, decimals int) []optionJSON {
 	out := make([]optionJSON, len(vs))
 	for i, v := range vs {
 		out[i] = newOptionJSON(v.Index, v.Req, decimals)
-		out[i].Pay, out[i].Refusal, out[i].Label = v.Pay, v.Refusal, v.Label
+		out[i].Pay, out[i].RefusalError, out[i].Label = v.Pay, v.RefusalError, v.Label
 	}
 	return out
 }

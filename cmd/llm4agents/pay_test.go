@@ -325,7 +325,7 @@ func TestPayDemoGateway(t *testing.T) {
 		if !res.DryRun || res.Status != 402 || len(res.Options) != 1 {
 			t.Fatalf("result = %+v", res)
 		}
-		if o := res.Options[0]; o.Pay || o.Refusal != "over_maximum" || o.Amount != "10000" || o.AmountTokens != "0.01" {
+		if o := res.Options[0]; o.Pay || o.RefusalError != "over_maximum" || o.Amount != "10000" || o.AmountTokens != "0.01" {
 			t.Errorf("option = %+v, want refused over_maximum", o)
 		}
 	})

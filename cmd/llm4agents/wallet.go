@@ -352,11 +352,11 @@ func (in *inspector) explain(np *client.NoPayableOptionError) (*x402.PaymentRequ
 	}
 	vs := make([]verdict, len(pr.Accepts))
 	for i, r := range pr.Accepts {
-		vs[i] = verdict{Index: i, Req: r, Refusal: "unknown", Label: "not judged"}
+		vs[i] = verdict{Index: i, Req: r, RefusalError: "unknown", Label: "not judged"}
 	}
 	for _, o := range np.Options {
 		if o.Index >= 0 && o.Index < len(vs) {
-			vs[o.Index] = verdict{Index: o.Index, Req: o.Requirements, Refusal: string(o.Refusal), Label: o.Label}
+			vs[o.Index] = verdict{Index: o.Index, Req: o.Requirements, RefusalError: string(o.RefusalError), Label: o.Label}
 		}
 	}
 	return pr, vs
@@ -364,11 +364,11 @@ func (in *inspector) explain(np *client.NoPayableOptionError) (*x402.PaymentRequ
 
 // verdict is what the spending flags make of one option of a 402.
 type verdict struct {
-	Index   int
-	Req     x402.PaymentRequirements
-	Pay     bool
-	Refusal string // a client.Refusal, or "not_chosen"; "" when paid
-	Label   string // why, for a person
+	Index        int
+	Req          x402.PaymentRequirements
+	Pay          bool
+	RefusalError string // a client.RefusalError, or "not_chosen"; "" when paid
+	Label        string // why, for a person
 }
 
 // judge says what the spending flags would do with each option of a 402,
@@ -388,7 +388,7 @@ func judge(ctx context.Context, s *spending, header string, pr *x402.PaymentRequ
 	}
 	if chosen < 0 {
 		for j, o := range refused {
-			vs[j] = verdict{Index: j, Req: o.Requirements, Refusal: string(o.Refusal), Label: o.Label}
+			vs[j] = verdict{Index: j, Req: o.Requirements, RefusalError: string(o.RefusalError), Label: o.Label}
 		}
 		return vs, nil
 	}
@@ -403,10 +403,10 @@ func judge(ctx context.Context, s *spending, header string, pr *x402.PaymentRequ
 		case err != nil:
 			return nil, err
 		case c >= 0:
-			vs[i] = verdict{Index: i, Req: pr.Accepts[i], Refusal: "not_chosen", Label: fmt.Sprintf("payable, but option [%d] is preferred", chosen)}
+			vs[i] = verdict{Index: i, Req: pr.Accepts[i], RefusalError: "not_chosen", Label: fmt.Sprintf("payable, but option [%d] is preferred", chosen)}
 		default:
 			o := refused[0]
-			vs[i] = verdict{Index: i, Req: o.Requirements, Refusal: string(o.Refusal), Label: o.Label}
+			vs[i] = verdict{Index: i, Req: o.Requirements, RefusalError: string(o.RefusalError), Label: o.Label}
 		}
 	}
 	return vs, nil

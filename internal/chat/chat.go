@@ -220,10 +220,10 @@ type Usage struct {
 type Chunk struct {
 	Choices []struct {
 		Delta struct {
-			Role      string          `json:"role"`
-			Content   *string         `json:"content"`
-			Refusal   *string         `json:"refusal"`
-			ToolCalls json.RawMessage `json:"tool_calls"`
+			Role         string          `json:"role"`
+			Content      *string         `json:"content"`
+			RefusalError *string         `json:"refusal"`
+			ToolCalls    json.RawMessage `json:"tool_calls"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
@@ -235,7 +235,7 @@ type Chunk struct {
 func (c *Chunk) HasContent() bool {
 	for _, ch := range c.Choices {
 		d := ch.Delta
-		if (d.Content != nil && *d.Content != "") || (d.Refusal != nil && *d.Refusal != "") ||
+		if (d.Content != nil && *d.Content != "") || (d.RefusalError != nil && *d.RefusalError != "") ||
 			(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
 			return true
 		}

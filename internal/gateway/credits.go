@@ -493,9 +493,9 @@ func completionText(body []byte) string {
 	var c struct {
 		Choices []struct {
 			Message struct {
-				Content   json.RawMessage `json:"content"`
-				Refusal   *string         `json:"refusal"`
-				ToolCalls []toolCall      `json:"tool_calls"`
+				Content      json.RawMessage `json:"content"`
+				RefusalError *string         `json:"refusal"`
+				ToolCalls    []toolCall      `json:"tool_calls"`
 			} `json:"message"`
 		} `json:"choices"`
 	}
@@ -506,8 +506,8 @@ func completionText(body []byte) string {
 	for _, ch := range c.Choices {
 		m := ch.Message
 		b.WriteString(chat.Message{Content: m.Content}.Text())
-		if m.Refusal != nil {
-			b.WriteString(*m.Refusal)
+		if m.RefusalError != nil {
+			b.WriteString(*m.RefusalError)
 		}
 		for _, tc := range m.ToolCalls {
 			b.WriteString(tc.Function.Name)

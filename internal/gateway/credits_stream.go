@@ -203,9 +203,9 @@ func (cs *creditSSE) record(ev []byte) {
 	var c struct {
 		Choices []struct {
 			Delta struct {
-				Content   *string    `json:"content"`
-				Refusal   *string    `json:"refusal"`
-				ToolCalls []toolCall `json:"tool_calls"`
+				Content      *string    `json:"content"`
+				RefusalError *string    `json:"refusal"`
+				ToolCalls    []toolCall `json:"tool_calls"`
 			} `json:"delta"`
 		} `json:"choices"`
 	}
@@ -218,8 +218,8 @@ func (cs *creditSSE) record(ev []byte) {
 		if d.Content != nil {
 			cs.text.WriteString(*d.Content)
 		}
-		if d.Refusal != nil {
-			cs.text.WriteString(*d.Refusal)
+		if d.RefusalError != nil {
+			cs.text.WriteString(*d.RefusalError)
 		}
 		for _, tc := range d.ToolCalls {
 			cs.text.WriteString(tc.Function.Name)

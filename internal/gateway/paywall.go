@@ -111,7 +111,7 @@ var refusalAnswer = map[paywall.Reason]struct {
 // SDKs) and names the price; a failed settlement carries PAYMENT-RESPONSE and
 // no offer, as the official server answers. Either way the code is the
 // refusal's own reason.
-func (s *Server) refused(rf *paywall.Refusal) *apiError {
+func (s *Server) refused(rf *paywall.RefusalError) *apiError {
 	h := http.Header{}
 	switch {
 	case rf.Required != nil:

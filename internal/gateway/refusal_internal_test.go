@@ -22,32 +22,32 @@ func TestRefusalTable(t *testing.T) {
 	settle := &x402.SettleResponse{ErrorReason: "invalid_exact_evm_transfer_event_mismatch", Network: "eip155:1"}
 	for _, tc := range []struct {
 		name       string
-		rf         *paywall.Refusal
+		rf         *paywall.RefusalError
 		status     int
 		retryAfter string
 		noRetry    bool   // X-Should-Retry: false
 		header     string // the protocol header it carries, "" for none
 		message    string
 	}{
-		{"no payment", &paywall.Refusal{Reason: paywall.PaymentRequired, Message: "Payment required", Required: offer, Amount: big.NewInt(10000), What: "request"},
+		{"no payment", &paywall.RefusalError{Reason: paywall.PaymentRequired, Message: "Payment required", Required: offer, Amount: big.NewInt(10000), What: "request"},
 			402, "", true, x402.HeaderPaymentRequired, "payment required: 0.01 USDC for this request"},
-		{"mismatch", &paywall.Refusal{Reason: paywall.Mismatch, Message: "No matching payment requirements", Required: offer, Amount: big.NewInt(10000), What: "top-up"},
+		{"mismatch", &paywall.RefusalError{Reason: paywall.Mismatch, Message: "No matching payment requirements", Required: offer, Amount: big.NewInt(10000), What: "top-up"},
 			402, "", true, x402.HeaderPaymentRequired, "payment required: 0.01 USDC for this top-up (No matching payment requirements)"},
-		{"settle failed", &paywall.Refusal{Reason: "invalid_exact_evm_transfer_event_mismatch", Message: "m", Settlement: settle},
+		{"settle failed", &paywall.RefusalError{Reason: "invalid_exact_evm_transfer_event_mismatch", Message: "m", Settlement: settle},
 			402, "", true, x402.HeaderPaymentResponse, "m"},
-		{"invalid payment", &paywall.Refusal{Reason: paywall.InvalidPayment, Message: "m"}, 400, "", true, "", "m"},
-		{"invalid id", &paywall.Refusal{Reason: paywall.InvalidPaymentID, Message: "m"}, 400, "", true, "", "m"},
-		{"in flight", &paywall.Refusal{Reason: paywall.OperationInFlight, Message: "m"}, 409, "2", true, "", "m"},
-		{"pending", &paywall.Refusal{Reason: paywall.SettlementPending, Message: "m"}, 409, "5", true, "", "m"},
-		{"already used", &paywall.Refusal{Reason: paywall.AlreadyUsed, Message: "m"}, 409, "", true, "", "m"},
-		{"conflict", &paywall.Refusal{Reason: paywall.IdempotencyConflict, Message: "m"}, 409, "", true, "", "m"},
-		{"request mismatch", &paywall.Refusal{Reason: paywall.RequestMismatch, Message: "m"}, 409, "", true, "", "m"},
-		{"budget", &paywall.Refusal{Reason: paywall.ReplayBudgetSpent, Message: "m"}, 409, "", true, "", "m"},
-		{"store", &paywall.Refusal{Reason: paywall.StoreUnavailable, Message: "m"}, 503, "", false, "", "m"},
-		{"recovery", &paywall.Refusal{Reason: paywall.RecoveryUnavailable, Message: "m"}, 503, "2", true, "", "m"},
-		{"facilitator", &paywall.Refusal{Reason: paywall.FacilitatorUnavailable, Message: "m"}, 502, "", false, "", "m"},
-		{"internal", &paywall.Refusal{Reason: paywall.Internal, Message: "m"}, 500, "", false, "", "m"},
-		{"unknown reason", &paywall.Refusal{Reason: "no_such_reason", Message: "m"}, 500, "", false, "", "m"},
+		{"invalid payment", &paywall.RefusalError{Reason: paywall.InvalidPayment, Message: "m"}, 400, "", true, "", "m"},
+		{"invalid id", &paywall.RefusalError{Reason: paywall.InvalidPaymentID, Message: "m"}, 400, "", true, "", "m"},
+		{"in flight", &paywall.RefusalError{Reason: paywall.OperationInFlight, Message: "m"}, 409, "2", true, "", "m"},
+		{"pending", &paywall.RefusalError{Reason: paywall.SettlementPending, Message: "m"}, 409, "5", true, "", "m"},
+		{"already used", &paywall.RefusalError{Reason: paywall.AlreadyUsed, Message: "m"}, 409, "", true, "", "m"},
+		{"conflict", &paywall.RefusalError{Reason: paywall.IdempotencyConflict, Message: "m"}, 409, "", true, "", "m"},
+		{"request mismatch", &paywall.RefusalError{Reason: paywall.RequestMismatch, Message: "m"}, 409, "", true, "", "m"},
+		{"budget", &paywall.RefusalError{Reason: paywall.ReplayBudgetSpent, Message: "m"}, 409, "", true, "", "m"},
+		{"store", &paywall.RefusalError{Reason: paywall.StoreUnavailable, Message: "m"}, 503, "", false, "", "m"},
+		{"recovery", &paywall.RefusalError{Reason: paywall.RecoveryUnavailable, Message: "m"}, 503, "2", true, "", "m"},
+		{"facilitator", &paywall.RefusalError{Reason: paywall.FacilitatorUnavailable, Message: "m"}, 502, "", false, "", "m"},
+		{"internal", &paywall.RefusalError{Reason: paywall.Internal, Message: "m"}, 500, "", false, "", "m"},
+		{"unknown reason", &paywall.RefusalError{Reason: "no_such_reason", Message: "m"}, 500, "", false, "", "m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Wrapped, as a handler may return it.

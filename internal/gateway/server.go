@@ -298,7 +298,7 @@ func (s *Server) handle(route string, h func(http.ResponseWriter, *http.Request)
 // answerOf is the HTTP answer of a handler's error: a paywall refusal by the
 // refusal table (paywall.go), an apiError as it is, anything else a 500.
 func (s *Server) answerOf(err error) *apiError {
-	if rf, ok := errors.AsType[*paywall.Refusal](err); ok {
+	if rf, ok := errors.AsType[*paywall.RefusalError](err); ok {
 		return s.refused(rf)
 	}
 	if ae, ok := errors.AsType[*apiError](err); ok {

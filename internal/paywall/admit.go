@@ -98,7 +98,7 @@ func (pd *payment) fp() string {
 
 // Admit runs the payment steps of D0 before the upstream: decode, match (D7),
 // freshness (D6), recovery lookup (D14), verify, claim, begin the recovery
-// record. It returns the admission, or a *Refusal (or another error) to
+// record. It returns the admission, or a *RefusalError (or another error) to
 // answer with.
 func (p *Paywall) Admit(ctx context.Context, q *Quote, in Presented, req Request) (Admission, error) {
 	payload, auth, err := p.read(q, in)
@@ -244,7 +244,7 @@ func (p *Paywall) claim(ctx context.Context, pd *payment) (store.PaymentClaim, b
 	// clock skew between us and the chain never reopens a spendable one.
 	expires, err := store.ClaimExpiry(p.cfg.Network, p.now(), time.Unix(a.ValidBefore.Int64(), 0))
 	if err != nil {
-		return store.PaymentClaim{}, false, &Refusal{Reason: Internal, Err: err,
+		return store.PaymentClaim{}, false, &RefusalError{Reason: Internal, Err: err,
 			Message: "the payment could not be recorded; nothing was charged"}
 	}
 	claim, held, err := p.claims().ClaimPayment(ctx, store.PaymentClaim{
@@ -253,7 +253,7 @@ func (p *Paywall) claim(ctx context.Context, pd *payment) (store.PaymentClaim, b
 	}, p.cfg.ClaimLease)
 	if err != nil {
 		p.metrics.Payment("store_down")
-		return store.PaymentClaim{}, false, &Refusal{Reason: StoreUnavailable, Err: err,
+		return store.PaymentClaim{}, false, &RefusalError{Reason: StoreUnavailable, Err: err,
 			Message: "the payment could not be recorded; nothing was charged"}
 	}
 	return claim, held, nil
@@ -270,7 +270,7 @@ func (p *Paywall) lookup(ctx context.Context, key string) (*store.PaymentClaim, 
 	case errors.Is(err, store.ErrNotFound):
 		return nil, nil
 	case err != nil:
-		return nil, &Refusal{Reason: StoreUnavailable, Err: err, Message: "the payment could not be looked up; nothing was charged"}
+		return nil, &RefusalError{Reason: StoreUnavailable, Err: err, Message: "the payment could not be looked up; nothing was charged"}
 	}
 	switch {
 	case c.State == store.PaymentPending && c.Staged != nil:

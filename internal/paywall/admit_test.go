@@ -62,7 +62,7 @@ func TestAdmitRefusesBeforeTheFacilitator(t *testing.T) {
 			} else {
 				_, err = pw.Admit(t.Context(), q, tc.in, paywall.Request{})
 			}
-			rf, ok := errors.AsType[*paywall.Refusal](err)
+			rf, ok := errors.AsType[*paywall.RefusalError](err)
 			if !ok || rf.Reason != tc.reason {
 				t.Fatalf("got %v, want a refusal %s", err, tc.reason)
 			}

@@ -16,7 +16,7 @@
 //     the claim, alive or dead; Resume finds out from the chain.
 //
 // AdmitTopUp is the same first steps for a credit top-up, and returns a
-// *TopUp. A refusal is a *Refusal naming its Reason; the gateway turns it into
+// *TopUp. A refusal is a *RefusalError naming its Reason; the gateway turns it into
 // an HTTP status and an OpenAI error body in one table.
 //
 // Steps that must finish even when the client has left (recording a

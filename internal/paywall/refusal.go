@@ -51,7 +51,7 @@ const (
 	textNoMatch  = "No matching payment requirements"
 )
 
-// Reasons of a 402 that offers payment: the offer is in Refusal.Required.
+// Reasons of a 402 that offers payment: the offer is in RefusalError.Required.
 // A refusal by verify or by the windows of D6 carries the facilitator's
 // reason (x402.Reason*) instead.
 const (
@@ -70,9 +70,9 @@ const (
 // named none.
 const SettlementFailed Reason = "settlement_failed"
 
-// Refusal is a payment refused: nothing of it reaches the upstream, and
+// RefusalError is a payment refused: nothing of it reaches the upstream, and
 // nothing is charged unless Settlement says so.
-type Refusal struct {
+type RefusalError struct {
 	Reason Reason
 	// Message says what happened, for the client. For a 402 offer it is the
 	// offer's own reason text (PaymentRequired.error): the gateway says the
@@ -91,16 +91,18 @@ type Refusal struct {
 	Err error
 }
 
-func (r *Refusal) Error() string {
+func (r *RefusalError) Error() string {
 	if r.Err != nil {
 		return fmt.Sprintf("payment refused: %s: %s: %v", r.Reason, r.Message, r.Err)
 	}
 	return fmt.Sprintf("payment refused: %s: %s", r.Reason, r.Message)
 }
 
-func (r *Refusal) Unwrap() error { return r.Err }
+func (r *RefusalError) Unwrap() error { return r.Err }
 
-func refusal(reason Reason, msg string) *Refusal { return &Refusal{Reason: reason, Message: msg} }
+func refusal(reason Reason, msg string) *RefusalError {
+	return &RefusalError{Reason: reason, Message: msg}
+}
 
 // alreadyUsed refuses an authorization the chain shows spent.
 func alreadyUsed() error {
@@ -141,7 +143,7 @@ func requestMismatch() error {
 // storeDown is the refusal of a store that did not answer, counted.
 func (p *Paywall) storeDown(err error) error {
 	p.metrics.Payment("store_down")
-	return &Refusal{Reason: StoreUnavailable, Message: "the payment could not be looked up; nothing was charged", Err: err}
+	return &RefusalError{Reason: StoreUnavailable, Message: "the payment could not be looked up; nothing was charged", Err: err}
 }
 
 // recoveryFailed is the refusal when a paid answer could not be recovered now
@@ -149,12 +151,12 @@ func (p *Paywall) storeDown(err error) error {
 // to retry with the same payment.
 func (p *Paywall) recoveryFailed(err error) error {
 	p.metrics.Payment("store_down")
-	return &Refusal{Reason: RecoveryUnavailable, Err: err,
+	return &RefusalError{Reason: RecoveryUnavailable, Err: err,
 		Message: "the answer to this paid request could not be recovered right now; retry with the same payment"}
 }
 
 func facilitatorDown(err error) error {
-	return &Refusal{Reason: FacilitatorUnavailable, Err: err,
+	return &RefusalError{Reason: FacilitatorUnavailable, Err: err,
 		Message: "the payment could not be verified right now; nothing was charged"}
 }
 
@@ -174,7 +176,7 @@ func (p *Paywall) challenge(q *Quote, reason Reason, text string, detail error) 
 	if p.recoveries != nil && q.What != WhatTopUp {
 		pr.Extensions = map[string]json.RawMessage{x402.ExtensionPaymentID: x402.PaymentIDDeclaration(q.PaymentIDRequired)}
 	}
-	return &Refusal{Reason: reason, Message: text, Required: pr, Amount: q.Amount, What: q.What, Err: detail}
+	return &RefusalError{Reason: reason, Message: text, Required: pr, Amount: q.Amount, What: q.What, Err: detail}
 }
 
 // verifyChallenge is the 402 of a payment refused by a check that has an
@@ -190,7 +192,7 @@ func settleRefusal(sr *x402.SettleResponse) error {
 	if reason == "" {
 		reason = SettlementFailed
 	}
-	return &Refusal{Reason: reason, Message: settleMessage(sr), Settlement: sr}
+	return &RefusalError{Reason: reason, Message: settleMessage(sr), Settlement: sr}
 }
 
 func settleMessage(sr *x402.SettleResponse) string {

@@ -72,7 +72,7 @@ func (p *Paywall) AdmitTopUp(ctx context.Context, q *Quote, in Presented, req Re
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
-		return nil, &Refusal{Reason: StoreUnavailable, Err: err, Message: "the payment could not be looked up; nothing was charged"}
+		return nil, &RefusalError{Reason: StoreUnavailable, Err: err, Message: "the payment could not be looked up; nothing was charged"}
 	case !isTopUpClaim(c):
 		// Claimed for something else (a chat completion): never credited.
 		p.metrics.Payment("replayed")
@@ -172,7 +172,7 @@ func (p *Paywall) markTopUp(ctx context.Context, pd *payment) error {
 		Fingerprint: Fingerprint(pd.request.Method, pd.request.Path, "", body)}
 	if err := p.claims().StagePayment(ctx, pd.key, pd.claim.Fence, m); err != nil {
 		p.metrics.Payment("store_down")
-		return &Refusal{Reason: StoreUnavailable, Err: err, Message: "the payment could not be recorded; nothing was charged"}
+		return &RefusalError{Reason: StoreUnavailable, Err: err, Message: "the payment could not be recorded; nothing was charged"}
 	}
 	pd.claim.Staged = &m
 	return nil

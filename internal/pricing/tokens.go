@@ -311,9 +311,9 @@ func (t *tally) raw(v json.RawMessage) {
 
 // contentPart is the part of a content array element the count reads.
 type contentPart struct {
-	Type    string `json:"type"`
-	Text    string `json:"text"`
-	Refusal string `json:"refusal"`
+	Type         string `json:"type"`
+	Text         string `json:"text"`
+	RefusalError string `json:"refusal"`
 }
 
 // content counts a message's content: a string, or an array of parts (text and
@@ -339,7 +339,7 @@ func (t *tally) content(c json.RawMessage) {
 				case "text":
 					t.text(p.Text)
 				case "refusal":
-					t.text(p.Refusal)
+					t.text(p.RefusalError)
 				default:
 					t.n += MediaPartTokens
 				}

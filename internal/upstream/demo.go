@@ -423,10 +423,10 @@ type choiceJSON struct {
 }
 
 type messageJSON struct {
-	Role        string     `json:"role"`
-	Content     string     `json:"content"`
-	Refusal     *string    `json:"refusal"`
-	Annotations []struct{} `json:"annotations"`
+	Role         string     `json:"role"`
+	Content      string     `json:"content"`
+	RefusalError *string    `json:"refusal"`
+	Annotations  []struct{} `json:"annotations"`
 }
 
 type chunkJSON struct {

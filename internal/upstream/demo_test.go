@@ -43,10 +43,10 @@ type openAICompletion struct {
 	Choices []struct {
 		Index   int `json:"index"`
 		Message struct {
-			Role        string   `json:"role"`
-			Content     string   `json:"content"`
-			Refusal     *string  `json:"refusal"`
-			Annotations []string `json:"annotations"`
+			Role         string   `json:"role"`
+			Content      string   `json:"content"`
+			RefusalError *string  `json:"refusal"`
+			Annotations  []string `json:"annotations"`
 		} `json:"message"`
 		Logprobs     any    `json:"logprobs"`
 		FinishReason string `json:"finish_reason"`

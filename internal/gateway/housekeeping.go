@@ -75,19 +75,19 @@ type CreditSweeper struct{ loop }
 // after a sweep of its own that left no expired top-up waiting (PurgeGate).
 func StartCreditSweeper(topUps TopUpSweeper, holds HoldSweeper, auth AuthSweeper, every time.Duration, log *slog.Logger) *CreditSweeper {
 	s := &CreditSweeper{}
-	s.start(every, true, func() { sweepCredits(topUps, holds, auth, log) })
+	s.start(every, true, func(ctx context.Context) { sweepCredits(ctx, topUps, holds, auth, log) })
 	return s
 }
 
 // sweepCredits is one round of the CreditSweeper.
-func sweepCredits(topUps TopUpSweeper, holds HoldSweeper, auth AuthSweeper, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), housekeepingTimeout)
+func sweepCredits(base context.Context, topUps TopUpSweeper, holds HoldSweeper, auth AuthSweeper, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(base, housekeepingTimeout)
 	n, err := topUps.SweepTopUps(ctx)
 	if err != nil {
 		log.Warn("credit settled top-ups", "credited", n, "err", err)
 	}
 	cancel()
-	ctx, cancel = context.WithTimeout(context.Background(), housekeepingTimeout)
+	ctx, cancel = context.WithTimeout(base, housekeepingTimeout)
 	defer cancel()
 	if _, err := holds.SweepExpired(ctx); err != nil {
 		log.Warn("sweep expired holds", "err", err)
@@ -115,15 +115,15 @@ type Purger struct{ loop }
 // by themselves (Redis) purges nothing here, cheaply.
 func StartPurger(db ExpiredPurger, gate PurgeGate, every time.Duration, log *slog.Logger) *Purger {
 	p := &Purger{}
-	p.start(every, false, func() { purgeRound(db, gate, log) })
+	p.start(every, false, func(ctx context.Context) { purgeRound(ctx, db, gate, log) })
 	return p
 }
 
 // purgeRound is one round of the Purger.
-func purgeRound(db ExpiredPurger, gate PurgeGate, log *slog.Logger) {
+func purgeRound(base context.Context, db ExpiredPurger, gate PurgeGate, log *slog.Logger) {
 	payments := true
 	if gate != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), purgeGateTimeout)
+		ctx, cancel := context.WithTimeout(base, purgeGateTimeout)
 		waiting, err := gate.SweepBeforePurge(ctx)
 		cancel()
 		if err != nil || waiting > 0 {
@@ -132,18 +132,18 @@ func purgeRound(db ExpiredPurger, gate PurgeGate, log *slog.Logger) {
 		}
 	}
 	if payments {
-		purgeBatches("purge expired payments", log, db.PurgeExpiredPayments)
+		purgeBatches(base, "purge expired payments", log, db.PurgeExpiredPayments)
 	}
 	if r, ok := db.(recoveryPurger); ok {
-		purgeBatches("purge expired recoveries", log, r.PurgeExpiredRecoveries)
+		purgeBatches(base, "purge expired recoveries", log, r.PurgeExpiredRecoveries)
 	}
 }
 
 // purgeBatches calls purge with housekeepingBatch until it deletes fewer or
 // fails.
-func purgeBatches(what string, log *slog.Logger, purge func(ctx context.Context, limit int) (int, error)) {
+func purgeBatches(base context.Context, what string, log *slog.Logger, purge func(ctx context.Context, limit int) (int, error)) {
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), housekeepingTimeout)
+		ctx, cancel := context.WithTimeout(base, housekeepingTimeout)
 		n, err := purge(ctx, housekeepingBatch)
 		cancel()
 		if err != nil {
@@ -156,21 +156,28 @@ func purgeBatches(what string, log *slog.Logger, purge func(ctx context.Context,
 }
 
 // loop runs a round every period, from start until Close, on one goroutine
-// that Close waits for.
+// that Close waits for. Each round gets the loop's context, which Close
+// cancels: a shutdown does not wait for a long sweep (each round's writes
+// are transactions, and the next start sweeps again).
 type loop struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop   chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // start starts the goroutine; atStart runs the first round at once rather than
 // a period later.
-func (l *loop) start(every time.Duration, atStart bool, round func()) {
+func (l *loop) start(every time.Duration, atStart bool, round func(ctx context.Context)) {
 	l.stop = make(chan struct{})
+	// The loop is a root of its own, like main: it outlives the caller
+	// that started it.
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
 	l.wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		if atStart {
-			round()
+			round(ctx)
 		}
 		for {
 			select {
@@ -178,13 +185,14 @@ func (l *loop) start(every time.Duration, atStart bool, round func()) {
 				return
 			case <-t.C:
 			}
-			round()
+			round(ctx)
 		}
 	})
 }
 
-// Close stops the loop and waits for a round in progress to end.
+// Close stops the loop, cancels a round in progress and waits for it to end.
 func (l *loop) Close() {
+	l.cancel()
 	close(l.stop)
 	l.wg.Wait()
 }

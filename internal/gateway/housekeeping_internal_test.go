@@ -131,7 +131,7 @@ func TestPurgeWaitsForTopUps(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := &purgeCounter{}
 			logs := &lockedBuffer{}
-			purgeRound(db, tc.gate, slog.New(slog.NewTextHandler(logs, nil)))
+			purgeRound(t.Context(), db, tc.gate, slog.New(slog.NewTextHandler(logs, nil)))
 			if db.payments != tc.payments || db.recoveries != 1 {
 				t.Errorf("purged payments %d times, recoveries %d; want %d, 1", db.payments, db.recoveries, tc.payments)
 			}

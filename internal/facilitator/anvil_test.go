@@ -91,8 +91,12 @@ func (e *anvilEnv) restart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// With automine off a settle waits its whole timeout for a receipt
+	// that does not come, and answers settlement_pending. The timeout must
+	// still cover estimating and sending the transaction on a loaded CI
+	// machine: 300 ms did not (estimate gas timed out under the full suite).
 	fac, err := facilitator.New(facilitator.Config{
-		Network: network, SettleTimeout: 300 * time.Millisecond,
+		Network: network, SettleTimeout: 1500 * time.Millisecond,
 		Assets: []facilitator.Asset{{Address: e.token, Name: "USD Coin", Version: "2"}},
 	}, e.node.Client, sender, db, discard())
 	if err != nil {

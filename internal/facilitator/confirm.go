@@ -48,11 +48,11 @@ func NewChainConfirmer(chain ChainReader, lookback uint64) *ChainConfirmer {
 // It returns that transaction. It is a read: it marks nothing and reports to
 // no one.
 func (c *ChainConfirmer) Confirm(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (string, bool, error) {
-	vd, ok := confirmable(p, req)
+	pm, ok := confirmable(p, req)
 	if !ok {
 		return "", false, nil
 	}
-	return c.confirm(ctx, vd)
+	return c.confirm(ctx, pm)
 }
 
 // ConfirmAuthorization is Confirm for an authorization known by its parts
@@ -63,28 +63,27 @@ func (c *ChainConfirmer) ConfirmAuthorization(ctx context.Context, network strin
 	if a.Value == nil {
 		return "", false, nil
 	}
-	return c.confirm(ctx, &exact.Verified{Payload: &exact.Payload{Authorization: a}, Network: network, Asset: asset, PayTo: a.To})
+	return c.confirm(ctx, exactPayment{&exact.Verified{Payload: &exact.Payload{Authorization: a}, Network: network, Asset: asset, PayTo: a.To}})
 }
 
-func (c *ChainConfirmer) confirm(ctx context.Context, vd *exact.Verified) (string, bool, error) {
-	a := &vd.Payload.Authorization
-	used, err := exact.AuthorizationState(ctx, c.chain, vd.Asset, a.From, a.Nonce)
+func (c *ChainConfirmer) confirm(ctx context.Context, pm payment) (string, bool, error) {
+	used, err := pm.used(ctx, c.chain)
 	if err != nil || !used {
 		return "", false, err
 	}
-	ev, receipt, err := c.findUse(ctx, vd)
+	ev, receipt, err := c.findUse(ctx, pm)
 	if err != nil || ev == nil || ev.Canceled || receipt == nil {
 		return "", false, err
 	}
-	if receipt.Status != types.ReceiptStatusSuccessful || !exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
+	if receipt.Status != types.ReceiptStatusSuccessful || !pm.paidBy(receipt.Logs) {
 		return "", false, nil
 	}
 	return ev.TxHash.Hex(), true, nil
 }
 
-// findUse finds the transaction that used vd's authorization within the
+// findUse finds the transaction that used pm's authorization within the
 // lookback, and its receipt; nil when none did.
-func (c *ChainConfirmer) findUse(ctx context.Context, vd *exact.Verified) (*exact.UseEvent, *types.Receipt, error) {
+func (c *ChainConfirmer) findUse(ctx context.Context, pm payment) (*exact.UseEvent, *types.Receipt, error) {
 	head, err := c.chain.BlockNumber(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read block number: %w", err)
@@ -93,8 +92,7 @@ func (c *ChainConfirmer) findUse(ctx context.Context, vd *exact.Verified) (*exac
 	if head > c.lookback {
 		from = head - c.lookback
 	}
-	a := &vd.Payload.Authorization
-	ev, err := exact.FindUse(ctx, c.chain, vd.Asset, a.From, a.Nonce, from)
+	ev, err := pm.findUse(ctx, c.chain, from)
 	if err != nil || ev == nil {
 		return ev, nil, err
 	}
@@ -109,7 +107,7 @@ func (c *ChainConfirmer) findUse(ctx context.Context, vd *exact.Verified) (*exac
 // either is malformed or the authorization pays someone other than req.PayTo:
 // such an authorization cannot have paid req, so Confirm answers "not paid"
 // rather than an error.
-func confirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (*exact.Verified, bool) {
+func confirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, bool) {
 	pl, err := exact.ParsePayload(p.Payload)
 	if err != nil {
 		return nil, false
@@ -122,5 +120,5 @@ func confirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (*exact.V
 	if err != nil || pl.Authorization.To != payTo {
 		return nil, false
 	}
-	return &exact.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}, true
+	return exactPayment{&exact.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}}, true
 }

@@ -113,15 +113,15 @@ const (
 
 // Facilitator verifies and settles EVM exact payments on one network.
 type Facilitator struct {
-	cfg      Config
-	chainID  *big.Int
-	backend  Backend
-	sender   Sender
-	store    store.Settlements
-	verifier *exact.Verifier
-	log      *slog.Logger
-	assets   map[common.Address]Asset
-	metrics  metrics
+	cfg     Config
+	chainID *big.Int
+	backend Backend
+	sender  Sender
+	store   store.Settlements
+	schemes map[string]scheme // by name
+	log     *slog.Logger
+	assets  map[common.Address]Asset
+	metrics metrics
 	// confirmer reads the chain for an authorization's use.
 	confirmer *ChainConfirmer
 
@@ -163,7 +163,9 @@ func New(cfg Config, backend Backend, sender Sender, st store.Settlements, log *
 	}
 	f := &Facilitator{
 		cfg: cfg, chainID: chainID, backend: backend, sender: sender, store: st,
-		verifier:  &exact.Verifier{Chain: backend, ChainID: chainID, Caller: sender.Address()},
+		schemes: map[string]scheme{
+			exact.Scheme: exactScheme{&exact.Verifier{Chain: backend, ChainID: chainID, Caller: sender.Address()}},
+		},
 		log:       log.With("component", "facilitator", "network", cfg.Network),
 		assets:    make(map[common.Address]Asset, len(cfg.Assets)),
 		confirmer: NewChainConfirmer(backend, cfg.LookbackBlocks),
@@ -175,59 +177,62 @@ func New(cfg Config, backend Backend, sender Sender, st store.Settlements, log *
 	return f, nil
 }
 
-// Supported lists the one kind this facilitator serves and its signer.
+// Supported lists the kinds this facilitator serves and its signer.
 func (f *Facilitator) Supported(context.Context) (*x402.SupportedResponse, error) {
+	kinds := make([]x402.SupportedKind, 0, len(f.schemes))
+	for _, name := range schemeOrder {
+		if s, ok := f.schemes[name]; ok {
+			kinds = append(kinds, s.supported(f.cfg.Network, f.sender.Address()))
+		}
+	}
 	return &x402.SupportedResponse{
-		Kinds:      []x402.SupportedKind{{X402Version: x402.Version, Scheme: exact.Scheme, Network: f.cfg.Network}},
+		Kinds:      kinds,
 		Extensions: []string{},
 		Signers:    map[string][]string{"eip155:*": {f.sender.Address().Hex()}},
 	}, nil
 }
 
-// route refuses requirements this facilitator does not serve.
-func (f *Facilitator) route(req x402.PaymentRequirements) *x402.VerifyError {
-	if req.Scheme != exact.Scheme {
-		return &x402.VerifyError{Reason: x402.ReasonUnsupportedScheme, Message: fmt.Sprintf("scheme %q is not supported", req.Scheme)}
+// schemeOrder is the order of the kinds in GET /supported.
+var schemeOrder = []string{exact.Scheme}
+
+// route picks the scheme of requirements this facilitator serves, and refuses
+// the others.
+func (f *Facilitator) route(req x402.PaymentRequirements) (scheme, *x402.VerifyError) {
+	s, ok := f.schemes[req.Scheme]
+	if !ok {
+		return nil, &x402.VerifyError{Reason: x402.ReasonUnsupportedScheme, Message: fmt.Sprintf("scheme %q is not supported", req.Scheme)}
 	}
 	if req.Network != f.cfg.Network {
-		return &x402.VerifyError{Reason: x402.ReasonInvalidNetwork, Message: fmt.Sprintf("network %q is not supported", req.Network)}
+		return nil, &x402.VerifyError{Reason: x402.ReasonInvalidNetwork, Message: fmt.Sprintf("network %q is not supported", req.Network)}
 	}
 	asset, err := exact.ParseAddress(req.Asset)
 	if err != nil {
-		return &x402.VerifyError{Reason: x402.ReasonInvalidRequirements, Message: "asset is not an address"}
+		return nil, &x402.VerifyError{Reason: x402.ReasonInvalidRequirements, Message: "asset is not an address"}
 	}
 	a, ok := f.assets[asset]
 	if !ok {
-		return &x402.VerifyError{Reason: x402.ReasonEVMAssetNotSupported, Message: fmt.Sprintf("asset %s is not supported", asset.Hex())}
+		return nil, &x402.VerifyError{Reason: x402.ReasonEVMAssetNotSupported, Message: fmt.Sprintf("asset %s is not supported", asset.Hex())}
 	}
-	// The configured EIP-712 domain is the token's: requirements naming another
-	// one would sign over a domain the token rejects. Refuse them without asking
-	// the node, with the reason the official facilitator reaches by simulation.
-	if extra, err := exact.ParseExtra(req.Extra); err == nil {
-		if extra.Name != a.Name {
-			return &x402.VerifyError{Reason: x402.ReasonEVMTokenNameMismatch, Message: fmt.Sprintf("token name is %q, extra.name is %q", a.Name, extra.Name)}
-		}
-		if extra.Version != a.Version {
-			return &x402.VerifyError{Reason: x402.ReasonEVMTokenVersionMismatch, Message: fmt.Sprintf("token version is %q, extra.version is %q", a.Version, extra.Version)}
-		}
+	if verr := s.route(req, a); verr != nil {
+		return nil, verr
 	}
-	return nil
+	return s, nil
 }
 
 // Verify checks a payment without changing chain state.
 func (f *Facilitator) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.VerifyResponse, error) {
-	if verr := f.route(req); verr != nil {
+	s, verr := f.route(req)
+	if verr != nil {
 		return verr.Response(), nil
 	}
-	vd, err := f.verifier.Verify(ctx, p, req)
-	var verr *x402.VerifyError
+	pm, err := s.verify(ctx, p, req)
 	switch {
 	case errors.As(err, &verr):
 		return verr.Response(), nil
 	case err != nil:
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	return &x402.VerifyResponse{IsValid: true, Payer: vd.Payer().Hex()}, nil
+	return &x402.VerifyResponse{IsValid: true, Payer: pm.Payer().Hex()}, nil
 }
 
 // Settle verifies a payment and settles it on chain, at most once per
@@ -237,10 +242,11 @@ func (f *Facilitator) Verify(ctx context.Context, p *x402.PaymentPayload, req x4
 // record keeps it, and the caller asks the chain (D1) or settles again later,
 // never treats the error as "not paid".
 func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
-	if verr := f.route(req); verr != nil {
+	s, verr := f.route(req)
+	if verr != nil {
 		return settleFailure(req.Network, verr), nil
 	}
-	vd, recovered, err := f.verifier.Check(p, req)
+	pm, recovered, err := s.check(p, req)
 	if verr, ok := errors.AsType[*x402.VerifyError](err); ok {
 		return settleFailure(req.Network, verr), nil
 	} else if err != nil {
@@ -261,7 +267,7 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	}
 	ctx, cancel := context.WithDeadline(context.WithValue(context.WithoutCancel(ctx), callerKey{}, ctx), deadline)
 	defer cancel()
-	resp, err := f.settle(ctx, vd, recovered, p, req)
+	resp, err := f.settle(ctx, s, pm, recovered, p, req)
 	if !errors.Is(err, errAbandoned) {
 		return resp, err
 	}
@@ -282,8 +288,8 @@ func (f *Facilitator) Settle(ctx context.Context, p *x402.PaymentPayload, req x4
 	if time.Until(deadline) <= 0 {
 		return nil, err
 	}
-	f.log.Info("settlement given back; claiming it again", "key", vd.Key(), "err", err)
-	return f.settle(ctx, vd, recovered, p, req)
+	f.log.Info("settlement given back; claiming it again", "key", pm.Key(), "err", err)
+	return f.settle(ctx, s, pm, recovered, p, req)
 }
 
 // callerKey holds, in the context of a Settle call's work, the caller's own
@@ -296,54 +302,46 @@ type callerKey struct{}
 const retryBudget = 2
 
 // settle is Settle past the checks that need no store or chain state.
-func (f *Facilitator) settle(ctx context.Context, vd *exact.Verified, recovered bool, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
-	key := vd.Key()
+func (f *Facilitator) settle(ctx context.Context, s scheme, pm payment, recovered bool, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	key := pm.Key()
 	rec, err := f.store.Settlement(ctx, key)
 	switch {
 	case err == nil:
-		return f.resume(ctx, vd, rec, p, req)
+		return f.resume(ctx, s, pm, rec, p, req)
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("settle: %w", err)
 	}
-	if err := f.verifier.VerifyForSettle(ctx, vd, recovered); err != nil {
+	if err := s.verifyForSettle(ctx, pm, recovered); err != nil {
 		if verr, ok := errors.AsType[*x402.VerifyError](err); ok {
-			if verr.Reason == x402.ReasonEVMNonceAlreadyUsed {
-				return f.usedElsewhere(ctx, vd, verr)
+			if verr.Reason == pm.usedReason() {
+				return f.usedElsewhere(ctx, pm, verr)
 			}
 			return settleFailure(req.Network, verr), nil
 		}
 		return nil, fmt.Errorf("settle: %w", err)
 	}
-	rec, held, err := f.claim(ctx, vd)
+	rec, held, err := f.claim(ctx, pm)
 	if err != nil {
 		return nil, fmt.Errorf("settle: claim: %w", err)
 	}
 	if !held {
-		return f.resume(ctx, vd, rec, p, req)
+		return f.resume(ctx, s, pm, rec, p, req)
 	}
-	return f.broadcast(ctx, vd, rec)
-}
-
-func newRecord(vd *exact.Verified, owner string) store.Settlement {
-	a := &vd.Payload.Authorization
-	return store.Settlement{
-		Key: vd.Key(), Network: vd.Network, Asset: vd.Asset.Hex(), Payer: a.From.Hex(),
-		PayTo: a.To.Hex(), Amount: a.Value.String(), Owner: owner,
-	}
+	return f.broadcast(ctx, s, pm, rec)
 }
 
 // broadcast sends the transfer for a claim this call holds and waits for it.
 // Every transaction is written into the record before it is sent (see
 // recorder), so the record names whatever may reach the chain even if this
 // process dies right after the send.
-func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
-	data, err := exact.TransferCalldata(vd)
+func (f *Facilitator) broadcast(ctx context.Context, s scheme, pm payment, rec store.Settlement) (*x402.SettleResponse, error) {
+	to, data, err := pm.call()
 	if err != nil {
 		f.release(ctx, rec)
 		return nil, err
 	}
-	r := f.recorder(vd, rec)
-	tx, err := f.sender.SendRecorded(ctx, vd.Asset, data, r.before)
+	r := f.recorder(pm, rec)
+	tx, err := f.sender.SendRecorded(ctx, to, data, r.before)
 	switch {
 	case tx == nil && errors.Is(err, errMayHavePaid):
 		// The transaction recorded first may have paid (checkUnpaid): the
@@ -351,29 +349,28 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 		// Giving the record back here could free an authorization that is
 		// being paid.
 		rec.State, rec.TxHash = store.StateBroadcast, r.last().Hex()
-		return f.fromChain(ctx, vd, rec, true)
+		return f.fromChain(ctx, pm, rec, true)
 	case tx == nil && errors.Is(err, store.ErrFenced):
 		// The record moved on without this claim, and nothing was sent for
 		// it (BeforeBroadcast failed): answer from the record as it stands.
-		return f.fenced(ctx, vd, rec, err)
+		return f.fenced(ctx, pm, rec, err)
 	}
 	if err != nil && tx == nil {
 		// Nothing left this process: give the authorization back. A revert during
 		// gas estimation is a verdict; anything else is not.
 		f.giveBack(ctx, rec, r.last())
-		if exact.IsRevert(err) {
+		if s.isRevert(err) {
 			// The node's pending state may differ from the latest block (a third
 			// party's transaction for the same authorization waiting in the pool):
 			// diagnose on the latest state, else trust the revert message.
-			verr := f.diagnose(ctx, vd)
+			verr := f.diagnose(ctx, s, pm)
 			if verr == nil {
-				msg := exact.RevertReasonOf(err)
-				verr = &x402.VerifyError{Reason: exact.ReasonForRevert(msg), Payer: vd.Payer().Hex(), Message: msg}
+				verr = s.revertReason(pm, err)
 			}
-			if verr.Reason == x402.ReasonEVMNonceAlreadyUsed {
-				return f.usedElsewhere(ctx, vd, verr)
+			if verr.Reason == pm.usedReason() {
+				return f.usedElsewhere(ctx, pm, verr)
 			}
-			return settleFailure(vd.Network, verr), nil
+			return settleFailure(pm.Network(), verr), nil
 		}
 		return nil, fmt.Errorf("settle: send: %w", err)
 	}
@@ -388,14 +385,14 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 	receipt, err := f.sender.WaitRecorded(waitCtx, tx, r.before)
 	if err != nil {
 		if h, ok := PendingHash(err); ok {
-			return pending(vd, h), nil
+			return pending(pm, h), nil
 		}
 		// The nonce was consumed by something else, or the node failed: the chain
 		// decides.
 		f.log.Warn("wait for settlement", "key", rec.Key, "err", err)
-		return f.fromChain(ctx, vd, rec, true)
+		return f.fromChain(ctx, pm, rec, true)
 	}
-	return f.conclude(ctx, vd, rec, receipt, true)
+	return f.conclude(ctx, pm, rec, receipt, true)
 }
 
 // fenced answers a settle call whose record-before-send the store refused
@@ -409,22 +406,22 @@ func (f *Facilitator) broadcast(ctx context.Context, vd *exact.Verified, rec sto
 // transaction (D3), for the chain to resolve; failed by another holder, its
 // recorded reason, as resume answers it. Anything else stays an error, no
 // verdict.
-func (f *Facilitator) fenced(ctx context.Context, vd *exact.Verified, rec store.Settlement, sendErr error) (*x402.SettleResponse, error) {
+func (f *Facilitator) fenced(ctx context.Context, pm payment, rec store.Settlement, sendErr error) (*x402.SettleResponse, error) {
 	cur, err := f.store.Settlement(ctx, rec.Key)
 	if err != nil {
 		return nil, fmt.Errorf("settle: send: %w (re-read record: %w)", sendErr, err)
 	}
 	switch {
 	case cur.State == store.StateSettled && cur.TxHash != "":
-		return f.settled(ctx, vd, cur)
+		return f.settled(ctx, pm, cur)
 	case cur.State == store.StateBroadcast && cur.Fence != rec.Fence && cur.TxHash != "":
 		f.log.Info("claim taken over; answering the other holder's transaction", "key", cur.Key, "tx", cur.TxHash)
-		return pending(vd, common.HexToHash(cur.TxHash)), nil
+		return pending(pm, common.HexToHash(cur.TxHash)), nil
 	case cur.State == store.StateFailed:
 		// Final: another holder recorded a verdict (a revert, a transfer
 		// that did not pay). Its reason is the answer, as for any call that
 		// finds the record failed.
-		return failed(vd, cur), nil
+		return failed(pm, cur), nil
 	}
 	return nil, fmt.Errorf("settle: send: %w", sendErr)
 }
@@ -435,19 +432,19 @@ func (f *Facilitator) fenced(ctx context.Context, vd *exact.Verified, rec store.
 // for the one the settling transfer pays, so while it is not yet reported
 // the transfer is checked against this call's authorization first. Once
 // reported, the mark answers alone.
-func (f *Facilitator) settled(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
+func (f *Facilitator) settled(ctx context.Context, pm payment, rec store.Settlement) (*x402.SettleResponse, error) {
 	tx := common.HexToHash(rec.TxHash)
 	if rec.SuccessReported {
-		return alreadySettled(vd, tx), nil
+		return alreadySettled(pm, tx), nil
 	}
 	receipt, err := f.backend.TransactionReceipt(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("settlement %s: read receipt of %s: %w", rec.Key, tx.Hex(), err)
 	}
-	if receipt.Status != types.ReceiptStatusSuccessful || !exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization) {
-		return alreadySettled(vd, tx), nil // the nonce paid another authorization
+	if receipt.Status != types.ReceiptStatusSuccessful || !pm.paidBy(receipt.Logs) {
+		return alreadySettled(pm, tx), nil // the nonce paid another authorization
 	}
-	return f.report(ctx, vd, rec.Key, tx, true)
+	return f.report(ctx, pm, rec.Key, tx, true)
 }
 
 // PendingHash extracts the latest transaction hash from a Sender.Wait error that
@@ -462,32 +459,31 @@ func PendingHash(err error) (common.Hash, bool) {
 // conclude records the outcome of a mined transaction. answer says a settle
 // call is waiting for it: only then may its success be reported (D5); the
 // reconciler records outcomes without answering anyone.
-func (f *Facilitator) conclude(ctx context.Context, vd *exact.Verified, rec store.Settlement, receipt *types.Receipt, answer bool) (*x402.SettleResponse, error) {
-	a := &vd.Payload.Authorization
+func (f *Facilitator) conclude(ctx context.Context, pm payment, rec store.Settlement, receipt *types.Receipt, answer bool) (*x402.SettleResponse, error) {
 	f.forget(rec.Key) // mined: the Sender has nothing left to keep alive
-	if receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
+	if receipt.Status == types.ReceiptStatusSuccessful && pm.paidBy(receipt.Logs) {
 		crashpoint.Hit(crashpoint.AfterReceipt) // paid on chain, not recorded
 		if err := f.update(ctx, rec, store.StateSettled, receipt.TxHash, ""); err != nil && !errors.Is(err, store.ErrFenced) {
 			return nil, fmt.Errorf("record settlement: %w", err)
 		}
 		crashpoint.Hit(crashpoint.AfterRecord) // recorded, nobody answered
-		return f.report(ctx, vd, rec.Key, receipt.TxHash, answer)
+		return f.report(ctx, pm, rec.Key, receipt.TxHash, answer)
 	}
 	if receipt.Status == types.ReceiptStatusSuccessful {
 		// Mined, but the logs do not show this transfer: never call it paid.
-		return f.fail(ctx, vd, rec, x402.ReasonEVMTransferEventMismatch, receipt.TxHash, "transaction succeeded without the expected transfer")
+		return f.fail(ctx, pm, rec, x402.ReasonEVMTransferEventMismatch, receipt.TxHash, "transaction succeeded without the expected transfer")
 	}
 	// Reverted. If the authorization is now used, someone else got there first.
-	return f.fromChain(ctx, vd, rec, answer)
+	return f.fromChain(ctx, pm, rec, answer)
 }
 
 // report answers success:true to exactly one caller per authorization (D5) and
 // "already used" with the settling transaction to every other. Without a
 // caller to answer (answer false: the reconciler) it marks nothing, so the
 // success stays for the first settle call that observes it.
-func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string, tx common.Hash, answer bool) (*x402.SettleResponse, error) {
+func (f *Facilitator) report(ctx context.Context, pm payment, key string, tx common.Hash, answer bool) (*x402.SettleResponse, error) {
 	if !answer {
-		return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: vd.Network, Payer: vd.Payer().Hex()}, nil
+		return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: pm.Network(), Payer: pm.Payer().Hex()}, nil
 	}
 	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok && caller.Err() != nil {
 		// The caller stopped waiting (its timeout, a dropped connection):
@@ -504,54 +500,54 @@ func (f *Facilitator) report(ctx context.Context, vd *exact.Verified, key string
 		return nil, fmt.Errorf("mark success: %w", err)
 	}
 	if !won {
-		return alreadySettled(vd, tx), nil
+		return alreadySettled(pm, tx), nil
 	}
 	f.log.Info("settled", "key", key, "tx", tx.Hex())
-	return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: vd.Network, Payer: vd.Payer().Hex()}, nil
+	return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: pm.Network(), Payer: pm.Payer().Hex()}, nil
 }
 
 // resume continues from an existing record, never re-broadcasting what was sent.
 // p and req are the call's own payload and requirements, verified again before a
 // taken-over claim is broadcast.
-func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.Settlement, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+func (f *Facilitator) resume(ctx context.Context, s scheme, pm payment, rec store.Settlement, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
 	switch rec.State {
 	case store.StateSettled:
-		return f.settled(ctx, vd, rec)
+		return f.settled(ctx, pm, rec)
 	case store.StateFailed:
-		return failed(vd, rec), nil
+		return failed(pm, rec), nil
 	case store.StateBroadcast:
-		return f.resolve(ctx, vd, rec, true)
+		return f.resolve(ctx, pm, rec, true)
 	case store.StateClaimed:
 		// Another call holds the claim. The store takes it over for us only when
 		// its lease expired (the holder died before or while broadcasting); then
 		// the chain is read before anything else.
-		rec2, held, err := f.claim(ctx, vd)
+		rec2, held, err := f.claim(ctx, pm)
 		if err != nil {
 			return nil, fmt.Errorf("take over claim: %w", err)
 		}
 		if !held {
 			if rec2.State == store.StateClaimed {
-				return alreadyInFlight(vd), nil
+				return alreadyInFlight(pm), nil
 			}
-			return f.resume(ctx, vd, rec2, p, req)
+			return f.resume(ctx, s, pm, rec2, p, req)
 		}
-		used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, vd.Payer(), vd.Payload.Authorization.Nonce)
+		used, err := pm.used(ctx, f.backend)
 		if err != nil {
 			f.release(ctx, rec2)
 			return nil, fmt.Errorf("take over claim: %w", err)
 		}
 		if used {
-			return f.resolve(ctx, vd, rec2, true)
+			return f.resolve(ctx, pm, rec2, true)
 		}
-		full, err := f.verifier.Verify(ctx, p, req)
+		full, err := s.verify(ctx, p, req)
 		if err != nil {
 			f.release(ctx, rec2)
 			if verr, ok := errors.AsType[*x402.VerifyError](err); ok {
-				return settleFailure(vd.Network, verr), nil
+				return settleFailure(pm.Network(), verr), nil
 			}
 			return nil, err
 		}
-		return f.broadcast(ctx, full, rec2)
+		return f.broadcast(ctx, s, full, rec2)
 	}
 	return nil, fmt.Errorf("settlement %s in unknown state %q", rec.Key, rec.State)
 }
@@ -561,22 +557,22 @@ func (f *Facilitator) resume(ctx context.Context, vd *exact.Verified, rec store.
 // record) is waited for again (up to the settle timeout), which also sends its
 // very bytes again if the node dropped them and replaces it, recorded first, if
 // it is stuck; everything else is read from the chain. answer is conclude's.
-func (f *Facilitator) resolve(ctx context.Context, vd *exact.Verified, rec store.Settlement, answer bool) (*x402.SettleResponse, error) {
+func (f *Facilitator) resolve(ctx context.Context, pm payment, rec store.Settlement, answer bool) (*x402.SettleResponse, error) {
 	if rec.State == store.StateBroadcast && rec.TxHash != "" {
 		if tx := f.knownTx(ctx, rec); tx != nil {
 			waitCtx, cancel := context.WithTimeout(ctx, f.cfg.SettleTimeout)
-			receipt, err := f.sender.WaitRecorded(waitCtx, tx, f.recorder(vd, rec).before)
+			receipt, err := f.sender.WaitRecorded(waitCtx, tx, f.recorder(pm, rec).before)
 			cancel()
 			if err == nil {
-				return f.conclude(ctx, vd, rec, receipt, answer)
+				return f.conclude(ctx, pm, rec, receipt, answer)
 			}
 			if h, ok := PendingHash(err); ok {
-				return pending(vd, h), nil
+				return pending(pm, h), nil
 			}
 			f.log.Warn("wait for settlement", "key", rec.Key, "err", err)
 		}
 	}
-	return f.fromChain(ctx, vd, rec, answer)
+	return f.fromChain(ctx, pm, rec, answer)
 }
 
 // knownTx returns the transaction our signer broadcast for a settlement: from
@@ -611,27 +607,27 @@ func (f *Facilitator) remember(key string, tx *types.Transaction) { f.sent.Store
 func (f *Facilitator) forget(key string) { f.sent.Delete(key) }
 
 // fromChain settles the fate of a record from the chain alone, without waiting.
-func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec store.Settlement, answer bool) (*x402.SettleResponse, error) {
+func (f *Facilitator) fromChain(ctx context.Context, pm payment, rec store.Settlement, answer bool) (*x402.SettleResponse, error) {
 	if rec.TxHash != "" {
 		receipt, err := f.backend.TransactionReceipt(ctx, common.HexToHash(rec.TxHash))
-		if err == nil && receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization) {
-			return f.conclude(ctx, vd, rec, receipt, answer)
+		if err == nil && receipt.Status == types.ReceiptStatusSuccessful && pm.paidBy(receipt.Logs) {
+			return f.conclude(ctx, pm, rec, receipt, answer)
 		}
 		if err != nil && !errors.Is(err, ethereum.NotFound) {
 			return nil, fmt.Errorf("read receipt: %w", err)
 		}
 	}
-	used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, vd.Payer(), vd.Payload.Authorization.Nonce)
+	used, err := pm.used(ctx, f.backend)
 	if err != nil {
 		return nil, fmt.Errorf("resolve settlement: %w", err)
 	}
 	if !used {
 		if rec.State == store.StateBroadcast {
-			return f.unmined(ctx, vd, rec)
+			return f.unmined(ctx, pm, rec)
 		}
 		return nil, fmt.Errorf("settlement %s: authorization unused and nothing broadcast", rec.Key)
 	}
-	ev, receipt, err := f.findUse(ctx, vd)
+	ev, receipt, err := f.findUse(ctx, pm)
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +636,7 @@ func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec sto
 		// lag the account state under load). Our own transaction may be the one,
 		// so nothing final is recorded without the evidence.
 		if rec.State == store.StateBroadcast {
-			return pending(vd, common.HexToHash(rec.TxHash)), nil
+			return pending(pm, common.HexToHash(rec.TxHash)), nil
 		}
 		return nil, fmt.Errorf("settlement %s: authorization used but its transaction is not visible yet", rec.Key)
 	}
@@ -652,45 +648,45 @@ func (f *Facilitator) fromChain(ctx context.Context, vd *exact.Verified, rec sto
 	}
 	switch {
 	case ev.Canceled:
-		return f.fail(ctx, vd, rec, x402.ReasonEVMNonceAlreadyUsed, ev.TxHash, "authorization canceled by the payer")
-	case receipt != nil && ours && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization):
+		return f.fail(ctx, pm, rec, pm.usedReason(), ev.TxHash, "authorization canceled by the payer")
+	case receipt != nil && ours && pm.paidBy(receipt.Logs):
 		if err := f.update(ctx, rec, store.StateSettled, ev.TxHash, ""); err != nil && !errors.Is(err, store.ErrFenced) {
 			return nil, fmt.Errorf("record settlement: %w", err)
 		}
-		return f.report(ctx, vd, rec.Key, ev.TxHash, answer)
+		return f.report(ctx, pm, rec.Key, ev.TxHash, answer)
 	default:
 		// Someone else's transaction used it first. Report it as already settled,
 		// with that transaction, never as a fresh success.
-		return f.fail(ctx, vd, rec, x402.ReasonEVMNonceAlreadyUsed, ev.TxHash, "authorization used by another transaction")
+		return f.fail(ctx, pm, rec, pm.usedReason(), ev.TxHash, "authorization used by another transaction")
 	}
 }
 
 // usedElsewhere answers a fresh settle whose authorization is already used on
 // chain and of which we hold no record.
-func (f *Facilitator) usedElsewhere(ctx context.Context, vd *exact.Verified, verr *x402.VerifyError) (*x402.SettleResponse, error) {
-	resp := settleFailure(vd.Network, verr)
-	if ev, _, err := f.findUse(ctx, vd); err == nil && ev != nil {
+func (f *Facilitator) usedElsewhere(ctx context.Context, pm payment, verr *x402.VerifyError) (*x402.SettleResponse, error) {
+	resp := settleFailure(pm.Network(), verr)
+	if ev, _, err := f.findUse(ctx, pm); err == nil && ev != nil {
 		resp.Transaction = ev.TxHash.Hex()
 	}
 	return resp, nil
 }
 
-func (f *Facilitator) findUse(ctx context.Context, vd *exact.Verified) (*exact.UseEvent, *types.Receipt, error) {
-	return f.confirmer.findUse(ctx, vd)
+func (f *Facilitator) findUse(ctx context.Context, pm payment) (*exact.UseEvent, *types.Receipt, error) {
+	return f.confirmer.findUse(ctx, pm)
 }
 
-func (f *Facilitator) fail(ctx context.Context, vd *exact.Verified, rec store.Settlement, reason x402.Reason, tx common.Hash, msg string) (*x402.SettleResponse, error) {
+func (f *Facilitator) fail(ctx context.Context, pm payment, rec store.Settlement, reason x402.Reason, tx common.Hash, msg string) (*x402.SettleResponse, error) {
 	f.forget(rec.Key)
 	if err := f.update(ctx, rec, store.StateFailed, tx, reason); err != nil && !errors.Is(err, store.ErrFenced) {
 		return nil, fmt.Errorf("record failure: %w", err)
 	}
 	return &x402.SettleResponse{
-		Success: false, ErrorReason: reason, ErrorMessage: msg, Transaction: txHex(tx), Network: vd.Network, Payer: vd.Payer().Hex(),
+		Success: false, ErrorReason: reason, ErrorMessage: msg, Transaction: txHex(tx), Network: pm.Network(), Payer: pm.Payer().Hex(),
 	}, nil
 }
 
-func (f *Facilitator) diagnose(ctx context.Context, vd *exact.Verified) *x402.VerifyError {
-	err := f.verifier.Simulate(ctx, vd)
+func (f *Facilitator) diagnose(ctx context.Context, s scheme, pm payment) *x402.VerifyError {
+	err := s.simulate(ctx, pm)
 	if verr, ok := errors.AsType[*x402.VerifyError](err); ok {
 		return verr
 	}
@@ -715,11 +711,11 @@ func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), store.DefaultTimeout)
 }
 
-// claim claims the settlement of vd for this process (writeCtx).
-func (f *Facilitator) claim(ctx context.Context, vd *exact.Verified) (store.Settlement, bool, error) {
+// claim claims the settlement of pm for this process (writeCtx).
+func (f *Facilitator) claim(ctx context.Context, pm payment) (store.Settlement, bool, error) {
 	ctx, cancel := writeCtx(ctx)
 	defer cancel()
-	return f.store.ClaimSettlement(ctx, newRecord(vd, f.cfg.Owner), f.cfg.ClaimLease)
+	return f.store.ClaimSettlement(ctx, pm.record(f.cfg.Owner), f.cfg.ClaimLease)
 }
 
 // update moves a record held under rec.Fence to state (writeCtx).
@@ -742,32 +738,32 @@ func settleFailure(network string, verr *x402.VerifyError) *x402.SettleResponse 
 	}
 }
 
-func pending(vd *exact.Verified, tx common.Hash) *x402.SettleResponse {
+func pending(pm payment, tx common.Hash) *x402.SettleResponse {
 	return &x402.SettleResponse{
 		Success: false, ErrorReason: x402.ReasonSettlementPending, ErrorMessage: "transaction broadcast, not yet mined",
-		Transaction: tx.Hex(), Network: vd.Network, Payer: vd.Payer().Hex(),
+		Transaction: tx.Hex(), Network: pm.Network(), Payer: pm.Payer().Hex(),
 	}
 }
 
-func alreadySettled(vd *exact.Verified, tx common.Hash) *x402.SettleResponse {
+func alreadySettled(pm payment, tx common.Hash) *x402.SettleResponse {
 	return &x402.SettleResponse{
-		Success: false, ErrorReason: x402.ReasonEVMNonceAlreadyUsed, ErrorMessage: "authorization already settled",
-		Transaction: txHex(tx), Network: vd.Network, Payer: vd.Payer().Hex(),
+		Success: false, ErrorReason: pm.usedReason(), ErrorMessage: "authorization already settled",
+		Transaction: txHex(tx), Network: pm.Network(), Payer: pm.Payer().Hex(),
 	}
 }
 
 // failed answers a call that finds its record failed: the recorded reason,
 // final.
-func failed(vd *exact.Verified, rec store.Settlement) *x402.SettleResponse {
+func failed(pm payment, rec store.Settlement) *x402.SettleResponse {
 	return &x402.SettleResponse{
-		Success: false, ErrorReason: x402.Reason(rec.Reason), Transaction: "", Network: vd.Network, Payer: vd.Payer().Hex(),
+		Success: false, ErrorReason: x402.Reason(rec.Reason), Transaction: "", Network: pm.Network(), Payer: pm.Payer().Hex(),
 	}
 }
 
-func alreadyInFlight(vd *exact.Verified) *x402.SettleResponse {
+func alreadyInFlight(pm payment) *x402.SettleResponse {
 	return &x402.SettleResponse{
-		Success: false, ErrorReason: x402.ReasonEVMNonceAlreadyUsed, ErrorMessage: "authorization is being settled by another request",
-		Transaction: "", Network: vd.Network, Payer: vd.Payer().Hex(),
+		Success: false, ErrorReason: pm.usedReason(), ErrorMessage: "authorization is being settled by another request",
+		Transaction: "", Network: pm.Network(), Payer: pm.Payer().Hex(),
 	}
 }
 

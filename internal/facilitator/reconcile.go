@@ -39,14 +39,14 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 		if rec.Network != f.cfg.Network {
 			continue
 		}
-		vd, err := recordToVerified(rec)
+		pm, err := recordToPayment(rec)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		switch rec.State {
 		case store.StateBroadcast:
-			resp, err := f.resolve(ctx, vd, rec, false)
+			resp, err := f.resolve(ctx, pm, rec, false)
 			if errors.Is(err, errAbandoned) {
 				done++
 				continue
@@ -62,7 +62,7 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 			if time.Now().Before(rec.LeaseUntil) {
 				continue
 			}
-			used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, vd.Payer(), vd.Payload.Authorization.Nonce)
+			used, err := pm.used(ctx, f.backend)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -73,7 +73,7 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 				done++
 				continue
 			}
-			if _, err := f.resolve(ctx, vd, rec, false); err != nil {
+			if _, err := f.resolve(ctx, pm, rec, false); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -86,8 +86,8 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 	return done + n, errors.Join(append(errs, err)...)
 }
 
-// recordToVerified rebuilds what resolve needs from a stored record.
-func recordToVerified(rec store.Settlement) (*exact.Verified, error) {
+// recordToPayment rebuilds what resolve needs from a stored record.
+func recordToPayment(rec store.Settlement) (payment, error) {
 	parts := strings.Split(rec.Key, "/")
 	if len(parts) != 4 {
 		return nil, fmt.Errorf("settlement key %q is malformed", rec.Key)
@@ -96,7 +96,7 @@ func recordToVerified(rec store.Settlement) (*exact.Verified, error) {
 	if err != nil {
 		return nil, fmt.Errorf("settlement %s amount: %w", rec.Key, err)
 	}
-	return &exact.Verified{
+	return exactPayment{&exact.Verified{
 		Network: rec.Network,
 		Asset:   common.HexToAddress(parts[1]),
 		PayTo:   common.HexToAddress(rec.PayTo),
@@ -104,7 +104,7 @@ func recordToVerified(rec store.Settlement) (*exact.Verified, error) {
 			From: common.HexToAddress(parts[2]), To: common.HexToAddress(rec.PayTo), Value: value,
 			ValidAfter: new(big.Int), ValidBefore: new(big.Int), Nonce: common.HexToHash(parts[3]),
 		}},
-	}, nil
+	}}, nil
 }
 
 // Reconciler runs Reconcile at start and then periodically until Close.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
-	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
 // recorder writes each transaction signed for one settlement into its record
@@ -26,7 +25,7 @@ import (
 // reconciler would release while the transaction waits in the pool to pay).
 type recorder struct {
 	f     *Facilitator
-	vd    *exact.Verified
+	pm    payment
 	key   string
 	fence int64
 
@@ -35,8 +34,8 @@ type recorder struct {
 	nonce    uint64      // recorded's nonce
 }
 
-func (f *Facilitator) recorder(vd *exact.Verified, rec store.Settlement) *recorder {
-	return &recorder{f: f, vd: vd, key: rec.Key, fence: rec.Fence}
+func (f *Facilitator) recorder(pm payment, rec store.Settlement) *recorder {
+	return &recorder{f: f, pm: pm, key: rec.Key, fence: rec.Fence}
 }
 
 func (r *recorder) before(ctx context.Context, tx *types.Transaction) error {
@@ -44,7 +43,7 @@ func (r *recorder) before(ctx context.Context, tx *types.Transaction) error {
 	prev, prevNonce := r.recorded, r.nonce
 	r.mu.Unlock()
 	if prev != (common.Hash{}) && tx.Nonce() != prevNonce {
-		if err := r.f.checkUnpaid(ctx, r.vd, prev); err != nil {
+		if err := r.f.checkUnpaid(ctx, r.pm, prev); err != nil {
 			return err
 		}
 	}
@@ -78,7 +77,7 @@ var errMayHavePaid = errors.New("an earlier transaction of this settlement may h
 // only used while the earlier transaction has no receipt and the
 // authorization is unused; anything else, a node that cannot tell included,
 // is errMayHavePaid, and the chain resolves the record.
-func (f *Facilitator) checkUnpaid(ctx context.Context, vd *exact.Verified, prev common.Hash) error {
+func (f *Facilitator) checkUnpaid(ctx context.Context, pm payment, prev common.Hash) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chainReadTimeout)
 	defer cancel()
 	_, err := f.backend.TransactionReceipt(ctx, prev)
@@ -88,8 +87,7 @@ func (f *Facilitator) checkUnpaid(ctx context.Context, vd *exact.Verified, prev 
 	case !errors.Is(err, ethereum.NotFound):
 		return fmt.Errorf("%w: receipt of %s: %w", errMayHavePaid, prev.Hex(), err)
 	}
-	a := &vd.Payload.Authorization
-	used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, a.From, a.Nonce)
+	used, err := pm.used(ctx, f.backend)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: %w", errMayHavePaid, err)
@@ -185,10 +183,10 @@ func (f *Facilitator) ours(ctx context.Context, hash common.Hash, rec store.Sett
 // account's nonce moved past the transaction's while the authorization stayed
 // unused, no version of it can ever be mined (every version shares the nonce),
 // and the record is abandoned so the authorization can be tried again.
-func (f *Facilitator) unmined(ctx context.Context, vd *exact.Verified, rec store.Settlement) (*x402.SettleResponse, error) {
+func (f *Facilitator) unmined(ctx context.Context, pm payment, rec store.Settlement) (*x402.SettleResponse, error) {
 	tx, from, ok := f.recordedTx(rec)
 	if !ok {
-		return pending(vd, common.HexToHash(rec.TxHash)), nil
+		return pending(pm, common.HexToHash(rec.TxHash)), nil
 	}
 	next, err := f.backend.NonceAt(ctx, from, nil)
 	if err != nil {
@@ -198,16 +196,16 @@ func (f *Facilitator) unmined(ctx context.Context, vd *exact.Verified, rec store
 		if from != f.sender.Address() {
 			f.resend(ctx, rec, tx)
 		}
-		return pending(vd, tx.Hash()), nil
+		return pending(pm, tx.Hash()), nil
 	}
 	// Read after the nonce: had a version of ours used the authorization, it
 	// would show now.
-	used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, vd.Payer(), vd.Payload.Authorization.Nonce)
+	used, err := pm.used(ctx, f.backend)
 	if err != nil {
 		return nil, fmt.Errorf("resolve settlement: %w", err)
 	}
 	if used {
-		return pending(vd, tx.Hash()), nil // the chain resolves it on the next look
+		return pending(pm, tx.Hash()), nil // the chain resolves it on the next look
 	}
 	f.forget(rec.Key)
 	wctx, cancel := writeCtx(ctx)

@@ -97,13 +97,13 @@ func (f *Facilitator) checkReorgs(ctx context.Context) (int, error) {
 
 // checkReorg looks for the transaction of one settled record on the chain.
 func (f *Facilitator) checkReorg(ctx context.Context, rec store.Settlement) (int, error) {
-	vd, err := recordToVerified(rec)
+	pm, err := recordToPayment(rec)
 	if err != nil {
 		return 0, err
 	}
 	receipt, err := f.backend.TransactionReceipt(ctx, common.HexToHash(rec.TxHash))
 	switch {
-	case err == nil && receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, &vd.Payload.Authorization):
+	case err == nil && receipt.Status == types.ReceiptStatusSuccessful && pm.paidBy(receipt.Logs):
 		if rec.Reorg == store.ReorgDropped {
 			return f.markReorg(ctx, rec, store.ReorgNone, "", "")
 		}
@@ -111,7 +111,7 @@ func (f *Facilitator) checkReorg(ctx context.Context, rec store.Settlement) (int
 	case err == nil:
 		// Mined again after a reorg, and it reverted (or, which the same
 		// bytes cannot do, paid nothing): it never pays now.
-		lostTo, err := f.usedBy(ctx, vd, rec)
+		lostTo, err := f.usedBy(ctx, pm, rec)
 		if err != nil {
 			return 0, err
 		}
@@ -129,20 +129,19 @@ func (f *Facilitator) checkReorg(ctx context.Context, rec store.Settlement) (int
 		return n, err
 	}
 	rec.Reorg = store.ReorgDropped
-	m, err := f.dropped(ctx, vd, rec)
+	m, err := f.dropped(ctx, pm, rec)
 	return n + m, err
 }
 
 // dropped decides the fate of a settled record whose transaction has no
 // receipt: sent again while it can still be mined, lost once it cannot.
-func (f *Facilitator) dropped(ctx context.Context, vd *exact.Verified, rec store.Settlement) (int, error) {
-	a := &vd.Payload.Authorization
-	used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, a.From, a.Nonce)
+func (f *Facilitator) dropped(ctx context.Context, pm payment, rec store.Settlement) (int, error) {
+	used, err := pm.used(ctx, f.backend)
 	if err != nil {
 		return 0, err
 	}
 	if used {
-		ev, receipt, err := f.findUse(ctx, vd)
+		ev, receipt, err := f.findUse(ctx, pm)
 		if err != nil || ev == nil || ev.TxHash == common.HexToHash(rec.TxHash) {
 			return 0, err // logs or our receipt lag behind the state: the next pass sees
 		}
@@ -151,7 +150,7 @@ func (f *Facilitator) dropped(ctx context.Context, vd *exact.Verified, rec store
 			if err != nil {
 				return 0, err
 			}
-			if ours && receipt != nil && receipt.Status == types.ReceiptStatusSuccessful && exact.PaysAuthorization(receipt.Logs, vd.Asset, a) {
+			if ours && receipt != nil && receipt.Status == types.ReceiptStatusSuccessful && pm.paidBy(receipt.Logs) {
 				// Another version of our transaction (one a fee bump replaced)
 				// paid. The record names the one that left the chain and
 				// keeps it, so it stays marked dropped; the payment arrived.
@@ -166,7 +165,7 @@ func (f *Facilitator) dropped(ctx context.Context, vd *exact.Verified, rec store
 		f.log.Error("settlement dropped by a reorg has no recorded transaction to send again", "key", rec.Key, "tx", rec.TxHash)
 		return 0, nil
 	}
-	validBefore, ok := validBeforeOf(tx, vd)
+	validBefore, ok := pm.expiry(tx)
 	if !ok {
 		f.log.Error("settlement's recorded transaction does not transfer its authorization; not sent again", "key", rec.Key, "tx", rec.TxHash)
 		return 0, nil
@@ -187,7 +186,7 @@ func (f *Facilitator) dropped(ctx context.Context, vd *exact.Verified, rec store
 	if next > tx.Nonce() {
 		// Another transaction of the signer took the nonce. Read after the
 		// nonce: had ours been mined, the authorization would show used.
-		used, err := exact.AuthorizationState(ctx, f.backend, vd.Asset, a.From, a.Nonce)
+		used, err := pm.used(ctx, f.backend)
 		if err != nil || used {
 			return 0, err // the next pass finds who used it
 		}
@@ -198,9 +197,9 @@ func (f *Facilitator) dropped(ctx context.Context, vd *exact.Verified, rec store
 }
 
 // usedBy returns the transaction other than rec's that used the
-// authorization of vd, or "" when none did.
-func (f *Facilitator) usedBy(ctx context.Context, vd *exact.Verified, rec store.Settlement) (string, error) {
-	ev, _, err := f.findUse(ctx, vd)
+// authorization of pm, or "" when none did.
+func (f *Facilitator) usedBy(ctx context.Context, pm payment, rec store.Settlement) (string, error) {
+	ev, _, err := f.findUse(ctx, pm)
 	if err != nil || ev == nil || ev.TxHash == common.HexToHash(rec.TxHash) {
 		return "", err
 	}
@@ -261,8 +260,8 @@ var (
 // validBeforeOf reads validBefore from a recorded transaction's calldata,
 // which the settlement record does not keep on its own. Both overloads
 // start with the same static words: from, to, value, validAfter,
-// validBefore, nonce. It reports false unless tx calls the token of vd with
-// the authorization of vd (from, to and nonce).
+// validBefore, nonce. It reports false unless tx calls the token of pm with
+// the authorization of pm (from, to and nonce).
 func validBeforeOf(tx *types.Transaction, vd *exact.Verified) (*big.Int, bool) {
 	data := tx.Data()
 	const word = 32

@@ -1,0 +1,85 @@
+package facilitator
+
+import (
+	"context"
+	"math/big"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// payment is one verified authorization, of whichever scheme, as the
+// settlement machinery sees it. Claims, the record written before every send,
+// the waits, the one success mark (D5), the reconciler and the reorg checks
+// are the same for every scheme; what differs is how an authorization is
+// named, settled and recognised on chain, which is what a payment says.
+type payment interface {
+	// Key is the settlement record's key: the authorization's on-chain
+	// identity (D4), so that one authorization has one record.
+	Key() string
+	Network() string
+	Payer() common.Address
+	// record is the settlement record claimed for the payment.
+	record(owner string) store.Settlement
+	// call is the transaction that settles the payment: its target and data.
+	call() (common.Address, []byte, error)
+	// paidBy reports whether a successful transaction's logs carry the
+	// payment's transfer: its amount, from its payer to its payee.
+	paidBy(logs []*types.Log) bool
+	// used reads whether the authorization is spent on chain, by anyone.
+	used(ctx context.Context, c exact.Chain) (bool, error)
+	// findUse finds the transaction that spent the authorization, searching
+	// the logs from block from on; nil when none did.
+	findUse(ctx context.Context, c ChainReader, from uint64) (*exact.UseEvent, error)
+	// expiry reads from tx, a recorded settlement transaction, the time from
+	// which no block takes it. It reports false when tx does not settle this
+	// payment.
+	expiry(tx *types.Transaction) (*big.Int, bool)
+	// usedReason is the reason of a settle refused because the
+	// authorization was spent already.
+	usedReason() x402.Reason
+}
+
+// exactPayment is an EIP-3009 transferWithAuthorization (scheme exact).
+type exactPayment struct{ vd *exact.Verified }
+
+var _ payment = exactPayment{}
+
+func (p exactPayment) Key() string           { return p.vd.Key() }
+func (p exactPayment) Network() string       { return p.vd.Network }
+func (p exactPayment) Payer() common.Address { return p.vd.Payer() }
+
+func (p exactPayment) record(owner string) store.Settlement {
+	a := &p.vd.Payload.Authorization
+	return store.Settlement{
+		Key: p.vd.Key(), Network: p.vd.Network, Asset: p.vd.Asset.Hex(), Payer: a.From.Hex(),
+		PayTo: a.To.Hex(), Amount: a.Value.String(), Owner: owner,
+	}
+}
+
+func (p exactPayment) call() (common.Address, []byte, error) {
+	data, err := exact.TransferCalldata(p.vd)
+	return p.vd.Asset, data, err
+}
+
+func (p exactPayment) paidBy(logs []*types.Log) bool {
+	return exact.PaysAuthorization(logs, p.vd.Asset, &p.vd.Payload.Authorization)
+}
+
+func (p exactPayment) used(ctx context.Context, c exact.Chain) (bool, error) {
+	a := &p.vd.Payload.Authorization
+	return exact.AuthorizationState(ctx, c, p.vd.Asset, a.From, a.Nonce)
+}
+
+func (p exactPayment) findUse(ctx context.Context, c ChainReader, from uint64) (*exact.UseEvent, error) {
+	a := &p.vd.Payload.Authorization
+	return exact.FindUse(ctx, c, p.vd.Asset, a.From, a.Nonce, from)
+}
+
+func (p exactPayment) expiry(tx *types.Transaction) (*big.Int, bool) { return validBeforeOf(tx, p.vd) }
+
+func (exactPayment) usedReason() x402.Reason { return x402.ReasonEVMNonceAlreadyUsed }

@@ -1,0 +1,96 @@
+package facilitator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// scheme is what the facilitator needs from the verification of one x402
+// scheme. Everything after verification (claims, sends, waits, verdicts) is
+// the scheme-free machinery of this package, driven through payment.
+type scheme interface {
+	// supported is the kind the scheme adds to GET /supported.
+	supported(network string, signer common.Address) x402.SupportedKind
+	// route refuses requirements of the scheme this facilitator does not
+	// serve, past the scheme, network and asset that Facilitator.route checks.
+	route(req x402.PaymentRequirements, a Asset) *x402.VerifyError
+	// check runs the verification steps that need no node. A protocol
+	// failure is a *x402.VerifyError. recovered is handed to verifyForSettle.
+	check(p *x402.PaymentPayload, req x402.PaymentRequirements) (pm payment, recovered bool, err error)
+	// verify runs every verification step, node included.
+	verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, error)
+	// verifyForSettle runs the node's steps for a payment check passed.
+	verifyForSettle(ctx context.Context, pm payment, recovered bool) error
+	// simulate runs the settlement call against the latest state and
+	// explains a failure as a *x402.VerifyError.
+	simulate(ctx context.Context, pm payment) error
+	// revertReason names the reason of a settlement the node refused at
+	// estimation with err, a revert.
+	revertReason(pm payment, err error) *x402.VerifyError
+	// isRevert tells a revert at estimation (a verdict) from other send
+	// errors (none).
+	isRevert(err error) bool
+}
+
+// exactScheme verifies EIP-3009 payments (scheme exact).
+type exactScheme struct{ v *exact.Verifier }
+
+var _ scheme = exactScheme{}
+
+func (exactScheme) supported(network string, _ common.Address) x402.SupportedKind {
+	return x402.SupportedKind{X402Version: x402.Version, Scheme: exact.Scheme, Network: network}
+}
+
+// route: the configured EIP-712 domain is the token's: requirements naming
+// another one would sign over a domain the token rejects. Refuse them without
+// asking the node, with the reason the official facilitator reaches by
+// simulation.
+func (exactScheme) route(req x402.PaymentRequirements, a Asset) *x402.VerifyError {
+	extra, err := exact.ParseExtra(req.Extra)
+	if err != nil {
+		return nil // check refuses it with the official reason
+	}
+	if extra.Name != a.Name {
+		return &x402.VerifyError{Reason: x402.ReasonEVMTokenNameMismatch, Message: fmt.Sprintf("token name is %q, extra.name is %q", a.Name, extra.Name)}
+	}
+	if extra.Version != a.Version {
+		return &x402.VerifyError{Reason: x402.ReasonEVMTokenVersionMismatch, Message: fmt.Sprintf("token version is %q, extra.version is %q", a.Version, extra.Version)}
+	}
+	return nil
+}
+
+func (s exactScheme) check(p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, bool, error) {
+	vd, recovered, err := s.v.Check(p, req)
+	if err != nil {
+		return nil, false, err
+	}
+	return exactPayment{vd}, recovered, nil
+}
+
+func (s exactScheme) verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, error) {
+	vd, err := s.v.Verify(ctx, p, req)
+	if err != nil {
+		return nil, err
+	}
+	return exactPayment{vd}, nil
+}
+
+func (s exactScheme) verifyForSettle(ctx context.Context, pm payment, recovered bool) error {
+	return s.v.VerifyForSettle(ctx, pm.(exactPayment).vd, recovered)
+}
+
+func (s exactScheme) simulate(ctx context.Context, pm payment) error {
+	return s.v.Simulate(ctx, pm.(exactPayment).vd)
+}
+
+func (exactScheme) revertReason(pm payment, err error) *x402.VerifyError {
+	msg := exact.RevertReasonOf(err)
+	return &x402.VerifyError{Reason: exact.ReasonForRevert(msg), Payer: pm.Payer().Hex(), Message: msg}
+}
+
+func (exactScheme) isRevert(err error) bool { return exact.IsRevert(err) }

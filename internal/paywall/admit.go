@@ -64,10 +64,12 @@ type payment struct {
 	pw      *Paywall
 	q       *Quote
 	payload *x402.PaymentPayload
-	auth    *exact.Payload
-	key     string
-	payer   string
-	claim   store.PaymentClaim
+	// offer is the quote's offer the payment accepted (q.Offer or q.Upto).
+	offer x402.PaymentRequirements
+	auth  authorization
+	key   string
+	payer string
+	claim store.PaymentClaim
 	// prepaid is the settlement of an authorization that a dead request
 	// settled on chain before it could answer or stage anything (orphan.go);
 	// nil on every other path.
@@ -101,7 +103,7 @@ func (pd *payment) fp() string {
 // record. It returns the admission, or a *RefusalError (or another error) to
 // answer with.
 func (p *Paywall) Admit(ctx context.Context, q *Quote, in Presented, req Request) (Admission, error) {
-	payload, auth, err := p.read(q, in)
+	payload, offer, auth, err := p.read(q, in)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +114,8 @@ func (p *Paywall) Admit(ctx context.Context, q *Quote, in Presented, req Request
 			return nil, paymentIDError(err)
 		}
 	}
-	pd := &payment{pw: p, q: q, payload: payload, auth: auth, key: p.key(&auth.Authorization),
-		payer: auth.Authorization.From.Hex(), request: req}
+	pd := &payment{pw: p, q: q, payload: payload, offer: offer, auth: auth,
+		key: auth.claimKey(p.cfg.Network, p.cfg.AssetAddress), payer: auth.payer().Hex(), request: req}
 	if verr := p.fresh(auth); verr != nil {
 		// Through refuse: a replica whose clock or max_timeout_seconds
 		// differs from the one that took the payment must not offer it
@@ -157,7 +159,7 @@ func (p *Paywall) Admit(ctx context.Context, q *Quote, in Presented, req Request
 		p.metrics.Payment("stale")
 		return nil, p.refuse(ctx, pd, false, p.verifyChallenge(q, verr.Reason, verr))
 	}
-	vr, err := p.fac.Verify(ctx, payload, q.Offer)
+	vr, err := p.fac.Verify(ctx, payload, offer)
 	if err != nil {
 		return nil, facilitatorDown(err)
 	}
@@ -203,52 +205,54 @@ func (p *Paywall) Admit(ctx context.Context, q *Quote, in Presented, req Request
 // read runs the first payment steps of D0 that every paid route shares: a
 // PAYMENT-SIGNATURE present (v1's X-PAYMENT refused), decoded, matching the
 // request's own quote (D7: paid for another route, model, price or network
-// does not count), with an exact payload. A missing payment or a mismatch is
-// the quote's 402.
-func (p *Paywall) read(q *Quote, in Presented) (*x402.PaymentPayload, *exact.Payload, error) {
+// does not count), with a payload of the accepted offer's scheme. A missing
+// payment or a mismatch is the quote's 402.
+func (p *Paywall) read(q *Quote, in Presented) (*x402.PaymentPayload, x402.PaymentRequirements, authorization, error) {
+	var none x402.PaymentRequirements
 	if in.Signature == "" {
 		if in.LegacyV1 {
-			return nil, nil, p.challenge(q, V1NotAccepted, "x402 v1 X-PAYMENT is not accepted; pay with PAYMENT-SIGNATURE (v2)", nil)
+			return nil, none, nil, p.challenge(q, V1NotAccepted, "x402 v1 X-PAYMENT is not accepted; pay with PAYMENT-SIGNATURE (v2)", nil)
 		}
 		p.metrics.Payment("challenged")
-		return nil, nil, p.challenge(q, PaymentRequired, textRequired, nil)
+		return nil, none, nil, p.challenge(q, PaymentRequired, textRequired, nil)
 	}
 	payload, err := x402.DecodePaymentPayload(in.Signature)
 	if err != nil {
 		p.metrics.Payment("malformed")
-		return nil, nil, refusal(InvalidPayment, "PAYMENT-SIGNATURE is malformed: "+err.Error())
+		return nil, none, nil, refusal(InvalidPayment, "PAYMENT-SIGNATURE is malformed: "+err.Error())
 	}
 	accepted, err := payload.AcceptedRequirements()
 	if err != nil {
 		p.metrics.Payment("malformed")
-		return nil, nil, refusal(InvalidPayment, err.Error())
+		return nil, none, nil, refusal(InvalidPayment, err.Error())
 	}
-	if err := x402.Match(q.Offer, accepted); err != nil {
+	offer := q.offer(accepted.Scheme)
+	if err := x402.Match(offer, accepted); err != nil {
 		p.metrics.Payment("mismatch")
-		return nil, nil, p.challenge(q, Mismatch, textNoMatch, err)
+		return nil, none, nil, p.challenge(q, Mismatch, textNoMatch, err)
 	}
-	auth, err := exact.ParsePayload(payload.Payload)
+	auth, err := parseAuthorization(offer, payload.Payload)
 	if err != nil {
 		p.metrics.Payment("malformed")
-		return nil, nil, refusal(InvalidPayment, "payment payload: "+err.Error())
+		return nil, none, nil, refusal(InvalidPayment, "payment payload: "+err.Error())
 	}
-	return payload, auth, nil
+	return payload, offer, auth, nil
 }
 
 // claim claims pd's authorization for this request, or takes over the claim
 // of a request whose lease ended. It returns the claim as it stands and
 // whether this request holds it.
 func (p *Paywall) claim(ctx context.Context, pd *payment) (store.PaymentClaim, bool, error) {
-	a := &pd.auth.Authorization
+	_, before := pd.auth.window()
 	// The claim outlives the authorization by the network's margin, so that
 	// clock skew between us and the chain never reopens a spendable one.
-	expires, err := store.ClaimExpiry(p.cfg.Network, p.now(), time.Unix(a.ValidBefore.Int64(), 0))
+	expires, err := store.ClaimExpiry(p.cfg.Network, p.now(), time.Unix(before.Int64(), 0))
 	if err != nil {
 		return store.PaymentClaim{}, false, &RefusalError{Reason: Internal, Err: err,
 			Message: "the payment could not be recorded; nothing was charged"}
 	}
 	claim, held, err := p.claims().ClaimPayment(ctx, store.PaymentClaim{
-		Key: pd.key, Network: p.cfg.Network, Payer: pd.payer, Amount: a.Value.String(), Owner: p.cfg.Owner,
+		Key: pd.key, Network: p.cfg.Network, Payer: pd.payer, Amount: pd.auth.value().String(), Owner: p.cfg.Owner,
 		ExpiresAt: expires,
 	}, p.cfg.ClaimLease)
 	if err != nil {
@@ -342,17 +346,18 @@ func inUse(c store.PaymentClaim) error {
 // authorization must not outlive what the 402 promised, nor start later.
 // Each refusal carries its own reason: the official one for a validAfter in
 // the future, ours for a validBefore too far out (docs/REASONS.md).
-func (p *Paywall) fresh(a *exact.Payload) *x402.VerifyError {
+func (p *Paywall) fresh(a authorization) *x402.VerifyError {
 	now := p.now()
-	vb := a.Authorization.ValidBefore
+	after, before := a.window()
+	r := a.reasons()
 	limit := now.Unix() + p.cfg.MaxTimeoutSeconds + int64(exact.FreshnessSlack/time.Second)
-	if vb.Cmp(big.NewInt(limit)) > 0 {
-		return &x402.VerifyError{Reason: x402.ReasonEVMValidBeforeTooFar, Payer: a.Authorization.From.Hex(),
-			Message: fmt.Sprintf("validBefore %s is later than the %ds this 402 allows", vb, p.cfg.MaxTimeoutSeconds)}
+	if before.Cmp(big.NewInt(limit)) > 0 {
+		return &x402.VerifyError{Reason: r.tooFar, Payer: a.payer().Hex(),
+			Message: fmt.Sprintf("%s %s is later than the %ds this 402 allows", r.before, before, p.cfg.MaxTimeoutSeconds)}
 	}
-	if a.Authorization.ValidAfter.Cmp(bigUnix(now)) > 0 {
-		return &x402.VerifyError{Reason: x402.ReasonEVMValidAfter, Payer: a.Authorization.From.Hex(),
-			Message: fmt.Sprintf("validAfter %s is in the future", a.Authorization.ValidAfter)}
+	if after.Cmp(bigUnix(now)) > 0 {
+		return &x402.VerifyError{Reason: r.notYet, Payer: a.payer().Hex(),
+			Message: fmt.Sprintf("%s %s is in the future", r.after, after)}
 	}
 	return nil
 }
@@ -360,12 +365,13 @@ func (p *Paywall) fresh(a *exact.Payload) *x402.VerifyError {
 // lasts is D6's mid-request margin, on the fresh path only: the authorization
 // must still be valid when the upstream and the settlement are done. Too
 // close to its validBefore is the official valid_before reason.
-func (p *Paywall) lasts(a *exact.Payload) *x402.VerifyError {
-	vb := a.Authorization.ValidBefore
+func (p *Paywall) lasts(a authorization) *x402.VerifyError {
+	_, before := a.window()
 	need := p.now().Add(p.cfg.UpstreamTimeout + p.cfg.SettleTimeout).Unix()
-	if vb.Cmp(big.NewInt(need)) < 0 {
-		return &x402.VerifyError{Reason: x402.ReasonEVMValidBefore, Payer: a.Authorization.From.Hex(),
-			Message: fmt.Sprintf("validBefore %s expires before this request could finish (needs %d)", vb, need)}
+	if before.Cmp(big.NewInt(need)) < 0 {
+		r := a.reasons()
+		return &x402.VerifyError{Reason: r.expiring, Payer: a.payer().Hex(),
+			Message: fmt.Sprintf("%s %s expires before this request could finish (needs %d)", r.before, before, need)}
 	}
 	return nil
 }

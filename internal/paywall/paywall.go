@@ -28,6 +28,7 @@ package paywall
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"math/big"
 	"time"
@@ -121,8 +122,12 @@ func (p *Paywall) Offer(amount *big.Int) x402.PaymentRequirements {
 
 // Quote is the price of one request and the offer that asks for it.
 type Quote struct {
-	Amount   *big.Int
-	Offer    x402.PaymentRequirements
+	Amount *big.Int
+	// Offer is the quote's exact offer, of Amount.
+	Offer x402.PaymentRequirements
+	// Upto is the upto offer beside it, for at most Amount; nil when the
+	// quote offers exact alone.
+	Upto     *x402.PaymentRequirements
 	Resource *x402.ResourceInfo
 	// PaymentIDRequired makes the payment-identifier extension required.
 	PaymentIDRequired bool
@@ -132,6 +137,27 @@ type Quote struct {
 	// paywall sets it when it begins or finds one.
 	Op string
 }
+
+// accepts are the quote's offers, as a 402 lists them: exact first, as the
+// official clients take the first offer they can pay.
+func (q *Quote) accepts() []x402.PaymentRequirements {
+	if q.Upto == nil {
+		return []x402.PaymentRequirements{q.Offer}
+	}
+	return []x402.PaymentRequirements{q.Offer, *q.Upto}
+}
+
+// offer is the quote's offer of scheme; exact's when it offers none of it,
+// which the match then refuses.
+func (q *Quote) offer(scheme string) x402.PaymentRequirements {
+	if q.Upto != nil && scheme == q.Upto.Scheme {
+		return *q.Upto
+	}
+	return q.Offer
+}
+
+// errUnknownScheme refuses a payload of a scheme the paywall cannot read.
+var errUnknownScheme = errors.New("the payment's scheme is not offered here")
 
 // What a quote buys, as refusals name it.
 const (
@@ -169,11 +195,6 @@ func (p *Paywall) SettleBudget() time.Duration { return p.settleBudget() }
 // paid returns the answer of a payment the chain shows made by tx.
 func (p *Paywall) paid(payer, tx string) *x402.SettleResponse {
 	return &x402.SettleResponse{Success: true, Transaction: tx, Network: p.cfg.Network, Payer: payer}
-}
-
-// key is the claim key of an authorization (D4).
-func (p *Paywall) key(a *exact.Authorization) string {
-	return exact.Key(p.cfg.Network, p.cfg.AssetAddress, a.From, a.Nonce)
 }
 
 func bigUnix(t time.Time) *big.Int { return big.NewInt(t.Unix()) }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -63,19 +62,6 @@ func recordKey(network, payer, id, claimKey string) string {
 	}
 	sum := sha256.Sum256([]byte("llm4agents/recovery/v1\x00" + network + "\x00" + strings.ToLower(payer) + "\x00" + id))
 	return "pid:" + hex.EncodeToString(sum[:])
-}
-
-// proofHash identifies an authorization with its signature: re-presenting the
-// same PAYMENT-SIGNATURE is proof of control only if it matches (the nonce of
-// a settled authorization is public on chain; its signature is not required
-// to be).
-func proofHash(auth *exact.Payload) string {
-	b, err := json.Marshal(auth.JSON())
-	if err != nil {
-		return "" // unreachable: strings only
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // stagedElsewhere refuses a request whose record is staged under another
@@ -230,27 +216,27 @@ func (p *Paywall) paidByKey(ctx context.Context, key, amount string) (string, bo
 // anything, so a failed proof is refused as already used, never with a 402
 // that would invite the buyer to pay for the same call again (D29).
 func (p *Paywall) proveControl(ctx context.Context, pd *payment, rec *store.Recovery) error {
-	a := &pd.auth.Authorization
 	q := pd.q
+	_, before := pd.auth.window()
 	if pd.key == rec.PaymentKey {
 		noID := strings.HasPrefix(pd.rkey, "auth:")
-		expired := a.ValidBefore.Cmp(bigUnix(p.now())) <= 0
+		expired := before.Cmp(bigUnix(p.now())) <= 0
 		switch {
-		case proofHash(pd.auth) != rec.ProofHash && noID:
+		case pd.auth.proofHash() != rec.ProofHash && noID:
 			return alreadyUsed()
-		case proofHash(pd.auth) != rec.ProofHash:
+		case pd.auth.proofHash() != rec.ProofHash:
 			return p.challenge(q, NotProven, "payment does not prove control of this payment identifier", nil)
 		case expired && noID:
 			return alreadyUsed()
 		case expired:
-			return p.verifyChallenge(q, x402.ReasonEVMValidBefore, errors.New("the paying authorization expired"))
+			return p.verifyChallenge(q, pd.auth.reasons().expiring, errors.New("the paying authorization expired"))
 		}
 		return nil
 	}
-	if !strings.EqualFold(pd.payer, rec.Payer) || a.Value.String() != rec.Amount {
+	if !strings.EqualFold(pd.payer, rec.Payer) || pd.auth.value().String() != rec.Amount {
 		return p.challenge(q, NotProven, "payment does not prove control of this payment identifier", nil)
 	}
-	vr, err := p.fac.Verify(ctx, pd.payload, q.Offer)
+	vr, err := p.fac.Verify(ctx, pd.payload, pd.offer)
 	if err != nil {
 		return facilitatorDown(err)
 	}
@@ -273,15 +259,15 @@ func (p *Paywall) beginRecovery(ctx context.Context, pd *payment) error {
 // openRecovery begins pd's record, and leaves pd's claim as it is whatever
 // happens.
 func (p *Paywall) openRecovery(ctx context.Context, pd *payment) error {
-	a := &pd.auth.Authorization
+	_, before := pd.auth.window()
 	expires := p.now().Add(p.cfg.RecoveryTTL)
 	if pd.claim.ExpiresAt.After(expires) {
 		expires = pd.claim.ExpiresAt // a pending settlement may resolve until then
 	}
 	rec, held, err := p.recoveries.BeginRecovery(ctx, store.Recovery{
 		Key: pd.rkey, Payer: pd.payer, Fingerprint: pd.fp(), OperationID: newOperationID(),
-		PaymentKey: pd.key, ProofHash: proofHash(pd.auth), ProofUntil: time.Unix(a.ValidBefore.Int64(), 0),
-		Amount: a.Value.String(), Owner: p.cfg.Owner, ExpiresAt: expires,
+		PaymentKey: pd.key, ProofHash: pd.auth.proofHash(), ProofUntil: time.Unix(before.Int64(), 0),
+		Amount: pd.auth.value().String(), Owner: p.cfg.Owner, ExpiresAt: expires,
 	}, p.cfg.ClaimLease)
 	if err != nil {
 		return p.storeDown(err)

@@ -172,7 +172,7 @@ func paymentIDError(err error) error {
 // recorded; a top-up's never does (it keeps no record; its retry is the
 // same PAYMENT-SIGNATURE).
 func (p *Paywall) challenge(q *Quote, reason Reason, text string, detail error) error {
-	pr := &x402.PaymentRequired{X402Version: x402.Version, Error: text, Resource: q.Resource, Accepts: []x402.PaymentRequirements{q.Offer}}
+	pr := &x402.PaymentRequired{X402Version: x402.Version, Error: text, Resource: q.Resource, Accepts: q.accepts()}
 	if p.recoveries != nil && q.What != WhatTopUp {
 		pr.Extensions = map[string]json.RawMessage{x402.ExtensionPaymentID: x402.PaymentIDDeclaration(q.PaymentIDRequired)}
 	}

@@ -192,7 +192,7 @@ func (pd *payment) confirmKnown(ctx context.Context) (tx string, paid, known boo
 	if !ok {
 		return "", false, false
 	}
-	tx, yes, err := c.Confirm(ctx, pd.payload, pd.q.Offer)
+	tx, yes, err := c.Confirm(ctx, pd.payload, pd.offer)
 	if err != nil {
 		p.log.Warn("confirm a payment from the chain", "key", pd.key, "err", err)
 		return "", false, false
@@ -214,7 +214,7 @@ func (pd *payment) settleCall(ctx context.Context) (*x402.SettleResponse, error)
 	p := pd.pw
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.SettleTimeout)
 	defer cancel()
-	sr, err := p.fac.Settle(ctx, pd.payload, pd.q.Offer)
+	sr, err := p.fac.Settle(ctx, pd.payload, pd.offer)
 	if err == nil && !sr.Success && sr.ErrorReason == x402.ReasonUnexpectedSettleError {
 		// The reason only: a third-party facilitator's message is not ours
 		// to log.

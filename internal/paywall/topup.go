@@ -36,7 +36,9 @@ func (t *TopUp) State() store.PaymentState { return t.claim.State }
 func (t *TopUp) Transaction() string { return t.claim.TxHash }
 
 // Authorization is the authorization that pays the top-up.
-func (t *TopUp) Authorization() *exact.Authorization { return &t.auth.Authorization }
+// A top-up's quote offers exact alone (its amount is the credit bought), so
+// read never gives it another kind.
+func (t *TopUp) Authorization() *exact.Authorization { return &t.auth.(exactAuth).p.Authorization }
 
 // Payer is the paying address as the settlement names it.
 func (t *TopUp) Payer() string { return t.payer }
@@ -51,11 +53,16 @@ func (t *TopUp) Settle(ctx context.Context) (*x402.SettleResponse, Outcome) {
 // freshness (D6), the lookup of an existing claim, verify, claim, mark. req
 // names the route, for the marker's fingerprint.
 func (p *Paywall) AdmitTopUp(ctx context.Context, q *Quote, in Presented, req Request) (*TopUp, error) {
-	payload, auth, err := p.read(q, in)
+	payload, offer, auth, err := p.read(q, in)
 	if err != nil {
 		return nil, err
 	}
-	a := &auth.Authorization
+	ea, ok := auth.(exactAuth)
+	if !ok {
+		p.metrics.Payment("mismatch")
+		return nil, p.challenge(q, Mismatch, textNoMatch, fmt.Errorf("a top-up is paid with %q only", exact.Scheme))
+	}
+	a := &ea.p.Authorization
 	if a.Value.Cmp(q.Amount) != 0 || !strings.EqualFold(a.To.Hex(), p.cfg.PayTo) {
 		// The facilitator checks these too; the credit depends on them, so
 		// they are checked here as well.
@@ -63,7 +70,8 @@ func (p *Paywall) AdmitTopUp(ctx context.Context, q *Quote, in Presented, req Re
 		return nil, p.challenge(q, Mismatch, textNoMatch,
 			fmt.Errorf("authorization of %s to %s for an offer of %s to %s", a.Value, a.To.Hex(), q.Amount, p.cfg.PayTo))
 	}
-	pd := &payment{pw: p, q: q, payload: payload, auth: auth, key: p.key(a), payer: a.From.Hex(), request: req}
+	pd := &payment{pw: p, q: q, payload: payload, offer: offer, auth: auth,
+		key: auth.claimKey(p.cfg.Network, p.cfg.AssetAddress), payer: a.From.Hex(), request: req}
 	if verr := p.fresh(auth); verr != nil {
 		p.metrics.Payment("stale")
 		return nil, p.refuse(ctx, pd, false, p.verifyChallenge(q, verr.Reason, verr))
@@ -94,7 +102,7 @@ func (p *Paywall) AdmitTopUp(ctx context.Context, q *Quote, in Presented, req Re
 // claim the lookup found held by a request, if any.
 func (p *Paywall) claimTopUp(ctx context.Context, pd *payment) (*TopUp, error) {
 	q := pd.q
-	vr, err := p.fac.Verify(ctx, pd.payload, q.Offer)
+	vr, err := p.fac.Verify(ctx, pd.payload, pd.offer)
 	if err != nil {
 		return nil, facilitatorDown(err)
 	}
@@ -166,8 +174,7 @@ func (p *Paywall) adoptTopUp(ctx context.Context, pd *payment, claim store.Payme
 
 // markTopUp stages the top-up marker with the claim pd holds.
 func (p *Paywall) markTopUp(ctx context.Context, pd *payment) error {
-	a := &pd.auth.Authorization
-	body := []byte(`{"amount":"` + a.Value.String() + `"}`)
+	body := []byte(`{"amount":"` + pd.auth.value().String() + `"}`)
 	m := store.StagedResponse{Status: http.StatusOK, ContentType: TopUpMarker, Body: body,
 		Fingerprint: Fingerprint(pd.request.Method, pd.request.Path, "", body)}
 	if err := p.claims().StagePayment(ctx, pd.key, pd.claim.Fence, m); err != nil {

@@ -78,6 +78,26 @@ func Cost(u chat.Usage, p Price) *big.Int {
 	return atomicCost(u.PromptTokens, u.CompletionTokens, p)
 }
 
+// Charge is what an upto payment settles for a finished call (D27): its cost
+// (Cost: the upstream's usage at list price, rounded up to the atomic unit),
+// raised to minCharge, since every settlement costs the seller gas, and capped
+// at max, the maximum the buyer authorized (the exact quote of the same
+// request). A nil or zero minCharge raises nothing. Zero settles nothing: no
+// transaction is sent. The result is a new value.
+func Charge(cost, minCharge, max *big.Int) *big.Int {
+	c := new(big.Int).Set(cost)
+	if c.Sign() < 0 {
+		c.SetInt64(0)
+	}
+	if minCharge != nil && c.Cmp(minCharge) < 0 {
+		c.Set(minCharge)
+	}
+	if c.Cmp(max) > 0 {
+		c.Set(max)
+	}
+	return c
+}
+
 // atomicCost is ceil((prompt*Input + output*Output) / 1e6), in big.Int so that
 // no product can overflow.
 func atomicCost(prompt, output int64, p Price) *big.Int {

@@ -136,6 +136,60 @@ func TestCost(t *testing.T) {
 	}
 }
 
+func TestCharge(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		cost, minCharge, max string
+		want                 string
+	}{
+		{"the cost when between the minimum and the maximum", "23456", "10000", "50000", "23456"},
+		{"raised to the minimum", "450", "10000", "50000", "10000"},
+		{"capped at the maximum", "60001", "10000", "50000", "50000"},
+		{"the maximum caps the minimum too", "1", "10000", "5000", "5000"},
+		{"no minimum: the cost", "450", "0", "50000", "450"},
+		{"nothing used, no minimum: nothing", "0", "0", "50000", "0"},
+		{"nothing used: the minimum", "0", "10000", "50000", "10000"},
+		{"a negative cost counts as zero", "-5", "0", "50000", "0"},
+		{"uint256 sized", "115792089237316195423570985008687907853269984665640564039457584007913129639935", "1", "115792089237316195423570985008687907853269984665640564039457584007913129639934", "115792089237316195423570985008687907853269984665640564039457584007913129639934"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cost, minCharge, maxAmount := bigInt(t, tc.cost), bigInt(t, tc.minCharge), bigInt(t, tc.max)
+			got := Charge(cost, minCharge, maxAmount)
+			if got.Cmp(bigInt(t, tc.want)) != 0 {
+				t.Errorf("Charge(%s, %s, %s) = %s, want %s", tc.cost, tc.minCharge, tc.max, got, tc.want)
+			}
+			got.SetInt64(-1)
+			if cost.String() != tc.cost || maxAmount.String() != tc.max {
+				t.Error("Charge returned or changed its arguments")
+			}
+		})
+	}
+	if got := Charge(big.NewInt(7), nil, big.NewInt(9)); got.Int64() != 7 {
+		t.Errorf("Charge with no minimum = %s, want 7", got)
+	}
+}
+
+// TestChargeProperties: whatever the usage, an upto charge never exceeds the
+// exact quote of the same request, never falls below the cost unless the
+// quote caps it, and never below the minimum unless the quote is lower.
+func TestChargeProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		prompt := rng.Int64N(1 << 20)
+		bound := rng.Int64N(1 << 20)
+		used := rng.Int64N(bound + 1)
+		p := Price{Input: rng.Uint64N(1 << 30), Output: rng.Uint64N(1 << 30)}
+		decimals := uint8(rng.IntN(19))
+		maxAmount := Quote(prompt, bound, p, decimals)
+		cost := Cost(chat.Usage{PromptTokens: prompt, CompletionTokens: used}, p)
+		minCharge := Cent(decimals)
+		got := Charge(cost, minCharge, maxAmount)
+		if got.Cmp(maxAmount) > 0 || got.Cmp(cost) < 0 || got.Cmp(minCharge) < 0 {
+			t.Fatalf("Charge(cost %s, min %s, max %s) = %s", cost, minCharge, maxAmount, got)
+		}
+	}
+}
+
 func TestCent(t *testing.T) {
 	for _, tc := range []struct {
 		decimals uint8

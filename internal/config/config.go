@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,6 +75,50 @@ type Network struct {
 	// MaxTimeoutSeconds is the 402's maxTimeoutSeconds: how long a payment the
 	// buyer signs may stay valid. Default DefaultMaxTimeoutSeconds.
 	MaxTimeoutSeconds int `yaml:"max_timeout_seconds"`
+	// Schemes are the x402 schemes a call's 402 offers: SchemeExact (pay the
+	// quote) and, beside it, SchemeUpto (authorize the quote, pay for the
+	// tokens used; Permit2). Default [exact]. exact is always among them:
+	// top-ups pay with it, and so do streams under UptoExactOnly.
+	Schemes []string `yaml:"schemes"`
+	// Upto tunes the upto scheme, when Schemes has it.
+	Upto Upto `yaml:"upto"`
+}
+
+// Upto tunes the upto scheme (D27).
+type Upto struct {
+	// MinCharge is the least an upto call settles for, in atomic units of the
+	// asset, as a decimal string: every settlement costs the seller gas.
+	// Default one cent of the asset ("10000" for USDC); "0" turns it off.
+	MinCharge string `yaml:"min_charge"`
+	// Streaming is how a streamed call pays with upto, whose amount is only
+	// known at the end: UptoDeliverThenSettle (default: the stream is
+	// delivered, then settled; a failed settlement is the seller's loss,
+	// counted) or UptoExactOnly (upto is not offered for streams).
+	Streaming string `yaml:"streaming"`
+}
+
+// The x402 schemes a 402 may offer (Network.Schemes).
+const (
+	SchemeExact = "exact"
+	SchemeUpto  = "upto"
+)
+
+// Upto streaming policies (Upto.Streaming).
+const (
+	UptoDeliverThenSettle = "deliver_then_settle"
+	UptoExactOnly         = "exact_only"
+)
+
+// Offers reports whether the 402 offers scheme.
+func (n Network) Offers(scheme string) bool { return slices.Contains(n.Schemes, scheme) }
+
+// MinChargeAmount returns MinCharge parsed.
+func (u Upto) MinChargeAmount() (*big.Int, error) {
+	v, ok := new(big.Int).SetString(strings.ReplaceAll(u.MinCharge, "_", ""), 10)
+	if !ok || v.Sign() < 0 || v.BitLen() > 256 || !priceRE.MatchString(u.MinCharge) {
+		return nil, fmt.Errorf("upto.min_charge %q is not a whole, non-negative number of atomic units", truncate(u.MinCharge))
+	}
+	return v, nil
 }
 
 // Facilitator says who verifies and settles payments.
@@ -362,6 +407,15 @@ func (c *Config) SetDefaults() {
 	if c.Network.MaxTimeoutSeconds == 0 {
 		c.Network.MaxTimeoutSeconds = DefaultMaxTimeoutSeconds
 	}
+	if len(c.Network.Schemes) == 0 {
+		c.Network.Schemes = []string{SchemeExact}
+	}
+	if c.Network.Upto.MinCharge == "" && c.Network.Decimals <= MaxDecimals {
+		c.Network.Upto.MinCharge = pricing.Cent(c.Network.Decimals).String()
+	}
+	if c.Network.Upto.Streaming == "" {
+		c.Network.Upto.Streaming = UptoDeliverThenSettle
+	}
 	f := &c.Facilitator
 	if f.Mode == "" {
 		f.Mode = ModeInProcess
@@ -559,6 +613,33 @@ func (c *Config) validateNetwork(p *problems) {
 	}
 	if n.MaxTimeoutSeconds <= 0 || n.MaxTimeoutSeconds > maxTimeoutSecondsCap {
 		p.add("network.max_timeout_seconds", "%d must be from 1 to %d", n.MaxTimeoutSeconds, maxTimeoutSecondsCap)
+	}
+	c.validateSchemes(p)
+}
+
+func (c *Config) validateSchemes(p *problems) {
+	n := &c.Network
+	seen := make(map[string]bool, len(n.Schemes))
+	for _, s := range n.Schemes {
+		switch {
+		case s != SchemeExact && s != SchemeUpto:
+			p.add("network.schemes", "%q is not a scheme offered here: use %s, or %s and %s", truncate(s), SchemeExact, SchemeExact, SchemeUpto)
+		case seen[s]:
+			p.add("network.schemes", "lists %s twice", s)
+		}
+		seen[s] = true
+	}
+	if len(n.Schemes) > 0 && !seen[SchemeExact] {
+		p.add("network.schemes", "must include %s: top-ups pay with it, and so do streams under upto.streaming %s", SchemeExact, UptoExactOnly)
+	}
+	// Empty only when decimals is invalid, which is reported already.
+	if _, err := n.Upto.MinChargeAmount(); err != nil && n.Upto.MinCharge != "" {
+		p.add("network.upto.min_charge", "%q must be a whole, non-negative number of atomic units of the asset, such as \"10000\" (one cent with 6 decimals); \"0\" turns it off", truncate(n.Upto.MinCharge))
+	}
+	switch n.Upto.Streaming {
+	case UptoDeliverThenSettle, UptoExactOnly:
+	default:
+		p.add("network.upto.streaming", "%q must be %s or %s", truncate(n.Upto.Streaming), UptoDeliverThenSettle, UptoExactOnly)
 	}
 }
 

@@ -52,6 +52,40 @@ const (
 	ReasonEIP6492FactoryNotAllowed  Reason = "eip6492_factory_not_allowed"
 )
 
+// Reasons of Permit2 payments, shared by the exact (Permit2 variant) and upto
+// schemes, as the official TS 2.27 and Go 2.11 facilitators spell them.
+const (
+	ReasonPermit2Spender             Reason = "invalid_permit2_spender"
+	ReasonPermit2RecipientMismatch   Reason = "invalid_permit2_recipient_mismatch"
+	ReasonPermit2DeadlineExpired     Reason = "permit2_deadline_expired"
+	ReasonPermit2NotYetValid         Reason = "permit2_not_yet_valid"
+	ReasonPermit2AmountMismatch      Reason = "permit2_amount_mismatch"
+	ReasonPermit2TokenMismatch       Reason = "permit2_token_mismatch"
+	ReasonPermit2Signature           Reason = "invalid_permit2_signature"
+	ReasonPermit2AllowanceRequired   Reason = "permit2_allowance_required"
+	ReasonPermit2SimulationFailed    Reason = "permit2_simulation_failed"
+	ReasonPermit2InsufficientBalance Reason = "permit2_insufficient_balance"
+	ReasonPermit2ProxyNotDeployed    Reason = "permit2_proxy_not_deployed"
+	ReasonPermit2InvalidAmount       Reason = "permit2_invalid_amount"
+	ReasonPermit2InvalidDestination  Reason = "permit2_invalid_destination"
+	ReasonPermit2InvalidOwner        Reason = "permit2_invalid_owner"
+	ReasonPermit2PaymentTooEarly     Reason = "permit2_payment_too_early"
+	ReasonPermit2InvalidNonce        Reason = "permit2_invalid_nonce"
+	ReasonPermit2612AmountMismatch   Reason = "permit2_2612_amount_mismatch"
+)
+
+// Reasons of the EVM upto scheme, as the official TS 2.27 facilitator spells
+// them.
+const (
+	ReasonUptoScheme                  Reason = "invalid_upto_evm_scheme"
+	ReasonUptoNetworkMismatch         Reason = "invalid_upto_evm_network_mismatch"
+	ReasonUptoTransactionFailed       Reason = "invalid_upto_evm_transaction_failed"
+	ReasonUptoSettlementExceedsAmount Reason = "invalid_upto_evm_payload_settlement_exceeds_amount"
+	ReasonUptoAmountExceedsPermitted  Reason = "upto_amount_exceeds_permitted"
+	ReasonUptoUnauthorizedFacilitator Reason = "upto_unauthorized_facilitator"
+	ReasonUptoFacilitatorMismatch     Reason = "upto_facilitator_mismatch"
+)
+
 // Reasons of our own, for checks no official facilitator makes. Each is documented
 // in docs/REASONS.md.
 const (
@@ -66,6 +100,11 @@ const (
 	// ReasonEVMCounterfactualWallet: an ERC-6492 wrapper for a wallet that is not
 	// deployed yet; refused for now.
 	ReasonEVMCounterfactualWallet Reason = "invalid_exact_evm_counterfactual_wallet_not_supported"
+	// ReasonUptoAcceptedMismatch: as ReasonAcceptedMismatch, for an upto payment.
+	ReasonUptoAcceptedMismatch Reason = "invalid_upto_evm_accepted_mismatch"
+	// ReasonUptoDeadlineTooFar: the permit's deadline is later than now +
+	// maxTimeoutSeconds + 30 s, so the permit outlives what the 402 promised.
+	ReasonUptoDeadlineTooFar Reason = "invalid_upto_evm_permit2_deadline_too_far"
 )
 
 // reasonAliases maps the spec's and legacy spellings to what the official

@@ -118,3 +118,53 @@ func TestVerifyError(t *testing.T) {
 		})
 	}
 }
+
+// TestPermit2AndUptoReasons pins the strings of the Permit2 and upto reasons
+// to those npm @x402/evm 2.27.0 emits, and our own upto reasons to what
+// docs/REASONS.md lists; all are canonical as they are.
+func TestPermit2AndUptoReasons(t *testing.T) {
+	tests := []struct {
+		got  x402.Reason
+		want string
+	}{
+		{x402.ReasonPermit2Spender, "invalid_permit2_spender"},
+		{x402.ReasonPermit2RecipientMismatch, "invalid_permit2_recipient_mismatch"},
+		{x402.ReasonPermit2DeadlineExpired, "permit2_deadline_expired"},
+		{x402.ReasonPermit2NotYetValid, "permit2_not_yet_valid"},
+		{x402.ReasonPermit2AmountMismatch, "permit2_amount_mismatch"},
+		{x402.ReasonPermit2TokenMismatch, "permit2_token_mismatch"},
+		{x402.ReasonPermit2Signature, "invalid_permit2_signature"},
+		{x402.ReasonPermit2AllowanceRequired, "permit2_allowance_required"},
+		{x402.ReasonPermit2SimulationFailed, "permit2_simulation_failed"},
+		{x402.ReasonPermit2InsufficientBalance, "permit2_insufficient_balance"},
+		{x402.ReasonPermit2ProxyNotDeployed, "permit2_proxy_not_deployed"},
+		{x402.ReasonPermit2InvalidAmount, "permit2_invalid_amount"},
+		{x402.ReasonPermit2InvalidDestination, "permit2_invalid_destination"},
+		{x402.ReasonPermit2InvalidOwner, "permit2_invalid_owner"},
+		{x402.ReasonPermit2PaymentTooEarly, "permit2_payment_too_early"},
+		{x402.ReasonPermit2InvalidNonce, "permit2_invalid_nonce"},
+		{x402.ReasonPermit2612AmountMismatch, "permit2_2612_amount_mismatch"},
+		{x402.ReasonUptoScheme, "invalid_upto_evm_scheme"},
+		{x402.ReasonUptoNetworkMismatch, "invalid_upto_evm_network_mismatch"},
+		{x402.ReasonUptoTransactionFailed, "invalid_upto_evm_transaction_failed"},
+		{x402.ReasonUptoSettlementExceedsAmount, "invalid_upto_evm_payload_settlement_exceeds_amount"},
+		{x402.ReasonUptoAmountExceedsPermitted, "upto_amount_exceeds_permitted"},
+		{x402.ReasonUptoUnauthorizedFacilitator, "upto_unauthorized_facilitator"},
+		{x402.ReasonUptoFacilitatorMismatch, "upto_facilitator_mismatch"},
+		{x402.ReasonUptoAcceptedMismatch, "invalid_upto_evm_accepted_mismatch"},
+		{x402.ReasonUptoDeadlineTooFar, "invalid_upto_evm_permit2_deadline_too_far"},
+	}
+	seen := make(map[x402.Reason]bool)
+	for _, tc := range tests {
+		if string(tc.got) != tc.want {
+			t.Errorf("reason %q, want %q", tc.got, tc.want)
+		}
+		if seen[tc.got] {
+			t.Errorf("reason %q listed twice", tc.got)
+		}
+		seen[tc.got] = true
+		if got := x402.ParseReason(tc.want); got != tc.got {
+			t.Errorf("ParseReason(%q) = %q", tc.want, got)
+		}
+	}
+}

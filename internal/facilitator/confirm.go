@@ -13,13 +13,17 @@ import (
 )
 
 // ChainReader is what a ChainConfirmer reads from a node: the
-// authorization's state, the logs of its use and that transaction's receipt.
+// authorization's state, the logs of its use, that transaction and its
+// receipt.
 // Backend and *ethclient.Client satisfy it.
 type ChainReader interface {
 	exact.Chain
 	ethereum.LogFilterer
 	TransactionReceipt(ctx context.Context, hash common.Hash) (*types.Receipt, error)
 	BlockNumber(ctx context.Context) (uint64, error)
+	// TransactionByHash reads a settle call's data: Permit2 logs no event of
+	// its own per use, so an upto permit's use is found by its calldata.
+	TransactionByHash(ctx context.Context, hash common.Hash) (*types.Transaction, bool, error)
 }
 
 // ChainConfirmer tells from the chain alone whether an authorization was

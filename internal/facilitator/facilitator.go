@@ -33,6 +33,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Backend is what the facilitator reads from a node. *ethclient.Client and
@@ -98,6 +99,10 @@ type Config struct {
 	ReorgWindow time.Duration
 	// Now is the clock that places the reorg window. Default time.Now.
 	Now func() time.Time
+	// Schemes are the x402 schemes served: exact.Scheme, upto.Scheme.
+	// Default exact alone: upto needs Permit2 and the x402 upto proxy on the
+	// chain.
+	Schemes []string
 }
 
 // Defaults of Config.
@@ -163,9 +168,6 @@ func New(cfg Config, backend Backend, sender Sender, st store.Settlements, log *
 	}
 	f := &Facilitator{
 		cfg: cfg, chainID: chainID, backend: backend, sender: sender, store: st,
-		schemes: map[string]scheme{
-			exact.Scheme: exactScheme{&exact.Verifier{Chain: backend, ChainID: chainID, Caller: sender.Address()}},
-		},
 		log:       log.With("component", "facilitator", "network", cfg.Network),
 		assets:    make(map[common.Address]Asset, len(cfg.Assets)),
 		confirmer: NewChainConfirmer(backend, cfg.LookbackBlocks),
@@ -173,6 +175,20 @@ func New(cfg Config, backend Backend, sender Sender, st store.Settlements, log *
 	}
 	for _, a := range cfg.Assets {
 		f.assets[a.Address] = a
+	}
+	if len(cfg.Schemes) == 0 {
+		cfg.Schemes = []string{exact.Scheme}
+	}
+	f.schemes = make(map[string]scheme, len(cfg.Schemes))
+	for _, name := range cfg.Schemes {
+		switch name {
+		case exact.Scheme:
+			f.schemes[name] = exactScheme{&exact.Verifier{Chain: backend, ChainID: chainID, Caller: sender.Address()}}
+		case upto.Scheme:
+			f.schemes[name] = uptoScheme{&upto.Verifier{Chain: backend, ChainID: chainID, Facilitators: []common.Address{sender.Address()}}}
+		default:
+			return nil, fmt.Errorf("facilitator: scheme %q is not served (%s, %s)", name, exact.Scheme, upto.Scheme)
+		}
 	}
 	return f, nil
 }
@@ -193,7 +209,7 @@ func (f *Facilitator) Supported(context.Context) (*x402.SupportedResponse, error
 }
 
 // schemeOrder is the order of the kinds in GET /supported.
-var schemeOrder = []string{exact.Scheme}
+var schemeOrder = []string{exact.Scheme, upto.Scheme}
 
 // route picks the scheme of requirements this facilitator serves, and refuses
 // the others.
@@ -319,6 +335,13 @@ func (f *Facilitator) settle(ctx context.Context, s scheme, pm payment, recovere
 			return settleFailure(req.Network, verr), nil
 		}
 		return nil, fmt.Errorf("settle: %w", err)
+	}
+	if pm.settledAmount() == "0" {
+		// An upto charge of nothing: no transaction is sent and the permit
+		// expires unused, as the scheme says. Nothing is claimed either:
+		// nothing moved, and the resource server holding the request's claim
+		// settles it once.
+		return &x402.SettleResponse{Success: true, Transaction: "", Network: pm.Network(), Payer: pm.Payer().Hex(), Amount: "0"}, nil
 	}
 	rec, held, err := f.claim(ctx, pm)
 	if err != nil {
@@ -483,7 +506,7 @@ func (f *Facilitator) conclude(ctx context.Context, pm payment, rec store.Settle
 // success stays for the first settle call that observes it.
 func (f *Facilitator) report(ctx context.Context, pm payment, key string, tx common.Hash, answer bool) (*x402.SettleResponse, error) {
 	if !answer {
-		return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: pm.Network(), Payer: pm.Payer().Hex()}, nil
+		return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: pm.Network(), Payer: pm.Payer().Hex(), Amount: pm.settledAmount()}, nil
 	}
 	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok && caller.Err() != nil {
 		// The caller stopped waiting (its timeout, a dropped connection):
@@ -503,7 +526,7 @@ func (f *Facilitator) report(ctx context.Context, pm payment, key string, tx com
 		return alreadySettled(pm, tx), nil
 	}
 	f.log.Info("settled", "key", key, "tx", tx.Hex())
-	return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: pm.Network(), Payer: pm.Payer().Hex()}, nil
+	return &x402.SettleResponse{Success: true, Transaction: tx.Hex(), Network: pm.Network(), Payer: pm.Payer().Hex(), Amount: pm.settledAmount()}, nil
 }
 
 // resume continues from an existing record, never re-broadcasting what was sent.

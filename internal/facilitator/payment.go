@@ -10,6 +10,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // payment is one verified authorization, of whichever scheme, as the
@@ -42,6 +43,9 @@ type payment interface {
 	// usedReason is the reason of a settle refused because the
 	// authorization was spent already.
 	usedReason() x402.Reason
+	// settledAmount is the amount a success reports: "" where the scheme
+	// reports none (exact: the requirements' amount), the charge for upto.
+	settledAmount() string
 }
 
 // exactPayment is an EIP-3009 transferWithAuthorization (scheme exact).
@@ -83,3 +87,72 @@ func (p exactPayment) findUse(ctx context.Context, c ChainReader, from uint64) (
 func (p exactPayment) expiry(tx *types.Transaction) (*big.Int, bool) { return validBeforeOf(tx, p.vd) }
 
 func (exactPayment) usedReason() x402.Reason { return x402.ReasonEVMNonceAlreadyUsed }
+
+func (exactPayment) settledAmount() string { return "" }
+
+// uptoPayment is a Permit2 witness transfer through the x402 upto proxy
+// (scheme upto), settled for its charge (vd.Amount), at most the permit's
+// amount.
+type uptoPayment struct{ vd *upto.Verified }
+
+var _ payment = uptoPayment{}
+
+func (p uptoPayment) Key() string           { return p.vd.Key() }
+func (p uptoPayment) Network() string       { return p.vd.Network }
+func (p uptoPayment) Payer() common.Address { return p.vd.Payer() }
+
+func (p uptoPayment) record(owner string) store.Settlement {
+	a := &p.vd.Payload.Authorization
+	return store.Settlement{
+		Key: p.vd.Key(), Network: p.vd.Network, Asset: p.vd.Asset.Hex(), Payer: a.From.Hex(),
+		PayTo: a.Witness.To.Hex(), Amount: p.vd.Amount.String(), Owner: owner,
+	}
+}
+
+func (p uptoPayment) call() (common.Address, []byte, error) {
+	sig := p.vd.Signature
+	if sig == nil {
+		sig = p.vd.Payload.Signature
+	}
+	data, err := upto.SettleCalldata(&p.vd.Payload.Authorization, sig, p.vd.Amount)
+	return upto.ProxyAddress, data, err
+}
+
+func (p uptoPayment) paidBy(logs []*types.Log) bool {
+	return upto.PaysPermit(logs, p.vd.Asset, &p.vd.Payload.Authorization, p.vd.Amount)
+}
+
+func (p uptoPayment) used(ctx context.Context, c exact.Chain) (bool, error) {
+	a := &p.vd.Payload.Authorization
+	return upto.NonceUsed(ctx, c, a.From, a.Nonce)
+}
+
+func (p uptoPayment) findUse(ctx context.Context, c ChainReader, from uint64) (*exact.UseEvent, error) {
+	a := &p.vd.Payload.Authorization
+	ev, err := upto.FindUse(ctx, c, p.vd.Asset, a.From, a.Witness.To, a.Nonce, from)
+	if err != nil || ev == nil {
+		return nil, err
+	}
+	// Permit2 has no cancellation of one nonce that a transfer would show:
+	// invalidateUnorderedNonces leaves no transfer, so FindUse finds none.
+	return &exact.UseEvent{TxHash: ev.TxHash, Block: ev.Block}, nil
+}
+
+// expiry: the settle calldata carries the permit's deadline, which Permit2
+// enforces (block.timestamp <= deadline): no block at or after deadline + 1
+// takes it.
+func (p uptoPayment) expiry(tx *types.Transaction) (*big.Int, bool) {
+	if tx.To() == nil || *tx.To() != upto.ProxyAddress {
+		return nil, false
+	}
+	a, err := upto.DecodeSettle(tx.Data())
+	mine := &p.vd.Payload.Authorization
+	if err != nil || a.From != mine.From || a.Nonce.Cmp(mine.Nonce) != 0 {
+		return nil, false
+	}
+	return new(big.Int).Add(a.Deadline, big.NewInt(1)), true
+}
+
+func (uptoPayment) usedReason() x402.Reason { return x402.ReasonPermit2InvalidNonce }
+
+func (p uptoPayment) settledAmount() string { return p.vd.Amount.String() }

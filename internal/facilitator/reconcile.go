@@ -14,6 +14,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Reconcile resolves unresolved settlement records from the chain: a broadcast
@@ -86,8 +87,24 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 	return done + n, errors.Join(append(errs, err)...)
 }
 
-// recordToPayment rebuilds what resolve needs from a stored record.
+// recordToPayment rebuilds what resolve needs from a stored record. An upto
+// permit's key names Permit2 where an exact authorization's names its token.
 func recordToPayment(rec store.Settlement) (payment, error) {
+	if network, owner, nonce, err := upto.ParseKey(rec.Key); err == nil {
+		amount, err := exact.ParseUint256(rec.Amount)
+		if err != nil {
+			return nil, fmt.Errorf("settlement %s amount: %w", rec.Key, err)
+		}
+		asset, payTo := common.HexToAddress(rec.Asset), common.HexToAddress(rec.PayTo)
+		return uptoPayment{&upto.Verified{
+			Network: network, Asset: asset, PayTo: payTo, Amount: amount,
+			Payload: &upto.Payload{Authorization: upto.Authorization{
+				From: owner, Nonce: nonce, Spender: upto.ProxyAddress,
+				Permitted: upto.TokenPermissions{Token: asset, Amount: amount},
+				Deadline:  new(big.Int), Witness: upto.Witness{To: payTo, ValidAfter: new(big.Int)},
+			}},
+		}}, nil
+	}
 	parts := strings.Split(rec.Key, "/")
 	if len(parts) != 4 {
 		return nil, fmt.Errorf("settlement key %q is malformed", rec.Key)

@@ -3,11 +3,13 @@ package facilitator
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // scheme is what the facilitator needs from the verification of one x402
@@ -94,3 +96,67 @@ func (exactScheme) revertReason(pm payment, err error) *x402.VerifyError {
 }
 
 func (exactScheme) isRevert(err error) bool { return exact.IsRevert(err) }
+
+// uptoScheme verifies Permit2 witness transfers through the x402 upto proxy
+// (scheme upto). In a settle call the requirements' amount is the charge the
+// resource server chose, at most the permit's amount (upto.CheckSettle).
+type uptoScheme struct{ v *upto.Verifier }
+
+var _ scheme = uptoScheme{}
+
+// supported names the signer in extra.facilitatorAddress: the proxy lets only
+// the permit's witness.facilitator settle it, so a resource server copies it
+// into its requirements and the buyer signs it into the witness.
+func (uptoScheme) supported(network string, signer common.Address) x402.SupportedKind {
+	extra, _ := x402.Marshal(map[string]string{"facilitatorAddress": signer.Hex()})
+	return x402.SupportedKind{X402Version: x402.Version, Scheme: upto.Scheme, Network: network, Extra: extra}
+}
+
+// route refuses requirements whose extra names another facilitator: a
+// payment signed for them could only be settled by that one.
+func (s uptoScheme) route(req x402.PaymentRequirements, _ Asset) *x402.VerifyError {
+	extra, err := upto.ParseExtra(req.Extra)
+	if err != nil {
+		return nil // check refuses it with the official reason
+	}
+	if !slices.Contains(s.v.Facilitators, extra.FacilitatorAddress) {
+		return &x402.VerifyError{Reason: x402.ReasonUptoFacilitatorMismatch,
+			Message: fmt.Sprintf("extra.facilitatorAddress %s is not this facilitator", extra.FacilitatorAddress.Hex())}
+	}
+	return nil
+}
+
+func (s uptoScheme) check(p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, bool, error) {
+	vd, recovered, err := s.v.CheckSettle(p, req)
+	if err != nil {
+		return nil, false, err
+	}
+	return uptoPayment{vd}, recovered, nil
+}
+
+func (s uptoScheme) verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, error) {
+	vd, err := s.v.Verify(ctx, p, req)
+	if err != nil {
+		return nil, err
+	}
+	return uptoPayment{vd}, nil
+}
+
+func (s uptoScheme) verifyForSettle(ctx context.Context, pm payment, recovered bool) error {
+	return s.v.VerifyForSettle(ctx, pm.(uptoPayment).vd, recovered)
+}
+
+func (s uptoScheme) simulate(ctx context.Context, pm payment) error {
+	return s.v.Simulate(ctx, pm.(uptoPayment).vd)
+}
+
+func (uptoScheme) revertReason(pm payment, err error) *x402.VerifyError {
+	data := upto.RevertData(err)
+	msg := upto.RevertName(data)
+	if msg == "" {
+		msg = "settle reverted"
+	}
+	return &x402.VerifyError{Reason: upto.ReasonForRevert(data), Payer: pm.Payer().Hex(), Message: msg}
+}
+
+func (uptoScheme) isRevert(err error) bool { return upto.RevertData(err) != nil }

@@ -177,3 +177,8 @@ func decodeSettle(data []byte) (*Authorization, error) {
 		Witness:   Witness{To: args.Witness.To, Facilitator: args.Witness.Facilitator, ValidAfter: args.Witness.ValidAfter},
 	}, nil
 }
+
+// DecodeSettle decodes the calldata of a proxy.settle call into the permit it
+// carries (its signature and the charged amount left out): what a recorded
+// settlement transaction says when its record does not.
+func DecodeSettle(data []byte) (*Authorization, error) { return decodeSettle(data) }

@@ -238,6 +238,30 @@ func (v *Verifier) VerifySettle(ctx context.Context, p *x402.PaymentPayload, req
 	return vd, v.finish(ctx, vd, recovered)
 }
 
+// VerifyForSettle finishes, for a payment that passed CheckSettle, what
+// VerifySettle does except the simulation, for a caller about to send the
+// settle: gas estimation simulates it anyway, and a revert there is
+// diagnosed with Simulate. It still reads Permit2's nonce bitmap, so a permit
+// already used on chain is refused (permit2_invalid_nonce) before anything is
+// sent. recovered is CheckSettle's second result; vd is completed in place.
+func (v *Verifier) VerifyForSettle(ctx context.Context, vd *Verified, recovered bool) error {
+	a := &vd.Payload.Authorization
+	if err := v.checkDeployed(ctx, vd.Asset, x402.ReasonAssetNotDeployed, a.From); err != nil {
+		return err
+	}
+	if err := v.verifySignature(ctx, vd, recovered); err != nil {
+		return err
+	}
+	used, err := NonceUsed(ctx, v.Chain, a.From, a.Nonce)
+	if err != nil {
+		return err
+	}
+	if used {
+		return fail(x402.ReasonPermit2InvalidNonce, a.From.Hex(), "the permit's Permit2 nonce is used")
+	}
+	return nil
+}
+
 func (v *Verifier) finish(ctx context.Context, vd *Verified, recovered bool) error {
 	if err := v.checkDeployed(ctx, vd.Asset, x402.ReasonAssetNotDeployed, vd.Payer()); err != nil {
 		return err

@@ -604,3 +604,66 @@ func TestRuntimeCode(t *testing.T) {
 		}
 	}
 }
+
+// TestPermit2TransferFrom: Permit2's plain permitTransferFrom, called by the
+// spender the owner signed for, moves up to the signed amount, once.
+func TestPermit2TransferFrom(t *testing.T) {
+	s := newUptoChain(t)
+	spender, to := s.Addr(facilitatorIdx), s.Addr(payToIdx)
+	permit := contracts.Permit2PermitTransferFrom{
+		Permitted: contracts.Permit2TokenPermissions{Token: s.Token, Amount: big.NewInt(1000)},
+		Nonce:     big.NewInt(7),
+		Deadline:  big.NewInt(s.BlockTime(t).Add(time.Hour).Unix()),
+	}
+	td := apitypes.TypedData{
+		Types: apitypes.Types{
+			"EIP712Domain": uptoTypes["EIP712Domain"],
+			"PermitTransferFrom": {
+				{Name: "permitted", Type: "TokenPermissions"},
+				{Name: "spender", Type: "address"},
+				{Name: "nonce", Type: "uint256"},
+				{Name: "deadline", Type: "uint256"},
+			},
+			"TokenPermissions": uptoTypes["TokenPermissions"],
+		},
+		PrimaryType: "PermitTransferFrom",
+		Domain: apitypes.TypedDataDomain{
+			Name: "Permit2", ChainId: (*math.HexOrDecimal256)(s.ChainID), VerifyingContract: contracts.Permit2AddressHex,
+		},
+		Message: apitypes.TypedDataMessage{
+			"permitted": map[string]any{"token": s.Token.Hex(), "amount": "1000"},
+			"spender":   spender.Hex(),
+			"nonce":     "7",
+			"deadline":  permit.Deadline.String(),
+		},
+	}
+	hash, _, err := apitypes.TypedDataAndHash(td)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := signDigest(t, s.Keys[payerIdx], hash)
+	transfer := func(amount int64) string {
+		tx, err := s.Permit2.PermitTransferFrom(s.Transactor(t, facilitatorIdx), permit,
+			contracts.Permit2SignatureTransferDetails{To: to, RequestedAmount: big.NewInt(amount)}, s.Addr(payerIdx), sig)
+		if err != nil {
+			return revertName(t, err)
+		}
+		if r := s.Mine(t, tx); r.Status != types.ReceiptStatusSuccessful {
+			t.Fatal("permitTransferFrom reverted after estimating fine")
+		}
+		return ""
+	}
+	before := s.BalanceOf(t, to)
+	if got := transfer(1001); got != "InvalidAmount" {
+		t.Errorf("above the signed amount: reverted %q, want InvalidAmount", got)
+	}
+	if got := transfer(600); got != "" {
+		t.Fatalf("permitTransferFrom: reverted %q", got)
+	}
+	if got := new(big.Int).Sub(s.BalanceOf(t, to), before); got.Int64() != 600 {
+		t.Errorf("recipient received %s, want 600", got)
+	}
+	if got := transfer(1); got != "InvalidNonce" {
+		t.Errorf("second use: reverted %q, want InvalidNonce", got)
+	}
+}

@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// TestGenerated fails when token.go or wallet.go differ from what gen.sh
-// produces from the Solidity sources. It needs node and the pinned solcjs
-// (npm ci --prefix interop): without them it skips, unless
+// TestGenerated fails when the generated files (the bindings and runtime.go)
+// differ from what gen.sh produces from the Solidity sources. It needs node
+// and the pinned solcjs (npm ci --prefix interop): without them it skips, unless
 // LLM4AGENTS_TEST_REQUIRE_TOOLS=1 makes a missing tool a failure.
 func TestGenerated(t *testing.T) {
 	solcjs := filepath.Join("..", "interop", "node_modules", ".bin", "solcjs")

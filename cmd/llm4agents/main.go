@@ -1,7 +1,7 @@
 // Command llm4agents is the one binary of the gateway: it runs the paid
-// OpenAI-compatible gateway, a standalone x402 facilitator, the embedded demo, and
-// the buyer tools. Each subcommand parses its own flags, builds its configuration
-// and runs until its context ends.
+// OpenAI-compatible gateway, a standalone x402 facilitator, the embedded demo,
+// the buyer tools, and the set-up of a local dev node. Each subcommand parses its
+// own flags, builds its configuration and runs until its context ends.
 package main
 
 import (
@@ -58,6 +58,7 @@ commands:
   chat          chat with an OpenAI-compatible x402 endpoint, paying per turn
   keys          create, list or revoke the gateway's sk-l4a- API keys (signs in with the wallet)
   credits       top up credit with an x402 payment, show the balance, verify receipts
+  devnet        set up a dev node (anvil): Permit2, the upto proxy, the test token, mints
   version       print the version and VCS revision of this build (also --version)
 
 Run 'llm4agents <command> -h' for the flags of a command.
@@ -84,6 +85,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runKeys(ctx, rest, e)
 	case "credits":
 		return runCredits(ctx, rest, e)
+	case "devnet":
+		return runDevnet(ctx, rest, e)
 	case "-h", "-help", "--help", "help":
 		printf(stdout, "%s", usage)
 		return nil

@@ -79,6 +79,8 @@ func TestRunUsage(t *testing.T) {
 		{name: "--help", args: []string{"--help"}, wantStdout: "usage: llm4agents <command>"},
 		{name: "help lists facilitator", args: []string{"help"}, wantStdout: "facilitator   serve an x402 facilitator"},
 		{name: "help lists demo", args: []string{"help"}, wantStdout: "demo          run the embedded demo"},
+		{name: "help lists devnet", args: []string{"help"}, wantStdout: "devnet        set up a dev node (anvil)"},
+		{name: "devnet -h", args: []string{"devnet", "-h"}, wantHelp: true, wantStderr: "AMOUNT is in atomic units"},
 		{name: "facilitator -h", args: []string{"facilitator", "-h"}, wantHelp: true, wantStderr: "-settle-timeout"},
 		{name: "help lists serve", args: []string{"help"}, wantStdout: "serve         run the paid gateway from a YAML config (--config FILE)"},
 		{name: "demo -h", args: []string{"demo", "-h"}, wantHelp: true, wantStderr: "log what the gateway and facilitator do"},
@@ -132,6 +134,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{"serve"}, {"demo"}, {"facilitator"}, {"pay"}, {"chat"},
 		{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "revoke"},
 		{"credits"}, {"credits", "topup"}, {"credits", "balance"}, {"credits", "receipts"},
+		{"devnet"},
 	}
 	for _, cmd := range commands {
 		for _, h := range []string{"-h", "-help", "--help"} {

@@ -1,7 +1,8 @@
 // Package devchain runs an embedded EVM chain for `llm4agents demo` and local
 // development: go-ethereum's simulated backend (chain id 1337) with our EIP-3009
-// test token deployed as "USD Coin" version "2", and the well-known dev accounts
-// funded. Blocks are sealed automatically while transactions are pending, so code
+// test token deployed as "USD Coin" version "2", Permit2 and the x402 upto proxy
+// at their canonical addresses (contracts.Permit2Address,
+// contracts.UptoProxyAddress), and the well-known dev accounts funded. Blocks are sealed automatically while transactions are pending, so code
 // that broadcasts and waits for receipts behaves as on a real chain.
 //
 // Nothing here is secret: the dev keys are public test keys.
@@ -74,22 +75,35 @@ type Chain struct {
 	ChainID *big.Int
 	Token   common.Address
 
+	// Permit2 and UptoProxy are contracts.Permit2Address and
+	// contracts.UptoProxyAddress, where the genesis placed them.
+	Permit2   common.Address
+	UptoProxy common.Address
+
 	log    *slog.Logger
 	sealMu sync.Mutex
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// Start launches the chain, funds every dev account with ETH, deploys the token
-// from Key(0), and seals blocks every interval while transactions are pending.
+// Start launches the chain, funds every dev account with ETH, places Permit2
+// and the upto proxy in the genesis, deploys the token from Key(0), and seals
+// blocks every interval while transactions are pending.
 func Start(ctx context.Context, interval time.Duration, log *slog.Logger) (*Chain, error) {
-	alloc := make(types.GenesisAlloc, NumKeys)
+	alloc := make(types.GenesisAlloc, NumKeys+2)
 	eth := new(big.Int).Mul(big.NewInt(10_000), big.NewInt(params.Ether))
 	for i := range NumKeys {
 		alloc[Address(i)] = types.Account{Balance: new(big.Int).Set(eth)}
 	}
+	// In the genesis, not deployed: the official clients expect them at their
+	// canonical addresses, and the token stays Key(0)'s first contract.
+	contracts.AddCanonicalAlloc(alloc)
 	b := simulated.NewBackend(alloc)
-	c := &Chain{Backend: b, Client: b.Client(), ChainID: big.NewInt(ChainID), log: log.With("component", "devchain")}
+	c := &Chain{
+		Backend: b, Client: b.Client(), ChainID: big.NewInt(ChainID),
+		Permit2: contracts.Permit2Address, UptoProxy: contracts.UptoProxyAddress,
+		log: log.With("component", "devchain"),
+	}
 	auth := mustTransactor(Key(0), c.ChainID)
 	addr, tx, _, err := contracts.DeployEIP3009Token(auth, c.Client, TokenName, TokenVersion, TokenDecimal)
 	if err != nil {

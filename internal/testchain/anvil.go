@@ -20,6 +20,8 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/ethereum/go-ethereum/rpc"
+
+	"github.com/llm4agents/llm4agents/contracts"
 )
 
 // requireToolsEnv names the environment variable that turns a missing anvil binary
@@ -41,7 +43,10 @@ const (
 // what happens when the node goes away).
 //
 // The node's ten default accounts are funded with 10,000 ETH each and belong to
-// the standard test mnemonic, the keys DevKey(0) to DevKey(9).
+// the standard test mnemonic, the keys DevKey(0) to DevKey(9). Permit2 and the
+// x402 upto proxy are at contracts.Permit2Address and contracts.UptoProxyAddress
+// (placed with anvil_setCode, so no dev account's nonce moved), unless the node
+// was started WithBareChain.
 type Anvil struct {
 	// URL is the node's HTTP JSON-RPC endpoint, on 127.0.0.1.
 	URL string
@@ -64,6 +69,13 @@ type AnvilOption func(*anvilConfig)
 
 type anvilConfig struct {
 	noMining bool
+	bare     bool
+}
+
+// WithBareChain leaves out Permit2 and the upto proxy, for tests of code that
+// places them itself.
+func WithBareChain() AnvilOption {
+	return func(c *anvilConfig) { c.bare = true }
 }
 
 // WithNoMining starts the node with automine off: transactions stay in the pool
@@ -146,6 +158,14 @@ func startAnvil(bin string, cfg anvilConfig) (*Anvil, error) {
 	if err := a.waitReady(); err != nil {
 		_ = a.Close() // the readiness error is the one to report
 		return nil, err
+	}
+	if !cfg.bare {
+		ctx, cancel := context.WithTimeout(context.Background(), anvilStartTimeout)
+		defer cancel()
+		if err := contracts.InstallCanonical(ctx, a.RPC); err != nil {
+			_ = a.Close() // the install error is the one to report
+			return nil, err
+		}
 	}
 	return a, nil
 }

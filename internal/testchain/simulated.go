@@ -48,8 +48,9 @@ const (
 )
 
 // Simulated is an in-process Ethereum chain (go-ethereum's simulated
-// backend, chain id 1337) with the dev accounts funded and EIP3009Token
-// deployed. Blocks are only sealed by Commit, or by the auto-commit loop that
+// backend, chain id 1337) with the dev accounts funded, EIP3009Token
+// deployed, and Permit2 and the x402 upto proxy in the genesis at their
+// canonical addresses. Blocks are only sealed by Commit, or by the auto-commit loop that
 // StartAutoCommit runs.
 //
 // Every sealed block is at least one second later than its parent, so a test
@@ -73,6 +74,12 @@ type Simulated struct {
 	Token         common.Address
 	TokenContract *contracts.EIP3009Token
 
+	// Permit2 and UptoProxy are bindings to our Permit2 and
+	// X402UptoPermit2Proxy at contracts.Permit2Address and
+	// contracts.UptoProxyAddress.
+	Permit2   *contracts.Permit2
+	UptoProxy *contracts.X402UptoPermit2Proxy
+
 	// Keys are DevKey(0) through DevKey(NumDevKeys-1), each funded with
 	// 10,000 ETH. Keys[0] deployed the token and sends the transactions of
 	// Mint and DeployWallet; avoid sending from it concurrently with those.
@@ -95,19 +102,20 @@ type Simulated struct {
 }
 
 // NewSimulated starts a simulated chain, funds the ten dev accounts with ETH,
-// deploys EIP3009Token("USD Coin", "2", 6) from DevKey(0), and mints
+// places Permit2 and the upto proxy at their canonical addresses, deploys EIP3009Token("USD Coin", "2", 6) from DevKey(0), and mints
 // SimulatedPayerBalance tokens to each of DevAddress(1) through
 // DevAddress(SimulatedPayers). The chain is closed when tb's test ends.
 func NewSimulated(tb testing.TB) *Simulated {
 	tb.Helper()
 
 	keys := make([]*ecdsa.PrivateKey, NumDevKeys)
-	alloc := make(types.GenesisAlloc, NumDevKeys)
+	alloc := make(types.GenesisAlloc, NumDevKeys+2)
 	eth := new(big.Int).Mul(big.NewInt(10_000), big.NewInt(params.Ether))
 	for i := range keys {
 		keys[i] = DevKey(i)
 		alloc[crypto.PubkeyToAddress(keys[i].PublicKey)] = types.Account{Balance: new(big.Int).Set(eth)}
 	}
+	contracts.AddCanonicalAlloc(alloc)
 
 	backend := simulated.NewBackend(alloc)
 	s := &Simulated{
@@ -123,6 +131,13 @@ func NewSimulated(tb testing.TB) *Simulated {
 		}
 	})
 	s.Client = notifyingClient{Client: backend.Client(), sent: &s.sent}
+	var err error
+	if s.Permit2, err = contracts.NewPermit2(contracts.Permit2Address, s.Client); err != nil {
+		tb.Fatalf("bind Permit2: %v", err)
+	}
+	if s.UptoProxy, err = contracts.NewX402UptoPermit2Proxy(contracts.UptoProxyAddress, s.Client); err != nil {
+		tb.Fatalf("bind X402UptoPermit2Proxy: %v", err)
+	}
 
 	ctx, cancel := context.WithTimeout(tb.Context(), simulatedTimeout)
 	defer cancel()

@@ -36,11 +36,13 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // env is a simulated chain with a facilitator on a temporary SQLite store.
 type env struct {
-	chain  *testchain.Simulated
-	store  *sqlite.DB
-	path   string
-	fac    *facilitator.Facilitator
-	sender *chain.Sender
+	// schemes are the facilitator's Config.Schemes (default exact alone).
+	schemes []string
+	chain   *testchain.Simulated
+	store   *sqlite.DB
+	path    string
+	fac     *facilitator.Facilitator
+	sender  *chain.Sender
 }
 
 func newEnv(t *testing.T) *env {
@@ -73,6 +75,7 @@ func (e *env) reopen(t *testing.T) {
 	fac, err := facilitator.New(facilitator.Config{
 		Network: network,
 		Assets:  []facilitator.Asset{{Address: e.chain.Token, Name: "USD Coin", Version: "2"}},
+		Schemes: e.schemes,
 	}, e.chain.Client, sender, db, discard())
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +105,11 @@ func (e *env) pay(t *testing.T, i int, req x402.PaymentRequirements) *x402.Payme
 // both runs f against the in-process facilitator and the same facilitator
 // behind the HTTP handler and client.
 func both(t *testing.T, f func(t *testing.T, e *env, fac facilitator.API)) {
+	bothOn(t, newEnv, f)
+}
+
+// bothOn is both on environments newEnv makes.
+func bothOn(t *testing.T, newEnv func(*testing.T) *env, f func(t *testing.T, e *env, fac facilitator.API)) {
 	t.Run("in-process", func(t *testing.T) {
 		e := newEnv(t)
 		f(t, e, e.fac)

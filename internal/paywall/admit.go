@@ -164,7 +164,7 @@ func (p *Paywall) Admit(ctx context.Context, q *Quote, in Presented, req Request
 		return nil, facilitatorDown(err)
 	}
 	if !vr.IsValid {
-		used := vr.InvalidReason == x402.ReasonEVMNonceAlreadyUsed
+		used := spent(vr.InvalidReason)
 		if used && (c == nil || !isTopUpClaim(*c)) {
 			// Spent on chain with nothing staged for this request: paid by a
 			// request that died past its broadcast, or by one recording its

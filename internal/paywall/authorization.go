@@ -98,3 +98,10 @@ func parseAuthorization(offer x402.PaymentRequirements, raw json.RawMessage) (au
 	}
 	return nil, errUnknownScheme
 }
+
+// spent reports whether a facilitator's reason says the authorization was
+// used on chain already: exact's nonce_already_used, or Permit2's
+// permit2_invalid_nonce for an upto permit.
+func spent(r x402.Reason) bool {
+	return r == x402.ReasonEVMNonceAlreadyUsed || r == x402.ReasonPermit2InvalidNonce
+}

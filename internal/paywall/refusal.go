@@ -199,7 +199,7 @@ func settleMessage(sr *x402.SettleResponse) string {
 	switch sr.ErrorReason {
 	case x402.ReasonSettlementPending:
 		return fmt.Sprintf("the payment was broadcast (%s) but is not confirmed yet; retry the same request with the same payment to receive the answer", sr.Transaction)
-	case x402.ReasonEVMNonceAlreadyUsed:
+	case x402.ReasonEVMNonceAlreadyUsed, x402.ReasonPermit2InvalidNonce:
 		return "this payment authorization was already spent; the answer is withheld"
 	default:
 		return fmt.Sprintf("the payment could not be settled (%s); the answer is withheld and nothing was charged", sr.ErrorReason)

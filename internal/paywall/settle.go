@@ -89,7 +89,7 @@ func (f *Fresh) Settle(ctx context.Context) (*x402.SettleResponse, Outcome) {
 		f.record(ctx, store.PaymentPending, sr.Transaction)
 		p.metrics.Payment("pending")
 		return sr, Pending
-	case sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed:
+	case spent(sr.ErrorReason):
 		// Ambiguous: resolved from the chain by the claim holder (D1).
 		if tx, ok := f.confirm(ctx); ok {
 			f.record(ctx, store.PaymentSettled, tx)

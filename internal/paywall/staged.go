@@ -54,7 +54,7 @@ func (s *Staged) Resolve(ctx context.Context) (*Answer, error) {
 			s.record(ctx, store.PaymentPending, sr.Transaction) // a replacement transaction
 		}
 		return nil, inUse(s.claim)
-	case sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed:
+	case spent(sr.ErrorReason):
 		tx, yes, known := s.confirmKnown(ctx)
 		switch {
 		case yes:

@@ -107,7 +107,7 @@ func (p *Paywall) claimTopUp(ctx context.Context, pd *payment) (*TopUp, error) {
 		return nil, facilitatorDown(err)
 	}
 	switch {
-	case !vr.IsValid && vr.InvalidReason != x402.ReasonEVMNonceAlreadyUsed:
+	case !vr.IsValid && !spent(vr.InvalidReason):
 		p.metrics.Payment("invalid")
 		return nil, p.refuse(ctx, pd, false, p.verifyChallenge(q, vr.InvalidReason, errors.New(vr.InvalidMessage)))
 	case vr.IsValid:
@@ -229,7 +229,7 @@ func (t *TopUp) Resolve(ctx context.Context) (string, error) {
 		if tx, paid = t.confirm(ctx); paid {
 			break
 		}
-		if sr.Success || sr.ErrorReason == x402.ReasonEVMNonceAlreadyUsed || sr.ErrorReason == x402.ReasonUnexpectedSettleError {
+		if sr.Success || spent(sr.ErrorReason) || sr.ErrorReason == x402.ReasonUnexpectedSettleError {
 			return "", inUse(t.claim)
 		}
 		p.metrics.Payment("failed")

@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // facilitatorKeyEnv names the environment variable that may hold the signer key.
@@ -46,10 +48,12 @@ type facilitatorFlags struct {
 	reconcileEvery time.Duration
 	reorgWindow    time.Duration
 	pollInterval   time.Duration // unset: config.DefaultPollInterval of the network
+	schemes        string
 
 	// Parsed from the flags above, so that every flag is checked before any I/O.
-	assetList []facilitator.Asset // Name and Version empty: read from the token
-	maxFee    *big.Int
+	assetList  []facilitator.Asset // Name and Version empty: read from the token
+	maxFee     *big.Int
+	schemeList []string
 }
 
 func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
@@ -68,6 +72,7 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 	fs.DurationVar(&f.reorgWindow, "reorg-window", facilitator.DefaultReorgWindow, fmt.Sprintf("how long a settled payment is checked again for reorgs, up to %s", store.RecentRetention))
 	fs.DurationVar(&f.pollInterval, "poll-interval", 0, fmt.Sprintf("how often a settlement's receipt is polled, %s to %s; it is also looked for right after the broadcast (default %s on eip155:1337 and eip155:31337, else %s)",
 		config.MinPollInterval, config.MaxPollInterval, config.DefaultPollInterval("eip155:1337"), config.DefaultPollInterval("")))
+	fs.StringVar(&f.schemes, "schemes", exact.Scheme, "x402 schemes to serve, comma-separated: exact, upto (upto needs Permit2 and the x402 upto proxy on the chain; llm4agents devnet places them on a dev node)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -110,7 +115,34 @@ func parseFacilitatorFlags(args []string, e env) (*facilitatorFlags, error) {
 	if f.maxFee, err = parseMaxFee(f.maxFeeWei); err != nil {
 		return nil, err
 	}
+	if f.schemeList, err = parseSchemes(f.schemes); err != nil {
+		return nil, err
+	}
 	return &f, nil
+}
+
+// parseSchemes reads --schemes: exact and upto, each at most once.
+func parseSchemes(s string) ([]string, error) {
+	var list []string
+	for name := range strings.SplitSeq(s, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case name != exact.Scheme && name != upto.Scheme:
+			return nil, fmt.Errorf("facilitator: --schemes: %q is not a scheme served here (%s, %s)", truncateFlag(name), exact.Scheme, upto.Scheme)
+		case slices.Contains(list, name):
+			return nil, fmt.Errorf("facilitator: --schemes lists %s twice", name)
+		}
+		list = append(list, name)
+	}
+	return list, nil
+}
+
+// truncateFlag bounds a flag value quoted back in an error.
+func truncateFlag(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "..."
+	}
+	return s
 }
 
 // loadKey reads the signer key from a file or the environment, never a flag
@@ -214,7 +246,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	fac, err := facilitator.New(facilitator.Config{Network: f.network, Assets: assets, SettleTimeout: f.settleTimeout, ReorgWindow: f.reorgWindow}, client, sender, db, log)
+	fac, err := facilitator.New(facilitator.Config{Network: f.network, Assets: assets, SettleTimeout: f.settleTimeout, ReorgWindow: f.reorgWindow, Schemes: f.schemeList}, client, sender, db, log)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ type replicaOpts struct {
 	backend       facilitator.Backend
 	settleTimeout time.Duration // default 300 ms
 	claimLease    time.Duration // the facilitator's default when zero
+	schemes       []string      // exact alone when nil
 }
 
 // newReplicaOn starts a facilitator signing with dev key signer on st and
@@ -61,6 +62,7 @@ func newReplicaOn(t *testing.T, sim *testchain.Simulated, st store.Settlements, 
 		Assets:        []facilitator.Asset{{Address: sim.Token, Name: "USD Coin", Version: "2"}},
 		SettleTimeout: o.settleTimeout,
 		ClaimLease:    o.claimLease,
+		Schemes:       o.schemes,
 	}, o.backend, sender, st, log)
 	if err != nil {
 		t.Fatal(err)

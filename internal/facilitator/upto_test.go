@@ -254,3 +254,40 @@ func TestUptoConcurrentSettles(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestUptoOnEveryStore: on each store, an upto permit settles its charge
+// once, and a restarted facilitator on the same store (a new process, the
+// same signer) answers a second settle from the record without sending
+// anything.
+func TestUptoOnEveryStore(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open storeOpener) {
+		sim := testchain.NewSimulated(t)
+		sim.StartAutoCommit(t, 20*time.Millisecond)
+		ctx := context.Background()
+		schemes := []string{exact.Scheme, upto.Scheme}
+		first := newReplicaOn(t, sim, open(t), signerIdx, replicaOpts{settleTimeout: 5 * time.Second, schemes: schemes})
+		e := &env{chain: sim, sender: first.sender}
+		e.approvePermit2(t, 1)
+		req := e.uptoRequirements("50000")
+		p := e.payUpto(t, 1, req)
+		payTo := sim.Addr(payToIdx)
+		before := sim.BalanceOf(t, payTo)
+
+		sr, err := first.fac.Settle(ctx, p, charged(req, "20001"))
+		if err != nil || !sr.Success || sr.Amount != "20001" {
+			t.Fatalf("settle = %+v, %v", sr, err)
+		}
+		restarted := newReplicaOn(t, sim, open(t), signerIdx, replicaOpts{settleTimeout: 5 * time.Second, schemes: schemes})
+		nonce := pendingNonce(t, sim, restarted.sender.Address())
+		again, err := restarted.fac.Settle(ctx, p, charged(req, "20001"))
+		if err != nil || again.Success || again.Transaction != sr.Transaction {
+			t.Fatalf("second settle after a restart = %+v, %v; want a refusal naming %s", again, err, sr.Transaction)
+		}
+		if got := pendingNonce(t, sim, restarted.sender.Address()); got != nonce {
+			t.Fatalf("the restarted facilitator sent a transaction (nonce %d -> %d)", nonce, got)
+		}
+		if got := new(big.Int).Sub(sim.BalanceOf(t, payTo), before); got.Int64() != 20001 {
+			t.Fatalf("payTo received %s, want 20001 once", got)
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // ChainReader is what a ChainConfirmer reads from a node: the
@@ -112,6 +113,9 @@ func (c *ChainConfirmer) findUse(ctx context.Context, pm payment) (*exact.UseEve
 // such an authorization cannot have paid req, so Confirm answers "not paid"
 // rather than an error.
 func confirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, bool) {
+	if req.Scheme == upto.Scheme {
+		return uptoConfirmable(p, req)
+	}
 	pl, err := exact.ParsePayload(p.Payload)
 	if err != nil {
 		return nil, false
@@ -125,4 +129,23 @@ func confirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (payment,
 		return nil, false
 	}
 	return exactPayment{&exact.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}}, true
+}
+
+// uptoConfirmable is confirmable for an upto permit. The charge is whatever
+// its settlement moved, so the payment's Amount stays nil (paidBy).
+func uptoConfirmable(p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, bool) {
+	pl, err := upto.ParsePayload(p.Payload)
+	if err != nil {
+		return nil, false
+	}
+	asset, err := exact.ParseAddress(req.Asset)
+	if err != nil {
+		return nil, false
+	}
+	payTo, err := exact.ParseAddress(req.PayTo)
+	a := &pl.Authorization
+	if err != nil || a.Witness.To != payTo || a.Permitted.Token != asset {
+		return nil, false
+	}
+	return uptoPayment{&upto.Verified{Payload: pl, Network: req.Network, Asset: asset, PayTo: payTo}}, true
 }

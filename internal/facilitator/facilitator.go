@@ -436,7 +436,7 @@ func (f *Facilitator) fenced(ctx context.Context, pm payment, rec store.Settleme
 	}
 	switch {
 	case cur.State == store.StateSettled && cur.TxHash != "":
-		return f.settled(ctx, pm, cur)
+		return f.settled(ctx, pm.asRecorded(cur), cur)
 	case cur.State == store.StateBroadcast && cur.Fence != rec.Fence && cur.TxHash != "":
 		f.log.Info("claim taken over; answering the other holder's transaction", "key", cur.Key, "tx", cur.TxHash)
 		return pending(pm, common.HexToHash(cur.TxHash)), nil
@@ -535,11 +535,11 @@ func (f *Facilitator) report(ctx context.Context, pm payment, key string, tx com
 func (f *Facilitator) resume(ctx context.Context, s scheme, pm payment, rec store.Settlement, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
 	switch rec.State {
 	case store.StateSettled:
-		return f.settled(ctx, pm, rec)
+		return f.settled(ctx, pm.asRecorded(rec), rec)
 	case store.StateFailed:
 		return failed(pm, rec), nil
 	case store.StateBroadcast:
-		return f.resolve(ctx, pm, rec, true)
+		return f.resolve(ctx, pm.asRecorded(rec), rec, true)
 	case store.StateClaimed:
 		// Another call holds the claim. The store takes it over for us only when
 		// its lease expired (the holder died before or while broadcasting); then
@@ -562,7 +562,7 @@ func (f *Facilitator) resume(ctx context.Context, s scheme, pm payment, rec stor
 		if used {
 			return f.resolve(ctx, pm, rec2, true)
 		}
-		full, err := s.verify(ctx, p, req)
+		full, err := s.verifySettle(ctx, p, req)
 		if err != nil {
 			f.release(ctx, rec2)
 			if verr, ok := errors.AsType[*x402.VerifyError](err); ok {

@@ -46,6 +46,11 @@ type payment interface {
 	// settledAmount is the amount a success reports: "" where the scheme
 	// reports none (exact: the requirements' amount), the charge for upto.
 	settledAmount() string
+	// asRecorded is the payment as its record settles it: an upto permit is
+	// settled once, for the charge its first settle recorded, whatever
+	// amount a later call names; exact amounts are part of the
+	// authorization.
+	asRecorded(rec store.Settlement) payment
 }
 
 // exactPayment is an EIP-3009 transferWithAuthorization (scheme exact).
@@ -90,6 +95,8 @@ func (exactPayment) usedReason() x402.Reason { return x402.ReasonEVMNonceAlready
 
 func (exactPayment) settledAmount() string { return "" }
 
+func (p exactPayment) asRecorded(store.Settlement) payment { return p }
+
 // uptoPayment is a Permit2 witness transfer through the x402 upto proxy
 // (scheme upto), settled for its charge (vd.Amount), at most the permit's
 // amount.
@@ -118,7 +125,13 @@ func (p uptoPayment) call() (common.Address, []byte, error) {
 	return upto.ProxyAddress, data, err
 }
 
+// paidBy: a payment read back for a confirmation knows no charge (nil
+// Amount); then any transfer of the permit, at most its amount, pays it.
 func (p uptoPayment) paidBy(logs []*types.Log) bool {
+	if p.vd.Amount == nil {
+		_, ok := upto.PaidAmount(logs, p.vd.Asset, &p.vd.Payload.Authorization)
+		return ok
+	}
 	return upto.PaysPermit(logs, p.vd.Asset, &p.vd.Payload.Authorization, p.vd.Amount)
 }
 
@@ -156,3 +169,13 @@ func (p uptoPayment) expiry(tx *types.Transaction) (*big.Int, bool) {
 func (uptoPayment) usedReason() x402.Reason { return x402.ReasonPermit2InvalidNonce }
 
 func (p uptoPayment) settledAmount() string { return p.vd.Amount.String() }
+
+func (p uptoPayment) asRecorded(rec store.Settlement) payment {
+	amount, err := exact.ParseUint256(rec.Amount)
+	if err != nil || amount.Cmp(p.vd.Amount) == 0 {
+		return p
+	}
+	vd := *p.vd
+	vd.Amount = amount
+	return uptoPayment{&vd}
+}

@@ -26,6 +26,9 @@ type scheme interface {
 	check(p *x402.PaymentPayload, req x402.PaymentRequirements) (pm payment, recovered bool, err error)
 	// verify runs every verification step, node included.
 	verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, error)
+	// verifySettle is verify for a settle call's requirements (upto: whose
+	// amount is the charge, not the maximum).
+	verifySettle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, error)
 	// verifyForSettle runs the node's steps for a payment check passed.
 	verifyForSettle(ctx context.Context, pm payment, recovered bool) error
 	// simulate runs the settlement call against the latest state and
@@ -82,6 +85,10 @@ func (s exactScheme) verify(ctx context.Context, p *x402.PaymentPayload, req x40
 	return exactPayment{vd}, nil
 }
 
+func (s exactScheme) verifySettle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, error) {
+	return s.verify(ctx, p, req)
+}
+
 func (s exactScheme) verifyForSettle(ctx context.Context, pm payment, recovered bool) error {
 	return s.v.VerifyForSettle(ctx, pm.(exactPayment).vd, recovered)
 }
@@ -136,6 +143,14 @@ func (s uptoScheme) check(p *x402.PaymentPayload, req x402.PaymentRequirements) 
 
 func (s uptoScheme) verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, error) {
 	vd, err := s.v.Verify(ctx, p, req)
+	if err != nil {
+		return nil, err
+	}
+	return uptoPayment{vd}, nil
+}
+
+func (s uptoScheme) verifySettle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (payment, error) {
+	vd, err := s.v.VerifySettle(ctx, p, req)
 	if err != nil {
 		return nil, err
 	}

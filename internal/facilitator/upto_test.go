@@ -135,6 +135,16 @@ func TestUptoSettlesTheCharge(t *testing.T) {
 		if vr, err := fac.Verify(ctx, p, req); err != nil || vr.IsValid {
 			t.Fatalf("verify of a used permit = %+v, %v; want invalid", vr, err)
 		}
+		// The chain confirms the permit paid, whatever the charge: a
+		// resource server resolving a lost answer knows only the maximum.
+		tx, paid, err := e.fac.Confirm(ctx, p, req)
+		if err != nil || !paid || tx != sr.Transaction {
+			t.Fatalf("Confirm = %q, %v, %v; want paid by %s", tx, paid, err, sr.Transaction)
+		}
+		other := e.payUpto(t, 1, req)
+		if tx, paid, err := e.fac.Confirm(ctx, other, req); err != nil || paid {
+			t.Fatalf("Confirm of an unused permit = %q, %v, %v; want not paid", tx, paid, err)
+		}
 	})
 }
 

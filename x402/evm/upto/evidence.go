@@ -73,6 +73,26 @@ func PaysPermit(logs []*types.Log, token common.Address, a *Authorization, amoun
 	return false
 }
 
+// PaidAmount returns what the logs of one transaction receipt pay under
+// permit a, the charge its settle chose: the amount of token's
+// Transfer(a.From, a.Witness.To), at most the permitted amount. It reports
+// false when there is no such transfer.
+func PaidAmount(logs []*types.Log, token common.Address, a *Authorization) (*big.Int, bool) {
+	for _, l := range logs {
+		if l.Address != token || l.Removed || len(l.Topics) != 3 || l.Topics[0] != TopicTransfer || len(l.Data) != 32 {
+			continue
+		}
+		if common.BytesToAddress(l.Topics[1][:]) != a.From || common.BytesToAddress(l.Topics[2][:]) != a.Witness.To {
+			continue
+		}
+		v := new(big.Int).SetBytes(l.Data)
+		if a.Permitted.Amount == nil || v.Cmp(a.Permitted.Amount) <= 0 {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
 func isTransfer(l *types.Log, from, to common.Address, value *big.Int) bool {
 	return len(l.Topics) == 3 && l.Topics[0] == TopicTransfer &&
 		common.BytesToAddress(l.Topics[1][:]) == from && common.BytesToAddress(l.Topics[2][:]) == to &&

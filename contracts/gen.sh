@@ -44,7 +44,7 @@ trap 'rm -rf "$work"' EXIT
 # up in the metadata hash appended to the bytecode, so absolute paths would
 # make the output depend on where the repository is checked out.
 cd "$here"
-sources=(EIP3009Token.sol ERC1271Wallet.sol Permit2.sol X402UptoPermit2Proxy.sol)
+sources=(EIP3009Token.sol ERC1271Wallet.sol Permit2.sol X402UptoPermit2Proxy.sol ReentrantToken.sol)
 node "$solcjs" --bin --abi --optimize -o "$work/solc" "${sources[@]}"
 
 # abigen names the second of two overloads with a "0" suffix, in ABI order, and
@@ -79,6 +79,7 @@ bind EIP3009Token EIP3009Token token.go
 bind ERC1271Wallet ERC1271Wallet wallet.go
 bind Permit2 Permit2 permit2.go
 bind X402UptoPermit2Proxy X402UptoPermit2Proxy uptoproxy.go
+bind ReentrantToken ReentrantToken reentranttoken.go
 
 # solcjs's command line has no --bin-runtime, so compile the canonical
 # contracts again through solc's standard JSON interface with the settings the
@@ -114,7 +115,7 @@ node -e '
 	fs.writeFileSync(out, go);
 ' "$root/interop/node_modules/solc" "$work/runtime.go" "$work/solc" Permit2 X402UptoPermit2Proxy
 
-generated=(token.go wallet.go permit2.go uptoproxy.go runtime.go)
+generated=(token.go wallet.go permit2.go uptoproxy.go reentranttoken.go runtime.go)
 if ((check)); then
 	stale=0
 	for f in "${generated[@]}"; do

@@ -667,3 +667,63 @@ func TestPermit2TransferFrom(t *testing.T) {
 		t.Errorf("second use: reverted %q, want InvalidNonce", got)
 	}
 }
+
+// TestUptoReentrancy: a token that calls settle again from inside Permit2's
+// transferFrom is refused by the proxy's reentrancy guard, even with a valid
+// authorization naming the token as its facilitator.
+func TestUptoReentrancy(t *testing.T) {
+	s := newUptoChain(t)
+	addr, tx, hostile, err := contracts.DeployReentrantToken(s.Transactor(t, 0), s.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Mine(t, tx)
+	for _, send := range []func() (*types.Transaction, error){
+		func() (*types.Transaction, error) {
+			return hostile.Mint(s.Transactor(t, 0), s.Addr(payerIdx), big.NewInt(maxPermit))
+		},
+		func() (*types.Transaction, error) {
+			return hostile.Approve(s.Transactor(t, payerIdx), contracts.Permit2Address, abi.MaxUint256)
+		},
+	} {
+		tx, err := send()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Mine(t, tx)
+	}
+	outer := newPayment(t, s, payerIdx, func(p *payment) { p.permit.Permitted.Token = addr })
+	inner := newPayment(t, s, payerIdx, func(p *payment) {
+		p.permit.Permitted.Token = addr
+		p.witness.Facilitator = addr // the token is the caller of the inner settle
+	})
+	proxyABI, err := contracts.X402UptoPermit2ProxyMetaData.GetAbi()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := proxyABI.Pack("settle", inner.permit, big.NewInt(1), inner.owner, inner.witness, inner.sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx, err = hostile.SetReentry(s.Transactor(t, 0), contracts.UptoProxyAddress, data); err != nil {
+		t.Fatal(err)
+	}
+	s.Mine(t, tx)
+
+	if _, reverted := settle(t, s, facilitatorIdx, outer, 100); reverted != "" {
+		t.Fatalf("outer settle: reverted %q", reverted)
+	}
+	opts := &bind.CallOpts{Context: t.Context()}
+	ok, err := hostile.LastReentrySucceeded(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := hostile.LastReentryResult(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proxyABI.Errors["ReentrancyGuardReentrantCall"].ID
+	if ok || len(result) < 4 || !bytes.Equal(result[:4], want[:4]) {
+		t.Errorf("reentrant settle: succeeded %t, result %x; want a ReentrancyGuardReentrantCall revert", ok, result)
+	}
+}

@@ -176,14 +176,15 @@ func runDevnet(ctx context.Context, args []string, e env) error {
 
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
+	// The node's errors may repeat its URL, which may carry a key: redact it.
 	rc, err := rpc.DialContext(ctx, f.rpc)
 	if err != nil {
-		return fmt.Errorf("devnet: --rpc: %w", err)
+		return fmt.Errorf("devnet: --rpc: %w", redactURL(err, f.rpc))
 	}
 	defer rc.Close()
 	res, err := setUpDevnet(ctx, rc, key, f.mints)
 	if err != nil {
-		return fmt.Errorf("devnet: %w", err)
+		return fmt.Errorf("devnet: %w", redactURL(err, f.rpc))
 	}
 	out, err := json.Marshal(res)
 	if err != nil {

@@ -135,6 +135,23 @@ func TestDevnetNodeWithoutSetCode(t *testing.T) {
 	}
 }
 
+// TestDevnetNodeDown: an unreachable node is an error that does not repeat
+// the URL, which may carry a provider's key.
+func TestDevnetNodeDown(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL + "/v2/secret-api-key"
+	srv.Close()
+	stdout, stderr, err := runBounded(t, 10*time.Second, []string{"devnet", "--rpc", url}, envMap(nil))
+	if err == nil || !strings.Contains(err.Error(), "chain id") {
+		t.Fatalf("err = %v, want one about the chain id", err)
+	}
+	for _, out := range []string{err.Error(), stdout, stderr} {
+		if strings.Contains(out, "secret-api-key") {
+			t.Errorf("the URL was repeated: %q", out)
+		}
+	}
+}
+
 // TestDevnetAnvil runs devnet against a bare anvil: the contracts land at
 // their canonical addresses, the token at dev account 0's first contract
 // address (examples/anvil.yaml's asset), and each mint arrives.

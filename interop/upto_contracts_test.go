@@ -18,8 +18,7 @@ import (
 )
 
 const (
-	// uptoMax is what the upto offer authorizes; uptoCharge is what is settled.
-	uptoMax    = "5000000"
+	// uptoCharge is what is settled of the upto offer's uptoMax (upto_test.go).
 	uptoCharge = "1234567"
 )
 

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/ethereum/go-ethereum/rpc"
 
@@ -27,6 +28,8 @@ import (
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/upstream"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // node is what the gateway's in-process facilitator needs from a chain: an
@@ -76,9 +79,16 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 
 	asset, _ := cfg.Network.AssetAddress()
 	var fac gateway.Facilitator
+	var settler common.Address // who settles upto permits: their witness.facilitator
 	switch cfg.Facilitator.Mode {
 	case config.ModeRemote:
-		fac = facilitator.NewClient(cfg.Facilitator.URL, nil)
+		client := facilitator.NewClient(cfg.Facilitator.URL, nil)
+		fac = client
+		if cfg.Network.Offers(config.SchemeUpto) {
+			if settler, err = remoteUptoSettler(ctx, client, cfg.Network.ID); err != nil {
+				return nil, err
+			}
+		}
 		if backend != nil {
 			// A settle answer lost to a timeout or a dropped connection is
 			// then resolved from the chain, whatever the remote facilitator
@@ -103,7 +113,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		f, err := facilitator.New(facilitator.Config{
 			Network: cfg.Network.ID, SettleTimeout: cfg.Facilitator.SettleTimeout, ClaimLease: cfg.ClaimLease(),
 			Assets:      []facilitator.Asset{{Address: asset, Name: cfg.Network.AssetName, Version: cfg.Network.AssetVersion}},
-			ReorgWindow: cfg.Facilitator.ReorgWindow,
+			ReorgWindow: cfg.Facilitator.ReorgWindow, Schemes: cfg.Network.Schemes,
 		}, backend, sender, db, log)
 		if err != nil {
 			return nil, err
@@ -112,6 +122,13 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		g.closers = append(g.closers, rec.Close)
 		fac = f
 		g.sender, g.facilitator = sender, f
+		settler = sender.Address()
+	}
+	var upto *gateway.Upto
+	if cfg.Network.Offers(config.SchemeUpto) {
+		if upto, err = gatewayUpto(cfg, settler); err != nil {
+			return nil, err
+		}
 	}
 
 	counter := pricing.NewCounter()
@@ -173,7 +190,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
 		RecoveryTTL: cfg.Limits.RecoveryTTL, RecoveryReplays: cfg.Limits.RecoveryReplays,
 		ClaimLease: cfg.ClaimLease(), Owner: fmt.Sprintf("%s/%d", hostname, os.Getpid()), Models: models,
-		Credits: cred,
+		Credits: cred, Upto: upto,
 		Unpaid: gateway.UnpaidLimits{PerMinute: cfg.Limits.UnpaidRate(), Burst: cfg.Limits.UnpaidBurst,
 			TrustedProxies: cfg.Limits.TrustedProxyPrefixes()},
 	}, fac, db, log)
@@ -193,6 +210,43 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		}
 	}
 	return g, nil
+}
+
+// gatewayUpto is the gateway's upto offer: settled by settler (the
+// facilitator's address the buyer signs into the permit), for at least
+// network.upto.min_charge.
+func gatewayUpto(cfg *config.Config, settler common.Address) (*gateway.Upto, error) {
+	minCharge, err := cfg.Network.Upto.MinChargeAmount()
+	if err != nil {
+		return nil, err
+	}
+	extra, err := x402.Marshal(map[string]string{"facilitatorAddress": settler.Hex()})
+	if err != nil {
+		return nil, err
+	}
+	return &gateway.Upto{Extra: extra, MinCharge: minCharge,
+		ExactOnlyStreams: cfg.Network.Upto.Streaming == config.UptoExactOnly}, nil
+}
+
+// remoteUptoSettler asks a remote facilitator, at start, which address
+// settles upto permits on network (GET /supported, kinds[].extra
+// .facilitatorAddress): one that lists none cannot be offered.
+func remoteUptoSettler(ctx context.Context, c *facilitator.Client, network string) (common.Address, error) {
+	sr, err := c.Supported(ctx)
+	if err != nil {
+		return common.Address{}, fmt.Errorf("network.schemes has upto: ask the remote facilitator what it supports: %w", err)
+	}
+	for _, k := range sr.Kinds {
+		if k.Scheme != upto.Scheme || k.Network != network {
+			continue
+		}
+		extra, err := upto.ParseExtra(k.Extra)
+		if err != nil {
+			return common.Address{}, fmt.Errorf("network.schemes has upto: the remote facilitator's upto kind on %s: %w", network, err)
+		}
+		return extra.FacilitatorAddress, nil
+	}
+	return common.Address{}, fmt.Errorf("network.schemes has upto, but the remote facilitator does not list upto on %s in GET /supported", network)
 }
 
 func runServe(ctx context.Context, args []string, e env) error {

@@ -629,12 +629,6 @@ func (c *Config) validateSchemes(p *problems) {
 		}
 		seen[s] = true
 	}
-	if seen[SchemeUpto] {
-		// The facilitator and the wire serve upto already; the gateway's
-		// own offer (the charge after the upstream, streams, recovery)
-		// does not yet.
-		p.add("network.schemes", "%s is not offered by serve in this version; the standalone facilitator serves it to other resource servers (llm4agents facilitator --schemes exact,upto)", SchemeUpto)
-	}
 	if len(n.Schemes) > 0 && !seen[SchemeExact] {
 		p.add("network.schemes", "must include %s: top-ups pay with it, and so do streams under upto.streaming %s", SchemeExact, UptoExactOnly)
 	}

@@ -316,7 +316,6 @@ func TestParseErrors(t *testing.T) {
 		{name: "schemes unknown", edits: []string{"  decimals: 6\n", "  decimals: 6\n  schemes: [exact, batch-settlement]\n"}, path: "network.schemes", msg: `"batch-settlement" is not a scheme offered here`},
 		{name: "schemes twice", edits: []string{"  decimals: 6\n", "  decimals: 6\n  schemes: [exact, upto, upto]\n"}, path: "network.schemes", msg: "lists upto twice"},
 		{name: "schemes without exact", edits: []string{"  decimals: 6\n", "  decimals: 6\n  schemes: [upto]\n"}, path: "network.schemes", msg: "must include exact"},
-		{name: "schemes upto not offered by serve yet", edits: []string{"  decimals: 6\n", "  decimals: 6\n  schemes: [exact, upto]\n"}, path: "network.schemes", msg: "upto is not offered by serve in this version"},
 		{name: "schemes case", edits: []string{"  decimals: 6\n", "  decimals: 6\n  schemes: [exact, UPTO]\n"}, path: "network.schemes", msg: `"UPTO" is not a scheme`},
 		{name: "schemes not a list", edits: []string{"  decimals: 6\n", "  decimals: 6\n  schemes: exact\n"}, path: "network.schemes", msg: "!!str"},
 		{name: "min_charge decimal", edits: []string{"  decimals: 6\n", "  decimals: 6\n  upto:\n    min_charge: \"0.01\"\n"}, path: "network.upto.min_charge", msg: "whole, non-negative number of atomic units"},

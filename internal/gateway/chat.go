@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"strings"
 
@@ -23,9 +24,12 @@ import (
 type costInfo struct {
 	Charged        string `json:"charged"`         // atomic units actually paid
 	ChargedDisplay string `json:"charged_display"` // "0.03 USDC"
-	Asset          string `json:"asset"`
-	Network        string `json:"network"`
-	Transaction    string `json:"transaction"`
+	// Maximum is what an upto payment authorized, of which Charged was
+	// settled; absent for exact, which pays its quote.
+	Maximum     string `json:"maximum,omitempty"`
+	Asset       string `json:"asset"`
+	Network     string `json:"network"`
+	Transaction string `json:"transaction"`
 	// OperationID names the paid answer for recovery (recovery.go).
 	OperationID string      `json:"operation_id,omitempty"`
 	UsageCost   string      `json:"usage_cost"` // what the usage would cost at list price, unrounded
@@ -36,6 +40,10 @@ func (s *Server) cost(q *quote, sr *x402.SettleResponse, u *chat.Usage) costInfo
 	ci := costInfo{
 		Charged: q.Amount.String(), ChargedDisplay: s.display(q.Amount), Asset: s.cfg.Asset,
 		Network: s.cfg.Network, Transaction: sr.Transaction, Usage: u, OperationID: q.Op,
+	}
+	// A settlement that names its amount (upto) paid that, at most the quote.
+	if a, ok := new(big.Int).SetString(sr.Amount, 10); ok && a.Sign() >= 0 && a.Cmp(q.Amount) <= 0 {
+		ci.Charged, ci.ChargedDisplay, ci.Maximum = a.String(), s.display(a), q.Amount.String()
 	}
 	if u != nil {
 		ci.UsageCost = pricing.Cost(*u, q.model.Price).String()
@@ -154,6 +162,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 		return s.upstreamError(err, r.Context())
 	}
 	crashpoint.Hit(crashpoint.AfterUpstream)
+	if pd.Upto() {
+		pd.Charge(s.charge(q, comp.Usage, comp.UsageReported))
+	}
 	// The handler only stages (D14); nothing here is replayable yet.
 	answer := store.RecordedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body}
 	pd.Record(r.Context(), answer)

@@ -29,6 +29,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 const (
@@ -102,6 +103,8 @@ func newEnvStore(t *testing.T, settleTimeout time.Duration, wrap func(*facilitat
 	fac, err := facilitator.New(facilitator.Config{
 		Network: network,
 		Assets:  []facilitator.Asset{{Address: sim.Token, Name: "USD Coin", Version: "2"}},
+		// upto is served whether or not the gateway offers it (withUpto).
+		Schemes: []string{exact.Scheme, upto.Scheme},
 	}, sim.Client, sender, db, discard())
 	if err != nil {
 		t.Fatal(err)

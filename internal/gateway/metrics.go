@@ -47,7 +47,8 @@ func NewMetrics() *Metrics {
 				"store_down (the claim or recovery store failed: 503, nothing charged, nothing replayed). " +
 				"Settlement: settled, pending (broadcast, not mined: 402 settlement_pending), " +
 				"unresolved (nonce_already_used and not seen paid on chain: the claim stays pending, 409), failed (not paid: the answer withheld), " +
-				"recovered (a pending or orphaned payment resolved by a later request and its staged or fresh answer served). " +
+				"recovered (a pending or orphaned payment resolved by a later request and its staged or fresh answer served), " +
+				"delivered_unpaid (an upto stream delivered whose settlement then failed: the seller's loss, logged with its charge). " +
 				"Replay: replayed_promoted (a recorded answer served again with proof of control, X-Llm4agents-Replay).",
 		}, []string{"outcome"}),
 		settle: prometheus.NewHistogram(prometheus.HistogramOpts{

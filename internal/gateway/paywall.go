@@ -39,6 +39,9 @@ func (s *Server) price(r *http.Request, req *chat.Request) (*quote, error) {
 	q := &quote{model: m, promptTokens: prompt, outputBound: pricing.OutputBound(req, m.MaxOutputTokens)}
 	q.Amount = pricing.Quote(q.promptTokens, q.outputBound, m.Price, s.cfg.Decimals)
 	q.Offer = s.pw.Offer(q.Amount)
+	if u := s.cfg.Upto; u != nil && !(req.Stream && u.ExactOnlyStreams) {
+		q.Upto = s.pw.UptoOffer(q.Amount)
+	}
 	q.PaymentIDRequired = m.PaymentIDRequired
 	q.What = paywall.WhatRequest
 	mime := "application/json"
@@ -52,6 +55,22 @@ func (s *Server) price(r *http.Request, req *chat.Request) (*quote, error) {
 		MimeType: mime,
 	}
 	return q, nil
+}
+
+// charge is what an upto payment of q settles for, from the usage the
+// upstream reported (D27). Without a usage report the cost is unknown, and
+// the maximum is charged: the buyer authorized it, and nothing lower is
+// known to cover the call.
+func (s *Server) charge(q *quote, u chat.Usage, reported bool) *big.Int {
+	if !reported {
+		s.log.Warn("upstream reported no usage; the upto payment is settled for its maximum", "model", q.model.ID)
+		return new(big.Int).Set(q.Amount)
+	}
+	var minCharge *big.Int
+	if s.cfg.Upto != nil {
+		minCharge = s.cfg.Upto.MinCharge
+	}
+	return pricing.Charge(pricing.Cost(u, q.model.Price), minCharge, q.Amount)
 }
 
 func (s *Server) promptTokens(m *Model, req *chat.Request) (int64, error) {

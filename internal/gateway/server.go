@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"sort"
 	"strings"
@@ -95,6 +96,32 @@ type Config struct {
 	// Unpaid limits requests without payment per client address (unpaid.go);
 	// the zero value limits nothing.
 	Unpaid UnpaidLimits
+	// Upto offers the upto scheme beside exact (D27); nil offers exact
+	// alone.
+	Upto *Upto
+}
+
+// Upto is how the gateway sells with the upto scheme: the buyer authorizes
+// the exact quote as a maximum, and the call settles for what its usage
+// cost (pricing.Charge).
+type Upto struct {
+	// Extra is the upto offer's extra, naming the facilitator's settling
+	// address: {"facilitatorAddress":"0x..."}.
+	Extra json.RawMessage
+	// MinCharge is the least a call settles for (a settlement costs gas);
+	// nil or zero turns it off.
+	MinCharge *big.Int
+	// ExactOnlyStreams offers streams exact alone (upto.streaming
+	// exact_only); otherwise a stream is delivered, then settled.
+	ExactOnlyStreams bool
+}
+
+// extra is u's offer extra, nil when u is.
+func (u *Upto) extra() json.RawMessage {
+	if u == nil {
+		return nil
+	}
+	return u.Extra
 }
 
 // Defaults of Config.
@@ -189,6 +216,7 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	}
 	s.pw = paywall.New(paywall.Config{
 		Network: cfg.Network, Asset: cfg.Asset, PayTo: cfg.PayTo, AssetAddress: asset, PayToAddress: payTo, Extra: extra,
+		UptoExtra:         cfg.Upto.extra(),
 		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds, UpstreamTimeout: cfg.UpstreamTimeout, SettleTimeout: cfg.SettleTimeout,
 		ClaimLease: cfg.ClaimLease, Owner: cfg.Owner, RecoveryTTL: cfg.RecoveryTTL, RecoveryReplays: cfg.RecoveryReplays,
 	}, fac, payments, paymentMetrics{s.metrics}, s.log)

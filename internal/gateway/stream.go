@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math/big"
 	"net/http"
 	"time"
 
@@ -80,6 +81,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	// longer stop the upstream.
 	disarm()
 	crashpoint.Hit(crashpoint.AfterUpstream)
+	if pd.Upto() {
+		return s.deliverThenSettle(w, r, q, pd, st, held)
+	}
 	sr, out := pd.Settle(r.Context())
 	switch out {
 	case paywall.Paid:
@@ -138,6 +142,118 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	return nil
 }
 
+// deliverThenSettle runs the rest of a stream paid with upto (D27's
+// deliver_then_settle): its cost is known only from the usage its last chunk
+// reports, so the stream is delivered first and settled at its end. The usage
+// chunk is held back until then and goes out annotated with the settlement
+// (charged, maximum, transaction), as exact's is. A settlement that fails
+// after delivery is the seller's loss, counted; the claim is kept, so the
+// payment never buys the answer twice. Pending, the text is staged for a
+// retry with the same payment, as for exact.
+func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, st interface{ Next() ([]byte, error) }, held [][]byte) error {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "private")
+	h.Set("X-Should-Retry", "false")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Llm4agents-Maximum", q.Amount.String())
+	if q.Op != "" {
+		h.Set(operationHeader, q.Op)
+	}
+	w.WriteHeader(http.StatusOK)
+
+	var text sseText
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	var usageEv []byte
+	var usage *chat.Usage
+	emit := func(ev []byte) {
+		text.add(ev)
+		if u := usageOf(ev); u != nil {
+			usageEv, usage = ev, u // held back for the settlement's annotation
+			return
+		}
+		sw.event(ev)
+		sw.flush()
+	}
+	for _, ev := range held {
+		emit(ev)
+	}
+	broken := false
+	for {
+		ev, err := st.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			s.log.Error("upstream stream broke during an upto stream", "key", pd.Key(), "err", err)
+			ev = mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
+				Message: "the upstream stream broke; the prompt is charged", Type: "upstream_error", Code: "upstream_stream_broken"}})
+			text.add(ev)
+			sw.event(ev)
+			sw.flush()
+			broken = true
+			break
+		}
+		emit(ev)
+	}
+	var charge *big.Int
+	switch {
+	case usage != nil:
+		charge = s.charge(q, *usage, true)
+	case broken:
+		// No usage from a stream that broke: the prompt was spent, the
+		// output is unknown and charged as none.
+		charge = s.charge(q, chat.Usage{PromptTokens: q.promptTokens}, true)
+	default:
+		charge = s.charge(q, chat.Usage{}, false)
+	}
+	pd.Charge(charge)
+	sr, out := pd.SettleDelivered(r.Context())
+	ci := s.cost(q, sr, usage)
+	ci.Charged, ci.ChargedDisplay, ci.Maximum = charge.String(), s.display(charge), q.Amount.String()
+	if out == paywall.Failed {
+		ci.Charged, ci.ChargedDisplay, ci.Transaction = "0", s.display(new(big.Int)), ""
+	}
+	if usageEv != nil {
+		sw.event(annotate(usageEv, ci))
+	} else {
+		sw.event(annotate([]byte(`{"object":"chat.completion.chunk","choices":[]}`), ci))
+	}
+	sw.done()
+	text.add([]byte("[DONE]"))
+	switch {
+	case out == paywall.Failed:
+		pd.Abandon(r.Context()) // not paid: never replayable
+	case text.over:
+		s.log.Error("stream too large to record", "key", pd.Key(), "limit", store.MaxStagedBody)
+		pd.Abandon(r.Context())
+	case out == paywall.Paid:
+		pd.Record(r.Context(), store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+		pd.Promote(r.Context(), sr)
+	default:
+		// Pending or unresolved: the buyer got the answer, and a retry with
+		// the same payment gets it again once the settlement is seen paid.
+		pd.Hold(r.Context(), store.StagedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+		pd.Record(r.Context(), store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+	}
+	return nil
+}
+
+// usageOf returns the usage a chunk reports, nil when it reports none (every
+// chunk but the last).
+func usageOf(ev []byte) *chat.Usage {
+	if !bytes.Contains(ev, []byte(`"usage":{`)) && !bytes.Contains(ev, []byte(`"usage": {`)) {
+		return nil
+	}
+	var c struct {
+		Usage *chat.Usage `json:"usage"`
+	}
+	if json.Unmarshal(ev, &c) != nil {
+		return nil
+	}
+	return c.Usage
+}
+
 // stageStream reads the rest of a stream whose settlement is pending and
 // stages its SSE text, unannotated: held (the events read before settling),
 // the remaining events, an in-band error event if the upstream broke, and
@@ -176,17 +292,11 @@ func (s *Server) stageStream(ctx context.Context, pd *paywall.Fresh, st interfac
 // withCost annotates the chunk that carries usage (the last one) with what was
 // charged; other chunks pass unchanged.
 func (s *Server) withCost(ev []byte, q *quote, sr *x402.SettleResponse) []byte {
-	// Only the last chunk carries usage: skip decoding the others.
-	if !bytes.Contains(ev, []byte(`"usage":{`)) && !bytes.Contains(ev, []byte(`"usage": {`)) {
+	u := usageOf(ev)
+	if u == nil {
 		return ev
 	}
-	var c struct {
-		Usage *chat.Usage `json:"usage"`
-	}
-	if json.Unmarshal(ev, &c) != nil || c.Usage == nil {
-		return ev
-	}
-	return annotate(ev, s.cost(q, sr, c.Usage))
+	return annotate(ev, s.cost(q, sr, u))
 }
 
 // sseWriter writes server-sent events, renewing the write deadline on every

@@ -67,9 +67,15 @@ type payment struct {
 	// offer is the quote's offer the payment accepted (q.Offer or q.Upto).
 	offer x402.PaymentRequirements
 	auth  authorization
-	key   string
-	payer string
-	claim store.PaymentClaim
+	// charge is what an upto payment settles for (Fresh.Charge); nil
+	// settles the offer's amount.
+	charge *big.Int
+	// delivered says the answer went out before the settlement (an upto
+	// stream): a failed settlement then keeps the claim (SettleDelivered).
+	delivered bool
+	key       string
+	payer     string
+	claim     store.PaymentClaim
 	// prepaid is the settlement of an authorization that a dead request
 	// settled on chain before it could answer or stage anything (orphan.go);
 	// nil on every other path.

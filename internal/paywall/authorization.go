@@ -10,6 +10,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // authorization is the signed payment a request presents, of whichever
@@ -76,6 +77,38 @@ func (exactAuth) reasons() windowReasons {
 	}
 }
 
+// uptoAuth is a Permit2 witness transfer through the x402 upto proxy
+// (scheme upto): at most its permitted amount, settled for the charge.
+type uptoAuth struct{ p *upto.Payload }
+
+var _ authorization = uptoAuth{}
+
+func (a uptoAuth) payer() common.Address { return a.p.Authorization.From }
+
+// claimKey: Permit2 keeps one nonce space per owner, whatever the token.
+func (a uptoAuth) claimKey(network string, _ common.Address) string {
+	return upto.Key(network, a.p.Authorization.From, a.p.Authorization.Nonce)
+}
+
+// window: Permit2 takes the permit while block.timestamp <= deadline; the
+// deadline stands for the window's end, one second early.
+func (a uptoAuth) window() (after, before *big.Int) {
+	return a.p.Authorization.Witness.ValidAfter, a.p.Authorization.Deadline
+}
+
+func (a uptoAuth) value() *big.Int { return a.p.Authorization.Permitted.Amount }
+
+func (a uptoAuth) proofHash() string { return hashJSON(a.p.JSON()) }
+
+func (uptoAuth) reasons() windowReasons {
+	return windowReasons{
+		after: "witness.validAfter", before: "deadline",
+		tooFar:   x402.ReasonUptoDeadlineTooFar,
+		notYet:   x402.ReasonPermit2NotYetValid,
+		expiring: x402.ReasonPermit2DeadlineExpired,
+	}
+}
+
 // hashJSON is the hex SHA-256 of v's JSON encoding.
 func hashJSON(v any) string {
 	b, err := json.Marshal(v)
@@ -95,6 +128,12 @@ func parseAuthorization(offer x402.PaymentRequirements, raw json.RawMessage) (au
 			return nil, err
 		}
 		return exactAuth{p}, nil
+	case upto.Scheme:
+		p, err := upto.ParsePayload(raw)
+		if err != nil {
+			return nil, err
+		}
+		return uptoAuth{p}, nil
 	}
 	return nil, errUnknownScheme
 }

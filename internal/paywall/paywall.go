@@ -38,6 +38,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Facilitator verifies and settles payments: ours in process, or a remote one
@@ -64,8 +65,11 @@ type Config struct {
 	PayTo        string
 	AssetAddress common.Address
 	PayToAddress common.Address
-	// Extra is the offer's extra: the token's EIP-712 domain.
-	Extra             json.RawMessage
+	// Extra is the exact offer's extra: the token's EIP-712 domain.
+	Extra json.RawMessage
+	// UptoExtra is the upto offer's extra, naming the facilitator that
+	// settles it (facilitatorAddress); nil offers exact alone.
+	UptoExtra         json.RawMessage
 	MaxTimeoutSeconds int64
 	// UpstreamTimeout and SettleTimeout bound the work of a fresh payment:
 	// its authorization must outlive both (D6).
@@ -117,6 +121,18 @@ func (p *Paywall) Offer(amount *big.Int) x402.PaymentRequirements {
 	return x402.PaymentRequirements{
 		Scheme: exact.Scheme, Network: p.cfg.Network, Amount: amount.String(), Asset: p.cfg.Asset,
 		PayTo: p.cfg.PayTo, MaxTimeoutSeconds: p.cfg.MaxTimeoutSeconds, Extra: p.cfg.Extra,
+	}
+}
+
+// UptoOffer is the `upto` offer of at most max beside Offer's exact one, or
+// nil when this paywall offers exact alone.
+func (p *Paywall) UptoOffer(max *big.Int) *x402.PaymentRequirements {
+	if p.cfg.UptoExtra == nil {
+		return nil
+	}
+	return &x402.PaymentRequirements{
+		Scheme: upto.Scheme, Network: p.cfg.Network, Amount: max.String(), Asset: p.cfg.Asset,
+		PayTo: p.cfg.PayTo, MaxTimeoutSeconds: p.cfg.MaxTimeoutSeconds, Extra: p.cfg.UptoExtra,
 	}
 }
 

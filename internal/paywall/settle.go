@@ -3,9 +3,11 @@ package paywall
 import (
 	"context"
 	"fmt"
+	"math/big"
 
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // confirmer is an optional facilitator extra: it tells from the chain whether an
@@ -73,6 +75,13 @@ func (f *Fresh) Settle(ctx context.Context) (*x402.SettleResponse, Outcome) {
 		return &x402.SettleResponse{Success: false, ErrorReason: x402.ReasonUnexpectedSettleError, Network: p.cfg.Network, Payer: f.payer}, Unknown
 	}
 	switch {
+	case sr.Success && sr.Transaction == "" && f.charge != nil && f.charge.Sign() == 0:
+		// An upto charge of nothing: nothing was sent, nothing can be
+		// checked on chain, and the permit expires unused. The claim is
+		// settled without a transaction (never promoted for replay: D14).
+		f.recordAs(ctx, store.PaymentSettled, "", true)
+		p.metrics.Payment("settled")
+		return sr, Paid
 	case sr.Success:
 		tx := sr.Transaction
 		if tx == "" {
@@ -119,6 +128,15 @@ func (f *Fresh) Settle(ctx context.Context) (*x402.SettleResponse, Outcome) {
 		f.record(ctx, store.PaymentPending, sr.Transaction)
 		p.metrics.Payment("unresolved")
 		return sr, Unknown
+	case f.delivered:
+		// Not paid, but the answer is out (D27's deliver_then_settle): the
+		// seller's loss. The claim is kept, pending without a transaction,
+		// so that the same payment never buys the answer a second time.
+		f.record(ctx, store.PaymentPending, "")
+		p.metrics.Payment("delivered_unpaid")
+		p.log.Error("an upto stream was delivered and its settlement failed: the seller's loss",
+			"key", f.key, "charge", f.charge, "reason", sr.ErrorReason)
+		return sr, Failed
 	default:
 		// Not spent on chain (insufficient funds, a node error), nothing
 		// broadcast: the authorization may be presented again once fixed.
@@ -126,6 +144,41 @@ func (f *Fresh) Settle(ctx context.Context) (*x402.SettleResponse, Outcome) {
 		p.metrics.Payment("failed")
 		return sr, Failed
 	}
+}
+
+// Upto reports whether the payment is an upto permit, settled for the
+// charge Charge sets rather than for the quote.
+func (f *Fresh) Upto() bool { return f.offer.Scheme == upto.Scheme }
+
+// Maximum is what the payment authorizes: the quote for exact, the permit's
+// maximum for upto.
+func (f *Fresh) Maximum() *big.Int { return new(big.Int).Set(f.auth.value()) }
+
+// Charge sets what an upto payment settles for (D27), at most its maximum:
+// a larger charge is capped, since the facilitator would refuse it and the
+// answer would be withheld. It does nothing to an exact payment, whose
+// amount is the authorization's.
+func (f *Fresh) Charge(amount *big.Int) {
+	if !f.Upto() {
+		return
+	}
+	c := new(big.Int).Set(amount)
+	if max := f.auth.value(); c.Cmp(max) > 0 {
+		f.pw.log.Error("an upto charge above its maximum was capped", "key", f.key, "charge", c, "max", max)
+		c.Set(max)
+	}
+	if c.Sign() < 0 {
+		c.SetInt64(0)
+	}
+	f.charge = c
+}
+
+// SettleDelivered is Settle for an answer already delivered (an upto stream,
+// D27): on Failed the claim is kept rather than released, since the payment
+// must not buy the answer again, and the loss is counted.
+func (f *Fresh) SettleDelivered(ctx context.Context) (*x402.SettleResponse, Outcome) {
+	f.delivered = true
+	return f.Settle(ctx)
 }
 
 // Unsettled is the refusal of a settlement that did not pay (now): a 409
@@ -214,7 +267,11 @@ func (pd *payment) settleCall(ctx context.Context) (*x402.SettleResponse, error)
 	p := pd.pw
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.SettleTimeout)
 	defer cancel()
-	sr, err := p.fac.Settle(ctx, pd.payload, pd.offer)
+	offer := pd.offer
+	if pd.charge != nil {
+		offer.Amount = pd.charge.String()
+	}
+	sr, err := p.fac.Settle(ctx, pd.payload, offer)
 	if err == nil && !sr.Success && sr.ErrorReason == x402.ReasonUnexpectedSettleError {
 		// The reason only: a third-party facilitator's message is not ours
 		// to log.
@@ -227,8 +284,14 @@ func (pd *payment) settleCall(ctx context.Context) (*x402.SettleResponse, error)
 // transaction that paid: a settled claim without one could never be checked
 // against the chain, so the request guarantees it and this refuses it.
 func (pd *payment) record(ctx context.Context, state store.PaymentState, tx string) {
+	pd.recordAs(ctx, state, tx, false)
+}
+
+// recordAs is record; free says the payment moved nothing (an upto charge
+// of zero), the one settlement that has no transaction.
+func (pd *payment) recordAs(ctx context.Context, state store.PaymentState, tx string, free bool) {
 	p := pd.pw
-	if state == store.PaymentSettled && tx == "" {
+	if state == store.PaymentSettled && tx == "" && !free {
 		p.log.Error("refused to record a payment settled without a transaction; kept pending", "key", pd.key)
 		state = store.PaymentPending
 	}

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/devchain"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Roles of the dev accounts in the demo.
@@ -232,11 +234,18 @@ func runDemo(ctx context.Context, args []string, e env) error {
 		return errors.New("the stream carried no content or no usage")
 	}
 	printf(out, "\n   usage: %s\n", usageLine)
+	if err := demoUpto(ctx, out, c, url); err != nil {
+		return err
+	}
 	final, err := c.BalanceOf(ctx, payTo)
 	if err != nil {
 		return err
 	}
-	printf(out, "6. the buyer paid %s USDC in all; the seller holds %s USDC. done.\n", usdc(tr.Spent()), usdc(final))
+	left, err := c.BalanceOf(ctx, buyer)
+	if err != nil {
+		return err
+	}
+	printf(out, "7. the buyer paid %s USDC in all; the seller holds %s USDC. done.\n", usdc(new(big.Int).Sub(big.NewInt(10_000_000), left)), usdc(final))
 	if *serveAddr == "" {
 		return nil
 	}
@@ -250,6 +259,69 @@ func runDemo(ctx context.Context, args []string, e env) error {
 		}
 		return fmt.Errorf("demo: the gateway stopped: %w", srvErr)
 	}
+	return nil
+}
+
+// demoUpto pays one call with upto: the buyer approves Permit2 once, signs
+// the 402's upto offer for its maximum, and the gateway settles what the call
+// used.
+func demoUpto(ctx context.Context, out io.Writer, c *devchain.Chain, url string) error {
+	if err := c.ApprovePermit2(ctx, demoBuyer, big.NewInt(1_000_000)); err != nil {
+		return err
+	}
+	body := `{"model":"demo","messages":[{"role":"user","content":"Answer in a few words."}],"max_tokens":4096}`
+	resp, err := post(ctx, http.DefaultClient, url, body)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close() // an unpaid 402: its body is the same price in words
+	pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
+	if err != nil {
+		return fmt.Errorf("the upto quote got %d without a usable 402: %w", resp.StatusCode, err)
+	}
+	i := slices.IndexFunc(pr.Accepts, func(r x402.PaymentRequirements) bool { return r.Scheme == upto.Scheme })
+	if i < 0 {
+		return errors.New("the gateway offered no upto payment")
+	}
+	p, err := upto.NewPaymentPayload(ctx, exact.NewKeySigner(devchain.Key(demoBuyer)), pr, i, upto.SignOptions{})
+	if err != nil {
+		return err
+	}
+	sig, err := x402.EncodeHeader(p)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(x402.HeaderPaymentSignature, sig)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close() // after reading it in full, a close error changes nothing
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the upto call got %d: %s", resp.StatusCode, b)
+	}
+	var comp struct {
+		X struct {
+			Charged     string `json:"charged"`
+			Maximum     string `json:"maximum"`
+			Transaction string `json:"transaction"`
+		} `json:"x_llm4agents"`
+	}
+	if err := json.Unmarshal(b, &comp); err != nil || comp.X.Maximum == "" {
+		return fmt.Errorf("the upto call answered without its charge: %s", b)
+	}
+	printf(out, "6. upto call: the buyer approved Permit2 once and authorized up to %s USDC (the quote for 4096 tokens);\n   the call used fewer and paid %s USDC, settled in transaction %s\n",
+		usdc(mustAmount(comp.X.Maximum)), usdc(mustAmount(comp.X.Charged)), comp.X.Transaction)
 	return nil
 }
 

@@ -15,8 +15,9 @@ import (
 )
 
 // demoLines are what the demo must print, in order: the price of an unpaid
-// call, a paid completion settled on chain, a paid stream with its usage, and
-// the totals (two one-cent calls).
+// call, a paid completion settled on chain, a paid stream with its usage, an
+// upto call paying what it used (a few hundred atomic units of a one-cent
+// maximum), and the totals.
 var demoLines = []*regexp.Regexp{
 	regexp.MustCompile(`(?m)^1\. local chain eip155:1337, test USDC \(EIP-3009\) at 0x[0-9a-fA-F]{40}; the buyer 0x[0-9a-fA-F]{40} holds 10\.00 USDC$`),
 	regexp.MustCompile(`(?m)^2\. the gateway is serving on http://127\.0\.0\.1:[1-9][0-9]* with the demo model`),
@@ -27,7 +28,9 @@ var demoLines = []*regexp.Regexp{
 	regexp.MustCompile(`(?m)^5\. paid stream: settled in transaction (0x[0-9a-f]{64}) before the first byte; streaming:$`),
 	regexp.MustCompile(`(?m)^   This is the llm4agents demo model`),
 	regexp.MustCompile(`(?m)^   usage: [1-9][0-9]* prompt \+ [1-9][0-9]* completion tokens$`),
-	regexp.MustCompile(`(?m)^6\. the buyer paid 0\.020000 USDC in all; the seller holds 0\.020000 USDC\. done\.$`),
+	regexp.MustCompile(`(?m)^6\. upto call: the buyer approved Permit2 once and authorized up to 0\.010000 USDC \(the quote for 4096 tokens\);$`),
+	regexp.MustCompile(`(?m)^   the call used fewer and paid 0\.000[1-9][0-9]{2} USDC, settled in transaction (0x[0-9a-f]{64})$`),
+	regexp.MustCompile(`(?m)^7\. the buyer paid 0\.020[1-9][0-9]{2} USDC in all; the seller holds 0\.020[1-9][0-9]{2} USDC\. done\.$`),
 }
 
 // devKeysHex are the dev keys as hex; none may ever be printed.
@@ -64,8 +67,8 @@ func TestDemo(t *testing.T) {
 				}
 				at += loc[1]
 			}
-			if len(txs) == 2 && txs[0] == txs[1] {
-				t.Errorf("the completion and the stream name one transaction %s, want two settlements", txs[0])
+			if len(txs) == 3 && (txs[0] == txs[1] || txs[1] == txs[2] || txs[0] == txs[2]) {
+				t.Errorf("the calls name transactions %v, want three settlements", txs)
 			}
 			if len(args) == 1 && stderr != "" {
 				t.Errorf("stderr without -v = %q, want nothing", stderr)

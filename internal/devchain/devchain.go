@@ -175,6 +175,22 @@ func (c *Chain) Mint(ctx context.Context, to common.Address, amount *big.Int) er
 	return c.mine(ctx, tx)
 }
 
+// ApprovePermit2 lets Permit2 move up to amount of dev account i's tokens:
+// the one approval an upto buyer gives.
+func (c *Chain) ApprovePermit2(ctx context.Context, i int, amount *big.Int) error {
+	token, err := contracts.NewEIP3009Token(c.Token, c.Client)
+	if err != nil {
+		return err
+	}
+	auth := mustTransactor(Key(i), c.ChainID)
+	auth.Context = ctx
+	tx, err := token.Approve(auth, contracts.Permit2Address, amount)
+	if err != nil {
+		return fmt.Errorf("approve Permit2: %w", err)
+	}
+	return c.mine(ctx, tx)
+}
+
 // BalanceOf returns the token balance of addr.
 func (c *Chain) BalanceOf(ctx context.Context, addr common.Address) (*big.Int, error) {
 	token, err := contracts.NewEIP3009Token(c.Token, c.Client)

@@ -8,6 +8,7 @@
 //   NETWORK    CAIP-2 network (default eip155:1337)
 //   MAX_AMOUNT largest payment allowed, atomic units (default 1000000)
 //   MODEL      the paid model (default demo)
+//   SCHEME     exact (default) or upto: the one scheme the client registers
 //
 // It makes four calls, one after the other, and prints one JSON line on stdout:
 //   {"nonStreaming": call, "streaming": call, "unknownModel": call, "maxTokensAboveCap": call}
@@ -22,6 +23,7 @@
 import OpenAI from "openai";
 import { x402Client, wrapFetchWithPayment, decodePaymentResponseHeader } from "@x402/fetch";
 import { ExactEvmScheme } from "@x402/evm/exact/client";
+import { UptoEvmScheme } from "@x402/evm/upto/client";
 import { privateKeyToAccount } from "viem/accounts";
 
 function env(name, fallback) {
@@ -36,7 +38,8 @@ function env(name, fallback) {
 const network = env("NETWORK", "eip155:1337");
 const model = env("MODEL", "demo");
 const signer = privateKeyToAccount(env("PAYER_KEY"));
-const payer = new x402Client().register(network, new ExactEvmScheme(signer)).setSpendControls({
+const scheme = env("SCHEME", "exact") === "upto" ? new UptoEvmScheme(signer) : new ExactEvmScheme(signer);
+const payer = new x402Client().register(network, scheme).setSpendControls({
   allowedAssets: [{ network, asset: env("TOKEN"), maxAmountPerPayment: env("MAX_AMOUNT", "1000000") }],
 });
 

@@ -538,6 +538,17 @@ type gatewayServer struct {
 // the test ends.
 func startGateway(t *testing.T, c *testChain) *gatewayServer {
 	t.Helper()
+	return startGatewayWith(t, c, false)
+}
+
+// uptoYAML turns upto on in gatewayConfigYAML's network, with no minimum
+// charge, so that a charge below the quote shows.
+const uptoYAML = "  pay_to: %[7]s\n  schemes: [exact, upto]\n  upto: { min_charge: \"0\" }\n"
+
+// startGatewayWith is startGateway, offering upto beside exact when upto is
+// set, as serve does with network.schemes [exact, upto].
+func startGatewayWith(t *testing.T, c *testChain, withUpto bool) *gatewayServer {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
 	defer cancel()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
@@ -545,7 +556,11 @@ func startGateway(t *testing.T, c *testChain) *gatewayServer {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	yml := fmt.Sprintf(gatewayConfigYAML, ln.Addr(), network, c.anvil.URL, c.token.Hex(), tokenName, tokenVersion,
+	format := gatewayConfigYAML
+	if withUpto {
+		format = strings.Replace(format, "  pay_to: %[7]s\n", uptoYAML, 1)
+	}
+	yml := fmt.Sprintf(format, ln.Addr(), network, c.anvil.URL, c.token.Hex(), tokenName, tokenVersion,
 		testchain.DevAddress(payToIdx).Hex(), facilitatorKeyEnv, filepath.Join(dir, "llm4agents.db"))
 	path := filepath.Join(dir, "llm4agents.yaml")
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
@@ -615,7 +630,8 @@ func startGateway(t *testing.T, c *testChain) *gatewayServer {
 	}
 	fac, err := facilitator.New(facilitator.Config{
 		Network: cfg.Network.ID, SettleTimeout: cfg.Facilitator.SettleTimeout,
-		Assets: []facilitator.Asset{{Address: asset, Name: cfg.Network.AssetName, Version: cfg.Network.AssetVersion}},
+		Assets:  []facilitator.Asset{{Address: asset, Name: cfg.Network.AssetName, Version: cfg.Network.AssetVersion}},
+		Schemes: cfg.Network.Schemes,
 	}, node, sender, db, log)
 	if err != nil {
 		t.Fatal(err)
@@ -651,7 +667,7 @@ func startGateway(t *testing.T, c *testChain) *gatewayServer {
 		PayTo: cfg.Network.PayTo, MaxTimeoutSeconds: int64(cfg.Network.MaxTimeoutSeconds),
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, UpstreamTimeout: cfg.Limits.UpstreamTimeout,
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
-		Owner: "interop-test", Models: models,
+		Owner: "interop-test", Models: models, Upto: gatewayUpto(t, cfg, sender.Address()),
 	}, fac, db, log)
 	if err != nil {
 		t.Fatal(err)

@@ -462,7 +462,11 @@ func TestFencedRecordFailed(t *testing.T) {
 				t.Errorf("record the other holder's verdict: %v", err)
 			}
 		}}
-		a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond})
+		// A's settle budget (two settle timeouts) holds the hook's takeover
+		// and the re-read of the record after it, on a loaded machine too:
+		// past it the re-read has no time left, and the answer is an error
+		// (no verdict) rather than the recorded reason.
+		a := newReplicaOn(t, sim, st, signerIdx, replicaOpts{claimLease: time.Millisecond, settleTimeout: 2 * time.Second})
 		nonce := pendingNonce(t, sim, a.sender.Address())
 
 		resp, err := a.fac.Settle(ctx, p, req)

@@ -39,20 +39,6 @@ func (e *env) uptoRequirements(max string) x402.PaymentRequirements {
 	}
 }
 
-// approvePermit2 lets Permit2 move dev account i's tokens, the one-time step
-// an upto buyer takes.
-func (e *env) approvePermit2(t *testing.T, i int) {
-	t.Helper()
-	max := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
-	tx, err := e.chain.TokenContract.Approve(e.chain.Transactor(t, i), contracts.Permit2Address, max)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := e.chain.Mine(t, tx); r.Status != 1 {
-		t.Fatal("approve reverted")
-	}
-}
-
 // payUpto signs an upto permit of req as dev account i.
 func (e *env) payUpto(t *testing.T, i int, req x402.PaymentRequirements) *x402.PaymentPayload {
 	t.Helper()
@@ -104,7 +90,7 @@ func TestUptoSupported(t *testing.T) {
 func TestUptoSettlesTheCharge(t *testing.T) {
 	bothOn(t, newUptoEnv, func(t *testing.T, e *env, fac facilitator.API) {
 		ctx := context.Background()
-		e.approvePermit2(t, 1)
+		e.chain.ApprovePermit2(t, 1)
 		req := e.uptoRequirements("50000")
 		p := e.payUpto(t, 1, req)
 		payTo := e.chain.Addr(payToIdx)
@@ -153,7 +139,7 @@ func TestUptoSettlesTheCharge(t *testing.T) {
 func TestUptoZeroSendsNothing(t *testing.T) {
 	e := newUptoEnv(t)
 	ctx := context.Background()
-	e.approvePermit2(t, 1)
+	e.chain.ApprovePermit2(t, 1)
 	req := e.uptoRequirements("50000")
 	p := e.payUpto(t, 1, req)
 	payTo := e.chain.Addr(payToIdx)
@@ -196,7 +182,7 @@ func TestUptoRefusals(t *testing.T) {
 	}
 
 	// Allowance revoked between verify and settle.
-	e.approvePermit2(t, 3)
+	e.chain.ApprovePermit2(t, 3)
 	p3 := e.payUpto(t, 3, req)
 	if vr, err := e.fac.Verify(ctx, p3, req); err != nil || !vr.IsValid {
 		t.Fatalf("verify = %+v, %v", vr, err)
@@ -221,7 +207,7 @@ func TestUptoRefusals(t *testing.T) {
 func TestUptoConcurrentSettles(t *testing.T) {
 	e := newUptoEnv(t)
 	ctx := context.Background()
-	e.approvePermit2(t, 1)
+	e.chain.ApprovePermit2(t, 1)
 	req := e.uptoRequirements("50000")
 	p := e.payUpto(t, 1, req)
 	payTo := e.chain.Addr(payToIdx)
@@ -277,7 +263,7 @@ func TestUptoOnEveryStore(t *testing.T) {
 		schemes := []string{exact.Scheme, upto.Scheme}
 		first := newReplicaOn(t, sim, open(t), signerIdx, replicaOpts{settleTimeout: 5 * time.Second, schemes: schemes})
 		e := &env{chain: sim, sender: first.sender}
-		e.approvePermit2(t, 1)
+		e.chain.ApprovePermit2(t, 1)
 		req := e.uptoRequirements("50000")
 		p := e.payUpto(t, 1, req)
 		payTo := sim.Addr(payToIdx)

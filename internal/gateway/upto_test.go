@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
@@ -36,19 +35,6 @@ func withUpto(minCharge int64, exactOnlyStreams bool) func(*gateway.Config) {
 }
 
 func devAddr(i int) string { return crypto.PubkeyToAddress(testchain.DevKey(i).PublicKey).Hex() }
-
-// approve lets Permit2 move dev account i's tokens.
-func (e *env) approve(t *testing.T, i int) {
-	t.Helper()
-	max := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
-	tx, err := e.chain.TokenContract.Approve(e.chain.Transactor(t, i), contracts.Permit2Address, max)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := e.chain.Mine(t, tx); r.Status != 1 {
-		t.Fatal("approve reverted")
-	}
-}
 
 // quote402 posts body unpaid and returns the 402's PaymentRequired.
 func (e *env) quote402(t *testing.T, body string) *x402.PaymentRequired {
@@ -132,7 +118,7 @@ func TestUptoPaysTheUsage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnvConfig(t, 10*time.Second, nil, withUpto(tc.minCharge, false))
-			e.approve(t, buyerIdx)
+			e.chain.ApprovePermit2(t, buyerIdx)
 			payTo := e.chain.Addr(payToIdx)
 			before := e.chain.BalanceOf(t, payTo)
 			hdr := e.signUpto(t, buyerIdx, e.quote402(t, uptoBody))
@@ -190,7 +176,7 @@ func TestUptoPaysTheUsage(t *testing.T) {
 // transaction.
 func TestUptoStreamDeliversThenSettles(t *testing.T) {
 	e := newEnvConfig(t, 10*time.Second, nil, withUpto(0, false))
-	e.approve(t, buyerIdx)
+	e.chain.ApprovePermit2(t, buyerIdx)
 	payTo := e.chain.Addr(payToIdx)
 	before := e.chain.BalanceOf(t, payTo)
 	body := strings.Replace(uptoBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
@@ -245,7 +231,7 @@ func (f failingUpto) Settle(ctx context.Context, p *x402.PaymentPayload, req x40
 // does not buy it again.
 func TestUptoStreamUnpaidIsCountedAndNotSoldAgain(t *testing.T) {
 	e := newEnvConfig(t, 10*time.Second, func(f *facilitator.Facilitator) gateway.Facilitator { return failingUpto{f} }, withUpto(0, false))
-	e.approve(t, buyerIdx)
+	e.chain.ApprovePermit2(t, buyerIdx)
 	body := strings.Replace(uptoBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
 	hdr := e.signUpto(t, buyerIdx, e.quote402(t, body))
 	resp := e.post(t, http.DefaultClient, body, hdr)

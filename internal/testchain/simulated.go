@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/accounts/abi/bind"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
@@ -259,6 +260,19 @@ func (s *Simulated) Mint(tb testing.TB, to common.Address, amount *big.Int) {
 		tb.Fatalf("mint %s to %s: %v", amount, to, err)
 	}
 	s.requireSuccess(tb, "mint", tx)
+}
+
+// ApprovePermit2 lets Permit2 move every token of dev account i, the one
+// approval an upto buyer gives, sealing a block.
+func (s *Simulated) ApprovePermit2(tb testing.TB, i int) {
+	tb.Helper()
+	tx, err := s.TokenContract.Approve(s.Transactor(tb, i), contracts.Permit2Address, abi.MaxUint256)
+	if err != nil {
+		tb.Fatalf("approve Permit2 for dev account %d: %v", i, err)
+	}
+	if r := s.Mine(tb, tx); r.Status != types.ReceiptStatusSuccessful {
+		tb.Fatalf("approve Permit2 for dev account %d reverted", i)
+	}
 }
 
 // DeployWallet deploys an ERC1271Wallet whose signer is owner and returns

@@ -237,11 +237,12 @@ func (f *Facilitator) route(req x402.PaymentRequirements) (scheme, *x402.VerifyE
 
 // Verify checks a payment without changing chain state.
 func (f *Facilitator) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.VerifyResponse, error) {
-	s, verr := f.route(req)
-	if verr != nil {
-		return verr.Response(), nil
+	s, refused := f.route(req)
+	if refused != nil {
+		return refused.Response(), nil
 	}
 	pm, err := s.verify(ctx, p, req)
+	var verr *x402.VerifyError
 	switch {
 	case errors.As(err, &verr):
 		return verr.Response(), nil

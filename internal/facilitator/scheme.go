@@ -54,17 +54,16 @@ func (exactScheme) supported(network string, _ common.Address) x402.SupportedKin
 // route: the configured EIP-712 domain is the token's: requirements naming
 // another one would sign over a domain the token rejects. Refuse them without
 // asking the node, with the reason the official facilitator reaches by
-// simulation.
+// simulation. An extra that does not parse is check's to refuse, with the
+// official reason.
 func (exactScheme) route(req x402.PaymentRequirements, a Asset) *x402.VerifyError {
-	extra, err := exact.ParseExtra(req.Extra)
-	if err != nil {
-		return nil // check refuses it with the official reason
-	}
-	if extra.Name != a.Name {
-		return &x402.VerifyError{Reason: x402.ReasonEVMTokenNameMismatch, Message: fmt.Sprintf("token name is %q, extra.name is %q", a.Name, extra.Name)}
-	}
-	if extra.Version != a.Version {
-		return &x402.VerifyError{Reason: x402.ReasonEVMTokenVersionMismatch, Message: fmt.Sprintf("token version is %q, extra.version is %q", a.Version, extra.Version)}
+	if extra, err := exact.ParseExtra(req.Extra); err == nil {
+		if extra.Name != a.Name {
+			return &x402.VerifyError{Reason: x402.ReasonEVMTokenNameMismatch, Message: fmt.Sprintf("token name is %q, extra.name is %q", a.Name, extra.Name)}
+		}
+		if extra.Version != a.Version {
+			return &x402.VerifyError{Reason: x402.ReasonEVMTokenVersionMismatch, Message: fmt.Sprintf("token version is %q, extra.version is %q", a.Version, extra.Version)}
+		}
 	}
 	return nil
 }
@@ -121,12 +120,10 @@ func (uptoScheme) supported(network string, signer common.Address) x402.Supporte
 
 // route refuses requirements whose extra names another facilitator: a
 // payment signed for them could only be settled by that one.
+// An extra that does not parse is check's to refuse, with the official
+// reason.
 func (s uptoScheme) route(req x402.PaymentRequirements, _ Asset) *x402.VerifyError {
-	extra, err := upto.ParseExtra(req.Extra)
-	if err != nil {
-		return nil // check refuses it with the official reason
-	}
-	if !slices.Contains(s.v.Facilitators, extra.FacilitatorAddress) {
+	if extra, err := upto.ParseExtra(req.Extra); err == nil && !slices.Contains(s.v.Facilitators, extra.FacilitatorAddress) {
 		return &x402.VerifyError{Reason: x402.ReasonUptoFacilitatorMismatch,
 			Message: fmt.Sprintf("extra.facilitatorAddress %s is not this facilitator", extra.FacilitatorAddress.Hex())}
 	}

@@ -39,7 +39,7 @@ func (s *Server) price(r *http.Request, req *chat.Request) (*quote, error) {
 	q := &quote{model: m, promptTokens: prompt, outputBound: pricing.OutputBound(req, m.MaxOutputTokens)}
 	q.Amount = pricing.Quote(q.promptTokens, q.outputBound, m.Price, s.cfg.Decimals)
 	q.Offer = s.pw.Offer(q.Amount)
-	if u := s.cfg.Upto; u != nil && !(req.Stream && u.ExactOnlyStreams) {
+	if u := s.cfg.Upto; u != nil && (!req.Stream || !u.ExactOnlyStreams) {
 		q.Upto = s.pw.UptoOffer(q.Amount)
 	}
 	q.PaymentIDRequired = m.PaymentIDRequired

@@ -369,14 +369,14 @@ func (s *server) verify(p *x402.PaymentPayload, o x402.PaymentRequirements) (fro
 	if o.Scheme == upto.Scheme {
 		vd, recovered, err := s.upto.Check(p, o)
 		if err != nil || !recovered {
-			return "", "", nil, fmt.Errorf("upto: recovered=%v err=%v", recovered, err)
+			return "", "", nil, fmt.Errorf("upto: recovered=%v: %w", recovered, err)
 		}
 		a := vd.Payload.Authorization
 		return a.From.Hex(), "permit2:" + a.Nonce.String(), vd.Payload.Signature, nil
 	}
 	vd, recovered, err := s.verifier.Check(p, o)
 	if err != nil || !recovered {
-		return "", "", nil, fmt.Errorf("exact: recovered=%v err=%v", recovered, err)
+		return "", "", nil, fmt.Errorf("exact: recovered=%v: %w", recovered, err)
 	}
 	a := vd.Payload.Authorization
 	return a.From.Hex(), a.Nonce.Hex(), vd.Payload.Signature, nil

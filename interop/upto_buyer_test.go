@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -157,4 +158,94 @@ func TestGoBuyerPaysOfficialUpto(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCLIPaysOfficialUpto runs the llm4agents command against the same
+// official server, for a wallet that has never approved Permit2: pay
+// --dry-run --rpc says the approval is missing, a payment without it is
+// refused by our facilitator and charges nothing, wallet approve-permit2
+// sends the approval, and pay then pays the upto offer for the charge alone.
+func TestCLIPaysOfficialUpto(t *testing.T) {
+	requireTools(t)
+	c := newChain(t)
+	fac := startOurFacilitator(t, c, withUpto)
+	payTo := testchain.DevAddress(payToIdx)
+	srv := startNodeService(t, "express-upto.mjs",
+		"PORT=0",
+		"FACILITATOR_URL="+fac.URL,
+		"TOKEN="+c.token.Hex(),
+		"PAY_TO="+payTo.Hex(),
+		"AMOUNT="+meteredMax,
+		"CHARGE="+meteredCharge,
+		"MAX_TIMEOUT_SECONDS="+strconv.Itoa(maxTimeoutSeconds),
+	)
+	meteredURL := srv.URL + "/metered"
+	// A wallet of its own: funded, never approved.
+	walletIdx := strangerIdx
+	tx, err := c.tokenContract.Mint(transactor(t, t.Context(), c.anvil, deployerIdx), testchain.DevAddress(walletIdx), big.NewInt(1_000_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMined(t, t.Context(), c.anvil, tx)
+
+	bin := buildCLI(t)
+	keyEnv := []string{"LLM4AGENTS_WALLET_KEY=" + keyHex(testchain.DevKey(walletIdx))}
+	asset := "--asset=" + network + "/" + c.token.Hex()
+	secret := strings.TrimPrefix(keyHex(testchain.DevKey(walletIdx)), "0x")
+	cli := func(t *testing.T, args ...string) (string, string, error) {
+		t.Helper()
+		stdout, stderr, err := runCLI(t, bin, keyEnv, args...)
+		if strings.Contains(stdout+stderr, secret) {
+			t.Error("the CLI printed the wallet key")
+		}
+		return stdout, stderr, err
+	}
+
+	stdout, stderr, err := cli(t, "pay", "--dry-run", asset, "--rpc", c.anvil.URL, meteredURL)
+	if err != nil {
+		t.Fatalf("pay --dry-run: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{
+		"[0] exact on " + network, "verdict  refused (not_chosen): payable, but option [1] is preferred",
+		"[1] upto on " + network, "maximum  " + meteredMax + " atomic units = 0.05", "settles  through Permit2, by facilitator " + fac.Address.Hex() + " only", "verdict  PAY: would be paid",
+		"permit2: the upto option needs a Permit2 approval first",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, stdout)
+		}
+	}
+
+	// The official server answers 412 when our facilitator's verify says
+	// permit2_allowance_required.
+	before := c.balance(t, payTo)
+	calls := fac.rec.count()
+	_, stderr, err = cli(t, "pay", asset, meteredURL)
+	if err == nil || !strings.Contains(stderr, "412 Precondition Failed; upto payment of at most "+meteredMax) ||
+		!strings.Contains(stderr, "the wallet has not approved Permit2 to move this token (permit2_allowance_required); nothing was charged; run llm4agents wallet approve-permit2") {
+		t.Errorf("pay without the approval: %v\n%s", err, stderr)
+	}
+	if n := len(fac.rec.since(calls, "/settle")); n != 0 {
+		t.Errorf("%d /settle calls without the approval, want none", n)
+	}
+	c.checkBalanceRose(t, payTo, before, "0")
+
+	stdout, stderr, err = cli(t, "wallet", "approve-permit2", "--rpc", c.anvil.URL, "--asset", c.token.Hex(), "--amount", "0.50", "--yes")
+	if err != nil || !strings.Contains(stdout, "approved in transaction 0x") {
+		t.Fatalf("wallet approve-permit2: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	if stdout, _, err = cli(t, "pay", "--dry-run", asset, "--rpc", c.anvil.URL, meteredURL); err != nil || !strings.Contains(stdout, "which covers the maximum") {
+		t.Errorf("dry run after the approval: %v\n%s", err, stdout)
+	}
+
+	before = c.balance(t, payTo)
+	stdout, stderr, err = cli(t, "pay", asset, meteredURL)
+	if err != nil || stdout != `{"ok":true,"scheme":"upto"}` {
+		t.Fatalf("pay: %v, stdout %q\nstderr:\n%s", err, stdout, stderr)
+	}
+	want := "200 OK; upto payment of at most " + meteredMax + " atomic units = 0.05 to " + payTo.Hex() + " on " + network +
+		": charged " + meteredCharge + " atomic units = 0.012345, settled in transaction 0x"
+	if !strings.Contains(stderr, want) || !strings.Contains(stderr, "; spent 0.012345 of 1.00") {
+		t.Errorf("stderr lacks %q and the spend:\n%s", want, stderr)
+	}
+	c.checkBalanceRose(t, payTo, before, meteredCharge)
 }

@@ -439,6 +439,21 @@ type payment struct {
 	// charge is what the Transport counted of the payment; nil when it
 	// sent none.
 	charge *client.Charge
+	// refused is the error of a PAYMENT-REQUIRED answering the payment, ""
+	// when there is none.
+	refused string
+}
+
+// needsApproval reports whether the server refused an upto payment because
+// the wallet's Permit2 allowance does not cover it (the official server
+// answers 412 Precondition Failed).
+func (p *payment) needsApproval() bool {
+	return p.upto() && p.refused == string(x402.ReasonPermit2AllowanceRequired)
+}
+
+// approvalHint says how to fix a missing Permit2 approval.
+func (p *payment) approvalHint() string {
+	return "the wallet has not approved Permit2 to move this token (permit2_allowance_required); nothing was charged; run llm4agents wallet approve-permit2 --rpc URL --asset " + p.paid.Asset
 }
 
 // outcome reads what the answer to a request says about its payment.
@@ -453,6 +468,9 @@ func (b *buyer) outcome(resp *http.Response, mark int) *payment {
 		p.sr = sr
 	case !errors.Is(err, client.ErrNoSettleResponse):
 		p.srErr = err
+	}
+	if pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired)); err == nil && p.paid != nil {
+		p.refused = pr.Error
 	}
 	return p
 }
@@ -488,7 +506,9 @@ func (p *payment) summary(b *buyer) string {
 		default:
 			fmt.Fprintf(&s, ": refused (%s)", p.sr.ErrorReason)
 		}
-		if p.status == http.StatusPaymentRequired {
+		if p.needsApproval() {
+			s.WriteString("; " + p.approvalHint())
+		} else if p.status == http.StatusPaymentRequired {
 			s.WriteString("; the server asked again after the payment, and it was not paid twice")
 		}
 		if err := p.chargeErr(); err != nil {
@@ -533,6 +553,8 @@ func (p *payment) err(resp *http.Response) error {
 		return fmt.Errorf("pay: the seller's settlement cannot be right: %w", p.chargeErr())
 	case p.status/100 == 2:
 		return nil
+	case p.needsApproval():
+		return fmt.Errorf("pay: the server answered %s: %s", resp.Status, p.approvalHint())
 	case p.status == http.StatusPaymentRequired && p.paid != nil:
 		return errors.New("pay: the server answered 402 again after the payment; not paying a second time")
 	default:

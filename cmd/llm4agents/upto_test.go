@@ -509,3 +509,38 @@ func TestPayDryRunPermit2(t *testing.T) {
 		t.Errorf("a dry run sent %d payments", n)
 	}
 }
+
+// TestPayUptoWithoutApproval: the official server answers an upto payment
+// whose Permit2 allowance is missing with 412 and permit2_allowance_required;
+// pay and chat say so, and how to fix it, and count nothing.
+func TestPayUptoWithoutApproval(t *testing.T) {
+	up := fakeUptoOffer(fakeAsset, "50000")
+	answer := func(w http.ResponseWriter, r *http.Request, paid bool) {
+		h, err := x402.EncodeHeader(x402.PaymentRequired{X402Version: 2, Error: "permit2_allowance_required",
+			Resource: &x402.ResourceInfo{URL: "http://" + r.Host + r.URL.Path}, Accepts: []x402.PaymentRequirements{up}})
+		if err != nil {
+			t.Error(err)
+		}
+		w.Header().Set(x402.HeaderPaymentRequired, h)
+		if paid {
+			w.WriteHeader(http.StatusPreconditionFailed)
+			return
+		}
+		w.WriteHeader(http.StatusPaymentRequired)
+	}
+	hint := "the wallet has not approved Permit2 to move this token (permit2_allowance_required); nothing was charged; run llm4agents wallet approve-permit2 --rpc URL --asset " + fakeAsset
+	srv, rec := fakeSeller(t, answer)
+	stdout, stderr, err := runBuyer(t, []string{"pay", "--asset=" + fakeNetwork + "/" + fakeAsset, srv.URL}, buyerEnv(), "")
+	if err == nil || err.Error() != "pay: the server answered 412 Precondition Failed: "+hint {
+		t.Errorf("err = %v", err)
+	}
+	if want := "412 Precondition Failed; upto payment of at most 50000 atomic units = 0.05 to " + fakePayTo + " on eip155:1337: not settled (no PAYMENT-RESPONSE); " + hint + "; spent 0.00 of 1.00"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	}
+	noSecrets(t, rec, stdout, stderr, err)
+
+	_, stderr, err = runBuyer(t, []string{"chat", "--url", srv.URL, "--model", "m", "--asset", fakeNetwork + "/" + fakeAsset}, buyerEnv(), "hello\n")
+	if err == nil || !strings.Contains(stderr, hint) || !strings.Contains(stderr, "chat: turn 1: 412 Precondition Failed") {
+		t.Errorf("chat: %v\nstderr:\n%s", err, stderr)
+	}
+}

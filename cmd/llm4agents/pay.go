@@ -74,7 +74,7 @@ func parsePayFlags(args []string, e env, stdin io.Reader) (*payFlags, error) {
 	fs := flag.NewFlagSet("pay", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		printf(e.stderr, "usage: llm4agents pay [flags] URL\n\nSends one HTTP request and pays its 402 (x402 v2, exact on EVM) within the spending flags.\nThe body goes to stdout, a summary of the payment to stderr.\n\nflags:\n")
+		printf(e.stderr, "usage: llm4agents pay [flags] URL\n\nSends one HTTP request and pays its 402 (x402 v2, exact or upto on EVM) within the spending flags.\nThe body goes to stdout, a summary of the payment to stderr. An upto offer (pay what the call\ncost, up to its maximum) is preferred and needs the wallet's one-time Permit2 approval of the\ntoken ('llm4agents wallet approve-permit2'; --dry-run --rpc URL says whether it is there).\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var f payFlags

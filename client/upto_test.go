@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/big"
 	"strings"
 	"sync"
@@ -466,4 +467,66 @@ func TestPolicyUptoMode(t *testing.T) {
 			t.Errorf("%d.String() = %q, want %q", int(m), m.String(), want)
 		}
 	}
+}
+
+// TestTransportUptoConcurrentBudget: concurrent upto calls never hold more
+// than the budget between them, and what stays spent is the sum of the
+// charges of those paid.
+func TestTransportUptoConcurrentBudget(t *testing.T) {
+	srv := newServer(t, uptoOffer(price))
+	charge := "1000"
+	srv.setAfter(paidOK, &charge)
+	pol := policy(3)
+	tr, _ := newTransport(t, pol, srv)
+	const calls = 12
+	errs := make(chan error, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			_, err := send(t, tr, srv.URL(fmt.Sprintf("/paid/%d", i)), request{})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	paid := 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			paid++
+		case errors.As(err, new(*client.NoPayableOptionError)):
+		default:
+			t.Errorf("call: %v", err)
+		}
+	}
+	if paid < 3 {
+		t.Errorf("%d calls paid, want at least the 3 the budget holds at once", paid)
+	}
+	checkLedger(t, tr, int64(paid)*1000, 3*price-int64(paid)*1000)
+	if _, got := srv.snapshot(); len(got) != paid {
+		t.Errorf("server received %d permits, want %d", len(got), paid)
+	}
+}
+
+// FuzzSettledAmount: whatever a server reports, what is counted is a uint256
+// at most the maximum, and it is the reported amount exactly when there is no
+// error.
+func FuzzSettledAmount(f *testing.F) {
+	for _, s := range []string{"", "0", "1", "10000", "10001", "-1", "01", "1e3", "0x10", " 1", "$0.01", strings.Repeat("9", 80)} {
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, amount string, success bool) {
+		req := uptoOffer(price)
+		got, err := client.SettledAmount(req, &x402.SettleResponse{Success: success, Amount: amount})
+		if got == nil || got.Sign() < 0 || got.Cmp(big.NewInt(price)) > 0 {
+			t.Fatalf("SettledAmount(%q) = %v, %v", amount, got, err)
+		}
+		reported := err == nil && success && amount != ""
+		if reported && got.String() != amount {
+			t.Fatalf("SettledAmount(%q) = %s without an error", amount, got)
+		}
+		if err != nil && got.Int64() != price {
+			t.Fatalf("SettledAmount(%q) = %s with error %v, want the maximum", amount, got, err)
+		}
+	})
 }

@@ -12,8 +12,12 @@
 //
 // What it pays is bounded by a Policy: allowed (network, asset) pairs, a maximum
 // per request and a budget across calls, in the asset's atomic units. The zero
-// Policy pays nothing. Only the `exact` scheme on eip155 networks is paid (EIP-3009,
-// through x402/evm/exact); `nvm:erc4337` and `nvm:card-delegation` are recognised
+// Policy pays nothing. The `exact` scheme on eip155 networks is paid (EIP-3009,
+// through x402/evm/exact), and so is `upto` (a Permit2 witness transfer of at
+// most the offer's amount, through x402/evm/upto), which is preferred when
+// both are offered (Policy.Upto): it is held at its maximum against the
+// budget until the server's PAYMENT-RESPONSE says what it charged, and only
+// that stays spent. `nvm:erc4337` and `nvm:card-delegation` are recognised
 // and labelled "requires a Nevermined account", and any other scheme is foreign.
 // Neither is ever paid. When nothing is payable, RoundTrip fails with
 // a *NoPayableOptionError that lists every option and why it was refused.

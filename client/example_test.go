@@ -91,3 +91,43 @@ func ExampleFileJournal() {
 		fmt.Println("charged", r.Amount, "balance", r.BalanceAfter)
 	}
 }
+
+// A Transport that pays the upto scheme when a server offers it (the default,
+// UptoPrefer): it signs a Permit2 transfer of at most the offer's amount, holds
+// that maximum against the budget while the call is open, and then counts only
+// what the server settled. OnCharge sees both. The wallet must have approved
+// Permit2 for the token once (`llm4agents wallet approve-permit2`).
+func ExampleTransport_upto() {
+	key, err := crypto.HexToECDSA(os.Getenv("PAYER_KEY"))
+	if err != nil {
+		fmt.Println("no key:", err)
+		return
+	}
+	tr := &client.Transport{
+		Signer: exact.NewKeySigner(key),
+		Policy: client.Policy{
+			MaxPerRequest: big.NewInt(50_000),
+			Budget:        big.NewInt(1_000_000),
+			Assets:        []client.Asset{{Network: "eip155:8453", Address: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"}},
+			Upto:          client.UptoPrefer, // UptoAsOffered: no preference; UptoRefuse: exact only
+		},
+		OnCharge: func(_ context.Context, c client.Charge) {
+			if c.Err != nil {
+				fmt.Println("the server's settlement cannot be right:", c.Err) // counted at the maximum
+			}
+			fmt.Println(c.Requirements.Scheme, "at most", c.Maximum, "charged", c.Amount)
+		},
+	}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "https://api.example.com/metered", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = resp.Body.Close()
+	fmt.Println("spent", tr.Spent())
+}

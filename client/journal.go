@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/big"
 	"slices"
 	"sync"
 	"time"
@@ -96,6 +97,12 @@ type JournalEntry struct {
 	ValidBefore time.Time
 	// Outcome is what the last send of Header concluded.
 	Outcome Outcome
+	// Charged is what the payment cost, set before Finish with OutcomePaid:
+	// the Requirements' amount for exact; for upto, whose Requirements'
+	// amount is the maximum the permit authorized, the amount its settlement
+	// reported (SettledAmount). Nil until then; never written to a
+	// FileJournal, which removes a paid entry.
+	Charged *big.Int
 	// Sends counts the sends of the paid request, across retries and
 	// processes.
 	Sends int

@@ -103,8 +103,11 @@ func (l *ledger) release(amount *big.Int) {
 }
 
 // finish moves the hold of authorization id according to the outcome of a
-// send: to spent when paid, out when not paid; an unknown outcome stays held.
-func (l *ledger) finish(id string, o Outcome) {
+// send: out when not paid, and when paid to spent for charged, the amount the
+// payment cost (nil: all of the hold; never more than it: an upto payment
+// holds its maximum until its settlement says what it cost); an unknown
+// outcome stays held.
+func (l *ledger) finish(id string, o Outcome, charged *big.Int) {
 	if o == OutcomeUnknown {
 		return
 	}
@@ -117,7 +120,10 @@ func (l *ledger) finish(id string, o Outcome) {
 	delete(l.bound, id)
 	l.held.Sub(&l.held, amount)
 	if o == OutcomePaid {
-		l.spent.Add(&l.spent, amount)
+		if charged == nil || charged.Sign() < 0 || charged.Cmp(amount) > 0 {
+			charged = amount
+		}
+		l.spent.Add(&l.spent, charged)
 	}
 }
 

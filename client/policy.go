@@ -12,11 +12,16 @@ import (
 
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Policy says what a Transport may pay. Its zero value pays nothing: a payment
 // needs its (network, asset) in Assets, an amount at most MaxPerRequest and at
 // most what is left of Budget.
+//
+// An upto option counts its maximum (the requirement's amount) against
+// MaxPerRequest and Budget; once the server settles, only the amount its
+// PAYMENT-RESPONSE reports stays spent (see SettledAmount).
 //
 // Amounts are atomic units of the asset (10000 is 0.01 of a 6-decimal USDC).
 // MaxPerRequest and Budget apply to every listed asset alike, so list assets of
@@ -38,6 +43,39 @@ type Policy struct {
 	// such as "https://api.example.com") whose 402s may be paid; a 402 from any
 	// other origin has every option refused with RefusedOrigin.
 	Origins []string
+	// Upto says whether the upto scheme is paid and how it ranks beside
+	// exact; the zero value, UptoPrefer, pays it and prefers it.
+	Upto UptoMode
+}
+
+// UptoMode says whether a Transport pays the upto scheme (a Permit2 transfer
+// of at most the offer's amount, of which the server charges what the call
+// cost) and how it ranks it among the options a 402 offers.
+type UptoMode int
+
+const (
+	// UptoPrefer, the zero value: pay upto, and choose an upto option over
+	// any other the policy allows, since it charges only what the call cost
+	// and never more than exact would.
+	UptoPrefer UptoMode = iota
+	// UptoAsOffered: pay upto like any other scheme, in the server's order.
+	UptoAsOffered
+	// UptoRefuse: never pay upto; its options are refused with RefusedUpto.
+	UptoRefuse
+)
+
+// String names the mode as the CLI spells it.
+func (m UptoMode) String() string {
+	switch m {
+	case UptoPrefer:
+		return "prefer"
+	case UptoAsOffered:
+		return "as-offered"
+	case UptoRefuse:
+		return "refuse"
+	default:
+		return fmt.Sprintf("UptoMode(%d)", int(m))
+	}
 }
 
 // Asset is a token on a network, as a requirement names them.
@@ -84,7 +122,8 @@ const (
 	RefusedAsset RefusalError = "asset"
 	// RefusedOffer: the requirement is malformed, or uses a variant of exact this
 	// client does not sign (Permit2), or asks for an authorization valid longer
-	// than exact.MaxSignedTimeout.
+	// than exact.MaxSignedTimeout, or is an upto offer without a valid
+	// extra.facilitatorAddress (the one facilitator its permit may name).
 	RefusedOffer RefusalError = "offer"
 	// RefusedPayTo: a recipient not in Policy.PayTo.
 	RefusedPayTo RefusalError = "pay_to"
@@ -100,6 +139,8 @@ const (
 	// once that authorization is within Transport.ReuseMargin of its
 	// validBefore.
 	RefusedOutstanding RefusalError = "outstanding"
+	// RefusedUpto: an upto option, and Policy.Upto is UptoRefuse.
+	RefusedUpto RefusalError = "upto"
 )
 
 // Option is one entry of a 402's accepts, with the verdict of the policy on it.
@@ -150,6 +191,7 @@ type rules struct {
 	assets      map[string][]common.Address // network -> allowed tokens
 	payTo       map[common.Address]bool     // nil: any recipient
 	origins     map[string]bool             // nil: any origin
+	upto        UptoMode
 }
 
 func (p *Policy) rules() (*rules, error) {
@@ -164,8 +206,10 @@ func (p *Policy) rules() (*rules, error) {
 		return nil, fmt.Errorf("%w: Budget is negative", ErrInvalidPolicy)
 	case len(p.Assets) == 0:
 		return nil, fmt.Errorf("%w: no assets allowed", ErrInvalidPolicy)
+	case p.Upto < UptoPrefer || p.Upto > UptoRefuse:
+		return nil, fmt.Errorf("%w: Upto is %v", ErrInvalidPolicy, p.Upto)
 	}
-	r := &rules{max: p.MaxPerRequest, budget: p.Budget, assets: make(map[string][]common.Address, len(p.Assets))}
+	r := &rules{max: p.MaxPerRequest, budget: p.Budget, assets: make(map[string][]common.Address, len(p.Assets)), upto: p.Upto}
 	for i, a := range p.Assets {
 		if _, err := exact.ChainID(a.Network); err != nil {
 			return nil, fmt.Errorf("%w: Assets[%d]: %w", ErrInvalidPolicy, i, err)
@@ -230,6 +274,7 @@ const (
 type verdict struct {
 	amount  *big.Int
 	upfront bool
+	upto    bool
 	refusal RefusalError
 	label   string
 }
@@ -243,6 +288,10 @@ func refuse(r RefusalError, format string, args ...any) verdict {
 func (r *rules) judge(req x402.PaymentRequirements) verdict {
 	switch req.Scheme {
 	case exact.Scheme:
+	case upto.Scheme:
+		if r.upto == UptoRefuse {
+			return refuse(RefusedUpto, "the upto scheme is refused by the policy")
+		}
 	case SchemeNeverminedERC4337, SchemeNeverminedCardDelegation:
 		return refuse(RefusedNevermined, LabelNevermined)
 	default:
@@ -253,9 +302,13 @@ func (r *rules) judge(req x402.PaymentRequirements) verdict {
 		return refuse(RefusedOffer, "%v", err)
 	}
 	switch flow {
-	case "", flowAuthorization, flowUpfront:
+	case "", flowAuthorization:
+	case flowUpfront:
+		if req.Scheme == upto.Scheme {
+			return refuse(RefusedPaymentFlow, "payment flow %q is not supported by the upto scheme", flow)
+		}
 	case flowEscrow:
-		return refuse(RefusedPaymentFlow, "payment flow %q is not supported by the exact scheme", flow)
+		return refuse(RefusedPaymentFlow, "payment flow %q is not supported by the %s scheme", flow, req.Scheme)
 	default:
 		return refuse(RefusedPaymentFlow, "unknown payment flow %q", flow)
 	}
@@ -277,7 +330,17 @@ func (r *rules) judge(req x402.PaymentRequirements) verdict {
 	if !found {
 		return refuse(RefusedAsset, "asset %s is not allowed on %s by the policy", req.Asset, req.Network)
 	}
-	if _, err := exact.ParseExtra(req.Extra); err != nil {
+	if req.Scheme == upto.Scheme {
+		// The permit names the one facilitator that may settle it; without a
+		// valid address there is nobody to name.
+		extra, err := upto.ParseExtra(req.Extra)
+		if err != nil {
+			return refuse(RefusedOffer, "upto offer without a valid facilitator: %v", err)
+		}
+		if extra.FacilitatorAddress == (common.Address{}) {
+			return refuse(RefusedOffer, "upto offer without a valid facilitator: extra.facilitatorAddress is the zero address")
+		}
+	} else if _, err := exact.ParseExtra(req.Extra); err != nil {
 		return refuse(RefusedOffer, "%v", err)
 	}
 	payTo, err := exact.ParseAddress(req.PayTo)
@@ -297,7 +360,7 @@ func (r *rules) judge(req x402.PaymentRequirements) verdict {
 	if amount.Cmp(r.max) > 0 {
 		return refuse(RefusedOverMaximum, "amount %s is over the per-request maximum %s", amount, r.max)
 	}
-	return verdict{amount: amount, upfront: flow == flowUpfront}
+	return verdict{amount: amount, upfront: flow == flowUpfront, upto: req.Scheme == upto.Scheme}
 }
 
 // paymentFlow reads extra.paymentFlow: "" when extra or the key is absent, the
@@ -323,13 +386,26 @@ func paymentFlow(extra json.RawMessage) (string, error) {
 	}
 }
 
+// rank orders the payable options, lowest first: upto before anything else
+// under UptoPrefer, then, like the official client, the authorization flow
+// before upfront.
+func (r *rules) rank(v verdict) int {
+	n := 0
+	if !v.upto || r.upto != UptoPrefer {
+		n += 2
+	}
+	if v.upfront {
+		n++
+	}
+	return n
+}
+
 // choose judges every requirement of pr against r and what is left of the
 // budget, and returns the index of the one to pay (-1 for none) with the verdict
-// on each. Like the official client it prefers the authorization flow over
-// upfront, then the server's order.
+// on each. It prefers the option of lowest rank, then the server's order.
 func (r *rules) choose(pr *x402.PaymentRequired, remaining *big.Int) (int, *big.Int, []Option) {
 	opts := make([]Option, len(pr.Accepts))
-	best, bestUpfront := -1, false
+	best, bestRank := -1, 0
 	var amount *big.Int
 	for i, req := range pr.Accepts {
 		v := r.judge(req)
@@ -340,8 +416,8 @@ func (r *rules) choose(pr *x402.PaymentRequired, remaining *big.Int) (int, *big.
 		if v.refusal != "" {
 			continue
 		}
-		if best < 0 || (bestUpfront && !v.upfront) {
-			best, bestUpfront, amount = i, v.upfront, v.amount
+		if rank := r.rank(v); best < 0 || rank < bestRank {
+			best, bestRank, amount = i, rank, v.amount
 		}
 	}
 	if best >= 0 {

@@ -16,12 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Test fixtures: the official express server's offer on chain 1337 (as
@@ -31,6 +33,9 @@ const (
 	token   = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
 	payTo   = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 	price   = 10000
+	// facilitator is the address an upto offer names as the one allowed to
+	// settle (anvil's dev account 9).
+	facilitator = "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720"
 )
 
 var testNow = time.Unix(1_800_000_000, 0)
@@ -123,6 +128,10 @@ type server struct {
 	routes     map[string]string // path -> where it redirects (302), before any payment
 	extensions map[string]json.RawMessage
 	verifier   *exact.Verifier
+	upto       *upto.Verifier
+	// settleAmount, when set, is the amount a successful PAYMENT-RESPONSE
+	// reports, as an upto server charging less than the maximum does.
+	settleAmount *string
 	// siwx, when set, makes every 402 offer sign-in-with-x as the official
 	// server does (a fresh nonce each time), built by siwx from the request;
 	// a valid proof from an address in signedIn is answered 200 unpaid.
@@ -152,7 +161,9 @@ func newServer(tb testing.TB, accepts ...x402.PaymentRequirements) *server {
 		tb:       tb,
 		accepts:  accepts,
 		verifier: &exact.Verifier{ChainID: big.NewInt(1337), Now: func() time.Time { return testNow }},
-		nonces:   map[string]bool{},
+		upto: &upto.Verifier{ChainID: big.NewInt(1337), Now: func() time.Time { return testNow },
+			Facilitators: []common.Address{common.HexToAddress(facilitator)}},
+		nonces: map[string]bool{},
 	}
 	s.srv = httptest.NewServer(s)
 	tb.Cleanup(s.srv.Close)
@@ -204,14 +215,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.challenge(w, r, "invalid payment")
 		return
 	}
-	after := s.after
 	s.mu.Lock()
+	after, amount := s.after, s.settleAmount
 	if len(s.script) > 0 {
 		after, s.script = s.script[0], s.script[1:]
 	}
 	s.mu.Unlock()
 	settled := func(success bool, reason x402.Reason, tx string) {
-		v, err := x402.EncodeHeader(x402.SettleResponse{Success: success, ErrorReason: reason, Transaction: tx, Network: network, Payer: payer})
+		sr := x402.SettleResponse{Success: success, ErrorReason: reason, Transaction: tx, Network: network, Payer: payer}
+		if success && amount != nil {
+			sr.Amount = *amount
+		}
+		v, err := x402.EncodeHeader(sr)
 		if err != nil {
 			s.tb.Errorf("server: encode settle response: %v", err)
 		}
@@ -321,31 +336,50 @@ func (s *server) check(header string, n int) (int, string, bool) {
 		if x402.Match(o, accepted) != nil {
 			continue
 		}
-		vd, recovered, err := s.verifier.Check(p, o)
-		if err != nil || !recovered {
-			s.tb.Errorf("server: payment for accepts[%d] does not verify: recovered=%v err=%v", i, recovered, err)
+		from, nonce, sig, err := s.verify(p, o)
+		if err != nil {
+			s.tb.Errorf("server: payment for accepts[%d] does not verify: %v", i, err)
 			return 0, "", false
 		}
 		id, err := x402.PaymentIDFromPayload(p, false)
 		if declared, _ := x402.PaymentIDDeclared(s.extensions); err != nil && declared {
 			s.tb.Errorf("server: payment-identifier: %v", err)
 		}
-		a := vd.Payload.Authorization
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.requests[n].ID, s.requests[n].Nonce = id, a.Nonce.Hex()
+		s.requests[n].ID, s.requests[n].Nonce = id, nonce
 		if id != "" {
 			s.ids = append(s.ids, id)
 		}
-		s.sigs = append(s.sigs, fmt.Sprintf("%x", vd.Payload.Signature))
-		if !s.nonces[a.Nonce.Hex()] {
-			s.nonces[a.Nonce.Hex()] = true
+		s.sigs = append(s.sigs, fmt.Sprintf("%x", sig))
+		if !s.nonces[nonce] {
+			s.nonces[nonce] = true
 			s.paid = append(s.paid, i)
 		}
-		return i, a.From.Hex(), true
+		return i, from, true
 	}
 	s.tb.Errorf("server: accepted %s matches no offer", p.Accepted)
 	return 0, "", false
+}
+
+// verify checks a payment for offer o offline, as exact.Verifier.Check or
+// upto.Verifier.Check does, with a signature that must recover to its payer,
+// and returns the payer, the nonce and the signature.
+func (s *server) verify(p *x402.PaymentPayload, o x402.PaymentRequirements) (from, nonce string, sig []byte, err error) {
+	if o.Scheme == upto.Scheme {
+		vd, recovered, err := s.upto.Check(p, o)
+		if err != nil || !recovered {
+			return "", "", nil, fmt.Errorf("upto: recovered=%v: %w", recovered, err)
+		}
+		a := vd.Payload.Authorization
+		return a.From.Hex(), "permit2:" + a.Nonce.String(), vd.Payload.Signature, nil
+	}
+	vd, recovered, err := s.verifier.Check(p, o)
+	if err != nil || !recovered {
+		return "", "", nil, fmt.Errorf("exact: recovered=%v: %w", recovered, err)
+	}
+	a := vd.Payload.Authorization
+	return a.From.Hex(), a.Nonce.Hex(), vd.Payload.Signature, nil
 }
 
 // offers returns the accepts the server offers now.
@@ -353,6 +387,14 @@ func (s *server) offers() []x402.PaymentRequirements {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.accepts
+}
+
+// setAfter changes how valid payments are answered from the next request on,
+// and the amount a successful PAYMENT-RESPONSE reports (nil: none).
+func (s *server) setAfter(after afterPay, amount *string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.after, s.settleAmount = after, amount
 }
 
 // setOffers changes the accepts offered from the next request on.

@@ -2,9 +2,13 @@ package client
 
 import (
 	"errors"
+	"fmt"
+	"math/big"
 	"net/http"
 
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // ErrNoSettleResponse is returned by SettleResponse for a response without a
@@ -45,4 +49,64 @@ func outcomeOf(resp *http.Response) (Outcome, *x402.SettleResponse, error) {
 	default:
 		return OutcomeNotPaid, sr, nil
 	}
+}
+
+// ErrSettledAmount is wrapped by SettledAmount, and so in Charge.Err, when the
+// PAYMENT-RESPONSE of a successful upto payment reports an amount that is not
+// a uint256 or is above the maximum authorized: the server claims something
+// the permit cannot have paid. The maximum is counted instead.
+var ErrSettledAmount = errors.New("client: PAYMENT-RESPONSE amount is not within the authorized maximum")
+
+// maxQuoted bounds how much of a server's amount an error repeats.
+const maxQuoted = 40
+
+// SettledAmount returns what a paid payment of req cost, as the server's
+// PAYMENT-RESPONSE sr (nil when there was none) reports it, and as a
+// Transport counts it against the budget.
+//
+// An exact payment costs req.Amount, whatever sr says. An upto payment costs
+// the amount sr reports when sr is a success naming a uint256 at most
+// req.Amount (the maximum the permit authorized); otherwise it is counted at
+// the maximum: a success that names no amount could have charged up to it. An
+// amount that is not a uint256, or is above the maximum, also returns an
+// error wrapping ErrSettledAmount, with the maximum. An error without an
+// amount means req.Amount itself is not one.
+func SettledAmount(req x402.PaymentRequirements, sr *x402.SettleResponse) (*big.Int, error) {
+	maximum, err := exact.ParseUint256(req.Amount)
+	if err != nil {
+		return nil, fmt.Errorf("client: amount of the option paid: %w", err)
+	}
+	if req.Scheme != upto.Scheme || sr == nil || !sr.Success || sr.Amount == "" {
+		return maximum, nil
+	}
+	actual, err := exact.ParseUint256(sr.Amount)
+	if err != nil {
+		return maximum, fmt.Errorf("%w: %.*q is not an amount; counting the maximum %s", ErrSettledAmount, maxQuoted, sr.Amount, maximum)
+	}
+	if actual.Cmp(maximum) > 0 {
+		return maximum, fmt.Errorf("%w: %s is above the maximum %s; counting the maximum", ErrSettledAmount, actual, maximum)
+	}
+	return actual, nil
+}
+
+// Charge is what a Transport concluded about one payment it sent, reported
+// to Transport.OnCharge when the RoundTrip that sent it returns.
+type Charge struct {
+	// Requirements is the option paid, as the 402 offered it; for upto its
+	// Amount is the maximum.
+	Requirements x402.PaymentRequirements
+	// Maximum is what the payment authorized: Requirements.Amount.
+	Maximum *big.Int
+	// Amount is what was counted as spent: the settled amount of an upto
+	// payment (SettledAmount), the Maximum otherwise. It is nil unless Outcome
+	// is OutcomePaid; an unknown outcome keeps the Maximum held.
+	Amount *big.Int
+	// Outcome is what the last answer said about the payment.
+	Outcome Outcome
+	// Settle is the last answer's PAYMENT-RESPONSE, nil when it had none or
+	// it did not decode.
+	Settle *x402.SettleResponse
+	// Err is why the PAYMENT-RESPONSE could not be taken at its word: an
+	// ErrSettledAmount, or the decoder's error. Nil otherwise.
+	Err error
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // DefaultMaxReplayBody is the largest request body a Transport buffers to replay
@@ -81,7 +82,8 @@ var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a d
 //     its option and the Policy still allows it. Nothing new is signed.
 //   - Otherwise it chooses an option its Policy allows (see Policy and
 //     RefusalError), reserves its amount against the budget, signs an EIP-3009
-//     authorization with Signer, records it in the Journal, and sends it.
+//     authorization (exact) or a Permit2 witness transfer of at most the
+//     amount (upto) with Signer, records it in the Journal, and sends it.
 //
 // When the 402 declares the payment-identifier extension (x402 v2 spec,
 // github.com/x402-foundation/x402 specs/extensions/payment_identifier.md),
@@ -104,6 +106,13 @@ var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a d
 // The budget counts each authorization once: held from before signing,
 // spent when an answer says paid, released when it says not paid, and kept
 // held when the outcome is unknown (a lost connection, settlement_pending).
+// An upto authorization is held at its maximum; once paid, what stays spent
+// is the amount its PAYMENT-RESPONSE reports (SettledAmount), at most the
+// maximum.
+//
+// An upto payment spends Permit2's ERC-20 allowance: the wallet must have
+// approved Permit2 (upto.Permit2Address) for the asset once beforehand, or
+// the server refuses the payment (`llm4agents wallet approve-permit2`).
 //
 // Request headers are left alone, Authorization included: the gateway ignores a
 // bearer that is not one of its keys, so the OpenAI SDKs'
@@ -150,6 +159,12 @@ type Transport struct {
 	// header gets none minted, and a 402 from an origin the Policy does not
 	// allow gets no sign-in either.
 	SignInWithX bool
+	// OnCharge, when set, is called once for each payment a RoundTrip sent,
+	// before that RoundTrip returns, with what was concluded and counted; ctx
+	// is the request's. An upto settlement whose amount cannot be taken at its
+	// word is reported here (Charge.Err), and logged. It must not call the
+	// Transport.
+	OnCharge func(ctx context.Context, c Charge)
 
 	initOnce sync.Once
 	log      *slog.Logger
@@ -337,6 +352,10 @@ type call struct {
 	fresh  bool   // this call put the hold in the ledger
 	sent   bool   // the paid request went out at least once
 	log    *slog.Logger
+	// sr is the PAYMENT-RESPONSE of the last answer, nil when it had none or
+	// it did not decode (srErr says why, ErrNoSettleResponse included).
+	sr    *x402.SettleResponse
+	srErr error
 }
 
 // pay opens the call's journal entry, reuses its recorded authorization or
@@ -422,7 +441,13 @@ func (t *Transport) payCall(req, out *http.Request, replay func() (io.ReadCloser
 // the 402 declares the extension, and records it in the journal before
 // returning.
 func (t *Transport) sign(ctx context.Context, c *call, pr *x402.PaymentRequired, i int) error {
-	payload, err := exact.NewPaymentPayload(ctx, t.Signer, pr, i, exact.SignOptions{Now: t.Now})
+	var payload *x402.PaymentPayload
+	var err error
+	if pr.Accepts[i].Scheme == upto.Scheme {
+		payload, err = upto.NewPaymentPayload(ctx, t.Signer, pr, i, upto.SignOptions{Now: t.Now})
+	} else {
+		payload, err = exact.NewPaymentPayload(ctx, t.Signer, pr, i, exact.SignOptions{Now: t.Now})
+	}
 	if err != nil {
 		return fmt.Errorf("client: sign payment: %w", err)
 	}
@@ -435,7 +460,7 @@ func (t *Transport) sign(ctx context.Context, c *call, pr *x402.PaymentRequired,
 			return fmt.Errorf("client: encode extensions: %w", err)
 		}
 	}
-	auth, err := exact.ParsePayload(payload.Payload)
+	validBefore, err := signedUntil(pr.Accepts[i].Scheme, payload.Payload)
 	if err != nil {
 		return fmt.Errorf("client: read back payment: %w", err)
 	}
@@ -448,13 +473,30 @@ func (t *Transport) sign(ctx context.Context, c *call, pr *x402.PaymentRequired,
 	}
 	prev := *c.e
 	c.e.Header, c.e.Requirements = Secret(value), pr.Accepts[i]
-	c.e.ValidBefore = time.Unix(auth.Authorization.ValidBefore.Int64(), 0)
+	c.e.ValidBefore = validBefore
 	c.e.Outcome = OutcomeUnknown
 	if err := c.j.Signed(ctx, c.e); err != nil {
 		*c.e = prev // never sent, so the journal's record stands
 		return fmt.Errorf("client: journal: %w", err)
 	}
 	return nil
+}
+
+// signedUntil reads back the time a signed payload stops being valid: an
+// exact authorization's validBefore, an upto permit's deadline.
+func signedUntil(scheme string, raw []byte) (time.Time, error) {
+	if scheme == upto.Scheme {
+		p, err := upto.ParsePayload(raw)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return time.Unix(p.Authorization.Deadline.Int64(), 0), nil
+	}
+	auth, err := exact.ParsePayload(raw)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(auth.Authorization.ValidBefore.Int64(), 0), nil
 }
 
 // send sends the paid request, and again as t.Retry allows, with the call's
@@ -478,6 +520,7 @@ func (t *Transport) send(req, out *http.Request, replay func() (io.ReadCloser, e
 		var wait time.Duration
 		if err != nil {
 			c.e.Outcome = OutcomeUnknown
+			c.sr, c.srErr = nil, nil
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("client: send paid request: %w", err)
 			}
@@ -486,6 +529,7 @@ func (t *Transport) send(req, out *http.Request, replay func() (io.ReadCloser, e
 			resp.Request = req // not retry: it carries the payment header
 			o, sr, srErr := outcomeOf(resp)
 			c.e.Outcome = o
+			c.sr, c.srErr = sr, srErr
 			attrs := []any{"status", resp.StatusCode, "outcome", o.String(), "attempt", attempt}
 			switch {
 			case srErr != nil && !errors.Is(srErr, ErrNoSettleResponse):
@@ -535,12 +579,17 @@ func (t *Transport) finish(ctx context.Context, c *call, resp *http.Response, er
 		if err != nil && resp == nil && o != OutcomeUnknown {
 			o = OutcomeUnknown
 		}
-		t.ledger.finish(c.holdID, o)
+		ch := t.charge(ctx, c, o)
+		t.ledger.finish(c.holdID, o, ch.Amount)
+		c.e.Charged = ch.Amount
+		if t.OnCharge != nil {
+			t.OnCharge(ctx, ch)
+		}
 	} else if c.fresh {
 		// Reserved by this call but never sent (the body could not be
 		// replayed): the hold goes back; the journal keeps the authorization
 		// for the next retry.
-		t.ledger.finish(c.holdID, OutcomeNotPaid)
+		t.ledger.finish(c.holdID, OutcomeNotPaid, nil)
 	}
 	// The journal learns the outcome even when the caller has gone away.
 	jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), journalTimeout)
@@ -548,6 +597,34 @@ func (t *Transport) finish(ctx context.Context, c *call, resp *http.Response, er
 	if ferr := c.j.Finish(jctx, c.e, o); ferr != nil {
 		c.log.WarnContext(ctx, "journal: record outcome", "error", ferr.Error())
 	}
+}
+
+// charge concludes what the call's payment cost by outcome o and its last
+// answer's PAYMENT-RESPONSE.
+func (t *Transport) charge(ctx context.Context, c *call, o Outcome) Charge {
+	ch := Charge{Requirements: c.e.Requirements, Outcome: o, Settle: c.sr}
+	if c.srErr != nil && !errors.Is(c.srErr, ErrNoSettleResponse) {
+		ch.Err = c.srErr
+	}
+	maximum, err := exact.ParseUint256(c.e.Requirements.Amount)
+	if err != nil {
+		// A recorded option that passed the policy always has an amount.
+		ch.Err = fmt.Errorf("client: amount of the option paid: %w", err)
+		return ch
+	}
+	ch.Maximum = maximum
+	if o != OutcomePaid {
+		return ch
+	}
+	amount, err := SettledAmount(c.e.Requirements, c.sr)
+	ch.Amount = amount
+	if err != nil {
+		ch.Err = err
+		c.log.WarnContext(ctx, "settlement amount not taken", "maximum", maximum.String(), "counted", amount.String(), "error", err.Error())
+	} else if c.e.Requirements.Scheme == upto.Scheme {
+		c.log.InfoContext(ctx, "upto settled", "maximum", maximum.String(), "amount", amount.String())
+	}
+	return ch
 }
 
 func paymentAttrs(r x402.PaymentRequirements) []any {

@@ -249,7 +249,7 @@ func TestTransportRefuses(t *testing.T) {
 		{name: "nevermined schemes only", accepts: []x402.PaymentRequirements{
 			offer(price, withScheme(client.SchemeNeverminedCardDelegation)), offer(1, withScheme(client.SchemeNeverminedERC4337)),
 		}, wantRefusals: []client.RefusalError{client.RefusedNevermined, client.RefusedNevermined}},
-		{name: "unknown scheme only", accepts: []x402.PaymentRequirements{offer(price, withScheme("upto"))}, wantRefusals: []client.RefusalError{client.RefusedForeignScheme}},
+		{name: "unknown scheme only", accepts: []x402.PaymentRequirements{offer(price, withScheme("voucher"))}, wantRefusals: []client.RefusalError{client.RefusedForeignScheme}},
 		{name: "unknown payment flow", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","paymentFlow":"layaway"}`))}, wantRefusals: []client.RefusalError{client.RefusedPaymentFlow}},
 		{name: "escrow flow", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","paymentFlow":"escrow"}`))}, wantRefusals: []client.RefusalError{client.RefusedPaymentFlow}},
 		{name: "permit2", accepts: []x402.PaymentRequirements{offer(price, withExtra(`{"name":"USD Coin","version":"2","assetTransferMethod":"permit2"}`))}, wantRefusals: []client.RefusalError{client.RefusedOffer}},

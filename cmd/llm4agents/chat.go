@@ -149,6 +149,7 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 	}
 	hc := &http.Client{Transport: tr, CheckRedirect: sameOriginRedirects}
 	b := &buyer{in: in, tr: tr, spend: f.spend}
+	tr.OnCharge = b.noteCharge
 
 	model := f.model
 	if model == "" {
@@ -264,6 +265,7 @@ func chatTurn(ctx context.Context, hc *http.Client, b *buyer, f *chatFlags, mode
 	line := requestLine(http.MethodPost, f.completions)
 	before := b.tr.Spent()
 	mark := b.in.mark()
+	b.takeCharge()
 	resp, err := hc.Do(req) // #nosec G704 -- the user names the endpoint
 	if err != nil {
 		return "", b.failure(line, err, e.stderr, &payJSON{})
@@ -313,8 +315,12 @@ func chatRequest(ctx context.Context, f *chatFlags, model string, history []chat
 }
 
 // turnCost says what a turn cost: the amount of the option paid, read from the
-// 402, and the settlement the PAYMENT-RESPONSE names.
+// 402, and the settlement the PAYMENT-RESPONSE names. An upto turn shows its
+// maximum beside what it was charged.
 func turnCost(p *payment, spent *big.Int, s *spending) string {
+	if p.upto() {
+		return uptoTurnCost(p, spent, s)
+	}
 	switch {
 	case p.paid == nil:
 		return "no payment asked"
@@ -327,6 +333,29 @@ func turnCost(p *payment, spent *big.Int, s *spending) string {
 	default:
 		return fmt.Sprintf("paid %s; no PAYMENT-RESPONSE names the transaction", s.human(spent))
 	}
+}
+
+// uptoTurnCost is turnCost for an upto payment: the maximum it authorized,
+// and what was charged of it.
+func uptoTurnCost(p *payment, spent *big.Int, s *spending) string {
+	maximum := formatRequirementAmount(p.paid, s.decimals)
+	var out string
+	switch {
+	case p.sr != nil && p.sr.Success && p.sr.Amount == "":
+		out = fmt.Sprintf("upto: counted %s of at most %s in transaction %s, which did not say the amount", s.human(spent), maximum, p.sr.Transaction)
+	case p.sr != nil && p.sr.Success:
+		out = fmt.Sprintf("upto: charged %s of at most %s in transaction %s", s.human(spent), maximum, p.sr.Transaction)
+	case p.sr != nil && p.sr.ErrorReason == x402.ReasonSettlementPending:
+		out = fmt.Sprintf("upto: at most %s pending in transaction %s", maximum, p.sr.Transaction)
+	case p.srErr != nil:
+		out = fmt.Sprintf("upto: counted %s of at most %s; the PAYMENT-RESPONSE header does not decode (%v)", s.human(spent), maximum, p.srErr)
+	default:
+		out = fmt.Sprintf("upto: counted %s of at most %s; no PAYMENT-RESPONSE says what was charged", s.human(spent), maximum)
+	}
+	if err := p.chargeErr(); err != nil {
+		out += fmt.Sprintf("; WARNING: %v", err)
+	}
+	return out
 }
 
 // chatUsage is the usage an answer reports.

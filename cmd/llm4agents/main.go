@@ -58,6 +58,7 @@ commands:
   chat          chat with an OpenAI-compatible x402 endpoint, paying per turn
   keys          create, list or revoke the gateway's sk-l4a- API keys (signs in with the wallet)
   credits       top up credit with an x402 payment, show the balance, verify receipts
+  wallet        wallet set-up: approve-permit2, once per token, for upto payments
   devnet        set up a dev node (anvil): Permit2, the upto proxy, the test token, mints
   version       print the version and VCS revision of this build (also --version)
 
@@ -85,6 +86,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runKeys(ctx, rest, e)
 	case "credits":
 		return runCredits(ctx, rest, e)
+	case "wallet":
+		return runWallet(ctx, rest, e, os.Stdin)
 	case "devnet":
 		return runDevnet(ctx, rest, e)
 	case "-h", "-help", "--help", "help":

@@ -80,6 +80,9 @@ func TestRunUsage(t *testing.T) {
 		{name: "help lists facilitator", args: []string{"help"}, wantStdout: "facilitator   serve an x402 facilitator"},
 		{name: "help lists demo", args: []string{"help"}, wantStdout: "demo          run the embedded demo"},
 		{name: "help lists devnet", args: []string{"help"}, wantStdout: "devnet        set up a dev node (anvil)"},
+		{name: "help lists wallet", args: []string{"help"}, wantStdout: "wallet        wallet set-up: approve-permit2"},
+		{name: "wallet without a command", args: []string{"wallet"}, wantErr: "wallet: no command given", wantStderr: "approve-permit2"},
+		{name: "wallet unknown command", args: []string{"wallet", "approve"}, wantErr: `wallet: unknown command "approve"`, wantStderr: "approve-permit2"},
 		{name: "devnet -h", args: []string{"devnet", "-h"}, wantHelp: true, wantStderr: "AMOUNT is in atomic units"},
 		{name: "facilitator -h", args: []string{"facilitator", "-h"}, wantHelp: true, wantStderr: "-settle-timeout"},
 		{name: "help lists serve", args: []string{"help"}, wantStdout: "serve         run the paid gateway from a YAML config (--config FILE)"},
@@ -135,6 +138,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "revoke"},
 		{"credits"}, {"credits", "topup"}, {"credits", "balance"}, {"credits", "receipts"},
 		{"devnet"},
+		{"wallet"}, {"wallet", "approve-permit2"},
 	}
 	for _, cmd := range commands {
 		for _, h := range []string{"-h", "-help", "--help"} {

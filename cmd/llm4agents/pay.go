@@ -11,16 +11,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/ethereum/go-ethereum/ethclient"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
@@ -53,6 +60,7 @@ type payFlags struct {
 	repeat  int
 	timeout time.Duration
 	verbose bool
+	rpc     string // --dry-run reads the Permit2 allowance there
 
 	target *url.URL
 	header http.Header
@@ -66,7 +74,7 @@ func parsePayFlags(args []string, e env, stdin io.Reader) (*payFlags, error) {
 	fs := flag.NewFlagSet("pay", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		printf(e.stderr, "usage: llm4agents pay [flags] URL\n\nSends one HTTP request and pays its 402 (x402 v2, exact on EVM) within the spending flags.\nThe body goes to stdout, a summary of the payment to stderr.\n\nflags:\n")
+		printf(e.stderr, "usage: llm4agents pay [flags] URL\n\nSends one HTTP request and pays its 402 (x402 v2, exact or upto on EVM) within the spending flags.\nThe body goes to stdout, a summary of the payment to stderr. An upto offer (pay what the call\ncost, up to its maximum) is preferred and needs the wallet's one-time Permit2 approval of the\ntoken ('llm4agents wallet approve-permit2'; --dry-run --rpc URL says whether it is there).\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var f payFlags
@@ -79,6 +87,7 @@ func parsePayFlags(args []string, e env, stdin io.Reader) (*payFlags, error) {
 	fs.IntVar(&f.repeat, "repeat", 1, "send the request this many times, paying each within one budget, with progress on stderr")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "limit on each request, its payment and its body")
 	fs.BoolVar(&f.verbose, "v", false, "log what the payment client does (never a key or a payment header)")
+	fs.StringVar(&f.rpc, "rpc", "", "with --dry-run: JSON-RPC URL of the offer's chain, to read whether the wallet has approved Permit2 for an upto option (reads the wallet key's address; signs nothing)")
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -101,6 +110,8 @@ func parsePayFlags(args []string, e env, stdin io.Reader) (*payFlags, error) {
 		return nil, errors.New("pay: --timeout must be positive")
 	case f.dryRun && f.repeat > 1:
 		return nil, errors.New("pay: --dry-run sends one request; drop --repeat")
+	case f.rpc != "" && !f.dryRun:
+		return nil, errors.New("pay: --rpc is read by --dry-run only")
 	}
 	var err error
 	if f.target, err = parseTarget(positional[0]); err != nil {
@@ -265,6 +276,7 @@ func runPay(ctx context.Context, args []string, e env, stdin io.Reader) error {
 	}
 	hc.Transport = tr
 	b := &buyer{in: in, tr: tr, spend: f.spend, receipts: newReceiptVerifier(f.timeout)}
+	tr.OnCharge = b.noteCharge
 	for i := 1; i <= f.repeat; i++ {
 		if err := payOnce(ctx, hc, b, f, e, i); err != nil {
 			return err
@@ -282,6 +294,27 @@ type buyer struct {
 	// receipts verifies the gateway's signed receipts (D18); nil
 	// leaves them unchecked.
 	receipts *client.ReceiptVerifier
+
+	mu sync.Mutex
+	// charge is what the Transport concluded of the last payment it sent
+	// (client.Transport.OnCharge), taken by outcome.
+	charge *client.Charge
+}
+
+// noteCharge is the Transport's OnCharge.
+func (b *buyer) noteCharge(_ context.Context, c client.Charge) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.charge = &c
+}
+
+// takeCharge returns the charge noted since the last call, or nil.
+func (b *buyer) takeCharge() *client.Charge {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.charge
+	b.charge = nil
+	return c
 }
 
 // newReceiptVerifier checks receipts against the well-known document of the
@@ -341,6 +374,7 @@ func payOnce(ctx context.Context, hc *http.Client, b *buyer, f *payFlags, e env,
 	}
 	line := requestLine(f.method, f.target)
 	mark := b.in.mark()
+	b.takeCharge()
 	resp, err := hc.Do(req) // #nosec G704 -- the user names the URL to pay
 	if err != nil {
 		res := &payJSON{Request: line}
@@ -402,11 +436,29 @@ type payment struct {
 	paidIndex int
 	sr        *x402.SettleResponse
 	srErr     error // nil, or why PAYMENT-RESPONSE did not decode
+	// charge is what the Transport counted of the payment; nil when it
+	// sent none.
+	charge *client.Charge
+	// refused is the error of a PAYMENT-REQUIRED answering the payment, ""
+	// when there is none.
+	refused string
+}
+
+// needsApproval reports whether the server refused an upto payment because
+// the wallet's Permit2 allowance does not cover it (the official server
+// answers 412 Precondition Failed).
+func (p *payment) needsApproval() bool {
+	return p.upto() && p.refused == string(x402.ReasonPermit2AllowanceRequired)
+}
+
+// approvalHint says how to fix a missing Permit2 approval.
+func (p *payment) approvalHint() string {
+	return "the wallet has not approved Permit2 to move this token (permit2_allowance_required); nothing was charged; run llm4agents wallet approve-permit2 --rpc URL --asset " + p.paid.Asset
 }
 
 // outcome reads what the answer to a request says about its payment.
 func (b *buyer) outcome(resp *http.Response, mark int) *payment {
-	p := &payment{status: resp.StatusCode, location: resp.Header.Get("Location")}
+	p := &payment{status: resp.StatusCode, location: resp.Header.Get("Location"), charge: b.takeCharge()}
 	if sent := b.in.paidSince(mark); len(sent) > 0 {
 		p.paid, p.paidIndex = &sent[0].Req, sent[0].Index
 	}
@@ -416,6 +468,9 @@ func (b *buyer) outcome(resp *http.Response, mark int) *payment {
 		p.sr = sr
 	case !errors.Is(err, client.ErrNoSettleResponse):
 		p.srErr = err
+	}
+	if pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired)); err == nil && p.paid != nil {
+		p.refused = pr.Error
 	}
 	return p
 }
@@ -428,7 +483,11 @@ func (p *payment) summary(b *buyer) string {
 		fmt.Fprintf(&s, "%s; no payment was asked for or sent", status)
 	} else {
 		amount := formatRequirementAmount(p.paid, b.spend.decimals)
-		fmt.Fprintf(&s, "%s; payment of %s to %s on %s", status, amount, p.paid.PayTo, p.paid.Network)
+		kind := "payment of"
+		if p.upto() {
+			kind = "upto payment of at most"
+		}
+		fmt.Fprintf(&s, "%s; %s %s to %s on %s", status, kind, amount, p.paid.PayTo, p.paid.Network)
 		switch {
 		case p.srErr != nil:
 			fmt.Fprintf(&s, ": the PAYMENT-RESPONSE header does not decode (%v)", p.srErr)
@@ -436,6 +495,10 @@ func (p *payment) summary(b *buyer) string {
 			s.WriteString(": served, with no PAYMENT-RESPONSE to name the transaction")
 		case p.sr == nil:
 			s.WriteString(": not settled (no PAYMENT-RESPONSE)")
+		case p.sr.Success && p.upto() && p.sr.Amount == "":
+			fmt.Fprintf(&s, ": settled in transaction %s without saying how much; counted as the maximum", p.sr.Transaction)
+		case p.sr.Success && p.upto() && p.charged() != nil:
+			fmt.Fprintf(&s, ": charged %s, settled in transaction %s", formatAtomic(p.charged(), b.spend.decimals), p.sr.Transaction)
 		case p.sr.Success:
 			fmt.Fprintf(&s, ": settled in transaction %s", p.sr.Transaction)
 		case p.sr.ErrorReason == x402.ReasonSettlementPending:
@@ -443,8 +506,13 @@ func (p *payment) summary(b *buyer) string {
 		default:
 			fmt.Fprintf(&s, ": refused (%s)", p.sr.ErrorReason)
 		}
-		if p.status == http.StatusPaymentRequired {
+		if p.needsApproval() {
+			s.WriteString("; " + p.approvalHint())
+		} else if p.status == http.StatusPaymentRequired {
 			s.WriteString("; the server asked again after the payment, and it was not paid twice")
+		}
+		if err := p.chargeErr(); err != nil {
+			fmt.Fprintf(&s, "; WARNING: %v", err)
 		}
 	}
 	if p.status/100 == 3 && p.location != "" {
@@ -456,11 +524,37 @@ func (p *payment) summary(b *buyer) string {
 	return s.String()
 }
 
-// err is the run's verdict on a response: nil for a 2xx.
+// upto reports whether the payment sent was an upto one.
+func (p *payment) upto() bool { return p.paid != nil && p.paid.Scheme == upto.Scheme }
+
+// charged is what the Transport counted as spent for the payment, nil when it
+// counted nothing (not paid, or the outcome is unknown).
+func (p *payment) charged() *big.Int {
+	if p.charge == nil {
+		return nil
+	}
+	return p.charge.Amount
+}
+
+// chargeErr is an upto settlement amount the Transport could not take at its
+// word (client.ErrSettledAmount), nil otherwise.
+func (p *payment) chargeErr() error {
+	if p.charge == nil || !errors.Is(p.charge.Err, client.ErrSettledAmount) {
+		return nil
+	}
+	return p.charge.Err
+}
+
+// err is the run's verdict on a response: nil for a 2xx whose settlement
+// says nothing impossible.
 func (p *payment) err(resp *http.Response) error {
 	switch {
+	case p.status/100 == 2 && p.chargeErr() != nil:
+		return fmt.Errorf("pay: the seller's settlement cannot be right: %w", p.chargeErr())
 	case p.status/100 == 2:
 		return nil
+	case p.needsApproval():
+		return fmt.Errorf("pay: the server answered %s: %s", resp.Status, p.approvalHint())
 	case p.status == http.StatusPaymentRequired && p.paid != nil:
 		return errors.New("pay: the server answered 402 again after the payment; not paying a second time")
 	default:
@@ -565,6 +659,11 @@ func dryRun(ctx context.Context, hc *http.Client, f *payFlags, e env) error {
 	if err != nil {
 		return fmt.Errorf("pay: %s: %w", line, err)
 	}
+	for _, v := range vs {
+		if v.Pay && v.Req.Scheme == upto.Scheme {
+			res.Permit2 = checkApproval(ctx, f, e, v.Req)
+		}
+	}
 	if f.json {
 		res.Headers = headersOfInterest(resp.Header)
 		res.Options = optionsJSON(vs, f.spend.decimals)
@@ -573,6 +672,9 @@ func dryRun(ctx context.Context, hc *http.Client, f *payFlags, e env) error {
 		return nil
 	}
 	printOptions(e.stdout, line, pr, vs, f.spend)
+	if res.Permit2 != nil {
+		printf(e.stdout, "permit2: %s\n", res.Permit2.Note)
+	}
 	printf(e.stdout, "dry run: nothing was signed or paid.\n")
 	return nil
 }
@@ -591,8 +693,17 @@ func printOptions(w io.Writer, line string, pr *x402.PaymentRequired, vs []verdi
 	for _, v := range vs {
 		r := v.Req
 		printf(w, "[%d] %s on %s\n", v.Index, r.Scheme, r.Network)
-		printf(w, "    amount   %s\n", formatRequirementAmount(&r, s.decimals))
+		if r.Scheme == upto.Scheme {
+			printf(w, "    maximum  %s (upto: the server charges what the call costs, at most this)\n", formatRequirementAmount(&r, s.decimals))
+		} else {
+			printf(w, "    amount   %s\n", formatRequirementAmount(&r, s.decimals))
+		}
 		printf(w, "    asset    %s%s\n", r.Asset, tokenDomain(r.Extra))
+		if r.Scheme == upto.Scheme {
+			if x, err := upto.ParseExtra(r.Extra); err == nil {
+				printf(w, "    settles  through Permit2, by facilitator %s only\n", x.FacilitatorAddress.Hex())
+			}
+		}
 		printf(w, "    pay to   %s\n", r.PayTo)
 		printf(w, "    valid    %ds\n", r.MaxTimeoutSeconds)
 		if v.Pay {
@@ -653,15 +764,23 @@ type payJSON struct {
 	Paid                 *optionJSON          `json:"paid,omitempty"`
 	PaymentResponse      *x402.SettleResponse `json:"paymentResponse,omitempty"`
 	PaymentResponseError string               `json:"paymentResponseError,omitempty"`
-	Receipt              *receiptCheck        `json:"receipt,omitempty"`
-	Headers              map[string]string    `json:"headers,omitempty"`
-	Body                 json.RawMessage      `json:"body,omitempty"`
-	BodyText             *string              `json:"bodyText,omitempty"`
-	BodyBase64           string               `json:"bodyBase64,omitempty"`
-	Options              []optionJSON         `json:"options,omitempty"`
-	Spent                string               `json:"spent,omitempty"`
-	Budget               string               `json:"budget,omitempty"`
-	Error                string               `json:"error,omitempty"`
+	// Charged is what the payment was counted at, in atomic units: an upto
+	// payment's settled amount, an exact one's amount.
+	Charged string `json:"charged,omitempty"`
+	// ChargeError says why an upto settlement's amount was not taken.
+	ChargeError string `json:"chargeError,omitempty"`
+	// Permit2 is what --dry-run found of the Permit2 approval an upto
+	// option needs.
+	Permit2    *approvalCheck    `json:"permit2,omitempty"`
+	Receipt    *receiptCheck     `json:"receipt,omitempty"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Body       json.RawMessage   `json:"body,omitempty"`
+	BodyText   *string           `json:"bodyText,omitempty"`
+	BodyBase64 string            `json:"bodyBase64,omitempty"`
+	Options    []optionJSON      `json:"options,omitempty"`
+	Spent      string            `json:"spent,omitempty"`
+	Budget     string            `json:"budget,omitempty"`
+	Error      string            `json:"error,omitempty"`
 }
 
 // optionJSON is one option of a 402 in --json output. Index is its position
@@ -727,6 +846,12 @@ func (p *payment) fillJSON(r *payJSON, s *spending) {
 	if p.srErr != nil {
 		r.PaymentResponseError = p.srErr.Error()
 	}
+	if c := p.charged(); c != nil {
+		r.Charged = c.String()
+	}
+	if err := p.chargeErr(); err != nil {
+		r.ChargeError = err.Error()
+	}
 }
 
 func (r *payJSON) fill(b *buyer) {
@@ -743,4 +868,75 @@ func writeJSON(w io.Writer, v any) {
 		return
 	}
 	printf(w, "%s\n", b)
+}
+
+// approvalCheck is what a dry run found of the Permit2 approval an upto
+// option needs: the wallet's allowance to Permit2 on the asset must cover the
+// maximum, or the server refuses the payment.
+type approvalCheck struct {
+	// Needed is whether `llm4agents wallet approve-permit2` must run first;
+	// absent when it cannot tell.
+	Needed    *bool  `json:"needed,omitempty"`
+	Owner     string `json:"owner,omitempty"`
+	Allowance string `json:"allowance,omitempty"`
+	Maximum   string `json:"maximum"`
+	// Note says it for a person.
+	Note string `json:"note"`
+}
+
+// checkApproval reads, with --rpc, whether the wallet's Permit2 allowance on
+// req's asset covers req's maximum. It needs the wallet's address, so it
+// reads the key (--key-file or the environment) but signs nothing. What it
+// cannot read it says it cannot tell.
+func checkApproval(ctx context.Context, f *payFlags, e env, req x402.PaymentRequirements) *approvalCheck {
+	c := &approvalCheck{Maximum: req.Amount}
+	hint := "llm4agents wallet approve-permit2 --rpc URL --asset " + req.Asset
+	cannot := func(why string) *approvalCheck {
+		c.Note = "upto pays through Permit2, which needs the wallet's one-time approval of the token; cannot tell whether it is there: " + why + "; if it is not, run " + hint
+		return c
+	}
+	if f.rpc == "" {
+		return cannot("give --rpc to read the allowance")
+	}
+	maximum, err := exact.ParseUint256(req.Amount)
+	if err != nil {
+		return cannot("the offer's amount is not one")
+	}
+	want, err := exact.ChainID(req.Network)
+	if err != nil {
+		return cannot("the offer's network is not an eip155 chain")
+	}
+	key, err := loadWallet(f.buyer.keyFile, e.getenv, io.Discard)
+	if err != nil {
+		return cannot("no wallet key to name the owner (--key-file or " + walletKeyEnv + ")")
+	}
+	owner := crypto.PubkeyToAddress(key.PublicKey)
+	c.Owner = owner.Hex()
+	ec, err := ethclient.DialContext(ctx, f.rpc)
+	if err != nil {
+		return cannot(fmt.Sprintf("--rpc: %v", redactURL(err, f.rpc)))
+	}
+	defer ec.Close()
+	got, err := ec.ChainID(ctx)
+	switch {
+	case err != nil:
+		return cannot(fmt.Sprintf("--rpc: %v", redactURL(err, f.rpc)))
+	case got.Cmp(want) != 0:
+		return cannot(fmt.Sprintf("the --rpc node is chain %s, the offer is on %s", got, req.Network))
+	}
+	allowance, err := permit2Allowance(ctx, ec, common.HexToAddress(req.Asset), owner)
+	if err != nil {
+		return cannot(fmt.Sprintf("allowance: %v", redactURL(err, f.rpc)))
+	}
+	c.Allowance = allowance.String()
+	needed := allowance.Cmp(maximum) < 0
+	c.Needed = &needed
+	if needed {
+		c.Note = fmt.Sprintf("the upto option needs a Permit2 approval first: %s may move %s of %s, less than the maximum %s; run %s",
+			owner.Hex(), formatAtomic(allowance, f.spend.decimals), req.Asset, formatAtomic(maximum, f.spend.decimals), hint)
+	} else {
+		c.Note = fmt.Sprintf("Permit2 may move %s of %s from %s, which covers the maximum %s",
+			formatAtomic(allowance, f.spend.decimals), req.Asset, owner.Hex(), formatAtomic(maximum, f.spend.decimals))
+	}
+	return c
 }

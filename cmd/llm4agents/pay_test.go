@@ -241,6 +241,7 @@ func TestPayDemoGateway(t *testing.T) {
 			Status          int
 			Paid            *optionJSON
 			PaymentResponse *x402.SettleResponse
+			Charged         string
 			Headers         map[string]string
 			Body            json.RawMessage
 			Spent, Budget   string
@@ -274,8 +275,8 @@ func TestPayDemoGateway(t *testing.T) {
 		if res.Headers["payment-response"] == "" || !strings.HasPrefix(res.Headers["content-type"], "application/json") {
 			t.Errorf("headers = %v, want payment-response and content-type", res.Headers)
 		}
-		if res.Spent != "10000" || res.Budget != "1000000" {
-			t.Errorf("spent %s of %s, want 10000 of 1000000", res.Spent, res.Budget)
+		if res.Spent != "10000" || res.Budget != "1000000" || res.Charged != "10000" {
+			t.Errorf("charged %s, spent %s of %s, want 10000, 10000 of 1000000", res.Charged, res.Spent, res.Budget)
 		}
 		noSecrets(t, g.rec, stdout, stderr, err)
 	})
@@ -298,7 +299,7 @@ func TestPayDemoGateway(t *testing.T) {
 			"    pay to   0xa0Ee7A142d267C1f36714E4a8F75612F20a79720",
 			"    valid    300s",
 			"    verdict  PAY: would be paid",
-			"policy: at most 0.10 per payment, 1.00 in all; assets eip155:1337/" + g.chain.Token.Hex() + "; pay to any address",
+			"policy: at most 0.10 per payment, 1.00 in all; assets eip155:1337/" + g.chain.Token.Hex() + "; pay to any address; upto prefer",
 			"dry run: nothing was signed or paid.",
 		}
 		checkLines(t, stdout, want)

@@ -77,6 +77,7 @@ type buyerFlags struct {
 	assets   listFlag
 	payTo    listFlag
 	journal  string
+	upto     string
 }
 
 func (b *buyerFlags) register(fs *flag.FlagSet) {
@@ -87,6 +88,7 @@ func (b *buyerFlags) register(fs *flag.FlagSet) {
 	fs.Var(&b.networks, "network", "CAIP-2 network a payment may use, such as eip155:8453 (repeatable; default: those of the assets)")
 	fs.Var(&b.assets, "asset", "token a payment may use, NETWORK/0xTOKEN or 0xTOKEN for every --network (repeatable; default: USDC on Base, Ethereum, Polygon, Arbitrum, Avalanche and their testnets)")
 	fs.Var(&b.payTo, "pay-to", "address a payment may go to (repeatable; default: any)")
+	fs.StringVar(&b.upto, "upto", client.UptoPrefer.String(), "the upto scheme, which pays what the call cost up to the offer's maximum through Permit2 (see 'llm4agents wallet approve-permit2'): prefer (over exact), as-offered (in the server's order) or refuse")
 	fs.StringVar(&b.journal, "journal", "", "directory of the payment journal: a call retried after a crash or a lost answer sends the payment it already signed instead of a second one (default: kept in memory for this run)")
 }
 
@@ -113,8 +115,12 @@ func (b *buyerFlags) parse() (*spending, error) {
 	if err != nil {
 		return nil, err
 	}
+	mode, err := parseUptoMode(b.upto)
+	if err != nil {
+		return nil, err
+	}
 	s := &spending{
-		policy:   client.Policy{MaxPerRequest: maxPer, Budget: budget, Assets: assets},
+		policy:   client.Policy{MaxPerRequest: maxPer, Budget: budget, Assets: assets, Upto: mode},
 		decimals: b.decimals,
 	}
 	for _, v := range b.payTo {
@@ -126,6 +132,16 @@ func (b *buyerFlags) parse() (*spending, error) {
 		s.policy.PayTo = append(s.policy.PayTo, a.Hex())
 	}
 	return s, nil
+}
+
+// parseUptoMode reads --upto.
+func parseUptoMode(v string) (client.UptoMode, error) {
+	for _, m := range []client.UptoMode{client.UptoPrefer, client.UptoAsOffered, client.UptoRefuse} {
+		if v == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("--upto %q: want prefer, as-offered or refuse", oneLine(v, 40))
 }
 
 // allowedAssets combines --network and --asset into the (network, token)
@@ -204,8 +220,8 @@ func (s *spending) describe() string {
 		slices.Sort(to)
 		payTo = strings.Join(slices.Compact(to), ", ")
 	}
-	return fmt.Sprintf("at most %s per payment, %s in all; assets %s; pay to %s",
-		s.human(s.policy.MaxPerRequest), s.human(s.policy.Budget), strings.Join(assets, ", "), payTo)
+	return fmt.Sprintf("at most %s per payment, %s in all; assets %s; pay to %s; upto %s",
+		s.human(s.policy.MaxPerRequest), s.human(s.policy.Budget), strings.Join(assets, ", "), payTo, s.policy.Upto)
 }
 
 // human formats atomic units as whole tokens at the configured decimals.

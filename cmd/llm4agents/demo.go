@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +27,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/devchain"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
-	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Roles of the dev accounts in the demo.
@@ -79,7 +77,11 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if err := c.Mint(ctx, buyer, big.NewInt(10_000_000)); err != nil {
 		return err
 	}
-	printf(out, "1. local chain %s, test USDC (EIP-3009) at %s; the buyer %s holds 10.00 USDC\n", devchain.Network, c.Token.Hex(), buyer.Hex())
+	// The one approval an upto buyer gives (wallet approve-permit2).
+	if err := c.ApprovePermit2(ctx, demoBuyer, big.NewInt(1_000_000)); err != nil {
+		return err
+	}
+	printf(out, "1. local chain %s, test USDC (EIP-3009) at %s; the buyer %s holds 10.00 USDC and approved Permit2 for 1.00 (for upto)\n", devchain.Network, c.Token.Hex(), buyer.Hex())
 
 	dir, err := os.MkdirTemp("", "llm4agents-demo-")
 	if err != nil {
@@ -88,6 +90,10 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	defer func() { _ = os.RemoveAll(dir) }() // best effort: it is a temporary directory
 	cfg := config.Demo()
 	cfg.Network.Asset, cfg.Network.PayTo = c.Token.Hex(), payTo.Hex()
+	// upto beside exact, with no minimum charge: on the local chain a
+	// settlement costs nothing, and the metered price shows.
+	cfg.Network.Schemes = []string{config.SchemeExact, config.SchemeUpto}
+	cfg.Network.Upto.MinCharge = "0"
 	cfg.Store.DSN = "sqlite://" + filepath.Join(dir, "demo.db")
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listenAddr)
 	if err != nil {
@@ -120,11 +126,13 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	}()
 	printf(out, "2. the gateway is serving on %s with the demo model (a built-in fake, not a real LLM)\n", cfg.PublicURL)
 
+	// Steps 4 and 5 pay the 402's first offer, exact; step 6 prefers upto.
 	tr := &client.Transport{
 		Signer: exact.NewKeySigner(devchain.Key(demoBuyer)),
 		Policy: client.Policy{
 			MaxPerRequest: big.NewInt(100_000), Budget: big.NewInt(1_000_000),
 			Assets: []client.Asset{{Network: devchain.Network, Address: c.Token.Hex()}},
+			Upto:   client.UptoAsOffered,
 		},
 	}
 	buyerHTTP := &http.Client{Transport: tr, Timeout: time.Minute}
@@ -234,7 +242,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 		return errors.New("the stream carried no content or no usage")
 	}
 	printf(out, "\n   usage: %s\n", usageLine)
-	if err := demoUpto(ctx, out, c, url); err != nil {
+	if err := demoUpto(ctx, out, c.Token, url); err != nil {
 		return err
 	}
 	final, err := c.BalanceOf(ctx, payTo)
@@ -262,43 +270,19 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
-// demoUpto pays one call with upto: the buyer approves Permit2 once, signs
-// the 402's upto offer for its maximum, and the gateway settles what the call
-// used.
-func demoUpto(ctx context.Context, out io.Writer, c *devchain.Chain, url string) error {
-	if err := c.ApprovePermit2(ctx, demoBuyer, big.NewInt(1_000_000)); err != nil {
-		return err
+// demoUpto pays one call with upto, as the buyer's client prefers when the
+// 402 offers it: the permit authorizes the quote, the gateway settles what the
+// call used.
+func demoUpto(ctx context.Context, out io.Writer, token common.Address, url string) error {
+	tr := &client.Transport{
+		Signer: exact.NewKeySigner(devchain.Key(demoBuyer)),
+		Policy: client.Policy{
+			MaxPerRequest: big.NewInt(100_000), Budget: big.NewInt(1_000_000),
+			Assets: []client.Asset{{Network: devchain.Network, Address: token.Hex()}},
+		},
 	}
 	body := `{"model":"demo","messages":[{"role":"user","content":"Answer in a few words."}],"max_tokens":4096}`
-	resp, err := post(ctx, http.DefaultClient, url, body)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close() // an unpaid 402: its body is the same price in words
-	pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
-	if err != nil {
-		return fmt.Errorf("the upto quote got %d without a usable 402: %w", resp.StatusCode, err)
-	}
-	i := slices.IndexFunc(pr.Accepts, func(r x402.PaymentRequirements) bool { return r.Scheme == upto.Scheme })
-	if i < 0 {
-		return errors.New("the gateway offered no upto payment")
-	}
-	p, err := upto.NewPaymentPayload(ctx, exact.NewKeySigner(devchain.Key(demoBuyer)), pr, i, upto.SignOptions{})
-	if err != nil {
-		return err
-	}
-	sig, err := x402.EncodeHeader(p)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(x402.HeaderPaymentSignature, sig)
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := post(ctx, &http.Client{Transport: tr, Timeout: time.Minute}, url, body)
 	if err != nil {
 		return err
 	}
@@ -320,8 +304,8 @@ func demoUpto(ctx context.Context, out io.Writer, c *devchain.Chain, url string)
 	if err := json.Unmarshal(b, &comp); err != nil || comp.X.Maximum == "" {
 		return fmt.Errorf("the upto call answered without its charge: %s", b)
 	}
-	printf(out, "6. upto call: the buyer approved Permit2 once and authorized up to %s USDC (the quote for 4096 tokens);\n   the call used fewer and paid %s USDC, settled in transaction %s\n",
-		usdc(mustAmount(comp.X.Maximum)), usdc(mustAmount(comp.X.Charged)), comp.X.Transaction)
+	printf(out, "6. upto call: the buyer authorized up to %s USDC (the quote for 4096 tokens);\n   the call used fewer and paid %s USDC (the client counts %s), settled in transaction %s\n",
+		usdc(mustAmount(comp.X.Maximum)), usdc(mustAmount(comp.X.Charged)), usdc(tr.Spent()), comp.X.Transaction)
 	return nil
 }
 

@@ -19,7 +19,7 @@ import (
 // upto call paying what it used (a few hundred atomic units of a one-cent
 // maximum), and the totals.
 var demoLines = []*regexp.Regexp{
-	regexp.MustCompile(`(?m)^1\. local chain eip155:1337, test USDC \(EIP-3009\) at 0x[0-9a-fA-F]{40}; the buyer 0x[0-9a-fA-F]{40} holds 10\.00 USDC$`),
+	regexp.MustCompile(`(?m)^1\. local chain eip155:1337, test USDC \(EIP-3009\) at 0x[0-9a-fA-F]{40}; the buyer 0x[0-9a-fA-F]{40} holds 10\.00 USDC and approved Permit2 for 1\.00 \(for upto\)$`),
 	regexp.MustCompile(`(?m)^2\. the gateway is serving on http://127\.0\.0\.1:[1-9][0-9]* with the demo model`),
 	regexp.MustCompile(`(?m)^3\. unpaid call: 402 Payment Required, 10000 atomic units \(0\.010000 USDC\) to 0xa0Ee7A142d267C1f36714E4a8F75612F20a79720, valid 300s$`),
 	regexp.MustCompile(`(?m)^4\. paid call: 200, settled in transaction (0x[0-9a-f]{64})$`),
@@ -28,8 +28,8 @@ var demoLines = []*regexp.Regexp{
 	regexp.MustCompile(`(?m)^5\. paid stream: settled in transaction (0x[0-9a-f]{64}) before the first byte; streaming:$`),
 	regexp.MustCompile(`(?m)^   This is the llm4agents demo model`),
 	regexp.MustCompile(`(?m)^   usage: [1-9][0-9]* prompt \+ [1-9][0-9]* completion tokens$`),
-	regexp.MustCompile(`(?m)^6\. upto call: the buyer approved Permit2 once and authorized up to 0\.010000 USDC \(the quote for 4096 tokens\);$`),
-	regexp.MustCompile(`(?m)^   the call used fewer and paid 0\.000[1-9][0-9]{2} USDC, settled in transaction (0x[0-9a-f]{64})$`),
+	regexp.MustCompile(`(?m)^6\. upto call: the buyer authorized up to 0\.010000 USDC \(the quote for 4096 tokens\);$`),
+	regexp.MustCompile(`(?m)^   the call used fewer and paid 0\.000[1-9][0-9]{2} USDC \(the client counts 0\.000[1-9][0-9]{2}\), settled in transaction (0x[0-9a-f]{64})$`),
 	regexp.MustCompile(`(?m)^7\. the buyer paid 0\.020[1-9][0-9]{2} USDC in all; the seller holds 0\.020[1-9][0-9]{2} USDC\. done\.$`),
 }
 

@@ -21,10 +21,6 @@ func Demo() *Config {
 			AssetName:    "USD Coin",
 			AssetVersion: "2",
 			Decimals:     6,
-			// upto beside exact, with no minimum charge: on the local chain a
-			// settlement costs nothing, and the metered price shows.
-			Schemes: []string{SchemeExact, SchemeUpto},
-			Upto:    Upto{MinCharge: "0"},
 		},
 		Facilitator: Facilitator{Mode: ModeInProcess},
 		Upstreams:   []Upstream{{Name: "demo", Type: UpstreamDemo}},

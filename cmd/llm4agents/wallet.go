@@ -254,7 +254,7 @@ func loadWallet(path string, getenv func(string) string, warn io.Writer) (*ecdsa
 	case path != "" && getenv(walletKeyEnv) != "":
 		return nil, fmt.Errorf("wallet key: both --key-file and %s are set; use one", walletKeyEnv)
 	case path != "":
-		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 { // #nosec G703 -- the user names their own key file
 			printf(warn, "llm4agents: warning: the key file %s can be read by other users (mode %v)\n", path, fi.Mode().Perm())
 		}
 	case getenv(walletKeyEnv) != "":

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"math/big"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
@@ -249,5 +252,194 @@ func TestUptoStreamUnpaidIsCountedAndNotSoldAgain(t *testing.T) {
 	}
 	if e.up.Calls() != 1 {
 		t.Errorf("upstream called %d times, want 1", e.up.Calls())
+	}
+}
+
+// signedUptoAs answers the 402 of body with an upto permit of dev account
+// i, edited by edit and signed again (by signer when it is not -1, else by
+// i), so that any field can be anything.
+func (e *env) signedUptoAs(t *testing.T, body string, i, signer int, edit func(a *upto.Authorization)) http.Header {
+	t.Helper()
+	pr := e.quote402(t, body)
+	idx := slices.IndexFunc(pr.Accepts, func(r x402.PaymentRequirements) bool { return r.Scheme == upto.Scheme })
+	if idx < 0 {
+		t.Fatalf("no upto offer in %+v", pr.Accepts)
+	}
+	p, err := upto.NewPaymentPayload(t.Context(), exact.NewKeySigner(e.chain.Keys[i]), pr, idx, upto.SignOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := upto.ParsePayload(p.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(&pl.Authorization)
+	if signer < 0 {
+		signer = i
+	}
+	if pl.Signature, err = exact.NewKeySigner(e.chain.Keys[signer]).SignDigest(t.Context(), upto.Digest(e.chain.ChainID, &pl.Authorization)); err != nil {
+		t.Fatal(err)
+	}
+	if p.Payload, err = json.Marshal(pl.JSON()); err != nil {
+		t.Fatal(err)
+	}
+	return http.Header{x402.HeaderPaymentSignature: {encodeHeader(t, p)}}
+}
+
+// TestUptoRefusalReasons: every upto permit the gateway can tell bad before
+// the upstream is refused with a 402 naming the official reason (ours where
+// the official facilitator has none, docs/REASONS.md), never reaches the
+// upstream and moves no money.
+func TestUptoRefusalReasons(t *testing.T) {
+	e := newEnvConfig(t, 10*time.Second, nil, withUpto(0, false))
+	e.chain.ApprovePermit2(t, buyerIdx)
+	now := time.Now().Unix()
+	at := func(v int64) *big.Int { return big.NewInt(v) }
+	other := common.HexToAddress("0x00000000000000000000000000000000000000aa")
+	tests := []struct {
+		name   string
+		payer  int
+		signer int // -1: the payer
+		edit   func(a *upto.Authorization)
+		reason x402.Reason
+	}{
+		{"a witness paying another address", buyerIdx, -1, func(a *upto.Authorization) { a.Witness.To = other }, x402.ReasonPermit2RecipientMismatch},
+		{"a witness naming another facilitator", buyerIdx, -1, func(a *upto.Authorization) { a.Witness.Facilitator = other }, x402.ReasonUptoFacilitatorMismatch},
+		{"a spender that is not the proxy", buyerIdx, -1, func(a *upto.Authorization) { a.Spender = other }, x402.ReasonPermit2Spender},
+		{"a deadline beyond the 402's timeout", buyerIdx, -1, func(a *upto.Authorization) { a.Deadline = at(now + 3600) }, x402.ReasonUptoDeadlineTooFar},
+		{"a deadline passed", buyerIdx, -1, func(a *upto.Authorization) { a.Deadline = at(now - 10) }, x402.ReasonPermit2DeadlineExpired},
+		{"a deadline too soon to finish", buyerIdx, -1, func(a *upto.Authorization) { a.Deadline = at(now + 3) }, x402.ReasonPermit2DeadlineExpired},
+		{"validAfter in the future", buyerIdx, -1, func(a *upto.Authorization) { a.Witness.ValidAfter = at(now + 120) }, x402.ReasonPermit2NotYetValid},
+		{"a maximum above the quote", buyerIdx, -1, func(a *upto.Authorization) { a.Permitted.Amount = at(60001) }, x402.ReasonPermit2AmountMismatch},
+		{"a token not offered", buyerIdx, -1, func(a *upto.Authorization) { a.Permitted.Token = other }, x402.ReasonPermit2TokenMismatch},
+		{"signed by someone else", buyerIdx, buyerIdx + 1, func(*upto.Authorization) {}, x402.ReasonPermit2Signature},
+		{"no Permit2 allowance", buyerIdx + 1, -1, func(*upto.Authorization) {}, x402.ReasonPermit2AllowanceRequired},
+	}
+	payTo0 := e.chain.BalanceOf(t, e.chain.Addr(payToIdx))
+
+	// accepted naming another facilitator than the 402's: paid for another
+	// offer (D7).
+	t.Run("accepted naming another facilitator", func(t *testing.T) {
+		pr := e.quote402(t, uptoBody)
+		p, err := x402.DecodePaymentPayload(e.signUpto(t, buyerIdx, pr).Get(x402.HeaderPaymentSignature))
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted := pr.Accepts[1]
+		accepted.Extra = json.RawMessage(`{"facilitatorAddress":"` + other.Hex() + `"}`)
+		if p.Accepted, err = json.Marshal(accepted); err != nil {
+			t.Fatal(err)
+		}
+		hdr := http.Header{x402.HeaderPaymentSignature: {encodeHeader(t, p)}}
+		resp := e.post(t, http.DefaultClient, uptoBody, hdr)
+		body := readAll(t, resp)
+		// PAYMENT-REQUIRED keeps the official words; the code names the
+		// reason (docs/REASONS.md).
+		_, err = x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
+		if resp.StatusCode != http.StatusPaymentRequired || err != nil || errorCode(t, body) != string(x402.ReasonUptoAcceptedMismatch) {
+			t.Fatalf("%d %s (%v); want a 402 %s", resp.StatusCode, body, err, x402.ReasonUptoAcceptedMismatch)
+		}
+	})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			hdr := e.signedUptoAs(t, uptoBody, tc.payer, tc.signer, tc.edit)
+			resp := e.post(t, http.DefaultClient, uptoBody, hdr)
+			body := readAll(t, resp)
+			pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
+			if resp.StatusCode != http.StatusPaymentRequired || err != nil {
+				t.Fatalf("%d %s (%v); want a 402 with PAYMENT-REQUIRED", resp.StatusCode, body, err)
+			}
+			if pr.Error != string(tc.reason) {
+				t.Errorf("reason %q, want %q", pr.Error, tc.reason)
+			}
+			if code := errorCode(t, body); code != string(tc.reason) {
+				t.Errorf("error code %q, want %q", code, tc.reason)
+			}
+		})
+	}
+	if n := e.up.Calls(); n != 0 {
+		t.Errorf("%d upstream calls for refused payments", n)
+	}
+	if got := e.chain.BalanceOf(t, e.chain.Addr(payToIdx)); got.Cmp(payTo0) != 0 {
+		t.Errorf("payTo balance moved from %s to %s", payTo0, got)
+	}
+}
+
+// TestUptoSpent: a permit whose nonce another payment used is refused
+// without a new offer (D29) and without the upstream.
+func TestUptoSpent(t *testing.T) {
+	e := newEnvConfig(t, 10*time.Second, nil, withUpto(0, false))
+	e.chain.ApprovePermit2(t, buyerIdx)
+	payTo := e.chain.Addr(payToIdx)
+
+	// Two permits with one nonce: the first pays, the second is spent.
+	var nonce *big.Int
+	first := e.signedUptoAs(t, uptoBody, buyerIdx, -1, func(a *upto.Authorization) { nonce = a.Nonce })
+	if resp := e.post(t, http.DefaultClient, uptoBody, first); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first permit: %d %s", resp.StatusCode, readAll(t, resp))
+	} else {
+		_ = readAll(t, resp)
+	}
+	paid := e.chain.BalanceOf(t, payTo)
+	calls := e.up.Calls()
+	other := `{"model":"demo","messages":[{"role":"user","content":"Something else"}],"max_tokens":256}`
+	second := e.signedUptoAs(t, other, buyerIdx, -1, func(a *upto.Authorization) { a.Nonce = nonce })
+	resp := e.post(t, http.DefaultClient, other, second)
+	body := readAll(t, resp)
+	if resp.StatusCode == http.StatusOK || resp.Header.Get(x402.HeaderPaymentRequired) != "" {
+		t.Errorf("a permit with a used nonce: %d, PAYMENT-REQUIRED %q; want a refusal that invites no payment: %s",
+			resp.StatusCode, resp.Header.Get(x402.HeaderPaymentRequired), body)
+	}
+	if e.up.Calls() != calls {
+		t.Errorf("the spent permit reached the upstream")
+	}
+	if got := e.chain.BalanceOf(t, payTo); got.Cmp(paid) != 0 {
+		t.Errorf("payTo balance moved from %s to %s", paid, got)
+	}
+}
+
+// revokeFirst runs before ahead of every upto settle: what a buyer does who
+// revokes its Permit2 allowance while the upstream answers.
+type revokeFirst struct {
+	*facilitator.Facilitator
+	before func()
+}
+
+func (r *revokeFirst) Settle(ctx context.Context, p *x402.PaymentPayload, req x402.PaymentRequirements) (*x402.SettleResponse, error) {
+	if req.Scheme == upto.Scheme && r.before != nil {
+		r.before()
+	}
+	return r.Facilitator.Settle(ctx, p, req)
+}
+
+// TestUptoRevokedBeforeSettle: a permit admitted, whose allowance the buyer
+// revokes before the settlement, is found out there: the answer is withheld,
+// the refusal names the reason, and nothing moves.
+func TestUptoRevokedBeforeSettle(t *testing.T) {
+	rf := &revokeFirst{}
+	e := newEnvConfig(t, 10*time.Second, func(f *facilitator.Facilitator) gateway.Facilitator { rf.Facilitator = f; return rf }, withUpto(0, false))
+	e.chain.ApprovePermit2(t, buyerIdx)
+	payTo := e.chain.Addr(payToIdx)
+	before := e.chain.BalanceOf(t, payTo)
+	rf.before = func() {
+		tx, err := e.chain.TokenContract.Approve(e.chain.Transactor(t, buyerIdx), contracts.Permit2Address, big.NewInt(0))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		e.chain.Mine(t, tx)
+	}
+	hdr := e.signedUptoAs(t, uptoBody, buyerIdx, -1, func(*upto.Authorization) {})
+	resp := e.post(t, http.DefaultClient, uptoBody, hdr)
+	body := readAll(t, resp)
+	if resp.StatusCode == http.StatusOK {
+		t.Fatalf("an answer whose permit could not settle was served: %s", body)
+	}
+	sr, err := x402.DecodeSettleResponse(resp.Header.Get(x402.HeaderPaymentResponse))
+	if err != nil || sr.Success || sr.ErrorReason == "" {
+		t.Errorf("PAYMENT-RESPONSE = %+v, %v; want the failed settlement's reason", sr, err)
+	}
+	if got := e.chain.BalanceOf(t, payTo); got.Cmp(before) != 0 {
+		t.Errorf("payTo balance moved from %s to %s", before, got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Admission is what Admit decided a paid request is: *Fresh, *Replay, *Staged
@@ -235,7 +236,11 @@ func (p *Paywall) read(q *Quote, in Presented) (*x402.PaymentPayload, x402.Payme
 	offer := q.offer(accepted.Scheme)
 	if err := x402.Match(offer, accepted); err != nil {
 		p.metrics.Payment("mismatch")
-		return nil, none, nil, p.challenge(q, Mismatch, textNoMatch, err)
+		reason := Mismatch
+		if accepted.Scheme == upto.Scheme {
+			reason = UptoMismatch
+		}
+		return nil, none, nil, p.challenge(q, reason, textNoMatch, err)
 	}
 	auth, err := parseAuthorization(offer, payload.Payload)
 	if err != nil {

@@ -61,6 +61,8 @@ const (
 	V1NotAccepted Reason = "x402_v1_not_accepted"
 	// Mismatch: the payment was made for another offer (D7).
 	Mismatch Reason = Reason(x402.ReasonAcceptedMismatch)
+	// UptoMismatch: an upto payment was made for another offer (D7).
+	UptoMismatch Reason = Reason(x402.ReasonUptoAcceptedMismatch)
 	// NotProven: the payment does not prove control of the identifier whose
 	// answer it asks for (D15).
 	NotProven Reason = "payment_not_proven"

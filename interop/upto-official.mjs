@@ -12,6 +12,8 @@
 //                    must be accepts[0].extra.facilitatorAddress (required)
 //   SETTLE_AMOUNT    the actual charge in atomic units, at most the maximum (required)
 //   NETWORK          CAIP-2 network (default eip155:1337)
+//   PAYLOAD          a PaymentPayload JSON to verify and settle instead of one
+//                    the official client signs (ours, signed in Go)
 //
 // stdin: a PaymentRequired JSON object whose accepts[0] is the upto offer.
 // stdout: one JSON line: {payload, verify, settle, replay, proxyABI, addresses},
@@ -57,7 +59,8 @@ const signer = toFacilitatorEvmSigner({
 const facilitator = new x402Facilitator().register(network, new UptoFacilitator(signer));
 
 try {
-  const payload = await client.createPaymentPayload(paymentRequired);
+  const given = process.env.PAYLOAD;
+  const payload = given ? JSON.parse(given) : await client.createPaymentPayload(paymentRequired);
   const verify = await facilitator.verify(payload, requirements);
   const charged = { ...requirements, amount: settleAmount };
   const settle = await facilitator.settle(payload, charged);

@@ -15,6 +15,8 @@ import (
 	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 const (
@@ -180,4 +182,66 @@ func permitNonce(t *testing.T, payload json.RawMessage) *big.Int {
 		t.Fatalf("nonce %q is not a decimal", p.Payload.Permit2Authorization.Nonce)
 	}
 	return n
+}
+
+// TestOfficialFacilitatorSettlesOurUpto: a permit our Go signer made
+// (upto.NewPaymentPayload) is verified for its maximum and settled for a
+// smaller charge by the official upto facilitator, through our contracts on
+// anvil; a second settle is refused.
+func TestOfficialFacilitatorSettlesOurUpto(t *testing.T) {
+	requireTools(t)
+	c := newChain(t)
+	ctx := t.Context()
+	payer, payTo, fac := testchain.DevAddress(payerIdx), testchain.DevAddress(payToIdx), testchain.DevAddress(facilitatorIdx)
+	tx, err := c.tokenContract.Approve(transactor(t, ctx, c.anvil, payerIdx), contracts.Permit2Address, abi.MaxUint256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMined(t, ctx, c.anvil, tx)
+	pr := &x402.PaymentRequired{
+		X402Version: 2, Error: "Payment required",
+		Resource: &x402.ResourceInfo{URL: "http://127.0.0.1:4021/metered", Description: "interop upto", MimeType: "application/json"},
+		Accepts: []x402.PaymentRequirements{{
+			Scheme: "upto", Network: network, Amount: uptoMax, Asset: c.token.Hex(), PayTo: payTo.Hex(),
+			MaxTimeoutSeconds: maxTimeoutSeconds,
+			Extra:             json.RawMessage(`{"facilitatorAddress":"` + fac.Hex() + `"}`),
+		}},
+	}
+	prJSON, err := x402.Marshal(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := upto.NewPaymentPayload(ctx, exact.NewKeySigner(testchain.DevKey(payerIdx)), pr, 0, upto.SignOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := x402.Marshal(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payerBefore, payToBefore := c.balance(t, payer), c.balance(t, payTo)
+	out := runNodeScript(t, "upto-official.mjs", prJSON,
+		"RPC_URL="+c.anvil.URL,
+		"PAYER_KEY="+keyHex(testchain.DevKey(payerIdx)),
+		"FACILITATOR_KEY="+keyHex(testchain.DevKey(facilitatorIdx)),
+		"SETTLE_AMOUNT="+uptoCharge,
+		"PAYLOAD="+string(payload),
+	)
+	var res uptoOfficialResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("upto-official.mjs output %s: %v", out, err)
+	}
+	if !res.Verify.IsValid || !strings.EqualFold(res.Verify.Payer, payer.Hex()) {
+		t.Fatalf("official verify of our permit: %+v, want valid for %s", res.Verify, payer)
+	}
+	if !res.Settle.Success || res.Settle.Amount != uptoCharge || res.Settle.Transaction == "" {
+		t.Fatalf("official settle of our permit: %+v, want success for %s", res.Settle, uptoCharge)
+	}
+	c.checkBalanceRose(t, payTo, payToBefore, uptoCharge)
+	if paid := new(big.Int).Sub(payerBefore, c.balance(t, payer)); paid.String() != uptoCharge {
+		t.Errorf("payer paid %s, want %s", paid, uptoCharge)
+	}
+	if res.Replay.Success {
+		t.Errorf("official replay of our permit: %+v, want a refusal", res.Replay)
+	}
 }

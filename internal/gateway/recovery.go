@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -32,7 +33,19 @@ const (
 // as the live answer was, marked X-Llm4agents-Replay with how it was kept.
 func (s *Server) serveAnswer(w http.ResponseWriter, q *quote, a *paywall.Answer) error {
 	q.Op = a.Op
-	body, err := s.render(w.Header(), q, a.Settlement, a.Response)
+	sr := a.Settlement
+	if a.Upto && sr.Amount == "" {
+		// The facilitator's answer at hand does not name the charge (a
+		// replay, or a settlement reported to another call): the charge is
+		// recomputed from the recorded usage, by the rule at the current
+		// price (D27).
+		if u := recordedUsage(a.Response); u != nil {
+			c := *sr
+			c.Amount = s.charge(q, *u, true).String()
+			sr = &c
+		}
+	}
+	body, err := s.render(w.Header(), q, sr, a.Response)
 	if err != nil {
 		return err
 	}
@@ -70,4 +83,27 @@ func (s *Server) render(h http.Header, q *quote, sr *x402.SettleResponse, r *sto
 		return r.Body, nil
 	}
 	return annotate(r.Body, ci), nil
+}
+
+// recordedUsage is the usage a recorded answer reports: a completion's usage
+// field, or a stream's usage chunk; nil when it reports none.
+func recordedUsage(r *store.RecordedResponse) *chat.Usage {
+	if r.ContentType != "text/event-stream" {
+		var c struct {
+			Usage *chat.Usage `json:"usage"`
+		}
+		if json.Unmarshal(r.Body, &c) != nil {
+			return nil
+		}
+		return c.Usage
+	}
+	var u *chat.Usage
+	for ev := range bytes.SplitSeq(r.Body, []byte("\n\n")) {
+		if data, ok := bytes.CutPrefix(ev, []byte("data: ")); ok {
+			if got := usageOf(data); got != nil {
+				u = got
+			}
+		}
+	}
+	return u
 }

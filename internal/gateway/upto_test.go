@@ -160,9 +160,17 @@ func TestUptoPaysTheUsage(t *testing.T) {
 			// The same payment again: no second upstream call, no second
 			// transfer.
 			again := e.post(t, http.DefaultClient, uptoBody, hdr)
-			_ = readAll(t, again)
-			if again.StatusCode == http.StatusOK && again.Header.Get("X-Llm4agents-Replay") == "" {
-				t.Errorf("the same upto payment bought a fresh answer (status %d)", again.StatusCode)
+			againBody := readAll(t, again)
+			if again.StatusCode != http.StatusOK || again.Header.Get("X-Llm4agents-Replay") != "promoted" {
+				t.Errorf("the same upto payment again: %d, replay %q; want the recorded answer replayed", again.StatusCode, again.Header.Get("X-Llm4agents-Replay"))
+			}
+			// The replay names the charge, not the maximum.
+			var replayed struct {
+				X xCost `json:"x_llm4agents"`
+			}
+			rsr, err := x402.DecodeSettleResponse(again.Header.Get(x402.HeaderPaymentResponse))
+			if json.Unmarshal(againBody, &replayed) != nil || err != nil || replayed.X.Charged != want.String() || rsr.Amount != want.String() {
+				t.Errorf("replay says charged %q, PAYMENT-RESPONSE %+v (%v); want %s", replayed.X.Charged, rsr, err, want)
 			}
 			if e.up.Calls() != 1 {
 				t.Errorf("upstream called %d times, want 1", e.up.Calls())

@@ -53,6 +53,10 @@ type Answer struct {
 	Replay string
 	// Op is the answer's operation id, "" when it has no record.
 	Op string
+	// Upto says an upto permit paid it: its charge is Settlement.Amount
+	// when the facilitator's answer named it, else to be read from the
+	// answer's usage.
+	Upto bool
 }
 
 // Answer returns the recorded answer to serve.

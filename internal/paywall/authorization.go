@@ -144,3 +144,9 @@ func parseAuthorization(offer x402.PaymentRequirements, raw json.RawMessage) (au
 func spent(r x402.Reason) bool {
 	return r == x402.ReasonEVMNonceAlreadyUsed || r == x402.ReasonPermit2InvalidNonce
 }
+
+// isUptoKey reports whether a claim key is an upto permit's (upto.Key).
+func isUptoKey(key string) bool {
+	_, _, _, err := upto.ParseKey(key)
+	return err == nil
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // Staged answers (DESIGN.md D3, D14). When a settlement answers
@@ -85,5 +86,5 @@ func (s *Staged) Resolve(ctx context.Context) (*Answer, error) {
 	p.metrics.Payment("recovered")
 	// The after-settle step of the pending request's recovery record.
 	op := s.promoteStaged(ctx, sr)
-	return &Answer{Settlement: sr, Response: staged(s.claim.Staged), Replay: "staged", Op: op}, nil
+	return &Answer{Settlement: sr, Response: staged(s.claim.Staged), Replay: "staged", Op: op, Upto: s.offer.Scheme == upto.Scheme}, nil
 }

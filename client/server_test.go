@@ -100,6 +100,10 @@ const (
 	paidRedirect                       // 307 to redirectTo + PAYMENT-RESPONSE success
 	paidInUse                          // 409 with Retry-After, as the gateway answers a twin in flight
 	paidConflict                       // 409 without Retry-After
+	// paidUptoStream is 200 text/event-stream without PAYMENT-RESPONSE,
+	// whose last chunk names the charge in x_llm4agents (settleAmount, of
+	// the maximum), as the gateway delivers an upto stream, then settles it.
+	paidUptoStream
 )
 
 // seen is one request as the fake server received it.
@@ -270,6 +274,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"code":"payment_in_use"}}`, http.StatusConflict)
 	case paidConflict:
 		http.Error(w, `{"error":{"code":"payment_already_used"}}`, http.StatusConflict)
+	case paidUptoStream:
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"content":"hi"}}]}`+"\n\n")
+		if amount != nil {
+			_, _ = io.WriteString(w, `data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1},"x_llm4agents":{"charged":"`+*amount+`","maximum":"`+s.offers()[0].Amount+`","transaction":"`+tx+`"}}`+"\n\n")
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	default:
 		s.tb.Errorf("server: unknown afterPay %d", s.after)
 	}

@@ -1,10 +1,15 @@
 package client
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
+	"strings"
+	"sync"
 
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -109,4 +114,100 @@ type Charge struct {
 	// Err is why the PAYMENT-RESPONSE could not be taken at its word: an
 	// ErrSettledAmount, or the decoder's error. Nil otherwise.
 	Err error
+}
+
+// streamedUpto reports whether a paid upto answer is a stream whose
+// settlement named no amount: a seller that delivers a stream first and
+// settles it after (llm4agents' deliver_then_settle) names the charge in the
+// stream's last chunk instead (x_llm4agents.charged).
+func streamedUpto(c *call, resp *http.Response, ch Charge) bool {
+	return ch.Outcome == OutcomePaid && resp != nil && resp.Body != nil &&
+		c.e.Requirements.Scheme == upto.Scheme && ch.Maximum != nil &&
+		(ch.Settle == nil || ch.Settle.Amount == "") &&
+		strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+}
+
+// maxChargeLine bounds the SSE line chargeReader keeps while looking for the
+// charge: a usage chunk is a few hundred bytes.
+const maxChargeLine = 64 << 10
+
+// chargeReader passes a streamed upto answer through and reads, in passing,
+// the charge its last chunk names (x_llm4agents.charged). When the body ends
+// or is closed, done learns the charge: the one named, if it is a whole
+// number no larger than the maximum; the maximum otherwise (with an error
+// when one was named but cannot be right). Until then the maximum stays held.
+type chargeReader struct {
+	io.ReadCloser
+	maximum *big.Int
+	done    func(charged *big.Int, err error)
+
+	line    []byte
+	charged string
+	named   bool
+	once    sync.Once
+}
+
+func (r *chargeReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.scan(p[:n])
+	if err != nil {
+		r.finish()
+	}
+	return n, err
+}
+
+func (r *chargeReader) Close() error {
+	r.finish()
+	return r.ReadCloser.Close()
+}
+
+// scan looks at whole lines for a data event carrying x_llm4agents.
+func (r *chargeReader) scan(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			if len(r.line)+len(b) <= maxChargeLine {
+				r.line = append(r.line, b...)
+			} else {
+				r.line = r.line[:0]
+			}
+			return
+		}
+		if len(r.line)+i <= maxChargeLine {
+			r.line = append(r.line, b[:i]...)
+			r.take(r.line)
+		}
+		r.line = r.line[:0]
+		b = b[i+1:]
+	}
+}
+
+func (r *chargeReader) take(line []byte) {
+	data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: "))
+	if !ok || !bytes.Contains(data, []byte(`"x_llm4agents"`)) {
+		return
+	}
+	var ev struct {
+		X *struct {
+			Charged string `json:"charged"`
+		} `json:"x_llm4agents"`
+	}
+	if json.Unmarshal(data, &ev) == nil && ev.X != nil && ev.X.Charged != "" {
+		r.charged, r.named = ev.X.Charged, true
+	}
+}
+
+func (r *chargeReader) finish() {
+	r.once.Do(func() {
+		if !r.named {
+			r.done(new(big.Int).Set(r.maximum), nil)
+			return
+		}
+		v, err := exact.ParseUint256(r.charged)
+		if err != nil || v.Cmp(r.maximum) > 0 {
+			r.done(new(big.Int).Set(r.maximum), fmt.Errorf("%w: the stream's charge %q is not a whole amount up to the maximum %s", ErrSettledAmount, r.charged, r.maximum))
+			return
+		}
+		r.done(v, nil)
+	})
 }

@@ -580,10 +580,22 @@ func (t *Transport) finish(ctx context.Context, c *call, resp *http.Response, er
 			o = OutcomeUnknown
 		}
 		ch := t.charge(ctx, c, o)
-		t.ledger.finish(c.holdID, o, ch.Amount)
-		c.e.Charged = ch.Amount
-		if t.OnCharge != nil {
-			t.OnCharge(ctx, ch)
+		if deferred := streamedUpto(c, resp, ch); deferred {
+			// The charge is in the stream's last chunk: the maximum stays
+			// held until the body ends (chargeReader).
+			resp.Body = &chargeReader{ReadCloser: resp.Body, done: func(charged *big.Int, cerr error) {
+				ch.Amount, ch.Err = charged, cerr
+				t.ledger.finish(c.holdID, o, charged)
+				if t.OnCharge != nil {
+					t.OnCharge(ctx, ch)
+				}
+			}, maximum: ch.Maximum}
+		} else {
+			t.ledger.finish(c.holdID, o, ch.Amount)
+			c.e.Charged = ch.Amount
+			if t.OnCharge != nil {
+				t.OnCharge(ctx, ch)
+			}
 		}
 	} else if c.fresh {
 		// Reserved by this call but never sent (the body could not be

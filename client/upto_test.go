@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -529,4 +531,60 @@ func FuzzSettledAmount(f *testing.F) {
 			t.Fatalf("SettledAmount(%q) = %s with error %v, want the maximum", amount, got, err)
 		}
 	})
+}
+
+// TestTransportUptoStreamCharge: an upto stream answered before its
+// settlement (no amount in PAYMENT-RESPONSE) holds its maximum until the body
+// ends, then counts the charge its last chunk names; a charge that cannot be
+// right, or none, counts the maximum.
+func TestTransportUptoStreamCharge(t *testing.T) {
+	tests := []struct {
+		name      string
+		charged   *string
+		readFirst bool
+		wantSpent int64
+		wantErr   error
+	}{
+		{"the charge named", new("3000"), true, 3000, nil},
+		{"a charge above the maximum", new("20000"), true, price, client.ErrSettledAmount},
+		{"a charge that is no number", new("-1"), true, price, client.ErrSettledAmount},
+		{"no charge named", nil, true, price, nil},
+		{"the body closed unread", new("3000"), false, price, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newServer(t, uptoOffer(price))
+			srv.setAfter(paidUptoStream, tc.charged)
+			pol := policy(2)
+			tr, _ := newTransport(t, pol, srv)
+			var got charges
+			tr.OnCharge = got.add
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL("/stream"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Open: the maximum is held, nothing counted yet.
+			checkLedger(t, tr, 0, price)
+			if n := len(got.all()); n != 0 {
+				t.Errorf("%d charges reported before the stream ended", n)
+			}
+			if tc.readFirst {
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := resp.Body.Close(); err != nil {
+				t.Fatal(err)
+			}
+			checkLedger(t, tr, tc.wantSpent, 2*price-tc.wantSpent)
+			all := got.all()
+			if len(all) != 1 || all[0].Amount == nil || all[0].Amount.Int64() != tc.wantSpent || !errors.Is(all[0].Err, tc.wantErr) {
+				t.Fatalf("charges = %+v, want one of %d (err %v)", all, tc.wantSpent, tc.wantErr)
+			}
+		})
+	}
 }

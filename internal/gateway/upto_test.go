@@ -451,3 +451,27 @@ func TestUptoRevokedBeforeSettle(t *testing.T) {
 		t.Errorf("payTo balance moved from %s to %s", before, got)
 	}
 }
+
+// TestUptoStreamOurClientCountsTheCharge: our client pays an upto stream
+// and, once the stream ended, counts the charge its last chunk names, not
+// the maximum it held meanwhile.
+func TestUptoStreamOurClientCountsTheCharge(t *testing.T) {
+	e := newEnvConfig(t, 10*time.Second, nil, withUpto(0, false))
+	e.chain.ApprovePermit2(t, buyerIdx)
+	c, tr := e.payer(buyerIdx)
+	payTo := e.chain.Addr(payToIdx)
+	before := e.chain.BalanceOf(t, payTo)
+	body := strings.Replace(uptoBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
+	resp := e.post(t, c, body, nil)
+	text := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, text)
+	}
+	received := new(big.Int).Sub(e.chain.BalanceOf(t, payTo), before)
+	if received.Sign() <= 0 || received.Cmp(big.NewInt(60000)) >= 0 {
+		t.Fatalf("payTo received %s, want a charge below the maximum 60000", received)
+	}
+	if tr.Spent().Cmp(received) != 0 {
+		t.Errorf("the client counts %s, the chain moved %s", tr.Spent(), received)
+	}
+}

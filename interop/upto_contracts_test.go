@@ -54,25 +54,8 @@ func TestOfficialUptoOnOurContracts(t *testing.T) {
 	payer, payTo, fac := testchain.DevAddress(payerIdx), testchain.DevAddress(payToIdx), testchain.DevAddress(facilitatorIdx)
 
 	// The payer's one-time approval of Permit2, as a wallet would send it.
-	tx, err := c.tokenContract.Approve(transactor(t, ctx, c.anvil, payerIdx), contracts.Permit2Address, abi.MaxUint256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitMined(t, ctx, c.anvil, tx)
-
-	pr := &x402.PaymentRequired{
-		X402Version: 2, Error: "Payment required",
-		Resource: &x402.ResourceInfo{URL: "http://127.0.0.1:4021/metered", Description: "interop upto", MimeType: "application/json"},
-		Accepts: []x402.PaymentRequirements{{
-			Scheme: "upto", Network: network, Amount: uptoMax, Asset: c.token.Hex(), PayTo: payTo.Hex(),
-			MaxTimeoutSeconds: maxTimeoutSeconds,
-			Extra:             json.RawMessage(`{"facilitatorAddress":"` + fac.Hex() + `","name":"` + tokenName + `","version":"` + tokenVersion + `"}`),
-		}},
-	}
-	prJSON, err := x402.Marshal(pr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.approvePermit2(t, payerIdx)
+	_, prJSON := uptoRequired(t, c, `{"facilitatorAddress":"`+fac.Hex()+`","name":"`+tokenName+`","version":"`+tokenVersion+`"}`)
 	payerBefore, payToBefore := c.balance(t, payer), c.balance(t, payTo)
 	out := runNodeScript(t, "upto-official.mjs", prJSON,
 		"RPC_URL="+c.anvil.URL,
@@ -193,24 +176,8 @@ func TestOfficialFacilitatorSettlesOurUpto(t *testing.T) {
 	c := newChain(t)
 	ctx := t.Context()
 	payer, payTo, fac := testchain.DevAddress(payerIdx), testchain.DevAddress(payToIdx), testchain.DevAddress(facilitatorIdx)
-	tx, err := c.tokenContract.Approve(transactor(t, ctx, c.anvil, payerIdx), contracts.Permit2Address, abi.MaxUint256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitMined(t, ctx, c.anvil, tx)
-	pr := &x402.PaymentRequired{
-		X402Version: 2, Error: "Payment required",
-		Resource: &x402.ResourceInfo{URL: "http://127.0.0.1:4021/metered", Description: "interop upto", MimeType: "application/json"},
-		Accepts: []x402.PaymentRequirements{{
-			Scheme: "upto", Network: network, Amount: uptoMax, Asset: c.token.Hex(), PayTo: payTo.Hex(),
-			MaxTimeoutSeconds: maxTimeoutSeconds,
-			Extra:             json.RawMessage(`{"facilitatorAddress":"` + fac.Hex() + `"}`),
-		}},
-	}
-	prJSON, err := x402.Marshal(pr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.approvePermit2(t, payerIdx)
+	pr, prJSON := uptoRequired(t, c, `{"facilitatorAddress":"`+fac.Hex()+`"}`)
 	ours, err := upto.NewPaymentPayload(ctx, exact.NewKeySigner(testchain.DevKey(payerIdx)), pr, 0, upto.SignOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -244,4 +211,34 @@ func TestOfficialFacilitatorSettlesOurUpto(t *testing.T) {
 	if res.Replay.Success {
 		t.Errorf("official replay of our permit: %+v, want a refusal", res.Replay)
 	}
+}
+
+// approvePermit2 sends dev account i's one-time approval of Permit2, as a
+// wallet would.
+func (c *testChain) approvePermit2(t *testing.T, i int) {
+	t.Helper()
+	tx, err := c.tokenContract.Approve(transactor(t, t.Context(), c.anvil, i), contracts.Permit2Address, abi.MaxUint256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMined(t, t.Context(), c.anvil, tx)
+}
+
+// uptoRequired is a 402 offering upto for at most uptoMax of c's token to
+// payTo, with extra, and its JSON.
+func uptoRequired(t *testing.T, c *testChain, extra string) (*x402.PaymentRequired, []byte) {
+	t.Helper()
+	pr := &x402.PaymentRequired{
+		X402Version: 2, Error: "Payment required",
+		Resource: &x402.ResourceInfo{URL: "http://127.0.0.1:4021/metered", Description: "interop upto", MimeType: "application/json"},
+		Accepts: []x402.PaymentRequirements{{
+			Scheme: "upto", Network: network, Amount: uptoMax, Asset: c.token.Hex(), PayTo: testchain.DevAddress(payToIdx).Hex(),
+			MaxTimeoutSeconds: maxTimeoutSeconds, Extra: json.RawMessage(extra),
+		}},
+	}
+	b, err := x402.Marshal(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pr, b
 }

@@ -1,15 +1,12 @@
 package interop_test
 
 import (
-	"context"
 	"encoding/json"
 	"math/big"
 	"testing"
 
-	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/testchain"
@@ -51,13 +48,7 @@ func TestOpenAINodeClientUpto(t *testing.T) {
 	requireNPMPackage(t, "openai")
 	c := newChain(t)
 	gw := startGatewayWith(t, c, true)
-	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
-	defer cancel()
-	tx, err := c.tokenContract.Approve(transactor(t, ctx, c.anvil, payerIdx), contracts.Permit2Address, abi.MaxUint256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitMined(t, ctx, c.anvil, tx)
+	c.approvePermit2(t, payerIdx)
 	payTo := testchain.DevAddress(payToIdx)
 	before := c.balance(t, payTo)
 

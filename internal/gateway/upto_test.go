@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/big"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -13,10 +14,12 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/llm4agents/llm4agents/contracts"
+	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 	"github.com/llm4agents/llm4agents/x402/evm/upto"
@@ -473,5 +476,65 @@ func TestUptoStreamOurClientCountsTheCharge(t *testing.T) {
 	}
 	if tr.Spent().Cmp(received) != 0 {
 		t.Errorf("the client counts %s, the chain moved %s", tr.Spent(), received)
+	}
+}
+
+// TestUptoAnotherReplicaInvitesNoSecondPayment: replicas with in-process
+// facilitators of their own offer upto for different settling addresses. A
+// permit another replica settled, presented here, matches none of this
+// replica's offers, but it is spent: the answer is a refusal, never a 402
+// offer that would have the buyer pay the call again (D29).
+func TestUptoAnotherReplicaInvitesNoSecondPayment(t *testing.T) {
+	a := newEnvConfig(t, 10*time.Second, nil, withUpto(0, false))
+	a.chain.ApprovePermit2(t, buyerIdx)
+
+	// Replica B: the same chain, store and upstream, its own signer.
+	const otherSigner = signerIdx - 1
+	sender, err := chain.NewSender(a.chain.Client, a.chain.Keys[otherSigner], a.chain.ChainID,
+		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fac, err := facilitator.New(facilitator.Config{
+		Network: network, Assets: []facilitator.Asset{{Address: a.chain.Token, Name: "USD Coin", Version: "2"}},
+		Schemes: []string{exact.Scheme, upto.Scheme},
+	}, a.chain.Client, sender, a.db, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := upstream.NewOpenAI(upstream.OpenAIConfig{BaseURL: a.up.URL(), APIKey: "sk-upstream-secret", Timeout: 5 * time.Second}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(nil)
+	gw, err := gateway.New(gateway.Config{
+		PublicURL: a.srv.URL, Network: network, Asset: a.chain.Token.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
+		PayTo: a.chain.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second, Owner: "replica-b",
+		Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
+		Upto:   &gateway.Upto{Extra: json.RawMessage(`{"facilitatorAddress":"` + devAddr(otherSigner) + `"}`), MinCharge: new(big.Int)},
+	}, fac, a.db, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Config.Handler = gw
+	srv.Start()
+	t.Cleanup(srv.Close)
+	b := &env{db: a.db, chain: a.chain, up: a.up, gw: gw, srv: srv}
+
+	hdr := a.signUpto(t, buyerIdx, a.quote402(t, uptoBody))
+	if resp := a.post(t, http.DefaultClient, uptoBody, hdr); resp.StatusCode != http.StatusOK {
+		t.Fatalf("replica A: %d %s", resp.StatusCode, readAll(t, resp))
+	} else {
+		_ = readAll(t, resp)
+	}
+	calls := a.up.Calls()
+	resp := b.post(t, http.DefaultClient, uptoBody, hdr)
+	body := readAll(t, resp)
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPaymentRequired || resp.Header.Get(x402.HeaderPaymentRequired) != "" {
+		t.Errorf("replica B answered %d (PAYMENT-REQUIRED %q): %s; want a refusal that invites no second payment",
+			resp.StatusCode, resp.Header.Get(x402.HeaderPaymentRequired), body)
+	}
+	if a.up.Calls() != calls {
+		t.Error("replica B called the upstream for a spent permit")
 	}
 }

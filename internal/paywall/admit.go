@@ -115,6 +115,15 @@ func (pd *payment) fp() string {
 // answer with.
 func (p *Paywall) Admit(ctx context.Context, q *Quote, in Presented, req Request) (Admission, error) {
 	payload, offer, auth, err := p.read(q, in)
+	if mm, ok := errors.AsType[*mismatch](err); ok {
+		// Paid for another offer, but maybe held or spent already: a
+		// replica whose offer differs (another upto facilitator, a price
+		// changed by a rolling deploy) must not invite a second payment
+		// for it (D29).
+		pd := &payment{pw: p, q: q, payload: payload, offer: mm.accepted, auth: mm.auth,
+			key: mm.auth.claimKey(p.cfg.Network, p.cfg.AssetAddress), payer: mm.auth.payer().Hex(), request: req}
+		return nil, p.refuse(ctx, pd, false, mm.offer)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +253,11 @@ func (p *Paywall) read(q *Quote, in Presented) (*x402.PaymentPayload, x402.Payme
 		if accepted.Scheme == upto.Scheme {
 			reason = UptoMismatch
 		}
-		return nil, none, nil, p.challenge(q, reason, textNoMatch, err)
+		challenge := p.challenge(q, reason, textNoMatch, err)
+		if auth, perr := parseAuthorization(accepted, payload.Payload); perr == nil && accepted.Network == p.cfg.Network {
+			return payload, none, nil, &mismatch{offer: challenge, accepted: accepted, auth: auth}
+		}
+		return nil, none, nil, challenge
 	}
 	auth, err := parseAuthorization(offer, payload.Payload)
 	if err != nil {
@@ -253,6 +266,18 @@ func (p *Paywall) read(q *Quote, in Presented) (*x402.PaymentPayload, x402.Payme
 	}
 	return payload, offer, auth, nil
 }
+
+// mismatch is read's refusal of a payment made for another offer whose
+// authorization could still be read: Admit asks the claims and the chain
+// before it sends offer, the quote's 402.
+type mismatch struct {
+	offer    error
+	accepted x402.PaymentRequirements
+	auth     authorization
+}
+
+func (m *mismatch) Error() string { return m.offer.Error() }
+func (m *mismatch) Unwrap() error { return m.offer }
 
 // claim claims pd's authorization for this request, or takes over the claim
 // of a request whose lease ended. It returns the claim as it stands and

@@ -54,6 +54,9 @@ func (t *TopUp) Settle(ctx context.Context) (*x402.SettleResponse, Outcome) {
 // names the route, for the marker's fingerprint.
 func (p *Paywall) AdmitTopUp(ctx context.Context, q *Quote, in Presented, req Request) (*TopUp, error) {
 	payload, offer, auth, err := p.read(q, in)
+	if mm, ok := errors.AsType[*mismatch](err); ok {
+		err = mm.offer // top-ups keep their own answer to a mismatch (TestTopUpMismatch)
+	}
 	if err != nil {
 		return nil, err
 	}

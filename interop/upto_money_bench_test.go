@@ -56,8 +56,13 @@ func TestUptoMoney(t *testing.T) {
 		m.calls, m.quotes, m.charged, m.ratio(), m.atMinimum, m.atMaximum)
 }
 
+// moneyRuns counts the runs of BenchmarkUptoMoney in this process: each
+// -count run draws its calls from its own seed.
+var moneyRuns atomic.Uint64
+
 // BenchmarkUptoMoney is the money check of issue 15: 1,000 paid upto calls
-// from 8 clients through our gateway on anvil, each b.N a fresh chain. It
+// from 8 clients through our gateway on anvil, each b.N a fresh chain and a
+// new seed (moneySeed, moneySeed+1, ... over the rounds of all runs). It
 // fails when a call fails or when the sum paid on chain, the payer's loss,
 // the client's Spent or any answer's charge differs from the rule's.
 // Reported: exact/upto, the sum of the quotes over the sum of the charges
@@ -70,11 +75,12 @@ func BenchmarkUptoMoney(b *testing.B) {
 	const calls, clients = 1000, 8
 	var quotes, charged big.Int
 	for i := range b.N {
-		m := uptoMoney(b, calls, clients, moneySeed+uint64(i))
+		seed := moneySeed + moneyRuns.Add(1) - 1
+		m := uptoMoney(b, calls, clients, seed)
 		quotes.Add(&quotes, m.quotes)
 		charged.Add(&charged, m.charged)
-		b.Logf("round %d: %d calls in %s, %d failed; quotes %s, charged %s on chain (%.2fx); max_tokens mean %.0f, completion tokens mean %.0f, %d charges at the minimum, %d at the maximum",
-			i, m.calls, m.elapsed.Round(time.Millisecond), m.failed, m.quotes, m.charged, m.ratio(),
+		b.Logf("round %d, seed %d: %d calls in %s, %d failed; quotes %s, charged %s on chain (%.2fx); max_tokens mean %.0f, completion tokens mean %.0f, %d charges at the minimum, %d at the maximum",
+			i, seed, m.calls, m.elapsed.Round(time.Millisecond), m.failed, m.quotes, m.charged, m.ratio(),
 			m.meanMaxTokens, m.meanCompletion, m.atMinimum, m.atMaximum)
 	}
 	q, _ := new(big.Float).SetInt(&quotes).Float64()

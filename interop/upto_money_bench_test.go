@@ -52,8 +52,8 @@ const (
 func TestUptoMoney(t *testing.T) {
 	requireTools(t)
 	m := uptoMoney(t, 24, 4, moneySeed)
-	t.Logf("%d calls: the quotes (what exact charges) sum to %s, upto charged %s (%.2fx less); %d charges at the minimum, %d at the maximum",
-		m.calls, m.quotes, m.charged, m.ratio(), m.atMinimum, m.atMaximum)
+	t.Logf("%d calls: the quotes (what exact charges) sum to %s, upto charged %s (%.2fx less); %d quoted the minimum, %d more charged it, %d capped at the maximum",
+		m.calls, m.quotes, m.charged, m.ratio(), m.minQuotes, m.atMinimum, m.atMaximum)
 }
 
 // moneyRuns counts the runs of BenchmarkUptoMoney in this process: each
@@ -79,9 +79,9 @@ func BenchmarkUptoMoney(b *testing.B) {
 		m := uptoMoney(b, calls, clients, seed)
 		quotes.Add(&quotes, m.quotes)
 		charged.Add(&charged, m.charged)
-		b.Logf("round %d, seed %d: %d calls in %s, %d failed; quotes %s, charged %s on chain (%.2fx); max_tokens mean %.0f, completion tokens mean %.0f, %d charges at the minimum, %d at the maximum",
+		b.Logf("round %d, seed %d: %d calls in %s, %d failed; quotes %s, charged %s on chain (%.2fx); max_tokens mean %.0f, completion tokens mean %.0f, %d quoted the minimum, %d more charged it, %d capped at the maximum",
 			i, seed, m.calls, m.elapsed.Round(time.Millisecond), m.failed, m.quotes, m.charged, m.ratio(),
-			m.meanMaxTokens, m.meanCompletion, m.atMinimum, m.atMaximum)
+			m.meanMaxTokens, m.meanCompletion, m.minQuotes, m.atMinimum, m.atMaximum)
 	}
 	q, _ := new(big.Float).SetInt(&quotes).Float64()
 	c, _ := new(big.Float).SetInt(&charged).Float64()
@@ -92,12 +92,15 @@ func BenchmarkUptoMoney(b *testing.B) {
 
 // moneyResult is what one money check found.
 type moneyResult struct {
-	calls, failed        int
-	quotes, charged      *big.Int // sums: the maxima (exact's price), what was paid on chain
-	atMinimum, atMaximum int      // charges raised to the minimum, capped at the maximum
-	meanMaxTokens        float64
-	meanCompletion       float64
-	elapsed              time.Duration
+	calls, failed   int
+	quotes, charged *big.Int // sums: the maxima (exact's price), what was paid on chain
+	// minQuotes are the calls quoted the minimum charge, which upto
+	// charges in full as exact does; of the others, atMinimum were raised
+	// to it and atMaximum capped at their quote.
+	minQuotes, atMinimum, atMaximum int
+	meanMaxTokens                   float64
+	meanCompletion                  float64
+	elapsed                         time.Duration
 }
 
 func (m moneyResult) ratio() float64 {
@@ -208,10 +211,12 @@ func uptoMoney(tb testing.TB, calls, clients int, seed uint64) moneyResult {
 			}
 		}
 		switch {
-		case want.Cmp(maximum) == 0:
-			m.atMaximum++
+		case maximum.Cmp(minCharge) <= 0:
+			m.minQuotes++
 		case want.Cmp(minCharge) == 0:
 			m.atMinimum++
+		case want.Cmp(maximum) == 0:
+			m.atMaximum++
 		}
 		rule.Add(rule, want)
 		m.quotes.Add(m.quotes, maximum)

@@ -366,10 +366,23 @@ func BenchmarkGatewayRSS(b *testing.B) {
 // (ms/settle; concurrent settles wait at the same time, so the steps add up to
 // more than the wall time), RPC calls per settle, and settles/s.
 //
-//	go test -run '^$' -bench SettleBreakdown -benchtime=5x -count=1 ./interop/
-func BenchmarkSettleBreakdown(b *testing.B) {
+//	go test -run '^$' -bench 'SettleBreakdown$' -benchtime=5x -count=1 ./interop/
+func BenchmarkSettleBreakdown(b *testing.B) { benchSettleBreakdown(b, exact.Scheme) }
+
+// BenchmarkSettleBreakdownUpto is BenchmarkSettleBreakdown for upto
+// payments: Permit2 permits of benchAmount, each settled for benchUptoCharge
+// through the upto proxy, the payer's Permit2 approval sent first.
+//
+//	go test -run '^$' -bench 'SettleBreakdownUpto' -benchtime=5x -count=1 ./interop/
+func BenchmarkSettleBreakdownUpto(b *testing.B) { benchSettleBreakdown(b, upto.Scheme) }
+
+// benchSettleBreakdown is BenchmarkSettleBreakdown settling scheme's payments.
+func benchSettleBreakdown(b *testing.B, scheme string) {
 	requireTools(b)
 	c := newChain(b)
+	if scheme == upto.Scheme {
+		approvePermit2(b, c, payerIdx)
+	}
 	tm := new(stepTimings)
 	log := slog.New(slog.NewTextHandler(newLogBuffer(b, "our facilitator"), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	base := http.DefaultTransport.(*http.Transport).Clone()
@@ -391,15 +404,36 @@ func BenchmarkSettleBreakdown(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fac, err := facilitator.New(facilitator.Config{
+	cfg := facilitator.Config{
 		Network: network,
 		Assets:  []facilitator.Asset{{Address: c.token, Name: tokenName, Version: tokenVersion}},
-	}, ec, &timedSender{Sender: sender, t: tm}, &timedSettlements{Settlements: db, t: tm}, log)
+	}
+	payer := testchain.DevKey(payerIdx)
+	req := c.requirements("1")
+	settleReq := req
+	sign := func() *x402.PaymentPayload { return c.sign(b, payer, payer, req, nil) }
+	if scheme == upto.Scheme {
+		cfg.Schemes = []string{exact.Scheme, upto.Scheme}
+		req = x402.PaymentRequirements{
+			Scheme: upto.Scheme, Network: network, Amount: strconv.Itoa(benchAmount), Asset: c.token.Hex(),
+			PayTo: testchain.DevAddress(payToIdx).Hex(), MaxTimeoutSeconds: maxTimeoutSeconds,
+			Extra: json.RawMessage(`{"facilitatorAddress":"` + sender.Address().Hex() + `"}`),
+		}
+		settleReq = req
+		settleReq.Amount = benchUptoCharge.String()
+		pr := &x402.PaymentRequired{X402Version: x402.Version, Resource: &x402.ResourceInfo{URL: "http://127.0.0.1/paid"}, Accepts: []x402.PaymentRequirements{req}}
+		sign = func() *x402.PaymentPayload {
+			p, err := upto.NewPaymentPayload(b.Context(), exact.NewKeySigner(payer), pr, 0, upto.SignOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return p
+		}
+	}
+	fac, err := facilitator.New(cfg, ec, &timedSender{Sender: sender, t: tm}, &timedSettlements{Settlements: db, t: tm}, log)
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := c.requirements("1")
-	payer := testchain.DevKey(payerIdx)
 	tm.take()
 	settles := 0
 	var wall time.Duration
@@ -407,7 +441,7 @@ func BenchmarkSettleBreakdown(b *testing.B) {
 	for range b.N {
 		batch := make([]*x402.PaymentPayload, settleBatch)
 		for i := range batch {
-			batch[i] = c.sign(b, payer, payer, req, nil)
+			batch[i] = sign()
 		}
 		start := time.Now()
 		errs := make(chan error, settleBatch)
@@ -416,7 +450,7 @@ func BenchmarkSettleBreakdown(b *testing.B) {
 		for _, p := range batch {
 			wg.Go(func() {
 				t0 := time.Now()
-				s, err := fac.Settle(b.Context(), p, req)
+				s, err := fac.Settle(b.Context(), p, settleReq)
 				lat <- time.Since(t0)
 				switch {
 				case err != nil:

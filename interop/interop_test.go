@@ -1170,17 +1170,18 @@ func startOurFacilitator(tb testing.TB, c *testChain, opts ...func(*facilitator.
 
 // startTSFacilitator starts the official TypeScript facilitator
 // (ts-facilitator.mjs) on a free loopback port, settling from key's account on
-// a. Benchmarks use it as the reference.
-func startTSFacilitator(tb testing.TB, a *testchain.Anvil, key *ecdsa.PrivateKey) *nodeService {
+// a. Benchmarks use it as the reference. env adds to its environment or
+// overrides it (SCHEMES=exact,upto).
+func startTSFacilitator(tb testing.TB, a *testchain.Anvil, key *ecdsa.PrivateKey, env ...string) *nodeService {
 	tb.Helper()
-	return startNodeService(tb, "ts-facilitator.mjs",
+	return startNodeService(tb, "ts-facilitator.mjs", append([]string{
 		"PORT=0",
-		"RPC_URL="+a.URL,
-		"FACILITATOR_KEY="+keyHex(key),
-		"NETWORK="+network,
+		"RPC_URL=" + a.URL,
+		"FACILITATOR_KEY=" + keyHex(key),
+		"NETWORK=" + network,
 		// Poll receipts as often as our Sender does, for a fair comparison.
-		"POLLING_INTERVAL_MS="+strconv.FormatInt(pollInterval.Milliseconds(), 10),
-	)
+		"POLLING_INTERVAL_MS=" + strconv.FormatInt(pollInterval.Milliseconds(), 10),
+	}, env...)...)
 }
 
 // exchange is one request to our facilitator and its answer.

@@ -1,9 +1,10 @@
 // Builds the official TypeScript facilitator (x402Facilitator with the
-// @x402/evm exact scheme) on a viem wallet+public client, for verify.mjs and
-// ts-facilitator.mjs.
+// @x402/evm exact scheme, and optionally its upto scheme) on a viem
+// wallet+public client, for verify.mjs and ts-facilitator.mjs.
 import { x402Facilitator } from "@x402/core/facilitator";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
+import { UptoEvmScheme } from "@x402/evm/upto/facilitator";
 import { createWalletClient, defineChain, http, publicActions } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { nonceManager } from "viem/nonce";
@@ -16,8 +17,9 @@ import { nonceManager } from "viem/nonce";
  * @param {string} opts.key 0x-prefixed private key of the facilitator account
  * @param {string} [opts.network] CAIP-2 network, default eip155:1337
  * @param {number} [opts.pollingIntervalMs] receipt polling interval, default 100
+ * @param {boolean} [opts.upto] also serve the upto scheme (Permit2), default false
  */
-export function newTsFacilitator({ rpcUrl, key, network = "eip155:1337", pollingIntervalMs = 100 }) {
+export function newTsFacilitator({ rpcUrl, key, network = "eip155:1337", pollingIntervalMs = 100, upto = false }) {
   const chainId = Number(network.split(":")[1]);
   const chain = defineChain({
     id: chainId,
@@ -42,6 +44,9 @@ export function newTsFacilitator({ rpcUrl, key, network = "eip155:1337", polling
   });
   const scheme = new ExactEvmScheme(signer);
   const facilitator = new x402Facilitator().register(network, scheme);
+  if (upto) {
+    facilitator.register(network, new UptoEvmScheme(signer));
+  }
   return { facilitator, scheme, address: account.address };
 }
 

@@ -1,5 +1,6 @@
 // The official TypeScript facilitator (x402Facilitator with the @x402/evm exact
-// scheme) as an HTTP service, the reference to measure ours against:
+// scheme, and its upto scheme when SCHEMES says so) as an HTTP service, the
+// reference to measure ours against:
 //   GET  /supported
 //   POST /verify   {"x402Version":2,"paymentPayload":...,"paymentRequirements":...}
 //   POST /settle   same body
@@ -12,6 +13,7 @@
 //   PORT                 port on 127.0.0.1 (default 0: any free port)
 //   NETWORK              CAIP-2 network (default eip155:1337)
 //   POLLING_INTERVAL_MS  receipt polling interval (default 100)
+//   SCHEMES              "exact" (default) or "exact,upto"
 //
 // Once listening it prints one JSON line on stdout:
 // {"ready":true,"port":N,"address":"0x..."}.
@@ -23,6 +25,7 @@ const { facilitator, address } = newTsFacilitator({
   key: env("ts-facilitator", "FACILITATOR_KEY"),
   network: env("ts-facilitator", "NETWORK", "eip155:1337"),
   pollingIntervalMs: Number(env("ts-facilitator", "POLLING_INTERVAL_MS", "100")),
+  upto: env("ts-facilitator", "SCHEMES", "exact").split(",").includes("upto"),
 });
 
 const maxBody = 64 << 10;

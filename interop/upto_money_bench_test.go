@@ -24,7 +24,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
-// The money check of upto (issue 15): many paid calls with random max_tokens
+// The money check of upto (D27): many paid calls with random max_tokens
 // and random answer lengths, and the sum paid on chain must equal the sum of
 // the charges the rule (pricing.Charge) gives from each answer's reported
 // usage, to the atomic unit. docs/BENCHMARKS.md has the commands and results.
@@ -60,7 +60,7 @@ func TestUptoMoney(t *testing.T) {
 // -count run draws its calls from its own seed.
 var moneyRuns atomic.Uint64
 
-// BenchmarkUptoMoney is the money check of issue 15: 1,000 paid upto calls
+// BenchmarkUptoMoney is the money check of upto (D27): 1,000 paid upto calls
 // from 8 clients through our gateway on anvil, each b.N a fresh chain and a
 // new seed (moneySeed, moneySeed+1, ... over the rounds of all runs). It
 // fails when a call fails or when the sum paid on chain, the payer's loss,

@@ -132,14 +132,28 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	}
 	sw.done()
 	text.add([]byte("[DONE]"))
-	if text.over {
-		s.log.Error("stream too large to record", "key", pd.Key(), "limit", store.MaxStagedBody)
-		pd.Abandon(r.Context())
-		return nil
-	}
-	pd.Record(r.Context(), store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
-	pd.Promote(r.Context(), sr)
+	s.keepText(r.Context(), pd, &text, sr, true)
 	return nil
+}
+
+// keepText keeps the SSE text of a stream that ended: recorded and promoted
+// once paid, so that a replay renders it as written; staged with the pending
+// claim otherwise (D3), and recorded for its recovery record to wait. A text
+// over store.MaxStagedBody is abandoned: never replayable.
+func (s *Server) keepText(ctx context.Context, pd *paywall.Fresh, text *sseText, sr *x402.SettleResponse, paid bool) {
+	if text.over {
+		s.log.Error("stream too large to keep", "key", pd.Key(), "limit", store.MaxStagedBody)
+		pd.Abandon(ctx)
+		return
+	}
+	body := text.buf.Bytes()
+	if !paid {
+		pd.Hold(ctx, store.StagedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: body})
+	}
+	pd.Record(ctx, store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: body})
+	if paid {
+		pd.Promote(ctx, sr)
+	}
 }
 
 // deliverThenSettle runs the rest of a stream paid with upto (D27's
@@ -221,21 +235,13 @@ func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, q *qu
 	}
 	sw.done()
 	text.add([]byte("[DONE]"))
-	switch {
-	case out == paywall.Failed:
+	if out == paywall.Failed {
 		pd.Abandon(r.Context()) // not paid: never replayable
-	case text.over:
-		s.log.Error("stream too large to record", "key", pd.Key(), "limit", store.MaxStagedBody)
-		pd.Abandon(r.Context())
-	case out == paywall.Paid:
-		pd.Record(r.Context(), store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
-		pd.Promote(r.Context(), sr)
-	default:
-		// Pending or unresolved: the buyer got the answer, and a retry with
-		// the same payment gets it again once the settlement is seen paid.
-		pd.Hold(r.Context(), store.StagedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
-		pd.Record(r.Context(), store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+		return nil
 	}
+	// Pending or unresolved, the buyer got the answer, and a retry with the
+	// same payment gets it again once the settlement is seen paid.
+	s.keepText(r.Context(), pd, &text, sr, out == paywall.Paid)
 	return nil
 }
 
@@ -279,14 +285,8 @@ func (s *Server) stageStream(ctx context.Context, pd *paywall.Fresh, st interfac
 		text.add(ev)
 	}
 	text.add([]byte("[DONE]"))
-	if text.over {
-		s.log.Error("stream too large to stage", "key", pd.Key(), "limit", store.MaxStagedBody)
-		pd.Abandon(ctx)
-		return
-	}
-	pd.Hold(ctx, store.StagedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
 	// The recovery record waits, staged, for the settlement to be seen mined.
-	pd.Record(ctx, store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream", Body: text.buf.Bytes()})
+	s.keepText(ctx, pd, &text, nil, false)
 }
 
 // withCost annotates the chunk that carries usage (the last one) with what was

@@ -150,10 +150,6 @@ func (f *Fresh) Settle(ctx context.Context) (*x402.SettleResponse, Outcome) {
 // charge Charge sets rather than for the quote.
 func (f *Fresh) Upto() bool { return f.offer.Scheme == upto.Scheme }
 
-// Maximum is what the payment authorizes: the quote for exact, the permit's
-// maximum for upto.
-func (f *Fresh) Maximum() *big.Int { return new(big.Int).Set(f.auth.value()) }
-
 // Charge sets what an upto payment settles for (D27), at most its maximum:
 // a larger charge is capped, since the facilitator would refuse it and the
 // answer would be withheld. It does nothing to an exact payment, whose

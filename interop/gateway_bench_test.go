@@ -552,11 +552,10 @@ func startBenchGateway(tb testing.TB, c *testChain, upstreamURL string, sale ben
 	var uptoSale *gateway.Upto
 	if sale.upto {
 		facCfg.Schemes = []string{exact.Scheme, upto.Scheme}
-		extra, err := x402.Marshal(map[string]string{"facilitatorAddress": sender.Address().Hex()})
-		if err != nil {
+		var err error
+		if uptoSale, err = gateway.NewUpto(sender.Address(), sale.minCharge, false); err != nil {
 			tb.Fatal(err)
 		}
-		uptoSale = &gateway.Upto{Extra: extra, MinCharge: sale.minCharge}
 	}
 	if sale.price == (pricing.Price{}) {
 		sale.price = pricing.Price{Input: benchInputPrice, Output: benchOutputPrice}

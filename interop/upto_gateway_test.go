@@ -24,11 +24,11 @@ func gatewayUpto(t *testing.T, cfg *config.Config, settler common.Address) *gate
 	if err != nil {
 		t.Fatal(err)
 	}
-	extra, err := x402.Marshal(map[string]string{"facilitatorAddress": settler.Hex()})
+	u, err := gateway.NewUpto(settler, minCharge, cfg.Network.Upto.Streaming == config.UptoExactOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &gateway.Upto{Extra: extra, MinCharge: minCharge, ExactOnlyStreams: cfg.Network.Upto.Streaming == config.UptoExactOnly}
+	return u
 }
 
 // uptoCost is the part of x_llm4agents an upto payment adds.

@@ -28,7 +28,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/upstream"
-	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
@@ -220,12 +219,7 @@ func gatewayUpto(cfg *config.Config, settler common.Address) (*gateway.Upto, err
 	if err != nil {
 		return nil, err
 	}
-	extra, err := x402.Marshal(map[string]string{"facilitatorAddress": settler.Hex()})
-	if err != nil {
-		return nil, err
-	}
-	return &gateway.Upto{Extra: extra, MinCharge: minCharge,
-		ExactOnlyStreams: cfg.Network.Upto.Streaming == config.UptoExactOnly}, nil
+	return gateway.NewUpto(settler, minCharge, cfg.Network.Upto.Streaming == config.UptoExactOnly)
 }
 
 // remoteUptoSettler asks a remote facilitator, at start, which address

@@ -116,6 +116,16 @@ type Upto struct {
 	ExactOnlyStreams bool
 }
 
+// NewUpto is the Upto of a gateway whose upto permits settler settles (the
+// facilitator's address the buyer signs into the permit's witness).
+func NewUpto(settler common.Address, minCharge *big.Int, exactOnlyStreams bool) (*Upto, error) {
+	extra, err := x402.Marshal(map[string]string{"facilitatorAddress": settler.Hex()})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: upto extra: %w", err)
+	}
+	return &Upto{Extra: extra, MinCharge: minCharge, ExactOnlyStreams: exactOnlyStreams}, nil
+}
+
 // extra is u's offer extra, nil when u is.
 func (u *Upto) extra() json.RawMessage {
 	if u == nil {

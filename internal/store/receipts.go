@@ -33,7 +33,13 @@ type StoredReceipt struct {
 	Seq int64
 	// Envelope is the signed receipt as served: JSON {"receipt":..., "signature":...},
 	// at most MaxReceiptBytes.
-	Envelope  []byte
+	Envelope []byte
+	// Leaf, when set, is the receipt's leaf in the receipt log: PutReceipt
+	// queues it (as ReceiptLog.AppendLog would, under RequestID) in the same
+	// atomic write that keeps the receipt, so that no kept receipt misses
+	// the log and no leaf names a receipt that was not kept. Receipt and
+	// ReceiptsOf do not return it.
+	Leaf      []byte
 	CreatedAt time.Time // set by the store
 }
 
@@ -53,15 +59,18 @@ func (r StoredReceipt) Validate() error {
 		return errors.New("empty receipt envelope")
 	case len(r.Envelope) > MaxReceiptBytes:
 		return fmt.Errorf("receipt envelope of %d bytes, over %d", len(r.Envelope), MaxReceiptBytes)
+	case len(r.Leaf) > MaxLeafBytes:
+		return fmt.Errorf("leaf of %d bytes, over %d", len(r.Leaf), MaxLeafBytes)
 	}
 	return nil
 }
 
 // Receipts keeps signed receipts.
 type Receipts interface {
-	// PutReceipt stores r once: a second PutReceipt with the same request id
-	// and the same envelope succeeds and changes nothing; with another
-	// envelope, owner or seq it is ErrConflict.
+	// PutReceipt stores r once, and queues its Leaf in the receipt log when
+	// set: a second PutReceipt with the same request id and the same
+	// envelope succeeds and changes nothing; with another envelope, owner or
+	// seq, or a leaf other than the one queued, it is ErrConflict.
 	PutReceipt(ctx context.Context, r StoredReceipt) error
 	// Receipt returns the receipt of requestID; ErrNotFound if absent.
 	Receipt(ctx context.Context, requestID string) (StoredReceipt, error)

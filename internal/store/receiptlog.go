@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The receipt log (D31): an append-only Merkle tree of receipt leaves, one
+// The receipt log (D30): an append-only Merkle tree of receipt leaves, one
 // per gateway, shared by every replica through the store. A receipt's leaf
 // is queued (pending) in the same write that keeps the receipt; one replica
 // at a time, holding the log lease, integrates the pending leaves: it gives

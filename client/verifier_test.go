@@ -28,6 +28,7 @@ func paidReceipt() *receipt.Receipt {
 		RequestID: common.HexToHash("0x01"), Account: testchain.DevAddress(0), Model: "gpt-4o-mini",
 		InputTokens: big.NewInt(12), OutputTokens: big.NewInt(34), Amount: big.NewInt(10000),
 		BalanceAfter: big.NewInt(0), LedgerSeq: big.NewInt(1), IssuedAt: 1_800_000_000,
+		Rail: receipt.RailExact, Network: "eip155:8453", Payment: common.HexToHash("0x02"),
 	}
 }
 

@@ -69,19 +69,21 @@ func receipts() map[string]receipt.Receipt {
 		BalanceAfter: big.NewInt(987_654_321),
 		LedgerSeq:    big.NewInt(42),
 		IssuedAt:     1_764_000_000,
+		Rail:         receipt.RailCredits,
+		Salt:         crypto.Keccak256Hash([]byte("salt 1")),
+		LogBy:        1_764_000_002,
 	}
 	wallet := base
 	wallet.KeyID, wallet.OutputTokens, wallet.Amount = common.Hash{}, big.NewInt(0), big.NewInt(0)
+	wallet.Rail, wallet.Network, wallet.Payment = receipt.RailUpto, "eip155:8453", crypto.Keccak256Hash([]byte("permit2 nonce"))
 	maxed := base
 	maxed.InputTokens, maxed.OutputTokens, maxed.Amount, maxed.BalanceAfter, maxed.LedgerSeq =
 		maxUint256, maxUint256, maxUint256, maxUint256, maxUint256
-	maxed.IssuedAt = 1<<53 - 1 // the wire's issuedAt is a JSON number: exact in JavaScript up to 2^53 - 1
+	maxed.IssuedAt, maxed.LogBy = 1<<53-1, 1<<53-1 // the wire's issuedAt and logBy are JSON numbers: exact in JavaScript up to 2^53 - 1
 	unicode := base
-	unicode.Model = "modèle-日本語-🚀 \"quoted\" \\ \u2028"
-	empty := base
-	empty.Model = ""
+	unicode.Model = "modèle-日本語-🚀\"quoted\"\\"
 	return map[string]receipt.Receipt{"key-paid": base, "wallet-paid": wallet, "max-uint256": maxed,
-		"unicode-model": unicode, "empty-model": empty}
+		"unicode-model": unicode}
 }
 
 // tampered returns the base receipt with each field changed in turn.
@@ -93,6 +95,9 @@ func tampered(base receipt.Receipt) map[string]receipt.Receipt {
 		"account":      func(r *receipt.Receipt) { r.Account[19] ^= 1 },
 		"keyId":        func(r *receipt.Receipt) { r.KeyID = common.Hash{} },
 		"model":        func(r *receipt.Receipt) { r.Model = "gpt-4o" },
+		"rail":         func(r *receipt.Receipt) { r.Rail, r.Network = receipt.RailExact, "eip155:8453" },
+		"salt":         func(r *receipt.Receipt) { r.Salt[0] ^= 1 },
+		"logBy":        func(r *receipt.Receipt) { r.LogBy++ },
 		"inputTokens":  func(r *receipt.Receipt) { r.InputTokens = plus1(r.InputTokens) },
 		"outputTokens": func(r *receipt.Receipt) { r.OutputTokens = plus1(r.OutputTokens) },
 		"amount":       func(r *receipt.Receipt) { r.Amount = plus1(r.Amount) },
@@ -161,7 +166,7 @@ func receiptCases(t *testing.T, signer *credits.Signer) []receiptCase {
 	}
 	all := receipts()
 	var base credits.SignedReceipt
-	for _, name := range []string{"key-paid", "wallet-paid", "max-uint256", "unicode-model", "empty-model"} {
+	for _, name := range []string{"key-paid", "wallet-paid", "max-uint256", "unicode-model"} {
 		s, err := signer.Sign(all[name])
 		if err != nil {
 			t.Fatalf("Sign(%s): %v", name, err)
@@ -189,7 +194,7 @@ func receiptCases(t *testing.T, signer *credits.Signer) []receiptCase {
 	for name, other := range map[string]receipt.Domain{
 		"other chainId": {Name: d.Name, Version: d.Version, ChainID: new(big.Int).Add(d.ChainID, big.NewInt(1))},
 		"other name":    {Name: d.Name + "x", Version: d.Version, ChainID: d.ChainID},
-		"other version": {Name: d.Name, Version: "2", ChainID: d.ChainID},
+		"other version": {Name: d.Name, Version: "1", ChainID: d.ChainID},
 	} {
 		c := add("domain with "+name, base.Receipt, base.Signature, other, false)
 		c.Domain = toWire(other)

@@ -16,8 +16,8 @@ import { readStdin } from "./ts-facilitator-lib.mjs";
 const input = JSON.parse(await readStdin());
 const types = { Receipt: input.types.Receipt };
 const toDomain = (d) => ({ ...d, chainId: BigInt(d.chainId) });
-// The wire form carries uint256 values as decimal strings and issuedAt as a
-// number; viem encodes integers from bigints.
+// The wire form carries uint256 values as decimal strings, issuedAt and logBy as
+// numbers; viem encodes integers from bigints.
 const ints = input.types.Receipt.filter((f) => f.type.startsWith("uint")).map((f) => f.name);
 
 const out = [];

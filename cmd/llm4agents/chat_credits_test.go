@@ -116,7 +116,7 @@ func TestChatCreditsReceipts(t *testing.T) {
 	reqID := common.HexToHash("0x01")
 	envelopeOf := func(s *credits.Signer, id common.Hash, amount int64) string {
 		signed, err := s.Sign(receipt.Receipt{RequestID: id, Model: "demo", InputTokens: big.NewInt(3), OutputTokens: big.NewInt(5),
-			Amount: big.NewInt(amount), BalanceAfter: big.NewInt(100), LedgerSeq: big.NewInt(7), IssuedAt: 1_800_000_000})
+			Amount: big.NewInt(amount), BalanceAfter: big.NewInt(100), LedgerSeq: big.NewInt(7), IssuedAt: 1_800_000_000, Rail: receipt.RailCredits})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -234,6 +234,7 @@ func (g *accountGateway) addReceipt(tb testing.TB, amount int64, forge func(*rec
 		Account:   devchain.Address(demoBuyer), Model: "demo",
 		InputTokens: big.NewInt(12), OutputTokens: big.NewInt(30), Amount: big.NewInt(amount),
 		BalanceAfter: big.NewInt(1_000_000 - amount), LedgerSeq: big.NewInt(int64(len(g.receipts) + 1)), IssuedAt: 1_800_000_000,
+		Rail: receipt.RailCredits,
 	}
 	signed, err := g.signer.Sign(r)
 	if err != nil {

@@ -26,6 +26,7 @@ func testReceipt() receipt.Receipt {
 		KeyID: common.HexToHash("0x02"), Model: "gpt-4o-mini",
 		InputTokens: big.NewInt(120), OutputTokens: big.NewInt(80), Amount: big.NewInt(1234),
 		BalanceAfter: big.NewInt(998766), LedgerSeq: big.NewInt(42), IssuedAt: 1_790_000_000,
+		Rail: receipt.RailCredits,
 	}
 }
 

@@ -444,12 +444,15 @@ func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (
 	if issued.IsZero() {
 		issued = s.now()
 	}
-	return s.cfg.Credits.Signer.Sign(receipt.Receipt{
+	r := receipt.Receipt{
 		RequestID: common.HexToHash(call.id), Account: call.payer, KeyID: keyID, Model: call.q.model.ID,
 		InputTokens: big.NewInt(u.PromptTokens), OutputTokens: big.NewInt(u.CompletionTokens),
 		Amount: ch.Charged, BalanceAfter: ch.BalanceAfter, LedgerSeq: big.NewInt(ch.Seq),
 		IssuedAt: uint64(max(issued.Unix(), 0)), // #nosec G115 -- clamped at zero
-	})
+		Rail:     receipt.RailCredits,
+	}
+	_, _ = rand.Read(r.Salt[:]) // never fails (crypto/rand)
+	return s.cfg.Credits.Signer.Sign(r)
 }
 
 // releaseCredit ends call with nothing charged: nothing was delivered.

@@ -10,5 +10,11 @@
 // in a stream's final usage chunk; a buyer decodes with DecodeHeader or
 // ParseEnvelope and checks the signature with Verify against the signer the
 // origin publishes (client.ReceiptVerifier fetches and caches that document).
+//
+// Every receipt is also a leaf of the gateway's public receipt log (D30):
+// Leaf is its public part and a commitment to the rest; Checkpoint, Proof,
+// VerifyInclusion and CheckConsistency check that the log includes it and
+// never rewrote its history, in the formats of C2SP tlog-checkpoint,
+// signed-note and tlog-tiles (TilePath, EntryBundle).
 // Everything here is a pure function of its arguments: no I/O.
 package receipt

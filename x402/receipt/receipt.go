@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
@@ -26,8 +28,18 @@ const Header = "X-Llm4agents-Receipt"
 // The receipt domain's fixed fields; chainId comes from the gateway's
 // configuration.
 const (
-	DomainName    = "llm4agents"
-	DomainVersion = "1"
+	DomainName = "llm4agents"
+	// DomainVersion 2 added rail, network, payment, salt and logBy (D30):
+	// a receipt of version 1 does not verify as version 2, and the other way
+	// round, so a buyer never reads an old receipt with the new meaning.
+	DomainVersion = "2"
+)
+
+// Rails: how a call was paid.
+const (
+	RailCredits = "credits" // drawn from prepaid credits (an API key or the account)
+	RailExact   = "exact"   // an x402 exact payment of the quote
+	RailUpto    = "upto"    // an x402 upto payment of the tokens used
 )
 
 // PrimaryType is the EIP-712 primary type of a receipt.
@@ -36,7 +48,8 @@ const PrimaryType = "Receipt"
 // TypeString is the EIP-712 encoding of the receipt type; signer and verifier
 // hash it byte for byte.
 const TypeString = "Receipt(bytes32 requestId,address account,bytes32 keyId,string model," +
-	"uint256 inputTokens,uint256 outputTokens,uint256 amount,uint256 balanceAfter,uint256 ledgerSeq,uint64 issuedAt)"
+	"uint256 inputTokens,uint256 outputTokens,uint256 amount,uint256 balanceAfter,uint256 ledgerSeq,uint64 issuedAt," +
+	"string rail,string network,bytes32 payment,bytes32 salt,uint64 logBy)"
 
 // receiptDomainTypeString is the EIP-712 encoding of the receipt domain: no
 // verifyingContract, since no contract checks receipts.
@@ -75,6 +88,11 @@ func Types() map[string][]TypedField {
 			{Name: "balanceAfter", Type: "uint256"},
 			{Name: "ledgerSeq", Type: "uint256"},
 			{Name: "issuedAt", Type: "uint64"},
+			{Name: "rail", Type: "string"},
+			{Name: "network", Type: "string"},
+			{Name: "payment", Type: "bytes32"},
+			{Name: "salt", Type: "bytes32"},
+			{Name: "logBy", Type: "uint64"},
 		},
 	}
 }
@@ -93,10 +111,10 @@ func NewDomain(chainID *big.Int) Domain {
 	return Domain{Name: DomainName, Version: DomainVersion, ChainID: chainID}
 }
 
-// Receipt is what the gateway signs for each call. Amounts are atomic
+// Receipt is what the gateway signs for each paid call. Amounts are atomic
 // units of the payment asset; KeyID is zero for a wallet-paid call. On the wire
 // (MarshalJSON) bytes32 and addresses are 0x-hex, uint256 values are decimal
-// strings and issuedAt (unix seconds) is a JSON number.
+// strings and issuedAt and logBy (unix seconds) are JSON numbers.
 type Receipt struct {
 	RequestID    common.Hash
 	Account      common.Address
@@ -108,6 +126,25 @@ type Receipt struct {
 	BalanceAfter *big.Int
 	LedgerSeq    *big.Int
 	IssuedAt     uint64
+	// Rail is how the call was paid: RailCredits, RailExact or RailUpto.
+	Rail string
+	// Network is the CAIP-2 network an x402 payment settles on; empty for
+	// credits.
+	Network string
+	// Payment names an x402 payment on its network: the EIP-3009 nonce
+	// (exact) or the Permit2 nonce (upto) of the payer's authorization,
+	// which the settling transfer's logs carry; it is known when the answer
+	// is sent, before a streamed call's settlement is mined. Zero for
+	// credits.
+	Payment common.Hash
+	// Salt is random, new for each receipt: it makes the receipt's digest,
+	// which the public log publishes, a commitment that reveals nothing of
+	// the receipt to whoever does not hold it (D30).
+	Salt common.Hash
+	// LogBy is when (unix seconds) the gateway's receipt log includes this
+	// receipt at the latest: its promise, checked by the buyer. Zero when
+	// the gateway keeps no log.
+	LogBy uint64
 }
 
 // receiptJSON is the wire form of a Receipt.
@@ -122,6 +159,11 @@ type receiptJSON struct {
 	BalanceAfter string `json:"balanceAfter"`
 	LedgerSeq    string `json:"ledgerSeq"`
 	IssuedAt     uint64 `json:"issuedAt"`
+	Rail         string `json:"rail"`
+	Network      string `json:"network"`
+	Payment      string `json:"payment"`
+	Salt         string `json:"salt"`
+	LogBy        uint64 `json:"logBy"`
 }
 
 // Receipt errors.
@@ -149,14 +191,54 @@ func (r *Receipt) ints() [5]struct {
 	}
 }
 
-// check reports a receipt whose integers are missing or do not fit uint256.
+// MaxTextLen bounds a receipt's model and network, which are printable
+// UTF-8 without spaces, as the gateway's config takes model names: a leaf
+// (Leaf) then holds each on one line.
+const MaxTextLen = 256
+
+// check reports a receipt whose integers are missing or do not fit
+// uint256, whose model or network is not short printable UTF-8 without
+// spaces, or whose rail is unknown or does not agree with its network and
+// payment.
 func (r *Receipt) check() error {
 	for _, n := range r.ints() {
 		if n.v == nil || n.v.Sign() < 0 || n.v.BitLen() > 256 {
 			return fmt.Errorf("%w: %s is missing or not a uint256", ErrMalformed, n.name)
 		}
 	}
+	if !printable(r.Model) || r.Model == "" {
+		return fmt.Errorf("%w: model is empty, over %d bytes, or not printable UTF-8 without spaces", ErrMalformed, MaxTextLen)
+	}
+	if !printable(r.Network) {
+		return fmt.Errorf("%w: network is over %d bytes, or not printable UTF-8 without spaces", ErrMalformed, MaxTextLen)
+	}
+	switch r.Rail {
+	case RailCredits:
+		if r.Network != "" || r.Payment != (common.Hash{}) {
+			return fmt.Errorf("%w: a credits receipt has no network or payment", ErrMalformed)
+		}
+	case RailExact, RailUpto:
+		if r.Network == "" {
+			return fmt.Errorf("%w: an x402 receipt names its network", ErrMalformed)
+		}
+	default:
+		return fmt.Errorf("%w: rail is not %s, %s or %s", ErrMalformed, RailCredits, RailExact, RailUpto)
+	}
 	return nil
+}
+
+// printable reports whether s is at most MaxTextLen bytes of valid UTF-8,
+// printable and without spaces.
+func printable(s string) bool {
+	if len(s) > MaxTextLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) || unicode.IsSpace(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // MarshalJSON encodes the wire form.
@@ -168,6 +250,7 @@ func (r Receipt) MarshalJSON() ([]byte, error) {
 		RequestID: r.RequestID.Hex(), Account: r.Account.Hex(), KeyID: r.KeyID.Hex(), Model: r.Model,
 		InputTokens: r.InputTokens.String(), OutputTokens: r.OutputTokens.String(), Amount: r.Amount.String(),
 		BalanceAfter: r.BalanceAfter.String(), LedgerSeq: r.LedgerSeq.String(), IssuedAt: r.IssuedAt,
+		Rail: r.Rail, Network: r.Network, Payment: r.Payment.Hex(), Salt: r.Salt.Hex(), LogBy: r.LogBy,
 	})
 }
 
@@ -201,6 +284,12 @@ func (r *Receipt) UnmarshalJSON(b []byte) error {
 	if out.KeyID, err = parseBytes32(w.KeyID); err != nil {
 		return fmt.Errorf("%w: keyId: %w", ErrMalformed, err)
 	}
+	if out.Payment, err = parseBytes32(w.Payment); err != nil {
+		return fmt.Errorf("%w: payment: %w", ErrMalformed, err)
+	}
+	if out.Salt, err = parseBytes32(w.Salt); err != nil {
+		return fmt.Errorf("%w: salt: %w", ErrMalformed, err)
+	}
 	if out.Account, err = exact.ParseAddress(w.Account); err != nil {
 		return fmt.Errorf("%w: account: %w", ErrMalformed, err)
 	}
@@ -216,6 +305,10 @@ func (r *Receipt) UnmarshalJSON(b []byte) error {
 		}
 	}
 	out.Model, out.IssuedAt = w.Model, w.IssuedAt
+	out.Rail, out.Network, out.LogBy = w.Rail, w.Network, w.LogBy
+	if err := out.check(); err != nil {
+		return err
+	}
 	*r = out
 	return nil
 }
@@ -250,7 +343,7 @@ func (r *Receipt) structHash() (common.Hash, error) {
 	if err := r.check(); err != nil {
 		return common.Hash{}, err
 	}
-	var buf [11 * 32]byte
+	var buf [16 * 32]byte
 	copy(buf[0:], receiptTypeHash[:])
 	copy(buf[32:], r.RequestID[:])
 	copy(buf[64+12:], r.Account[:])
@@ -261,6 +354,12 @@ func (r *Receipt) structHash() (common.Hash, error) {
 		n.v.FillBytes(buf[160+32*i : 192+32*i])
 	}
 	new(big.Int).SetUint64(r.IssuedAt).FillBytes(buf[320:352])
+	rail, network := crypto.Keccak256Hash([]byte(r.Rail)), crypto.Keccak256Hash([]byte(r.Network))
+	copy(buf[352:], rail[:])
+	copy(buf[384:], network[:])
+	copy(buf[416:], r.Payment[:])
+	copy(buf[448:], r.Salt[:])
+	new(big.Int).SetUint64(r.LogBy).FillBytes(buf[480:512])
 	return crypto.Keccak256Hash(buf[:]), nil
 }
 

@@ -32,6 +32,11 @@ func testReceipt() *receipt.Receipt {
 		BalanceAfter: big.NewInt(0),
 		LedgerSeq:    big.NewInt(42),
 		IssuedAt:     1_800_000_000,
+		Rail:         receipt.RailExact,
+		Network:      "eip155:8453",
+		Payment:      common.HexToHash("0x6a1f00000000000000000000000000000000000000000000000000000000c0de"),
+		Salt:         common.HexToHash("0x5a175a175a175a175a175a175a175a175a175a175a175a175a175a175a175a17"),
+		LogBy:        1_800_000_002,
 	}
 }
 
@@ -55,6 +60,7 @@ func typedData(tb testing.TB, d receipt.Domain, r *receipt.Receipt) apitypes.Typ
 		tb.Fatal(err)
 	}
 	msg["issuedAt"] = strconv.FormatUint(r.IssuedAt, 10) // exact, where float64 is not
+	msg["logBy"] = strconv.FormatUint(r.LogBy, 10)
 	return apitypes.TypedData{
 		Types:       types,
 		PrimaryType: receipt.PrimaryType,
@@ -84,14 +90,15 @@ func TestReceiptTypes(t *testing.T) {
 	if got := string(td.EncodeType(receipt.PrimaryType)); got != receipt.TypeString {
 		t.Errorf("apitypes encodes the type as %q, want D18's %q", got, receipt.TypeString)
 	}
-	const d18 = "Receipt(bytes32 requestId,address account,bytes32 keyId,string model,uint256 inputTokens,uint256 outputTokens,uint256 amount,uint256 balanceAfter,uint256 ledgerSeq,uint64 issuedAt)"
-	if receipt.TypeString != d18 {
-		t.Errorf("ReceiptTypeString = %q, want D18's %q", receipt.TypeString, d18)
+	const d30 = "Receipt(bytes32 requestId,address account,bytes32 keyId,string model,uint256 inputTokens,uint256 outputTokens,uint256 amount,uint256 balanceAfter,uint256 ledgerSeq,uint64 issuedAt," +
+		"string rail,string network,bytes32 payment,bytes32 salt,uint64 logBy)"
+	if receipt.TypeString != d30 {
+		t.Errorf("ReceiptTypeString = %q, want D30's %q", receipt.TypeString, d30)
 	}
 	if got := string(td.EncodeType("EIP712Domain")); got != "EIP712Domain(string name,string version,uint256 chainId)" {
 		t.Errorf("domain type %q", got)
 	}
-	if d := receipt.NewDomain(big.NewInt(8453)); d.Name != "llm4agents" || d.Version != "1" || d.ChainID.Int64() != 8453 {
+	if d := receipt.NewDomain(big.NewInt(8453)); d.Name != "llm4agents" || d.Version != "2" || d.ChainID.Int64() != 8453 {
 		t.Errorf("NewReceiptDomain = %+v", d)
 	}
 }
@@ -100,13 +107,15 @@ func TestReceiptDigest(t *testing.T) {
 	maxU256 := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
 	huge := testReceipt()
 	huge.InputTokens, huge.OutputTokens, huge.Amount, huge.BalanceAfter, huge.LedgerSeq = maxU256, maxU256, maxU256, maxU256, maxU256
-	huge.IssuedAt = 1<<64 - 1
+	huge.IssuedAt, huge.LogBy = 1<<64-1, 1<<64-1
+	huge.Salt, huge.Payment = common.HexToHash("0x"+strings.Repeat("ff", 32)), common.HexToHash("0x"+strings.Repeat("ff", 32))
+	huge.Network = strings.Repeat("n", receipt.MaxTextLen)
 	huge.KeyID = common.HexToHash("0xffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff")
 	unicode := testReceipt()
-	unicode.Model = "modèle/🦙 \"quoted\" <b>"
-	empty := testReceipt()
-	empty.Model = ""
-	for name, r := range map[string]*receipt.Receipt{"typical": testReceipt(), "maximal": huge, "unicode model": unicode, "empty model": empty} {
+	unicode.Model = "modèle/🦙\"quoted\"<b>"
+	credits := testReceipt()
+	credits.Rail, credits.Network, credits.Payment = receipt.RailCredits, "", common.Hash{}
+	for name, r := range map[string]*receipt.Receipt{"typical": testReceipt(), "maximal": huge, "unicode model": unicode, "credits": credits} {
 		for _, d := range []receipt.Domain{receipt.NewDomain(big.NewInt(1337)), receipt.NewDomain(big.NewInt(8453)), {Name: "other", Version: "2", ChainID: maxU256}} {
 			want, _, err := apitypes.TypedDataAndHash(typedData(t, d, r))
 			if err != nil {
@@ -165,7 +174,12 @@ func TestVerifyReceipt(t *testing.T) {
 		"ledgerSeq":    func(r *receipt.Receipt, _ *receipt.Domain) { r.LedgerSeq = big.NewInt(43) },
 		"issuedAt":     func(r *receipt.Receipt, _ *receipt.Domain) { r.IssuedAt++ },
 		"domain name":  func(_ *receipt.Receipt, d *receipt.Domain) { d.Name = "llm4agentz" },
-		"version":      func(_ *receipt.Receipt, d *receipt.Domain) { d.Version = "2" },
+		"version":      func(_ *receipt.Receipt, d *receipt.Domain) { d.Version = "1" },
+		"rail":         func(r *receipt.Receipt, _ *receipt.Domain) { r.Rail = receipt.RailUpto },
+		"network":      func(r *receipt.Receipt, _ *receipt.Domain) { r.Network = "eip155:84532" },
+		"payment":      func(r *receipt.Receipt, _ *receipt.Domain) { r.Payment[0] ^= 1 },
+		"salt":         func(r *receipt.Receipt, _ *receipt.Domain) { r.Salt[31] ^= 1 },
+		"logBy":        func(r *receipt.Receipt, _ *receipt.Domain) { r.LogBy++ },
 		"chainId":      func(_ *receipt.Receipt, d *receipt.Domain) { d.ChainID = big.NewInt(1) },
 	}
 	for name, f := range tamper {
@@ -227,7 +241,9 @@ func TestReceiptWire(t *testing.T) {
 	}
 	want := `{"receipt":{"requestId":"0x8f3a0c1e9a8b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d","account":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",` +
 		`"keyId":"0x0000000000000000000000000000000000000000000000000000000000000000","model":"gpt-4o-mini","inputTokens":"1234","outputTokens":"567",` +
-		`"amount":"10000","balanceAfter":"0","ledgerSeq":"42","issuedAt":1800000000},"signature":"0x`
+		`"amount":"10000","balanceAfter":"0","ledgerSeq":"42","issuedAt":1800000000,"rail":"exact","network":"eip155:8453",` +
+		`"payment":"0x6a1f00000000000000000000000000000000000000000000000000000000c0de",` +
+		`"salt":"0x5a175a175a175a175a175a175a175a175a175a175a175a175a175a175a175a17","logBy":1800000002},"signature":"0x`
 	if !strings.HasPrefix(string(raw), want) {
 		t.Errorf("envelope\n%s\nwant prefix\n%s", raw, want)
 	}
@@ -289,6 +305,18 @@ func TestReceiptWire(t *testing.T) {
 		"short account":          field("account", `"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb922"`),
 		"numeric model":          field("model", `1`),
 		"null model":             field("model", `null`),
+		"empty model":            field("model", `""`),
+		"model with a space":     field("model", `"gpt 4"`),
+		"model with a newline":   field("model", `"gpt\n4"`),
+		"unknown rail":           field("rail", `"card"`),
+		"missing rail":           field("rail", ""),
+		"x402 without network":   field("network", `""`),
+		"network over the limit": field("network", `"`+strings.Repeat("n", receipt.MaxTextLen+1)+`"`),
+		"short salt":             field("salt", `"0x1234"`),
+		"missing salt":           field("salt", ""),
+		"payment not hex":        field("payment", `"0x`+strings.Repeat("zz", 32)+`"`),
+		"string logBy":           field("logBy", `"1"`),
+		"negative logBy":         field("logBy", `-1`),
 		"deep":                   strings.Replace(good, `{"receipt"`, `{"x":`+strings.Repeat("[", 64)+strings.Repeat("]", 64)+`,"receipt"`, 1),
 		"short signature":        strings.Replace(good, `"signature":"0x`, `"signature":"0x00`, 1)[:len(good)-4] + `"}`,
 		"signature without 0x":   strings.Replace(good, `"signature":"0x`, `"signature":"00`, 1),

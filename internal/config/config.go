@@ -47,6 +47,8 @@ type Config struct {
 	Models      []Model     `yaml:"models"`
 	// Credits turns on prepaid credits (credits.go); off by default.
 	Credits Credits `yaml:"credits"`
+	// Log turns on the public receipt log (receiptlog.go); off by default.
+	Log ReceiptLog `yaml:"log"`
 
 	// demo marks the embedded demo configuration, whose chain and facilitator
 	// signer are in-process: it needs no RPC URL and no key source.
@@ -483,6 +485,7 @@ func (c *Config) SetDefaults() {
 		}
 	}
 	c.setCreditDefaults()
+	c.setLogDefaults()
 }
 
 func defaultPublicURL(listen string) string {
@@ -558,6 +561,7 @@ func (c *Config) validate() problems {
 	c.validateUpstreams(&p)
 	c.validateModels(&p)
 	c.validateCredits(&p)
+	c.validateLog(&p)
 	return p
 }
 

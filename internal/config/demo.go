@@ -31,7 +31,10 @@ func Demo() *Config {
 		}},
 		// Credits on, with a receipt key generated at start (ReceiptKey).
 		Credits: Credits{Enabled: true},
-		demo:    true,
+		// The receipt log on, with a checkpoint key generated at start
+		// (LogKey).
+		Log:  ReceiptLog{Enabled: true},
+		demo: true,
 	}
 	c.SetDefaults()
 	return c

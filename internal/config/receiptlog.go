@@ -1,0 +1,137 @@
+package config
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+)
+
+// ReceiptLog turns on the public receipt log (docs/DESIGN.md D30): every
+// receipt the gateway signs is a leaf of an append-only Merkle log that
+// every replica shares through the store, with checkpoints signed by the
+// log's key, served at /log/ for buyers and auditors to verify.
+type ReceiptLog struct {
+	// Enabled turns the log on; off by default, on in the demo.
+	Enabled bool `yaml:"enabled"`
+	// KeyFile or KeyEnv is where the checkpoint signing key is: exactly one
+	// of them, a signed-note private key ("PRIVATE+KEY+<origin>+<hash>+<base64>",
+	// as `llm4agents log keygen` writes it). The key's name is the log's
+	// origin, the first line of every checkpoint. Every replica uses the same
+	// key: a checkpoint is the log's, whichever replica signed it.
+	KeyFile string `yaml:"key_file"`
+	KeyEnv  string `yaml:"key_env"`
+	// MaxMergeDelay is the log's promise, written into every receipt
+	// (logBy): the log includes a receipt this long after it was issued, at
+	// the latest. Default DefaultMaxMergeDelay.
+	MaxMergeDelay time.Duration `yaml:"max_merge_delay"`
+}
+
+// Bounds of ReceiptLog.MaxMergeDelay. Below the minimum, integration
+// rounds would come faster than a store round trip; above the maximum, a
+// buyer waits longer to verify a bill than a reader waits for a page.
+const (
+	DefaultMaxMergeDelay = 2 * time.Second
+	MinMaxMergeDelay     = 200 * time.Millisecond
+	MaxMaxMergeDelay     = 10 * time.Minute
+)
+
+func (c *Config) setLogDefaults() {
+	if c.Log.Enabled && c.Log.MaxMergeDelay == 0 {
+		c.Log.MaxMergeDelay = DefaultMaxMergeDelay
+	}
+}
+
+func (c *Config) validateLog(p *problems) {
+	lg := &c.Log
+	if !lg.Enabled {
+		return
+	}
+	if !c.demo {
+		switch {
+		case lg.KeyFile == "" && lg.KeyEnv == "":
+			p.add("log.key_file", "is required with the receipt log: the checkpoint key's file, as `llm4agents log keygen` writes it (or set key_env)")
+		case lg.KeyFile != "" && lg.KeyEnv != "":
+			p.add("log.key_env", "set key_file or key_env, not both")
+		case lg.KeyEnv != "":
+			checkEnvName(p, "log.key_env", lg.KeyEnv)
+		}
+	}
+	if backend, msg := checkDSN(c.Store.DSN); c.Store.DSN != "" && msg == "" && backend == StoreRedis {
+		p.add("log.enabled", "needs a store that holds the log (sqlite:// or postgres://); Redis does not yet")
+	}
+	if lg.MaxMergeDelay < MinMaxMergeDelay || lg.MaxMergeDelay > MaxMaxMergeDelay {
+		p.add("log.max_merge_delay", "%s is not between %s and %s", lg.MaxMergeDelay, MinMaxMergeDelay, MaxMaxMergeDelay)
+	}
+}
+
+// LogKey returns the log's checkpoint signer and verifier, from the key's
+// file or variable. The demo, which names neither, gets a new key named
+// for its public URL's host: its checkpoints verify against the key it
+// publishes while it runs. Errors never repeat the key.
+func (c *Config) LogKey(getenv func(string) string) (note.Signer, note.Verifier, error) {
+	lg := c.Log
+	var skey string
+	if c.demo && lg.KeyFile == "" && lg.KeyEnv == "" {
+		var err error
+		if skey, _, err = note.GenerateKey(rand.Reader, c.logOrigin()); err != nil {
+			return nil, nil, fmt.Errorf("generate a log key: %w", err)
+		}
+	} else {
+		var err error
+		if skey, err = ReadSecret(lg.KeyFile, lg.KeyEnv, getenv); err != nil {
+			return nil, nil, fmt.Errorf("log key: %w", err)
+		}
+	}
+	return ParseLogKey(skey)
+}
+
+// logOrigin is the demo log's origin: its public URL without the scheme.
+func (c *Config) logOrigin() string {
+	o := strings.TrimPrefix(strings.TrimPrefix(c.PublicURL, "https://"), "http://")
+	return strings.TrimRight(o, "/") + "/receipts"
+}
+
+// ParseLogKey decodes a signed-note private key and derives its verifier.
+// Errors never repeat the key.
+func ParseLogKey(skey string) (note.Signer, note.Verifier, error) {
+	s, err := note.NewSigner(strings.TrimSpace(skey))
+	if err != nil {
+		return nil, nil, fmt.Errorf("log key is not a signed-note private key (PRIVATE+KEY+<origin>+<hash>+<base64>, as `llm4agents log keygen` writes it)")
+	}
+	pub, err := publicOf(strings.TrimSpace(skey))
+	if err != nil {
+		return nil, nil, err
+	}
+	vkey, err := note.NewEd25519VerifierKey(s.Name(), pub)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log key: derive its public key: %w", err)
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log key: derive its public key: %w", err)
+	}
+	return s, v, nil
+}
+
+// publicOf returns the Ed25519 public key of a signed-note private key,
+// which note.NewSigner has accepted: "PRIVATE+KEY+<name>+<hash>+<base64 of
+// the algorithm byte 1 and the 32-byte seed>".
+func publicOf(skey string) (ed25519.PublicKey, error) {
+	// The name holds no '+' (note.NewSigner checked), while base64 may.
+	f := strings.SplitN(skey, "+", 5)
+	if len(f) != 5 {
+		return nil, errors.New("log key is not an Ed25519 signed-note private key")
+	}
+	raw, err := base64.StdEncoding.DecodeString(f[4])
+	if err != nil || len(raw) != 1+ed25519.SeedSize || raw[0] != 1 {
+		return nil, errors.New("log key is not an Ed25519 signed-note private key")
+	}
+	pub, _ := ed25519.NewKeyFromSeed(raw[1:]).Public().(ed25519.PublicKey)
+	return pub, nil
+}

@@ -157,7 +157,7 @@ func TestChatCreditsReceipts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var auth string
 			mux := http.NewServeMux()
-			mux.Handle(receipt.WellKnownPath, gateway.WellKnownHandler())
+			mux.Handle(receipt.WellKnownPath, credits.WellKnownHandler(gateway.WellKnown()))
 			mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 				auth = r.Header.Get("Authorization")
 				if h := id(tc.headerID); h != "" {

@@ -96,7 +96,7 @@ func startAccountGateway(tb testing.TB) *accountGateway {
 	mux.Handle("/v1/auth/verify", accounts)
 	mux.Handle("/v1/keys", g.keepKeys(accounts))
 	mux.Handle("/v1/keys/", accounts)
-	mux.Handle(receipt.WellKnownPath, signer.WellKnownHandler())
+	mux.Handle(receipt.WellKnownPath, credits.WellKnownHandler(signer.WellKnown()))
 	mux.HandleFunc("POST /v1/credits/topup", g.topUp)
 	mux.HandleFunc("GET /v1/credits/balance", g.owner(func(w http.ResponseWriter, owner string) {
 		writeTestJSON(w, map[string]string{"account": owner, "asset": fakeAsset, "balance": "1500000", "held": "20000"})
@@ -535,7 +535,7 @@ func TestPayVerifiesReceipt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mux := http.NewServeMux()
-			mux.Handle(receipt.WellKnownPath, g.signer.WellKnownHandler())
+			mux.Handle(receipt.WellKnownPath, credits.WellKnownHandler(g.signer.WellKnown()))
 			mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, _ *http.Request) {
 				h := "bm90IGEgcmVjZWlwdA=="
 				if !tc.garbage {

@@ -70,22 +70,23 @@ func (c *Config) validateLog(p *problems) {
 	}
 }
 
-// LogKey returns the log's checkpoint signer and verifier, from the key's
-// file or variable. The demo, which names neither, gets a new key named
-// for its public URL's host: its checkpoints verify against the key it
-// publishes while it runs. Errors never repeat the key.
-func (c *Config) LogKey(getenv func(string) string) (note.Signer, note.Verifier, error) {
+// LogKey returns the log's checkpoint signer and its public verifier key
+// ("<origin>+<hash>+<base64>"), from the key's file or variable. The demo,
+// which names neither, gets a new key named for its public URL's host: its
+// checkpoints verify against the key it publishes while it runs. Errors
+// never repeat the key.
+func (c *Config) LogKey(getenv func(string) string) (note.Signer, string, error) {
 	lg := c.Log
 	var skey string
 	if c.demo && lg.KeyFile == "" && lg.KeyEnv == "" {
 		var err error
 		if skey, _, err = note.GenerateKey(rand.Reader, c.logOrigin()); err != nil {
-			return nil, nil, fmt.Errorf("generate a log key: %w", err)
+			return nil, "", fmt.Errorf("generate a log key: %w", err)
 		}
 	} else {
 		var err error
 		if skey, err = ReadSecret(lg.KeyFile, lg.KeyEnv, getenv); err != nil {
-			return nil, nil, fmt.Errorf("log key: %w", err)
+			return nil, "", fmt.Errorf("log key: %w", err)
 		}
 	}
 	return ParseLogKey(skey)
@@ -97,26 +98,23 @@ func (c *Config) logOrigin() string {
 	return strings.TrimRight(o, "/") + "/receipts"
 }
 
-// ParseLogKey decodes a signed-note private key and derives its verifier.
-// Errors never repeat the key.
-func ParseLogKey(skey string) (note.Signer, note.Verifier, error) {
-	s, err := note.NewSigner(strings.TrimSpace(skey))
+// ParseLogKey decodes a signed-note private key and derives its public
+// verifier key. Errors never repeat the key.
+func ParseLogKey(skey string) (note.Signer, string, error) {
+	skey = strings.TrimSpace(skey)
+	s, err := note.NewSigner(skey)
 	if err != nil {
-		return nil, nil, fmt.Errorf("log key is not a signed-note private key (PRIVATE+KEY+<origin>+<hash>+<base64>, as `llm4agents log keygen` writes it)")
+		return nil, "", errors.New("log key is not a signed-note private key (PRIVATE+KEY+<origin>+<hash>+<base64>, as `llm4agents log keygen` writes it)")
 	}
-	pub, err := publicOf(strings.TrimSpace(skey))
+	pub, err := publicOf(skey)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	vkey, err := note.NewEd25519VerifierKey(s.Name(), pub)
 	if err != nil {
-		return nil, nil, fmt.Errorf("log key: derive its public key: %w", err)
+		return nil, "", fmt.Errorf("log key: derive its public key: %w", err)
 	}
-	v, err := note.NewVerifier(vkey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("log key: derive its public key: %w", err)
-	}
-	return s, v, nil
+	return s, vkey, nil
 }
 
 // publicOf returns the Ed25519 public key of a signed-note private key,

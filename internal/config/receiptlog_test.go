@@ -83,7 +83,14 @@ func TestLogKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, v, err := c.LogKey(nil)
+	s, vk, err := c.LogKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vk != vkey {
+		t.Errorf("LogKey's public key %q, want %q", vk, vkey)
+	}
+	v, err := note.NewVerifier(vk)
 	if err != nil {
 		t.Fatal(err)
 	}

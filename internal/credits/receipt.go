@@ -76,12 +76,13 @@ func (s *Signer) WellKnown() receipt.WellKnown {
 	return receipt.WellKnown{Receipts: receipt.WellKnownReceipts{Signer: s.addr, Domain: s.Domain()}}
 }
 
-// WellKnownHandler serves WellKnown as JSON, for GET (and HEAD) at
+// WellKnownHandler serves doc (a Signer's WellKnown, with the receipt
+// log's member when the gateway keeps one) as JSON, for GET (and HEAD) at
 // receipt.WellKnownPath. The document is public and the same for every
 // buyer, so it may be cached for a few minutes; a rotated key shows within
 // that time, and client.ReceiptVerifier refetches once on a mismatch.
-func (s *Signer) WellKnownHandler() http.Handler {
-	body, err := json.Marshal(s.WellKnown())
+func WellKnownHandler(doc receipt.WellKnown) http.Handler {
+	body, err := json.Marshal(doc)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

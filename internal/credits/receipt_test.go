@@ -168,7 +168,7 @@ func TestWellKnownHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(receipt.WellKnownPath, s.WellKnownHandler())
+	mux.Handle(receipt.WellKnownPath, WellKnownHandler(s.WellKnown()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	wk, err := client.FetchWellKnown(t.Context(), srv.Client(), srv.URL)

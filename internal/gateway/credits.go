@@ -418,7 +418,15 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	outcome := "charged"
 	if rs := s.cfg.Credits.Receipts; rs != nil {
 		start := s.now()
-		err := rs.PutReceipt(ctx, store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Seq: ch.Seq, Envelope: env})
+		rec := store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Seq: ch.Seq, Envelope: env}
+		if s.cfg.Log != nil {
+			if leaf, err := receipt.NewLeaf(s.cfg.Credits.Signer.Domain(), &signed.Receipt); err == nil {
+				rec.Leaf = leaf.Marshal()
+			} else { // cannot happen: the receipt was just signed
+				s.log.Error("receipt leaf", "request_id", call.id, "err", err)
+			}
+		}
+		err := rs.PutReceipt(ctx, rec)
 		s.metrics.ledgerLatency("receipt", s.now().Sub(start))
 		if err != nil {
 			// The buyer still gets the signed receipt with the answer; only
@@ -450,6 +458,9 @@ func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (
 		Amount: ch.Charged, BalanceAfter: ch.BalanceAfter, LedgerSeq: big.NewInt(ch.Seq),
 		IssuedAt: uint64(max(issued.Unix(), 0)), // #nosec G115 -- clamped at zero
 		Rail:     receipt.RailCredits,
+	}
+	if s.cfg.Log != nil {
+		r.LogBy = s.cfg.Log.LogBy(issued)
 	}
 	_, _ = rand.Read(r.Salt[:]) // never fails (crypto/rand)
 	return s.cfg.Credits.Signer.Sign(r)

@@ -29,8 +29,10 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/receiptlog"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
@@ -99,6 +101,9 @@ type Config struct {
 	// Upto offers the upto scheme beside exact (D27); nil offers exact
 	// alone.
 	Upto *Upto
+	// Log is the public receipt log (D30): every receipt's leaf is queued in
+	// it with the receipt, and /log/ serves it. nil keeps no log.
+	Log *receiptlog.Log
 }
 
 // Upto is how the gateway sells with the upto scheme: the buyer authorizes
@@ -260,8 +265,17 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 			s.mux.Handle("/v1/keys/", c.Account)
 		}
 		if c.Signer != nil {
-			s.mux.Handle("GET /.well-known/llm4agents.json", c.Signer.WellKnownHandler())
+			doc := c.Signer.WellKnown()
+			doc.Log = s.wellKnownLog()
+			s.mux.Handle("GET /.well-known/llm4agents.json", credits.WellKnownHandler(doc))
 		}
+		if cfg.Log != nil {
+			s.mux.Handle("GET /v1/receipts/{id}/proof", s.handle("receipt_proof", s.getReceiptProof))
+		}
+	}
+	if cfg.Log != nil {
+		s.mux.Handle("GET /log/checkpoint", s.handle("log_checkpoint", s.getCheckpoint))
+		s.mux.Handle("GET /log/tile/{path...}", s.handle("log_tile", s.getTile))
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writePlain(w, "ok\n") })
 	s.mux.Handle("GET /readyz", s.handle("readyz", s.readyz))

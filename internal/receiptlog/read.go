@@ -36,7 +36,7 @@ func (l *Log) state(ctx context.Context) (receipt.Checkpoint, []byte, error) {
 	if err != nil {
 		return receipt.Checkpoint{}, nil, err
 	}
-	c, err := receipt.OpenCheckpoint(signed, l.cfg.Verifier)
+	c, err := receipt.OpenCheckpoint(signed, l.verifier)
 	if err != nil {
 		// The store holds a checkpoint this log's key did not sign: the key
 		// changed under a log that kept its leaves. Refuse to vouch for it.

@@ -48,10 +48,11 @@ type Store interface {
 type Config struct {
 	// Store keeps the log; every replica of the gateway shares it.
 	Store Store
-	// Key signs checkpoints; its name is the log's origin. Verifier is its
-	// public half, which the gateway publishes.
-	Key      note.Signer
-	Verifier note.Verifier
+	// Key signs checkpoints; its name is the log's origin. VerifierKey is
+	// its public half ("<origin>+<hash>+<base64>"), which the gateway
+	// publishes.
+	Key         note.Signer
+	VerifierKey string
 	// Holder names this replica in the log lease: unique per process.
 	Holder string
 	// MaxMergeDelay is the log's promise: a receipt is included this long
@@ -71,7 +72,8 @@ var (
 
 // Log integrates and reads the receipt log. It is safe for concurrent use.
 type Log struct {
-	cfg Config
+	cfg      Config
+	verifier note.Verifier
 	// hashes caches stored hashes: a stored hash never changes, and the
 	// integrator reads the same few (the tree's right edge) for every leaf.
 	mu     sync.Mutex
@@ -89,14 +91,19 @@ func New(cfg Config) (*Log, error) {
 	switch {
 	case cfg.Store == nil:
 		return nil, errors.New("receiptlog: no store")
-	case cfg.Key == nil || cfg.Verifier == nil:
+	case cfg.Key == nil:
 		return nil, errors.New("receiptlog: no checkpoint key")
-	case cfg.Key.Name() != cfg.Verifier.Name() || cfg.Key.KeyHash() != cfg.Verifier.KeyHash():
-		return nil, errors.New("receiptlog: the checkpoint key and its verifier are not one key pair")
 	case cfg.Holder == "":
 		return nil, errors.New("receiptlog: no holder name")
 	case cfg.MaxMergeDelay < 0:
 		return nil, fmt.Errorf("receiptlog: max merge delay %v is negative", cfg.MaxMergeDelay)
+	}
+	v, err := note.NewVerifier(cfg.VerifierKey)
+	if err != nil {
+		return nil, fmt.Errorf("receiptlog: verifier key: %w", err)
+	}
+	if cfg.Key.Name() != v.Name() || cfg.Key.KeyHash() != v.KeyHash() {
+		return nil, errors.New("receiptlog: the checkpoint key and the verifier key are not one key pair")
 	}
 	if cfg.MaxMergeDelay == 0 {
 		cfg.MaxMergeDelay = DefaultMaxMergeDelay
@@ -104,14 +111,17 @@ func New(cfg Config) (*Log, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Log{cfg: cfg, hashes: map[int64]tlog.Hash{}, wake: make(chan struct{}, 1)}, nil
+	return &Log{cfg: cfg, verifier: v, hashes: map[int64]tlog.Hash{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Origin returns the log's origin, the name its checkpoints carry.
 func (l *Log) Origin() string { return l.cfg.Key.Name() }
 
 // Verifier returns the log's public key.
-func (l *Log) Verifier() note.Verifier { return l.cfg.Verifier }
+func (l *Log) Verifier() note.Verifier { return l.verifier }
+
+// VerifierKey returns the log's public key in its text form, as published.
+func (l *Log) VerifierKey() string { return l.cfg.VerifierKey }
 
 // MaxMergeDelay returns the log's promise.
 func (l *Log) MaxMergeDelay() time.Duration { return l.cfg.MaxMergeDelay }

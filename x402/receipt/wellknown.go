@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/ethereum/go-ethereum/common"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -29,6 +30,33 @@ var ErrBadWellKnown = errors.New("client: bad " + WellKnownPath)
 // and ignored, so the document can grow without breaking buyers.
 type WellKnown struct {
 	Receipts WellKnownReceipts `json:"receipts"`
+	// Log, when the gateway keeps a receipt log (D30), says where and under
+	// which key: {"origin", "key", "maxMergeDelayMs"}.
+	Log *WellKnownLog `json:"log,omitempty"`
+}
+
+// WellKnownLog names the gateway's receipt log: its origin (the first line
+// of its checkpoints), its checkpoint key as a signed-note verifier key
+// ("<origin>+<hash>+<base64>"), and its promise, the longest delay between
+// a receipt's issue and its inclusion, in milliseconds. The log is served
+// under /log/ of the same origin.
+type WellKnownLog struct {
+	Origin          string `json:"origin"`
+	Key             string `json:"key"`
+	MaxMergeDelayMs uint64 `json:"maxMergeDelayMs"`
+}
+
+// Verifier returns the log's checkpoint key, checked: a signed-note
+// verifier key named for the log's origin.
+func (l WellKnownLog) Verifier() (note.Verifier, error) {
+	v, err := note.NewVerifier(l.Key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: log.key is not a signed-note verifier key", ErrBadWellKnown)
+	}
+	if v.Name() != l.Origin || l.Origin == "" {
+		return nil, fmt.Errorf("%w: log.key is named %q, not the log's origin %q", ErrBadWellKnown, v.Name(), l.Origin)
+	}
+	return v, nil
 }
 
 // WellKnownReceipts says who signs the receipts and in which EIP-712 domain.
@@ -103,8 +131,24 @@ func ParseWellKnown(b []byte) (*WellKnown, error) {
 	if err != nil || chainID.Sign() == 0 {
 		return nil, bad("domain.chainId is not a positive integer")
 	}
-	return &WellKnown{Receipts: WellKnownReceipts{
+	doc := &WellKnown{Receipts: WellKnownReceipts{
 		Signer: signer,
 		Domain: Domain{Name: *w.Domain.Name, Version: *w.Domain.Version, ChainID: chainID},
-	}}, nil
+	}}
+	if rawLog, ok := top["log"]; ok {
+		var l WellKnownLog
+		dec := json.NewDecoder(bytes.NewReader(rawLog))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil {
+			return nil, bad("log is not {origin, key, maxMergeDelayMs}")
+		}
+		if _, err := l.Verifier(); err != nil {
+			return nil, err
+		}
+		if l.MaxMergeDelayMs == 0 {
+			return nil, bad("log.maxMergeDelayMs is missing or zero")
+		}
+		doc.Log = &l
+	}
+	return doc, nil
 }

@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/receiptlog"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402/receipt"
+)
+
+// The receipt log's routes (D30). The checkpoint and the tiles are public:
+// a leaf shows no payer, key or request id, only a commitment to its
+// receipt. A receipt's proof is its payer's, behind the same access as the
+// receipt itself.
+//
+//	GET /log/checkpoint          the latest signed checkpoint (C2SP tlog-checkpoint, signed-note)
+//	GET /log/tile/{L}/{N}[.p/W]  hash tiles; /log/tile/entries/{N}[.p/W] entry bundles (C2SP tlog-tiles)
+//	GET /v1/receipts/{id}/proof  the receipt's leaf index and its inclusion proof
+
+// logReadTimeout bounds the store reads of one log request.
+const logReadTimeout = 5 * time.Second
+
+// logUnavailable is the answer when the store cannot be read.
+func logUnavailable(err error) error {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "log_unavailable",
+		Message: "the receipt log cannot be read right now; retry shortly", Err: err}
+}
+
+// getCheckpoint serves GET /log/checkpoint.
+func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), logReadTimeout)
+	defer cancel()
+	b, err := s.cfg.Log.Checkpoint(ctx)
+	if err != nil {
+		return logUnavailable(err)
+	}
+	// Readers poll it: a second of caching is a second more of merge delay.
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(b) // #nosec G705 -- a signed note sent as text/plain with nosniff
+	return nil
+}
+
+// getTile serves GET /log/tile/...: a full tile never changes and is
+// cached for good; a partial one grows with the log.
+func (s *Server) getTile(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), logReadTimeout)
+	defer cancel()
+	b, full, err := s.cfg.Log.Tile(ctx, "tile/"+r.PathValue("path"))
+	switch {
+	case errors.Is(err, receiptlog.ErrNotFound):
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "tile_not_found",
+			Message: "no such tile in the log: not a tlog-tiles path, or past the log's size", Err: err}
+	case err != nil:
+		return logUnavailable(err)
+	}
+	if full {
+		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		w.Header().Set("Cache-Control", "no-cache")
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(b) // #nosec G705 -- binary tile data sent as application/octet-stream with nosniff
+	return nil
+}
+
+// getReceiptProof serves GET /v1/receipts/{id}/proof to whoever sees the
+// receipt (getReceipt's rule). A receipt whose leaf waits in the queue is
+// 404 receipt_not_logged_yet with Retry-After, until its logBy.
+func (s *Server) getReceiptProof(w http.ResponseWriter, r *http.Request) error {
+	who, rs, err := s.receiptAccess(r)
+	if err != nil {
+		return err
+	}
+	notFound := &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "receipt_not_found",
+		Message: "no receipt with this id for this account"}
+	id := r.PathValue("id")
+	if !store.ValidID(id) {
+		return notFound
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), logReadTimeout)
+	defer cancel()
+	rec, err := rs.Receipt(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return notFound
+	case err != nil:
+		return logUnavailable(err)
+	case !who.sees(rec):
+		return notFound
+	}
+	p, err := s.cfg.Log.Proof(ctx, id)
+	switch {
+	case errors.Is(err, receiptlog.ErrPending):
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "receipt_not_logged_yet",
+			Message: "the receipt is queued for the log and not included yet; it will be by its logBy time",
+			Header:  http.Header{"Retry-After": {"1"}}}
+	case errors.Is(err, receiptlog.ErrNotFound):
+		// Kept before the log was on: it has no leaf.
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "receipt_not_logged",
+			Message: "this receipt was issued before the gateway kept a receipt log; it has no proof"}
+	case err != nil:
+		return logUnavailable(err)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// wellKnownLog is the log's member of the well-known document.
+func (s *Server) wellKnownLog() *receipt.WellKnownLog {
+	l := s.cfg.Log
+	if l == nil {
+		return nil
+	}
+	return &receipt.WellKnownLog{Origin: l.Origin(), Key: l.VerifierKey(),
+		MaxMergeDelayMs: uint64(l.MaxMergeDelay().Milliseconds())} // #nosec G115 -- config bounds it to minutes
+}

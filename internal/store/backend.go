@@ -176,3 +176,18 @@ func CheckPaymentUpdate(state PaymentState) error {
 		return errors.New("unknown state")
 	}
 }
+
+// OrderLogHashes returns the hashes at indexes, in their order, from found,
+// which holds each stored one a backend read (in any order, each once):
+// for ReceiptLog.LogHashes, ErrNotFound if an index is not in found.
+func OrderLogHashes(indexes []int64, found map[int64][32]byte) ([][32]byte, error) {
+	out := make([][32]byte, len(indexes))
+	for i, x := range indexes {
+		h, ok := found[x]
+		if !ok {
+			return nil, fmt.Errorf("hash index %d is not stored: %w", x, ErrNotFound)
+		}
+		out[i] = h
+	}
+	return out, nil
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
@@ -180,5 +181,33 @@ func testReceiptsClosed(e *receiptsEnv) {
 	})
 	if _, err := e.b.Receipt(e.ctx, r.RequestID); err != nil {
 		e.t.Errorf("other handle: Receipt() = %v, want nil", err)
+	}
+}
+
+func testReceiptLogClosed(e *logEnv) {
+	e.appendLog(e.a, logEntries("req_1", "req_2")...)
+	fence := e.lease(e.a, "alice").Fence
+	e.integrate(fence, 0, []string{"req_1"}, logHashes(0, 1))
+	checkClosed(e.t, e.a, []closedCall{
+		{"AppendLog", func() error { return e.a.AppendLog(e.ctx, logEntries("req_3")) }},
+		{"AppendLog of no entry", func() error { return e.a.AppendLog(e.ctx, nil) }},
+		{"PutReceipt with a leaf", func() error { return e.a.PutReceipt(e.ctx, logReceipt("req_4", 4)) }},
+		{"TakeLogLease", func() error { _, _, err := e.a.TakeLogLease(e.ctx, "alice", logLease); return err }},
+		{"ReleaseLogLease", func() error { return e.a.ReleaseLogLease(e.ctx, "alice", fence) }},
+		{"PendingLog", func() error { _, err := e.a.PendingLog(e.ctx, 10); return err }},
+		{"IntegrateLog", func() error {
+			return e.a.IntegrateLog(e.ctx, fence, 1, []string{"req_2"}, logHashes(1, 1), logCheckpoint(2))
+		}},
+		{"LogState", func() error { _, err := e.a.LogState(e.ctx); return err }},
+		{"LogHashes", func() error { _, err := e.a.LogHashes(e.ctx, []int64{0}); return err }},
+		{"LogEntry", func() error { _, err := e.a.LogEntry(e.ctx, "req_1"); return err }},
+		{"LogLeaves", func() error { _, err := e.a.LogLeaves(e.ctx, 0, 1); return err }},
+	})
+	// The other handle is still open, and nothing changed.
+	if got := e.state(e.b); got.Size != 1 || got.Fence != fence || got.Holder != "alice" {
+		e.t.Errorf("other handle: LogState() = %+v, want size 1 held by alice under %d", got, fence)
+	}
+	if diff := cmp.Diff([]string{"req_2"}, e.pending(e.b)); diff != "" {
+		e.t.Errorf("other handle: PendingLog (-want +got):\n%s", diff)
 	}
 }

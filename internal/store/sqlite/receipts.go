@@ -14,7 +14,9 @@ import (
 // Signed receipts (store.Receipts), in the table of the receipts migration.
 // A put is one op of a write batch (writer.go): the insert and, when the id
 // exists, the comparison with the stored receipt run under the database's
-// write lock, so two processes putting one id end with one row.
+// write lock, so two processes putting one id end with one row. A receipt's
+// leaf is queued in the receipt log (receiptlog.go) by the same op, so the
+// op's savepoint undoes the receipt when the leaf conflicts.
 
 const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
 
@@ -31,24 +33,38 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 	defer cancel()
 
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		// ON CONFLICT DO NOTHING: an existing id is judged below, not a
-		// driver error that would spoil the batch's transaction.
-		res, err := tx.ExecContext(ctx, `INSERT INTO receipts (`+receiptColumns+`)
-VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT DO NOTHING`, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, db.nowMs())
-		if err != nil {
+		now := db.nowMs()
+		if err := insertReceipt(ctx, tx, now, r); err != nil || len(r.Leaf) == 0 {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 1 {
-			return err
-		}
-		cur, err := scanReceipt(tx.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = ?`, r.RequestID))
-		if err != nil {
-			return err
-		}
-		return sameReceipt(cur, r)
+		// Queued whether the receipt was new or a replay: a replay of a put
+		// whose leaf is queued changes nothing, and one whose receipt was
+		// kept without a leaf queues it now, as AppendLog would.
+		return queueLeaves(ctx, tx, now, []store.LogEntry{{RequestID: r.RequestID, Leaf: r.Leaf}})
 	})
 	return mapErr(ctx, err)
+}
+
+// insertReceipt stores r unless its request id is taken, inside the op of
+// a write batch: nil if r is new or the receipt stored under its id,
+// ErrConflict if another receipt is.
+func insertReceipt(ctx context.Context, tx *sql.Tx, now int64, r store.StoredReceipt) error {
+	// ON CONFLICT DO NOTHING: an existing id is judged below, not a
+	// driver error that would spoil the batch's transaction.
+	res, err := tx.ExecContext(ctx, `INSERT INTO receipts (`+receiptColumns+`)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING`, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, now)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	cur, err := scanReceipt(tx.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = ?`, r.RequestID))
+	if err != nil {
+		return err
+	}
+	return sameReceipt(cur, r)
 }
 
 // Receipt implements store.Receipts.

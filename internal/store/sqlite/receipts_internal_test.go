@@ -22,27 +22,34 @@ func TestReceiptsOfIndexed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rows, err := db.ro.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+selectReceiptsOf(tc.keyed), tc.args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = rows.Close() }()
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, detail)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			all := strings.Join(plan, "\n") + " "
+			all := queryPlan(t, db, selectReceiptsOf(tc.keyed), tc.args...)
 			if !strings.Contains(all, "INDEX "+tc.index) || strings.Contains(all, "TEMP B-TREE") {
 				t.Errorf("query plan does not search %sin order:\n%s", tc.index, all)
 			}
 		})
 	}
+}
+
+// queryPlan returns the steps of query's plan on the read pool, one a line,
+// with a space at the end so that an index name can be matched whole.
+func queryPlan(t *testing.T, db *DB, query string, args ...any) string {
+	t.Helper()
+	rows, err := db.ro.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n") + " "
 }

@@ -1,0 +1,18 @@
+package sqlite_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/store/storetest"
+)
+
+// TestReceiptLog runs the receipt log conformance suite with two DB values
+// on one temporary file, as two processes would share it.
+func TestReceiptLog(t *testing.T) {
+	storetest.RunReceiptLog(t, func(t *testing.T, now func() time.Time) (a, b storetest.ReceiptLogStore) {
+		path := filepath.Join(t.TempDir(), "llm4agents.db")
+		return open(t, path, now), open(t, path, now)
+	})
+}

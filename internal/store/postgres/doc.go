@@ -2,8 +2,8 @@
 // facilitator replicas sharing one database, through
 // github.com/jackc/pgx/v5 (pgxpool). It implements store.Settlements,
 // store.Payments, store.Ledger, store.Recoveries, store.Keys,
-// store.Receipts and store.StagedLister with the semantics the storetest
-// suites pin down.
+// store.Receipts, store.ReceiptLog and store.StagedLister with the
+// semantics the storetest suites pin down.
 //
 // # Atomicity
 //
@@ -23,6 +23,14 @@
 // CreateKey is the one decision of two statements: it counts the owner's
 // keys and inserts in one transaction under an advisory lock keyed by the
 // owner, so that concurrent creations cannot both pass MaxKeysPerOwner.
+//
+// The receipt log's batch writes (AppendLog, PutReceipt with a leaf,
+// IntegrateLog) are transactions of a few statements, each statement
+// handling the whole batch as arrays, because a refusal found halfway must
+// undo what the batch wrote before it. IntegrateLog begins with the
+// conditional UPDATE of the log's one state row (WHERE size = from AND
+// fence = fence), which locks the row until the commit: of concurrent
+// integrations of one size exactly one writes (see receiptlog.go).
 //
 // Settlement and payment fences come from one SEQUENCE per table (nextval
 // never blocks, is never rolled back and, with the default CACHE 1, only

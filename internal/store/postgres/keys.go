@@ -86,8 +86,8 @@ func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, er
 }
 
 // inTx runs f in a READ COMMITTED transaction and commits it if f returns
-// nil. Errors f returns are passed on as they are (sentinels included);
-// driver errors are mapped.
+// nil. The store's ErrConflict and ErrFenced that f returns are passed on
+// as they are; other errors are mapped (see mapOpErr).
 func (db *DB) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 	tx, err := db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
@@ -100,12 +100,19 @@ func (db *DB) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 		_ = tx.Rollback(rctx)
 	}()
 	if err := f(tx); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return err
-		}
-		return db.mapErr(ctx, err)
+		return db.mapOpErr(ctx, err)
 	}
 	return db.mapErr(ctx, tx.Commit(ctx))
+}
+
+// mapOpErr is mapErr for what an operation's own code returns, which may
+// wrap the store's ErrConflict or ErrFenced: those pass as they are, where
+// mapErr would keep only their text.
+func (db *DB) mapOpErr(ctx context.Context, err error) error {
+	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrFenced) {
+		return err
+	}
+	return db.mapErr(ctx, err)
 }
 
 // KeysByOwner implements store.Keys. Keys created in the same millisecond

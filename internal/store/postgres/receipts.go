@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
@@ -16,6 +17,9 @@ import (
 // statement of its own: under READ COMMITTED a second statement sees the
 // row a concurrent put committed while the insert waited for it, which a
 // read inside the insert's statement (its snapshot taken before) would not.
+// A put with a leaf does the same in a transaction that queues the leaf in
+// the receipt log (receiptlog.go) too, and rolls the receipt back when the
+// leaf conflicts.
 
 const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
 
@@ -31,23 +35,45 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 	}
 	defer cancel()
 
-	tag, err := db.pool.Exec(ctx, withNow+`INSERT INTO receipts (`+receiptColumns+`)
+	now := db.nowArg()
+	if len(r.Leaf) == 0 {
+		return db.mapOpErr(ctx, insertReceipt(ctx, db.pool, now, r))
+	}
+	// Queued whether the receipt was new or a replay: a replay of a put
+	// whose leaf is queued changes nothing, and one whose receipt was kept
+	// without a leaf queues it now, as AppendLog would.
+	return db.inTx(ctx, func(tx pgx.Tx) error {
+		if err := insertReceipt(ctx, tx, now, r); err != nil {
+			return err
+		}
+		return queueLeaves(ctx, tx, now, []string{r.RequestID}, [][]byte{r.Leaf})
+	})
+}
+
+// insertReceipt stores r at time now (nowArg) unless its request id is
+// taken, through q (the pool, or a transaction): nil if r is new or the
+// receipt stored under its id, ErrConflict if another receipt is.
+func insertReceipt(ctx context.Context, q querier, now *int64, r store.StoredReceipt) error {
+	tag, err := q.Exec(ctx, withNow+`INSERT INTO receipts (`+receiptColumns+`)
 SELECT $2, $3, $4, $5, $6, n.ms FROM n
-ON CONFLICT DO NOTHING`, db.nowArg(), r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope)
-	if err != nil {
-		return db.mapErr(ctx, err)
+ON CONFLICT DO NOTHING`, now, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope)
+	if err != nil || tag.RowsAffected() == 1 {
+		return err
 	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	cur, err := scanReceipt(db.pool.QueryRow(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = $1`, r.RequestID))
+	cur, err := scanReceipt(q.QueryRow(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = $1`, r.RequestID))
 	if err != nil {
-		return db.mapErr(ctx, err)
+		return err
 	}
 	if cur.Owner != r.Owner || cur.KeyID != r.KeyID || cur.Seq != r.Seq || !bytes.Equal(cur.Envelope, r.Envelope) {
 		return fmt.Errorf("request id holds another receipt: %w", store.ErrConflict)
 	}
 	return nil
+}
+
+// querier runs statements: the pool, or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Receipt implements store.Receipts.

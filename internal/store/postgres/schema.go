@@ -47,18 +47,20 @@ type dialectExtra struct {
 	up, down string // run after the shared up, before the shared down
 }
 
-// extras draws fences and ledger seqs from a SEQUENCE per table instead of
-// the shared migrations' one-row counter tables (which stay, unused):
-// nextval never blocks and is never rolled back, so concurrent claims and
-// ledger operations do not queue behind one counter row until each other's
-// COMMIT, and a value is never handed out twice. CACHE 1 (the default)
+// extras draws fences, ledger seqs and the receipt log's queue order from a
+// SEQUENCE per table instead of the shared migrations' one-row counter
+// tables (which stay, unused): nextval never blocks and is never rolled
+// back, so concurrent claims, ledger operations and receipts do not queue
+// behind one counter row until each other's COMMIT, and a value is never
+// handed out twice. CACHE 1 (the default)
 // keeps the values increasing across sessions, in the order they are drawn,
 // so a takeover's fence is always above the one it replaces, and a ledger
 // entry drawn after another's commit has a higher seq (see ledger.go).
 var extras = map[int]dialectExtra{
-	1: {name: "settlements", up: "CREATE SEQUENCE settlement_fence_seq AS BIGINT;", down: "DROP SEQUENCE settlement_fence_seq;"},
-	2: {name: "payments", up: "CREATE SEQUENCE payment_fence_seq AS BIGINT;", down: "DROP SEQUENCE payment_fence_seq;"},
-	4: {name: "ledger", up: "CREATE SEQUENCE ledger_entry_seq AS BIGINT;", down: "DROP SEQUENCE ledger_entry_seq;"},
+	1:  {name: "settlements", up: "CREATE SEQUENCE settlement_fence_seq AS BIGINT;", down: "DROP SEQUENCE settlement_fence_seq;"},
+	2:  {name: "payments", up: "CREATE SEQUENCE payment_fence_seq AS BIGINT;", down: "DROP SEQUENCE payment_fence_seq;"},
+	4:  {name: "ledger", up: "CREATE SEQUENCE ledger_entry_seq AS BIGINT;", down: "DROP SEQUENCE ledger_entry_seq;"},
+	12: {name: "receipt_log", up: "CREATE SEQUENCE log_entry_seq AS BIGINT;", down: "DROP SEQUENCE log_entry_seq;"},
 }
 
 // dialectMigration is a shared migration as PostgreSQL runs it.

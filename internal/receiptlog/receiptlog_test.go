@@ -17,7 +17,9 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/postgres"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
+	"github.com/llm4agents/llm4agents/internal/testdb"
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
@@ -27,8 +29,36 @@ type logStore interface {
 	AppendLog(ctx context.Context, entries []store.LogEntry) error
 }
 
-// openSQLite opens two handles on one new SQLite database, as two replicas
-// share it.
+// backends open two handles on one new, empty database of each backend
+// that keeps the log, as two replicas share it.
+var backends = map[string]func(t *testing.T) (logStore, logStore){"sqlite": openSQLite, "postgres": openPostgres}
+
+// eachBackend runs f on every backend.
+func eachBackend(t *testing.T, f func(t *testing.T, a, b logStore)) {
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			a, b := open(t)
+			f(t, a, b)
+		})
+	}
+}
+
+func openPostgres(t *testing.T) (logStore, logStore) {
+	t.Helper()
+	dsn := testdb.PostgresDSN(t, "receiptlog")
+	var out [2]logStore
+	for i := range out {
+		db, err := postgres.Open(t.Context(), dsn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		out[i] = db
+	}
+	return out[0], out[1]
+}
+
+// openSQLite opens two handles on one new SQLite database.
 func openSQLite(t *testing.T) (logStore, logStore) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "log.db")
@@ -138,8 +168,9 @@ func checkpoint(t *testing.T, l *receiptlog.Log) receipt.Checkpoint {
 // TestLog: leaves queued are integrated, each proof verifies as a buyer
 // checks it, and a later checkpoint is consistent with an earlier one by
 // the log's own tiles.
-func TestLog(t *testing.T) {
-	a, _ := openSQLite(t)
+func TestLog(t *testing.T) { eachBackend(t, testLog) }
+
+func testLog(t *testing.T, a, _ logStore) {
 	key, vkey := newKey(t)
 	l := newLog(t, a, "replica-1", key, vkey)
 	if c := checkpoint(t, l); c.Size != 0 {
@@ -243,8 +274,9 @@ func TestTiles(t *testing.T) {
 // TestLeaseTakeover: a replica that took the lease and died stops the log
 // only until its lease expires; the next replica then integrates what
 // waited, and no leaf is integrated twice.
-func TestLeaseTakeover(t *testing.T) {
-	a, b := openSQLite(t)
+func TestLeaseTakeover(t *testing.T) { eachBackend(t, testLeaseTakeover) }
+
+func testLeaseTakeover(t *testing.T, a, b logStore) {
 	key, vkey := newKey(t)
 	dead := newLog(t, a, "replica-dead", key, vkey)
 	next := newLog(t, b, "replica-next", key, vkey)
@@ -293,8 +325,9 @@ func TestLeaseTakeover(t *testing.T) {
 // TestReplicasRun: two replicas run their integrators while leaves arrive
 // through both; every leaf ends in the log exactly once, within the merge
 // delay of its arrival once arrivals stop.
-func TestReplicasRun(t *testing.T) {
-	a, b := openSQLite(t)
+func TestReplicasRun(t *testing.T) { eachBackend(t, testReplicasRun) }
+
+func testReplicasRun(t *testing.T, a, b logStore) {
 	key, vkey := newKey(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup

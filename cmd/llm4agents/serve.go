@@ -27,6 +27,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/receiptlog"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
@@ -181,6 +182,16 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	}
 	g.closers = append(g.closers, gateway.StartPurger(db, gate, time.Hour, log).Close)
 	hostname, _ := os.Hostname()
+	owner := fmt.Sprintf("%s/%d", hostname, os.Getpid())
+	var receiptLog *receiptlog.Log
+	if cfg.Log.Enabled {
+		l, stop, err := buildLog(cfg, db, owner, getenv, log)
+		if err != nil {
+			return nil, err
+		}
+		g.closers = append(g.closers, stop)
+		receiptLog = l
+	}
 	srv, err := gateway.New(gateway.Config{
 		PublicURL: cfg.PublicURL, Network: cfg.Network.ID, Asset: asset.Hex(),
 		AssetName: cfg.Network.AssetName, AssetVersion: cfg.Network.AssetVersion, Decimals: cfg.Network.Decimals,
@@ -188,8 +199,8 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, UpstreamTimeout: cfg.Limits.UpstreamTimeout,
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
 		RecoveryTTL: cfg.Limits.RecoveryTTL, RecoveryReplays: cfg.Limits.RecoveryReplays,
-		ClaimLease: cfg.ClaimLease(), Owner: fmt.Sprintf("%s/%d", hostname, os.Getpid()), Models: models,
-		Credits: cred, Upto: upto,
+		ClaimLease: cfg.ClaimLease(), Owner: owner, Models: models,
+		Credits: cred, Upto: upto, Log: receiptLog,
 		Unpaid: gateway.UnpaidLimits{PerMinute: cfg.Limits.UnpaidRate(), Burst: cfg.Limits.UnpaidBurst,
 			TrustedProxies: cfg.Limits.TrustedProxyPrefixes()},
 	}, fac, db, log)

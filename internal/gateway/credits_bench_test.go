@@ -164,7 +164,7 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 		b.Fatal(err)
 	}
 	b.Cleanup(prov.CloseIdleConnections)
-	srv, led, _ := newCreditGateway(b, db, timed, prov, log)
+	srv, led, _ := newCreditGateway(b, db, timed, prov, nil, log)
 	if _, err := led.TopUp(b.Context(), "bench-topup", alice, big.NewInt(creditFunds)); err != nil {
 		b.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/receiptlog"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/store/postgres"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
@@ -128,6 +129,8 @@ type creditOpts struct {
 	wrap func(store.Ledger) store.Ledger
 	demo upstream.DemoConfig
 	log  *slog.Logger
+	// receiptLog, when set, is the gateway's receipt log (on db).
+	receiptLog func(db creditStore) *receiptlog.Log
 }
 
 func newCreditEnv(t *testing.T, o creditOpts) *creditEnv {
@@ -149,14 +152,19 @@ func newCreditEnv(t *testing.T, o creditOpts) *creditEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, led, signer := newCreditGateway(t, db, ls, prov, log)
+	var rl *receiptlog.Log
+	if o.receiptLog != nil {
+		rl = o.receiptLog(db)
+	}
+	srv, led, signer := newCreditGateway(t, db, ls, prov, rl, log)
 	return &creditEnv{db: db, up: up, srv: srv, led: led, signer: signer}
 }
 
 // newCreditGateway starts a gateway serving the model "demo" from prov, with
 // credits on db (its ledger on ls, which may wrap db) and a fresh receipt
-// key, and returns the running server, its ledger and its receipt signer.
-func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gateway.Provider, log *slog.Logger) (*httptest.Server, *ledger.Ledger, *credits.Signer) {
+// key, and rl as its receipt log when not nil, and returns the running
+// server, its ledger and its receipt signer.
+func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gateway.Provider, rl *receiptlog.Log, log *slog.Logger) (*httptest.Server, *ledger.Ledger, *credits.Signer) {
 	tb.Helper()
 	led, err := ledger.New(ls, ledger.Config{Asset: ledger.AssetID(network, creditToken)}, log)
 	if err != nil {
@@ -184,6 +192,7 @@ func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gatew
 			Ledger: led, Keys: credits.NewKeys(db, log), Auth: auth, Account: credits.NewHandler(auth, db, log),
 			Signer: signer, Receipts: db,
 		},
+		Log: rl,
 	}, nil, db, log)
 	if err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,144 @@
+package gateway_test
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/llm4agents/llm4agents/internal/gateway"
+	"github.com/llm4agents/llm4agents/internal/receiptlog"
+	"github.com/llm4agents/llm4agents/x402/receipt"
+)
+
+// withLog gives a credit env a receipt log on its store, and hands it back.
+func withLog(t *testing.T, out **receiptlog.Log) func(db creditStore) *receiptlog.Log {
+	return func(db creditStore) *receiptlog.Log {
+		skey, vkey, err := note.GenerateKey(rand.Reader, "gateway.test/receipts")
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := note.NewSigner(skey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ok := db.(receiptlog.Store)
+		if !ok {
+			t.Fatalf("%T keeps no receipt log", db)
+		}
+		l, err := receiptlog.New(receiptlog.Config{Store: st, Key: key, VerifierKey: vkey, Holder: t.Name(), MaxMergeDelay: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*out = l
+		return l
+	}
+}
+
+// TestCreditReceiptInLog: a credit-paid call's receipt promises the log by
+// its logBy, its proof is "not logged yet" until the log integrates it and
+// then verifies as a buyer checks it, against the key the well-known
+// document publishes; another owner sees no proof, and the checkpoint and
+// tiles are public.
+func TestCreditReceiptInLog(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		var rl *receiptlog.Log
+		e := newCreditEnv(t, creditOpts{backend: b, receiptLog: withLog(t, &rl)})
+		e.topUp(t, alice, 1_000_000)
+		e.topUp(t, bob, 1_000_000)
+		aliceKey, _ := e.newKey(t, alice, nil)
+		bobKey, _ := e.newKey(t, bob, nil)
+		resp := e.chat(t, aliceKey, chatBody)
+		if body := readAll(t, resp); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		id := resp.Header.Get(gateway.HeaderRequestID)
+		r, sig, err := receipt.DecodeHeader(resp.Header.Get(receipt.Header))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.verified(t, r, sig)
+		if r.Rail != receipt.RailCredits || r.LogBy < r.IssuedAt+1 || r.LogBy > r.IssuedAt+2 || r.Salt == ([32]byte{}) {
+			t.Errorf("receipt rail %q, issued %d, logBy %d, salt %x", r.Rail, r.IssuedAt, r.LogBy, r.Salt)
+		}
+
+		get := func(auth, path string) (*http.Response, []byte) {
+			resp := e.do(t, t.Context(), http.MethodGet, path, auth, "", nil)
+			return resp, readAll(t, resp)
+		}
+		proofPath := "/v1/receipts/" + id + "/proof"
+		if resp, body := get(aliceKey, proofPath); resp.StatusCode != 404 || errorCode(t, body) != "receipt_not_logged_yet" || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("before integration: %d %s", resp.StatusCode, body)
+		}
+		if n, err := rl.Integrate(t.Context()); err != nil || n != 1 {
+			t.Fatalf("Integrate = %d, %v", n, err)
+		}
+
+		resp, body := get("", "/.well-known/llm4agents.json")
+		wk, err := receipt.ParseWellKnown(body)
+		if err != nil || resp.StatusCode != 200 || wk.Log == nil {
+			t.Fatalf("well-known %d %s: %v", resp.StatusCode, body, err)
+		}
+		v, err := wk.Log.Verifier()
+		if err != nil || wk.Log.MaxMergeDelayMs != 1000 {
+			t.Fatalf("log member %+v: %v", wk.Log, err)
+		}
+		resp, body = get(aliceKey, proofPath)
+		if resp.StatusCode != 200 {
+			t.Fatalf("proof: %d %s", resp.StatusCode, body)
+		}
+		var p receipt.Proof
+		if err := json.Unmarshal(body, &p); err != nil {
+			t.Fatal(err)
+		}
+		c, err := receipt.VerifyInclusion(&p, v, wk.Receipts.Domain, r)
+		if err != nil || c.Size != 1 {
+			t.Fatalf("VerifyInclusion = %+v, %v", c, err)
+		}
+		if _, err := receipt.VerifyInclusion(&p, v, receipt.NewDomain(wk.Receipts.Domain.ChainID), r); err != nil {
+			t.Errorf("the receipt domain the signer publishes is not NewDomain's: %v", err)
+		}
+
+		for _, tc := range []struct {
+			name, auth, path string
+			status           int
+			code             string
+		}{
+			{"another owner's key", bobKey, proofPath, 404, "receipt_not_found"},
+			{"no credentials", "", proofPath, 401, "authentication_required"},
+			{"not an id", aliceKey, "/v1/receipts/x%20y/proof", 404, "receipt_not_found"},
+			{"no such receipt", aliceKey, "/v1/receipts/0x" + strings.Repeat("0", 64) + "/proof", 404, "receipt_not_found"},
+			{"a tile past the log", "", "/log/tile/0/001", 404, "tile_not_found"},
+			{"not a tile", "", "/log/tile/8/0/000", 404, "tile_not_found"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				resp, body := get(tc.auth, tc.path)
+				if resp.StatusCode != tc.status || (tc.code != "" && errorCode(t, body) != tc.code) {
+					t.Fatalf("status %d: %s; want %d %s", resp.StatusCode, body, tc.status, tc.code)
+				}
+			})
+		}
+
+		resp, body = get("", "/log/checkpoint")
+		if got, err := receipt.OpenCheckpoint(body, v); resp.StatusCode != 200 || err != nil || got != c {
+			t.Fatalf("checkpoint %d %s: %v", resp.StatusCode, body, err)
+		}
+		resp, body = get("", "/log/tile/entries/000.p/1")
+		leaves, err := receipt.ParseEntryBundle(body, 1)
+		if resp.StatusCode != 200 || err != nil || string(leaves[0]) != string(p.Leaf) {
+			t.Fatalf("entry bundle %d %q: %v", resp.StatusCode, body, err)
+		}
+		if cc := resp.Header.Get("Cache-Control"); cc != "no-cache" {
+			t.Errorf("a partial tile's Cache-Control %q", cc)
+		}
+		for _, s := range []string{strings.ToLower(alice.Hex()[2:]), id[2:], "sk-l4a"} {
+			if strings.Contains(strings.ToLower(string(body)), s) {
+				t.Errorf("the public entry bundle shows %q", s)
+			}
+		}
+	})
+}

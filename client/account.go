@@ -360,12 +360,22 @@ func (a *Account) Receipt(ctx context.Context, id string) ([]byte, error) {
 // those of the key keyID when it is not empty; with an API key, those of that
 // key's own calls.
 func (a *Account) Receipts(ctx context.Context, limit int, keyID string) ([]json.RawMessage, error) {
+	return a.ReceiptsBefore(ctx, limit, keyID, 0)
+}
+
+// ReceiptsBefore is Receipts for the page of receipts whose ledgerSeq is
+// below before (0: the newest): the next page after a page is the one
+// before its last receipt's ledgerSeq.
+func (a *Account) ReceiptsBefore(ctx context.Context, limit int, keyID string, before int64) ([]json.RawMessage, error) {
 	var list struct {
 		Data []json.RawMessage `json:"data"`
 	}
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
 	if keyID != "" {
 		q.Set("key_id", keyID)
+	}
+	if before > 0 {
+		q.Set("before", strconv.FormatInt(before, 10))
 	}
 	if _, err := a.Do(ctx, http.MethodGet, PathReceipts+"?"+q.Encode(), nil, http.StatusOK, &list); err != nil {
 		return nil, err

@@ -58,6 +58,8 @@ commands:
   chat          chat with an OpenAI-compatible x402 endpoint, paying per turn
   keys          create, list or revoke the gateway's sk-l4a- API keys (signs in with the wallet)
   credits       top up credit with an x402 payment, show the balance, verify receipts
+  receipts      verify your receipts against the gateway's public receipt log
+  log           audit a gateway's whole receipt log; keygen: a checkpoint key for serve
   wallet        wallet set-up: approve-permit2, once per token, for upto payments
   devnet        set up a dev node (anvil): Permit2, the upto proxy, the test token, mints
   version       print the version and VCS revision of this build (also --version)
@@ -84,6 +86,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runChat(ctx, rest, e, os.Stdin)
 	case "keys":
 		return runKeys(ctx, rest, e)
+	case "receipts":
+		return runReceipts(ctx, rest, e)
+	case "log":
+		return runLog(ctx, rest, e)
 	case "credits":
 		return runCredits(ctx, rest, e)
 	case "wallet":

@@ -66,9 +66,13 @@ func TestCreditReceiptInLog(t *testing.T) {
 			t.Errorf("receipt rail %q, issued %d, logBy %d, salt %x", r.Rail, r.IssuedAt, r.LogBy, r.Salt)
 		}
 
-		get := func(auth, path string) (*http.Response, []byte) {
+		type answer struct {
+			StatusCode int
+			Header     http.Header
+		}
+		get := func(auth, path string) (answer, []byte) {
 			resp := e.do(t, t.Context(), http.MethodGet, path, auth, "", nil)
-			return resp, readAll(t, resp)
+			return answer{resp.StatusCode, resp.Header}, readAll(t, resp)
 		}
 		proofPath := "/v1/receipts/" + id + "/proof"
 		if resp, body := get(aliceKey, proofPath); resp.StatusCode != 404 || errorCode(t, body) != "receipt_not_logged_yet" || resp.Header.Get("Retry-After") == "" {
@@ -78,18 +82,18 @@ func TestCreditReceiptInLog(t *testing.T) {
 			t.Fatalf("Integrate = %d, %v", n, err)
 		}
 
-		resp, body := get("", "/.well-known/llm4agents.json")
+		ans, body := get("", "/.well-known/llm4agents.json")
 		wk, err := receipt.ParseWellKnown(body)
-		if err != nil || resp.StatusCode != 200 || wk.Log == nil {
-			t.Fatalf("well-known %d %s: %v", resp.StatusCode, body, err)
+		if err != nil || ans.StatusCode != 200 || wk.Log == nil {
+			t.Fatalf("well-known %d %s: %v", ans.StatusCode, body, err)
 		}
 		v, err := wk.Log.Verifier()
 		if err != nil || wk.Log.MaxMergeDelayMs != 1000 {
 			t.Fatalf("log member %+v: %v", wk.Log, err)
 		}
-		resp, body = get(aliceKey, proofPath)
-		if resp.StatusCode != 200 {
-			t.Fatalf("proof: %d %s", resp.StatusCode, body)
+		ans, body = get(aliceKey, proofPath)
+		if ans.StatusCode != 200 {
+			t.Fatalf("proof: %d %s", ans.StatusCode, body)
 		}
 		var p receipt.Proof
 		if err := json.Unmarshal(body, &p); err != nil {
@@ -116,23 +120,23 @@ func TestCreditReceiptInLog(t *testing.T) {
 			{"not a tile", "", "/log/tile/8/0/000", 404, "tile_not_found"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				resp, body := get(tc.auth, tc.path)
-				if resp.StatusCode != tc.status || (tc.code != "" && errorCode(t, body) != tc.code) {
-					t.Fatalf("status %d: %s; want %d %s", resp.StatusCode, body, tc.status, tc.code)
+				ans, body := get(tc.auth, tc.path)
+				if ans.StatusCode != tc.status || (tc.code != "" && errorCode(t, body) != tc.code) {
+					t.Fatalf("status %d: %s; want %d %s", ans.StatusCode, body, tc.status, tc.code)
 				}
 			})
 		}
 
-		resp, body = get("", "/log/checkpoint")
-		if got, err := receipt.OpenCheckpoint(body, v); resp.StatusCode != 200 || err != nil || got != c {
-			t.Fatalf("checkpoint %d %s: %v", resp.StatusCode, body, err)
+		ans, body = get("", "/log/checkpoint")
+		if got, err := receipt.OpenCheckpoint(body, v); ans.StatusCode != 200 || err != nil || got != c {
+			t.Fatalf("checkpoint %d %s: %v", ans.StatusCode, body, err)
 		}
-		resp, body = get("", "/log/tile/entries/000.p/1")
+		ans, body = get("", "/log/tile/entries/000.p/1")
 		leaves, err := receipt.ParseEntryBundle(body, 1)
-		if resp.StatusCode != 200 || err != nil || string(leaves[0]) != string(p.Leaf) {
-			t.Fatalf("entry bundle %d %q: %v", resp.StatusCode, body, err)
+		if ans.StatusCode != 200 || err != nil || string(leaves[0]) != string(p.Leaf) {
+			t.Fatalf("entry bundle %d %q: %v", ans.StatusCode, body, err)
 		}
-		if cc := resp.Header.Get("Cache-Control"); cc != "no-cache" {
+		if cc := ans.Header.Get("Cache-Control"); cc != "no-cache" {
 			t.Errorf("a partial tile's Cache-Control %q", cc)
 		}
 		for _, s := range []string{strings.ToLower(alice.Hex()[2:]), id[2:], "sk-l4a"} {

@@ -380,8 +380,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"internal error","type":"server_error","param":null,"code":"internal_error"}}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(append(b, '\n')) // #nosec G705 -- JSON sent as application/json with nosniff, not HTML
 }
 
 func writePlain(w http.ResponseWriter, s string) {

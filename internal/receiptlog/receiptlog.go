@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -263,9 +264,7 @@ func (l *Log) remember(hs map[int64]tlog.Hash) {
 	if len(l.hashes)+len(hs) > maxCachedHashes {
 		l.hashes = map[int64]tlog.Hash{}
 	}
-	for i, h := range hs {
-		l.hashes[i] = h
-	}
+	maps.Copy(l.hashes, hs)
 }
 
 // readHashes reads stored hashes, from the cache first.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"path/filepath"
 	"sync"
@@ -333,26 +334,21 @@ func testReplicasRun(t *testing.T, a, b logStore) {
 	var wg sync.WaitGroup
 	logs := []*receiptlog.Log{newLog(t, a, "replica-a", key, vkey), newLog(t, b, "replica-b", key, vkey)}
 	for _, l := range logs {
-		wg.Add(1)
-		go func() { defer wg.Done(); l.Run(ctx) }()
+		wg.Go(func() { l.Run(ctx) })
 	}
 	all := map[string]*receipt.Receipt{}
 	var mu sync.Mutex
 	var writers sync.WaitGroup
 	for w, st := range []logStore{a, b} {
-		writers.Add(1)
-		go func() {
-			defer writers.Done()
+		writers.Go(func() {
 			for i := range 20 {
 				got := appendReceipts(t, st, w*1000+i*10, 10)
 				mu.Lock()
-				for id, r := range got {
-					all[id] = r
-				}
+				maps.Copy(all, got)
 				mu.Unlock()
 				time.Sleep(5 * time.Millisecond)
 			}
-		}()
+		})
 	}
 	writers.Wait()
 	time.Sleep(logs[0].MaxMergeDelay())

@@ -3,6 +3,7 @@ package receipt
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -251,8 +252,7 @@ func EntryBundle(leaves [][]byte) ([]byte, error) {
 		if len(l) > 0xffff {
 			return nil, fmt.Errorf("receipt: leaf %d is %d bytes, over 65535", i, len(l))
 		}
-		b.WriteByte(byte(len(l) >> 8))
-		b.WriteByte(byte(len(l)))
+		b.Write(binary.BigEndian.AppendUint16(nil, uint16(len(l)))) // #nosec G115 -- at most 0xffff, checked above
 		b.Write(l)
 	}
 	return b.Bytes(), nil

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/big"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/x402/receipt"
+)
+
+// runReceipts is `llm4agents receipts verify`.
+func runReceipts(ctx context.Context, args []string, e env) error {
+	return runSubcommand(ctx, "receipts", args, e, []subcommand{
+		{"verify", "check that the gateway's signed receipts are in its public log, and the log consistent", receiptsVerify},
+	})
+}
+
+// runLog is `llm4agents log audit|keygen`.
+func runLog(ctx context.Context, args []string, e env) error {
+	return runSubcommand(ctx, "log", args, e, []subcommand{
+		{"audit", "walk a gateway's whole receipt log, check it, and print the totals it shows", logAudit},
+		{"keygen", "write a new checkpoint key for a gateway's receipt log (log.key_file)", logKeygen},
+	})
+}
+
+// verifyResult is one receipt as receipts verify found it.
+type verifyResult struct {
+	RequestID string `json:"requestId"`
+	Amount    string `json:"amount,omitempty"`
+	Index     *int64 `json:"index,omitempty"`
+	Included  bool   `json:"included"`
+	Error     string `json:"error,omitempty"`
+}
+
+func receiptsVerify(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("receipts verify", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		printf(e.stderr, "usage: llm4agents receipts verify --url URL [--request-id ID | --all] [flags]\n\n"+
+			"Checks your receipts against the gateway's public receipt log: each receipt's signature, its\n"+
+			"inclusion proof against a checkpoint signed by the log key the gateway publishes, and that\n"+
+			"every checkpoint seen extends the earlier ones. A receipt not yet in the log is waited for until\n"+
+			"its logBy (within --timeout). Exits 0 only if every receipt is included and the log consistent.\n"+
+			"Signed in with the wallet it checks the account's receipts; with an API key, that key's.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	var f accountFlags
+	f.register(fs, true, true)
+	fs.StringVar(&f.gateway, "url", "", "the gateway's URL (same as --gateway)")
+	var apiKeyFile, id string
+	var all bool
+	fs.StringVar(&apiKeyFile, "api-key-file", "", "file holding an sk-l4a- API key to ask with instead of signing in (or set "+apiKeyEnv+")")
+	fs.StringVar(&id, "request-id", "", "one receipt, by its request id (0x and 64 hex digits)")
+	fs.BoolVar(&all, "all", false, "every receipt the account (or the API key) has")
+	pos, err := parseSub(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return errors.New("receipts verify: takes no arguments, only flags")
+	case (id == "") == !all:
+		return errors.New("receipts verify: give --request-id ID or --all")
+	case id != "" && (!isToken(id) || strings.ContainsAny(id, "/?#%") || len(id) > 80):
+		return errors.New("receipts verify: --request-id is not a request id")
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	a, err := authorized(ctx, &f, apiKeyFile, e)
+	if err != nil {
+		return fmt.Errorf("receipts verify: %w", err)
+	}
+	envelopes, err := receiptEnvelopes(ctx, a, id)
+	if err != nil {
+		return fmt.Errorf("receipts verify: %w", err)
+	}
+	sigs := newReceiptVerifier(f.timeout)
+	lg := &client.ReceiptLog{Account: a}
+	results := make([]verifyResult, len(envelopes))
+	var mu sync.Mutex
+	auditor := &client.ReceiptAuditor{Log: lg, Grace: 500 * time.Millisecond, Report: func(r client.AuditResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range results {
+			if results[i].RequestID == r.RequestID && results[i].Error == "" {
+				results[i].Included = r.Err == nil
+				if r.Err != nil {
+					results[i].Error = r.Err.Error()
+				}
+			}
+		}
+	}}
+	for i, env := range envelopes {
+		res := verifyEnvelope(ctx, sigs, f.base, env)
+		results[i].RequestID = "?"
+		if res.r != nil {
+			results[i].RequestID, results[i].Amount = res.r.RequestID.Hex(), res.r.Amount.String()
+		}
+		if !res.Verified {
+			results[i].Error = "signature: " + res.Error
+			continue
+		}
+		auditor.Add(ctx, res.r, res.r.RequestID.Hex())
+	}
+	auditor.Wait()
+	// The latest checkpoint too: it must extend every one the proofs were
+	// against.
+	cp, cpErr := lg.Checkpoint(ctx)
+	bad := 0
+	for _, r := range results {
+		if !r.Included {
+			bad++
+		}
+	}
+	if f.json {
+		out := map[string]any{"data": results, "included": len(results) - bad, "failed": bad}
+		if cpErr == nil {
+			out["checkpoint"] = map[string]any{"origin": cp.Origin, "size": cp.Size}
+		} else {
+			out["checkpointError"] = cpErr.Error()
+		}
+		writeJSON(e.stdout, out)
+	} else {
+		for _, r := range results {
+			if r.Included {
+				printf(e.stdout, "included  %s  amount %s\n", r.RequestID, r.Amount)
+			} else {
+				printf(e.stdout, "NOT VERIFIED  %s: %s\n", r.RequestID, oneLine(r.Error, 300))
+			}
+		}
+		if cpErr == nil {
+			printf(e.stdout, "log %s: %d receipts, consistent with every checkpoint seen\n", cp.Origin, cp.Size)
+		}
+	}
+	switch {
+	case cpErr != nil:
+		return fmt.Errorf("receipts verify: the log's latest checkpoint: %w", cpErr)
+	case bad > 0:
+		for _, r := range results {
+			if !r.Included {
+				return fmt.Errorf("receipts verify: %d of %d receipts not verified; the first: %s: %s", bad, len(results), r.RequestID, oneLine(r.Error, 300))
+			}
+		}
+	case len(results) == 0:
+		printf(e.stderr, "no receipts\n")
+	}
+	return nil
+}
+
+// receiptEnvelopes fetches one receipt, or every receipt a sees, page by
+// page.
+func receiptEnvelopes(ctx context.Context, a *client.Account, id string) ([]json.RawMessage, error) {
+	if id != "" {
+		raw, err := a.Receipt(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return []json.RawMessage{raw}, nil
+	}
+	var out []json.RawMessage
+	var before int64
+	for {
+		page, err := a.ReceiptsBefore(ctx, maxReceiptsLimit, "", before)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < maxReceiptsLimit {
+			return out, nil
+		}
+		r, _, err := receipt.ParseEnvelope(page[len(page)-1])
+		if err != nil || !r.LedgerSeq.IsInt64() || r.LedgerSeq.Int64() <= 1 {
+			return out, err
+		}
+		before = r.LedgerSeq.Int64()
+	}
+}
+
+// auditTotal is what the log shows of one rail and model.
+type auditTotal struct {
+	Rail         string `json:"rail"`
+	Model        string `json:"model"`
+	Receipts     int64  `json:"receipts"`
+	Amount       string `json:"amount"`
+	InputTokens  string `json:"inputTokens"`
+	OutputTokens string `json:"outputTokens"`
+
+	amount, in, out *big.Int
+}
+
+func logAudit(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("log audit", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		printf(e.stderr, "usage: llm4agents log audit --url URL [flags]\n\n"+
+			"Walks the gateway's whole public receipt log: verifies its checkpoint against the published key,\n"+
+			"reads every leaf from its tiles and checks each against the tree, checks the checkpoint against\n"+
+			"the one of an earlier audit (--since), and prints the totals the leaves show per rail and model.\n"+
+			"A leaf shows no payer, key or request id. Exits 0 only if everything checks.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	var f accountFlags
+	f.register(fs, false, true)
+	fs.StringVar(&f.gateway, "url", "", "the gateway's URL (same as --gateway)")
+	var since string
+	fs.StringVar(&since, "since", "", "a checkpoint an earlier audit printed (its three lines, \\n-separated, or a file with them): the log must extend it")
+	pos, err := parseSub(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return errors.New("log audit: takes no arguments, only flags")
+	}
+	if err := f.check(e.getenv); err != nil {
+		return fmt.Errorf("log audit: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	lg := &client.ReceiptLog{Account: newAccount(&f)}
+	if since != "" {
+		text, err := readCheckpointArg(since)
+		if err != nil {
+			return fmt.Errorf("log audit: --since: %w", err)
+		}
+		old, err := receipt.ParseCheckpoint(text)
+		if err != nil {
+			return fmt.Errorf("log audit: --since: %w", err)
+		}
+		if err := lg.Observe(ctx, old); err != nil {
+			return fmt.Errorf("log audit: --since: %w", err)
+		}
+	}
+	cp, err := lg.Checkpoint(ctx)
+	if err != nil {
+		return fmt.Errorf("log audit: %w", err)
+	}
+	totals := map[[2]string]*auditTotal{}
+	unreadable := 0
+	const page = 256 * 16
+	for from := int64(0); from < cp.Size; from += page {
+		leaves, err := lg.Leaves(ctx, cp, from, min(from+page, cp.Size))
+		if err != nil {
+			return fmt.Errorf("log audit: leaves from %d: %w", from, err)
+		}
+		for _, b := range leaves {
+			l, err := receipt.ParseLeaf(b)
+			if err != nil {
+				unreadable++
+				continue
+			}
+			k := [2]string{l.Rail, l.Model}
+			t := totals[k]
+			if t == nil {
+				t = &auditTotal{Rail: l.Rail, Model: l.Model, amount: new(big.Int), in: new(big.Int), out: new(big.Int)}
+				totals[k] = t
+			}
+			t.Receipts++
+			t.amount.Add(t.amount, l.Amount)
+			t.in.Add(t.in, l.InputTokens)
+			t.out.Add(t.out, l.OutputTokens)
+		}
+	}
+	list := make([]*auditTotal, 0, len(totals))
+	for _, t := range totals {
+		t.Amount, t.InputTokens, t.OutputTokens = t.amount.String(), t.in.String(), t.out.String()
+		list = append(list, t)
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].Rail != list[j].Rail {
+			return list[i].Rail < list[j].Rail
+		}
+		return list[i].Model < list[j].Model
+	})
+	if f.json {
+		writeJSON(e.stdout, map[string]any{"origin": cp.Origin, "size": cp.Size, "checkpoint": cp.Text(),
+			"totals": list, "unreadable": unreadable})
+	} else {
+		printf(e.stdout, "log %s: %d receipts, every leaf checked against the signed tree\n", cp.Origin, cp.Size)
+		for _, t := range list {
+			printf(e.stdout, "  %-8s %-24s %8d receipts  amount %s (%s)  tokens in %s out %s\n", t.Rail, oneLine(t.Model, 24), t.Receipts,
+				t.Amount, formatAmount(t.amount, f.decimals), t.InputTokens, t.OutputTokens)
+		}
+		printf(e.stdout, "checkpoint (give it to the next audit as --since):\n%s", cp.Text())
+	}
+	if unreadable > 0 {
+		return fmt.Errorf("log audit: %d leaves are not receipt leaves", unreadable)
+	}
+	return nil
+}
+
+// readCheckpointArg reads --since: the checkpoint's text, with literal \n
+// between its lines, or a file holding it.
+func readCheckpointArg(s string) (string, error) {
+	if strings.Contains(s, `\n`) {
+		text := strings.ReplaceAll(s, `\n`, "\n")
+		if !strings.HasSuffix(text, "\n") {
+			text += "\n"
+		}
+		return text, nil
+	}
+	b, err := readCapped(s, receipt.MaxCheckpointBytes)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// logKeygen writes a new signed-note private key for log.key_file, named
+// for the log's origin, and prints its public key.
+func logKeygen(_ context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("log keygen", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var origin, out string
+	fs.StringVar(&origin, "origin", "", "the log's origin, the first line of its checkpoints: the gateway's host and a path, such as gw.example.com/receipts")
+	fs.StringVar(&out, "out", "", "file to write the private key to (created with mode 0600; never overwritten)")
+	pos, err := parseSub(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return errors.New("log keygen: takes no arguments, only flags")
+	case origin == "" || out == "":
+		return errors.New("log keygen: --origin and --out are required")
+	case !isToken(origin) || strings.ContainsAny(origin, "+") || len(origin) > 200:
+		return errors.New("log keygen: --origin must be printable, without spaces or '+', such as gw.example.com/receipts")
+	}
+	skey, vkey, err := note.GenerateKey(rand.Reader, origin)
+	if err != nil {
+		return fmt.Errorf("log keygen: %w", err)
+	}
+	fh, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) //nolint:gosec // G304: the operator names the file to create.
+	if err != nil {
+		return fmt.Errorf("log keygen: %w", err)
+	}
+	if _, err := fmt.Fprintln(fh, skey); err != nil {
+		_ = fh.Close()
+		return fmt.Errorf("log keygen: write %s: %w", out, err)
+	}
+	if err := fh.Close(); err != nil {
+		return fmt.Errorf("log keygen: write %s: %w", out, err)
+	}
+	printf(e.stdout, "%s\n", vkey)
+	printf(e.stderr, "wrote the private key to %s; set log.key_file to it on every replica. The line above is the public key buyers verify with.\n", out)
+	return nil
+}

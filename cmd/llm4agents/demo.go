@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -245,6 +246,9 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if err := demoUpto(ctx, out, c.Token, url); err != nil {
 		return err
 	}
+	if err := demoCredits(ctx, out, cfg.PublicURL, c.Token); err != nil {
+		return err
+	}
 	final, err := c.BalanceOf(ctx, payTo)
 	if err != nil {
 		return err
@@ -253,7 +257,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	printf(out, "7. the buyer paid %s USDC in all; the seller holds %s USDC. done.\n", usdc(new(big.Int).Sub(big.NewInt(10_000_000), left)), usdc(final))
+	printf(out, "9. the buyer paid %s USDC in all; the seller holds %s USDC. done.\n", usdc(new(big.Int).Sub(big.NewInt(10_000_000), left)), usdc(final))
 	if *serveAddr == "" {
 		return nil
 	}
@@ -309,6 +313,80 @@ func demoUpto(ctx context.Context, out io.Writer, token common.Address, url stri
 	return nil
 }
 
+// demoCredits tops up the buyer's credit with an x402 payment, signs in
+// with the wallet, makes an API key and pays one call from credit; then it
+// checks that the call's signed receipt is in the gateway's public receipt
+// log, once the log includes it (by the receipt's logBy).
+func demoCredits(ctx context.Context, out io.Writer, base string, token common.Address) error {
+	u, err := url.Parse(base)
+	if err != nil {
+		return err
+	}
+	tr := &client.Transport{
+		Signer: exact.NewKeySigner(devchain.Key(demoBuyer)),
+		Policy: client.Policy{
+			MaxPerRequest: big.NewInt(100_000), Budget: big.NewInt(100_000),
+			Assets: []client.Asset{{Network: devchain.Network, Address: token.Hex()}},
+		},
+	}
+	acct := &client.Account{Base: u, Client: &http.Client{Transport: tr, Timeout: time.Minute}}
+	top, _, err := acct.TopUp(ctx, big.NewInt(100_000))
+	if err != nil {
+		return fmt.Errorf("top-up: %w", err)
+	}
+	if err := acct.SignIn(ctx, exact.NewKeySigner(devchain.Key(demoBuyer)), time.Now()); err != nil {
+		return fmt.Errorf("sign-in: %w", err)
+	}
+	key, _, err := acct.CreateKey(ctx, &client.KeyRequest{Name: "demo"})
+	if err != nil {
+		return fmt.Errorf("create a key: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"Pay me from credit."}],"max_tokens":32}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key.Key)
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close() // after reading it in full, a close error changes nothing
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the credit call got %d: %s", resp.StatusCode, b)
+	}
+	r, err := (&client.ReceiptVerifier{}).VerifyResponse(ctx, resp)
+	if err != nil {
+		return fmt.Errorf("the credit call's receipt: %w", err)
+	}
+	printf(out, "7. credits: the buyer topped up %s USDC (transaction %s), signed in with the wallet and made an API key;\n"+
+		"   a call paid from credit was charged %s USDC, with a signed receipt (request %s)\n",
+		usdc(mustAmount(top.Credited)), top.Transaction, usdc(r.Amount), r.RequestID.Hex())
+	lg := &client.ReceiptLog{Account: &client.Account{Base: u, Token: client.Secret(key.Key)}}
+	for {
+		c, err := lg.VerifyReceipt(ctx, r, r.RequestID.Hex())
+		if errors.Is(err, client.ErrNotLoggedYet) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("the receipt log: %w", err)
+		}
+		printf(out, "8. receipt log: the receipt is in the public log %s (%d receipts), its inclusion proof\n"+
+			"   checked against the checkpoint key the gateway publishes; the leaf shows no payer or key\n", c.Origin, c.Size)
+		return nil
+	}
+}
+
 // demoKeyFile is where `demo --serve` leaves the buyer's wallet key, at a
 // fixed path so that the README's commands can name it. The key is a public
 // dev key of a simulated chain; the file is still written 0600 and removed
@@ -329,7 +407,7 @@ func keepServing(ctx context.Context, out io.Writer, publicURL string, token com
 	defer func() { _ = os.Remove(path) }() // a dev key of a chain that ends with the demo
 	// The demo token is no USDC the buyer's default policy knows: name it.
 	asset := devchain.Network + "/" + token.Hex()
-	printf(out, "7. still serving at %s until Ctrl-C; the buyer's wallet key (a dev key, worthless) is in %s. Try:\n", publicURL, path)
+	printf(out, "10. still serving at %s until Ctrl-C; the buyer's wallet key (a dev key, worthless) is in %s. Try:\n", publicURL, path)
 	printf(out, "   llm4agents pay --key-file %s --asset %s -d '{\"model\":\"demo\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' %s/v1/chat/completions\n", path, asset, publicURL)
 	printf(out, "   llm4agents chat --key-file %s --asset %s --url %s\n", path, asset, publicURL)
 	select {

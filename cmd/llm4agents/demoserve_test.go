@@ -23,7 +23,7 @@ func TestDemoServe(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"demo", "--serve", addr}, envMap(nil), &out, &errOut) }()
 
-	for !strings.Contains(out.String(), "7. still serving") {
+	for !strings.Contains(out.String(), "10. still serving") {
 		select {
 		case err := <-done:
 			t.Fatalf("demo --serve ended before serving: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())

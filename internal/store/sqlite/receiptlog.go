@@ -20,15 +20,18 @@ import (
 // DB values integrating the same size, in one process or two, the second
 // finds the size moved. Leases are judged by the store's clock (DB.Now).
 //
-// The batch writes (a page of entries queued, a batch integrated) run each
-// of their statements once per row, prepared once per call on the batch's
-// transaction: SQLite runs a prepared statement in microseconds, and an
-// integrator keeps up with thousands of receipts a second that way, with
-// statements whose text does not depend on the batch's size.
+// The batch writes run each of their statements once per row, prepared:
+// SQLite runs a prepared statement in microseconds, so a batch costs
+// milliseconds, with statements whose text does not depend on the batch's
+// size. Queuing runs the writer's prepared statements (receiptStatements:
+// a receipt's leaf is queued on every credit-paid call); an integration,
+// one call for thousands of rows, prepares its own on the batch's
+// transaction.
 
 const (
 	logStateColumns = `size, checkpoint, holder, fence, lease_until_ms`
 	selectLogState  = `SELECT ` + logStateColumns + ` FROM log_state WHERE id = 1`
+	nextLogSeq      = `UPDATE log_seq SET last = last + ? WHERE id = 1 RETURNING last`
 	insertLogEntry  = `INSERT INTO log_entries (request_id, leaf, seq, queued_at_ms) VALUES (?, ?, ?, ?)
 ON CONFLICT DO NOTHING`
 	selectLogEntry = `SELECT request_id, leaf, idx FROM log_entries WHERE request_id = ?`
@@ -57,7 +60,7 @@ func (db *DB) AppendLog(ctx context.Context, entries []store.LogEntry) (err erro
 	}
 
 	return mapErr(ctx, db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return queueLeaves(ctx, tx, db.nowMs(), entries)
+		return queueLeaves(ctx, db.wtx(tx), db.nowMs(), entries)
 	}))
 }
 
@@ -65,21 +68,16 @@ func (db *DB) AppendLog(ctx context.Context, entries []store.LogEntry) (err erro
 // write batch; an entry already queued with the same leaf is left as it is.
 // It stops at the first entry queued with another leaf, with ErrConflict,
 // and the op's savepoint then undoes the entries queued before it.
-func queueLeaves(ctx context.Context, tx *sql.Tx, now int64, entries []store.LogEntry) error {
+func queueLeaves(ctx context.Context, tx wtx, now int64, entries []store.LogEntry) error {
 	var last int64
-	if err := tx.QueryRowContext(ctx, `UPDATE log_seq SET last = last + ? WHERE id = 1 RETURNING last`, len(entries)).Scan(&last); err != nil {
+	if err := tx.QueryRowContext(ctx, nextLogSeq, len(entries)).Scan(&last); err != nil {
 		return fmt.Errorf("log queue counter: %w", err)
 	}
-	insert, err := tx.PrepareContext(ctx, insertLogEntry)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = insert.Close() }() // closing a statement only frees it
 	first := last - int64(len(entries)) + 1
 	for i, e := range entries {
 		// ON CONFLICT DO NOTHING: an id already queued is judged below,
 		// not a driver error that would spoil the batch's transaction.
-		res, err := insert.ExecContext(ctx, e.RequestID, e.Leaf, first+int64(i), now)
+		res, err := tx.ExecContext(ctx, insertLogEntry, e.RequestID, e.Leaf, first+int64(i), now)
 		if err != nil {
 			return err
 		}

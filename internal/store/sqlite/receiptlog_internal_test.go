@@ -1,8 +1,11 @@
 package sqlite
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/llm4agents/llm4agents/internal/store"
 )
 
 // TestReceiptLogReadsIndexed: the receipt log's reads search an index,
@@ -29,4 +32,53 @@ func TestReceiptLogReadsIndexed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReceiptStatementsPrepared puts receipts on every path of a put (new,
+// with and without a leaf, replayed, conflicting, a leaf queued before its
+// receipt) and queues a batch of leaves, and checks that each statement ran
+// prepared: a query missing from receiptStatements would be compiled on
+// every credit-paid call again.
+func TestReceiptStatementsPrepared(t *testing.T) {
+	ctx := t.Context()
+	db := openTemp(t)
+	receipt := func(id string, leaf []byte) store.StoredReceipt {
+		return store.StoredReceipt{RequestID: id, Owner: "0xabc", Seq: 1, Envelope: []byte("{}"), Leaf: leaf}
+	}
+	before := unpreparedRuns.Load()
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"put", func() error { return db.PutReceipt(ctx, receipt("r1", []byte("leaf 1"))) }},
+		{"put replay", func() error { return db.PutReceipt(ctx, receipt("r1", []byte("leaf 1"))) }},
+		{"put without a leaf", func() error { return db.PutReceipt(ctx, receipt("r2", nil)) }},
+		{"put conflicting", func() error { return conflict(db.PutReceipt(ctx, receipt("r1", []byte("leaf 2")))) }},
+		{"append", func() error {
+			return db.AppendLog(ctx, []store.LogEntry{{RequestID: "r3", Leaf: []byte("leaf 3")}, {RequestID: "r1", Leaf: []byte("leaf 1")}})
+		}},
+		{"put of a queued leaf", func() error { return db.PutReceipt(ctx, receipt("r3", []byte("leaf 3"))) }},
+	}
+	for _, s := range steps {
+		if err := s.run(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if n := unpreparedRuns.Load() - before; n != 0 {
+			t.Fatalf("%s: %d statements ran unprepared", s.name, n)
+		}
+	}
+	if db.statements() == nil {
+		t.Fatal("no statements prepared")
+	}
+}
+
+// conflict returns nil if err is ErrConflict.
+func conflict(err error) error {
+	if errors.Is(err, store.ErrConflict) {
+		return nil
+	}
+	if err == nil {
+		return errors.New("put not refused")
+	}
+	return err
 }

@@ -20,6 +20,24 @@ import (
 
 const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
 
+// The statements of a put, which the writer prepares (receiptStatements);
+// reads on the read pool use selectReceipt too.
+const (
+	// ON CONFLICT DO NOTHING: an existing id is judged by insertReceipt,
+	// not a driver error that would spoil the batch's transaction.
+	insertReceiptRow = `INSERT INTO receipts (` + receiptColumns + `)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING`
+	selectReceipt = `SELECT ` + receiptColumns + ` FROM receipts WHERE request_id = ?`
+)
+
+// receiptStatements returns the statements a put runs, a receipt's leaf
+// queued included, for the writer to prepare: every credit-paid call
+// makes one.
+func receiptStatements() []string {
+	return []string{insertReceiptRow, selectReceipt, nextLogSeq, insertLogEntry, selectLogEntry}
+}
+
 // PutReceipt implements store.Receipts.
 func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error) {
 	defer store.Wrap(&err, "sqlite", "put receipt %q", r.RequestID)
@@ -32,8 +50,8 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 	}
 	defer cancel()
 
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		now := db.nowMs()
+	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx, now := db.wtx(sqlTx), db.nowMs()
 		if err := insertReceipt(ctx, tx, now, r); err != nil || len(r.Leaf) == 0 {
 			return err
 		}
@@ -48,19 +66,15 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 // insertReceipt stores r unless its request id is taken, inside the op of
 // a write batch: nil if r is new or the receipt stored under its id,
 // ErrConflict if another receipt is.
-func insertReceipt(ctx context.Context, tx *sql.Tx, now int64, r store.StoredReceipt) error {
-	// ON CONFLICT DO NOTHING: an existing id is judged below, not a
-	// driver error that would spoil the batch's transaction.
-	res, err := tx.ExecContext(ctx, `INSERT INTO receipts (`+receiptColumns+`)
-VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT DO NOTHING`, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, now)
+func insertReceipt(ctx context.Context, tx wtx, now int64, r store.StoredReceipt) error {
+	res, err := tx.ExecContext(ctx, insertReceiptRow, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, now)
 	if err != nil {
 		return err
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 1 {
 		return err
 	}
-	cur, err := scanReceipt(tx.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = ?`, r.RequestID))
+	cur, err := scanReceipt(tx.QueryRowContext(ctx, selectReceipt, r.RequestID))
 	if err != nil {
 		return err
 	}
@@ -79,7 +93,7 @@ func (db *DB) Receipt(ctx context.Context, requestID string) (_ store.StoredRece
 	}
 	defer cancel()
 
-	r, err := scanReceipt(db.ro.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM receipts WHERE request_id = ?`, requestID))
+	r, err := scanReceipt(db.ro.QueryRowContext(ctx, selectReceipt, requestID))
 	if err != nil {
 		return store.StoredReceipt{}, mapErr(ctx, err)
 	}

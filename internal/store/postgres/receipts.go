@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -17,11 +18,27 @@ import (
 // statement of its own: under READ COMMITTED a second statement sees the
 // row a concurrent put committed while the insert waited for it, which a
 // read inside the insert's statement (its snapshot taken before) would not.
-// A put with a leaf does the same in a transaction that queues the leaf in
-// the receipt log (receiptlog.go) too, and rolls the receipt back when the
-// leaf conflicts.
+// A put with a leaf first tries putWithLeaf, one statement that keeps a new
+// receipt and queues its new leaf; when either exists it fails whole, and
+// the put is done again in a transaction that also queues the leaf
+// (receiptlog.go) and rolls the receipt back when the leaf conflicts.
 
 const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
+
+// putWithLeaf keeps a receipt ($2..$6 at $1, nowExpr) and queues its leaf
+// ($7), both new, in one statement: the common put with a leaf in one round
+// trip, where the transaction takes four, which halved the puts a second
+// with a leaf. Neither insert has ON CONFLICT: an id already kept or queued
+// is a unique violation that rolls the whole statement back.
+const putWithLeaf = withNow + `, r AS (
+    INSERT INTO receipts (` + receiptColumns + `)
+    SELECT $2, $3, $4, $5, $6, n.ms FROM n
+    RETURNING request_id)
+INSERT INTO log_entries (request_id, leaf, seq, queued_at_ms)
+SELECT r.request_id, $7, nextval('log_entry_seq'), n.ms FROM n, r`
+
+// uniqueViolation is the SQLSTATE of a duplicate key.
+const uniqueViolation = "23505"
 
 // PutReceipt implements store.Receipts.
 func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error) {
@@ -38,6 +55,10 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 	now := db.nowArg()
 	if len(r.Leaf) == 0 {
 		return db.mapOpErr(ctx, insertReceipt(ctx, db.pool, now, r))
+	}
+	_, err = db.pool.Exec(ctx, putWithLeaf, now, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, r.Leaf)
+	if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != uniqueViolation {
+		return db.mapErr(ctx, err)
 	}
 	// Queued whether the receipt was new or a replay: a replay of a put
 	// whose leaf is queued changes nothing, and one whose receipt was kept

@@ -70,6 +70,7 @@ func RunReceiptLog(t *testing.T, open OpenReceiptLog) {
 		{"Integrate/Refused", testLogIntegrateRefused},
 		{"Integrate/InvalidArguments", testLogIntegrateInvalid},
 		{"Reads/InvalidArguments", testLogReadsInvalid},
+		{"Race/PutReceipt", testLogRacePut},
 		{"Race/Integrate", testLogRaceIntegrate},
 		{"Race/Lease", testLogRaceLease},
 		{"Closed", testReceiptLogClosed},
@@ -787,6 +788,53 @@ func testLogReadsInvalid(e *logEnv) {
 	}
 	_, err := e.b.LogHashes(e.ctx, make([]int64, store.MaxLogHashes+1))
 	noSentinel(e.t, "LogHashes over MaxLogHashes", err)
+}
+
+// testLogRacePut puts one receipt from both handles at once, half with
+// one leaf and half with another: exactly one leaf is queued, every put of
+// it succeeds, every put of the other is ErrConflict, and the receipt is
+// kept once.
+func testLogRacePut(e *logEnv) {
+	const racers = 16
+	r1 := logReceipt("req_race", 5)
+	r2 := otherLeafOf(r1)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	begin := make(chan struct{})
+	for i := range racers {
+		h, r := e.a, r1
+		if i%2 == 1 {
+			h = e.b
+		}
+		if i%4 >= 2 {
+			r = r2
+		}
+		wg.Go(func() {
+			<-begin
+			errs[i] = h.PutReceipt(e.ctx, r)
+		})
+	}
+	close(begin)
+	wg.Wait()
+	got, err := e.b.LogEntry(e.ctx, "req_race")
+	if err != nil {
+		e.t.Fatalf("LogEntry: %v", err)
+	}
+	winner := 0
+	if bytes.Equal(got.Leaf, r2.Leaf) {
+		winner = 1
+	}
+	for i, err := range errs {
+		switch which := i % 4 / 2; {
+		case which == winner && err != nil:
+			e.t.Errorf("a put of the queued leaf failed: %v", err)
+		case which != winner && !errors.Is(err, store.ErrConflict):
+			e.t.Errorf("a put of the other leaf: %v, want ErrConflict", err)
+		}
+	}
+	if rs, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Limit: 10}); err != nil || len(rs) != 1 {
+		e.t.Errorf("ReceiptsOf = %d receipts, %v; want 1", len(rs), err)
+	}
 }
 
 // testLogRaceIntegrate has integrators on both handles, all under one

@@ -15,3 +15,12 @@ func TestReceiptLog(t *testing.T) {
 		return open(t, dsn, now, nil), open(t, dsn, now, nil)
 	})
 }
+
+// BenchmarkReceiptLog runs the receipt log benchmarks every SQL backend
+// shares, on the server's clock, one fresh schema per run.
+func BenchmarkReceiptLog(b *testing.B) {
+	storetest.RunReceiptLogBenchmarks(b, func(b *testing.B) storetest.ReceiptLogStore {
+		_, dsn := freshSchema(b)
+		return open(b, dsn, nil, nil)
+	})
+}

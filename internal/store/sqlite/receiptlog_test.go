@@ -16,3 +16,11 @@ func TestReceiptLog(t *testing.T) {
 		return open(t, path, now), open(t, path, now)
 	})
 }
+
+// BenchmarkReceiptLog runs the receipt log benchmarks every SQL backend
+// shares.
+func BenchmarkReceiptLog(b *testing.B) {
+	storetest.RunReceiptLogBenchmarks(b, func(b *testing.B) storetest.ReceiptLogStore {
+		return open(b, filepath.Join(b.TempDir(), "llm4agents.db"), nil)
+	})
+}

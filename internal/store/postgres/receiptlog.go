@@ -10,7 +10,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// The receipt log (store.ReceiptLog, D30), in the tables of migration 0012;
+// The receipt log (store.ReceiptLog), in the tables of migration 0012;
 // queue order from log_entry_seq (see extras in schema.go), so that
 // receipts queued in concurrent transactions never wait for one counter row.
 //

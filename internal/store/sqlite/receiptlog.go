@@ -12,7 +12,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// The receipt log (store.ReceiptLog, D30), in the tables of migration 0012.
+// The receipt log (store.ReceiptLog), in the tables of migration 0012.
 // Every write is one op of a write batch (writer.go): its checks and its
 // writes run under the database's write lock, in a savepoint of their own,
 // so a refused call (a conflicting leaf, a stale fence, an entry no longer

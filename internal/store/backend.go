@@ -177,6 +177,23 @@ func CheckPaymentUpdate(state PaymentState) error {
 	}
 }
 
+// CheckPendingLog checks the limit of ReceiptLog.PendingLog: 1..MaxLogBatch.
+func CheckPendingLog(limit int) error {
+	if limit < 1 || limit > MaxLogBatch {
+		return fmt.Errorf("limit %d is outside 1..%d", limit, MaxLogBatch)
+	}
+	return nil
+}
+
+// CheckLogHashes checks the indexes of ReceiptLog.LogHashes: at most
+// MaxLogHashes.
+func CheckLogHashes(indexes []int64) error {
+	if len(indexes) > MaxLogHashes {
+		return fmt.Errorf("%d hash indexes, over %d", len(indexes), MaxLogHashes)
+	}
+	return nil
+}
+
 // OrderLogHashes returns the hashes at indexes, in their order, from found,
 // which holds each stored one a backend read (in any order, each once):
 // for ReceiptLog.LogHashes, ErrNotFound if an index is not in found.

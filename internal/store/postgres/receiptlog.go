@@ -153,8 +153,8 @@ WHERE id = 1 AND holder = $2 AND fence = $3 AND fence > 0`, db.nowArg(), holder,
 // log_entries_pending, so the page is read from that index in order.
 func (db *DB) PendingLog(ctx context.Context, limit int) (_ []store.LogEntry, err error) {
 	defer store.Wrap(&err, "postgres", "pending log entries")
-	if limit < 1 || limit > store.MaxLogBatch {
-		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxLogBatch)
+	if err := store.CheckPendingLog(limit); err != nil {
+		return nil, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
@@ -273,8 +273,8 @@ func (db *DB) logState(ctx context.Context) (store.LogState, error) {
 // LogHashes implements store.ReceiptLog.
 func (db *DB) LogHashes(ctx context.Context, indexes []int64) (_ [][32]byte, err error) {
 	defer store.Wrap(&err, "postgres", "%d log hashes", len(indexes))
-	if len(indexes) > store.MaxLogHashes {
-		return nil, fmt.Errorf("%d hash indexes, over %d", len(indexes), store.MaxLogHashes)
+	if err := store.CheckLogHashes(indexes); err != nil {
+		return nil, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {

@@ -27,16 +27,12 @@ func TestLedgerStatementsPrepared(t *testing.T) {
 		}
 	})
 	db.Now = func() time.Time { return clk }
-	before := unpreparedRuns.Load()
 	const owner, asset = "0xabc", "eip155:1/erc20:0xa0b8"
 	key := &store.KeyLimits{ID: "k1", TotalCap: 500, PeriodCap: 300, Period: time.Hour}
 	hold := func(id string, amount int64) store.HoldRequest {
 		return store.HoldRequest{ID: id, Owner: owner, Asset: asset, Amount: amount, TTL: time.Minute, Key: key}
 	}
-	steps := []struct {
-		name string
-		run  func() error
-	}{
+	steps := []preparedStep{
 		{"credit", func() error { _, err := db.Credit(ctx, "c1", owner, asset, 1000); return err }},
 		{"credit replay", func() error { _, err := db.Credit(ctx, "c1", owner, asset, 1000); return err }},
 		{"hold", func() error { _, err := db.Hold(ctx, hold("h1", 100)); return err }},
@@ -66,6 +62,20 @@ func TestLedgerStatementsPrepared(t *testing.T) {
 			return err
 		}},
 	}
+	runPrepared(t, db, steps)
+}
+
+// preparedStep is one write of a test that its statements run prepared.
+type preparedStep struct {
+	name string
+	run  func() error
+}
+
+// runPrepared runs steps on db, in order, and fails at the first that
+// fails or runs a statement of a wtx unprepared.
+func runPrepared(t *testing.T, db *DB, steps []preparedStep) {
+	t.Helper()
+	before := unpreparedRuns.Load()
 	for _, s := range steps {
 		if err := s.run(); err != nil {
 			t.Fatalf("%s: %v", s.name, err)

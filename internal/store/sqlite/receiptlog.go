@@ -173,8 +173,8 @@ WHERE id = 1 AND holder = ? AND fence = ? AND fence > 0`, db.nowMs(), holder, fe
 // PendingLog implements store.ReceiptLog.
 func (db *DB) PendingLog(ctx context.Context, limit int) (_ []store.LogEntry, err error) {
 	defer store.Wrap(&err, "sqlite", "pending log entries")
-	if limit < 1 || limit > store.MaxLogBatch {
-		return nil, fmt.Errorf("limit %d is outside 1..%d", limit, store.MaxLogBatch)
+	if err := store.CheckPendingLog(limit); err != nil {
+		return nil, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
@@ -303,8 +303,8 @@ func (db *DB) LogState(ctx context.Context) (_ store.LogState, err error) {
 // LogHashes implements store.ReceiptLog.
 func (db *DB) LogHashes(ctx context.Context, indexes []int64) (_ [][32]byte, err error) {
 	defer store.Wrap(&err, "sqlite", "%d log hashes", len(indexes))
-	if len(indexes) > store.MaxLogHashes {
-		return nil, fmt.Errorf("%d hash indexes, over %d", len(indexes), store.MaxLogHashes)
+	if err := store.CheckLogHashes(indexes); err != nil {
+		return nil, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {

@@ -45,11 +45,7 @@ func TestReceiptStatementsPrepared(t *testing.T) {
 	receipt := func(id string, leaf []byte) store.StoredReceipt {
 		return store.StoredReceipt{RequestID: id, Owner: "0xabc", Seq: 1, Envelope: []byte("{}"), Leaf: leaf}
 	}
-	before := unpreparedRuns.Load()
-	steps := []struct {
-		name string
-		run  func() error
-	}{
+	steps := []preparedStep{
 		{"put", func() error { return db.PutReceipt(ctx, receipt("r1", []byte("leaf 1"))) }},
 		{"put replay", func() error { return db.PutReceipt(ctx, receipt("r1", []byte("leaf 1"))) }},
 		{"put without a leaf", func() error { return db.PutReceipt(ctx, receipt("r2", nil)) }},
@@ -59,17 +55,7 @@ func TestReceiptStatementsPrepared(t *testing.T) {
 		}},
 		{"put of a queued leaf", func() error { return db.PutReceipt(ctx, receipt("r3", []byte("leaf 3"))) }},
 	}
-	for _, s := range steps {
-		if err := s.run(); err != nil {
-			t.Fatalf("%s: %v", s.name, err)
-		}
-		if n := unpreparedRuns.Load() - before; n != 0 {
-			t.Fatalf("%s: %d statements ran unprepared", s.name, n)
-		}
-	}
-	if db.statements() == nil {
-		t.Fatal("no statements prepared")
-	}
+	runPrepared(t, db, steps)
 }
 
 // conflict returns nil if err is ErrConflict.

@@ -81,10 +81,11 @@ func queueLeaves(ctx context.Context, tx wtx, now int64, entries []store.LogEntr
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 1 {
-			if err != nil {
-				return err
-			}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 1 {
 			continue
 		}
 		cur, err := scanLogEntry(tx.QueryRowContext(ctx, selectLogEntry, e.RequestID))

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,10 @@ type StoredReceipt struct {
 	Owner string
 	KeyID string
 	// Seq is the ledger entry of the capture (the receipt's ledgerSeq); pages
-	// of ReceiptsOf are ordered by it, newest first.
+	// of ReceiptsOf are ordered by it, newest first. A receipt with no
+	// ledger entry (an x402 payment's) is put with Seq 0: the store draws a
+	// new number from the ledger's sequence, so that an owner's receipts of
+	// both kinds share one order, and Receipt returns it.
 	Seq int64
 	// Envelope is the signed receipt as served: JSON {"receipt":..., "signature":...},
 	// at most MaxReceiptBytes.
@@ -43,6 +47,14 @@ type StoredReceipt struct {
 	CreatedAt time.Time // set by the store
 }
 
+// SameReceipt reports whether stored, as a store keeps it, is the receipt r
+// puts again: the same owner, key and envelope, and the same seq unless r
+// asked the store to draw one (Seq 0).
+func SameReceipt(stored, r StoredReceipt) bool {
+	return stored.Owner == r.Owner && stored.KeyID == r.KeyID && (r.Seq == 0 || stored.Seq == r.Seq) &&
+		bytes.Equal(stored.Envelope, r.Envelope)
+}
+
 // Validate checks a receipt before it is stored, for every backend.
 // CreatedAt is not read.
 func (r StoredReceipt) Validate() error {
@@ -53,8 +65,8 @@ func (r StoredReceipt) Validate() error {
 		return errors.New("invalid owner")
 	case r.KeyID != "" && !ValidID(r.KeyID):
 		return errors.New("invalid key id")
-	case r.Seq <= 0:
-		return fmt.Errorf("ledger seq %d is not positive", r.Seq)
+	case r.Seq < 0:
+		return fmt.Errorf("ledger seq %d is negative", r.Seq)
 	case len(r.Envelope) == 0:
 		return errors.New("empty receipt envelope")
 	case len(r.Envelope) > MaxReceiptBytes:
@@ -70,7 +82,8 @@ type Receipts interface {
 	// PutReceipt stores r once, and queues its Leaf in the receipt log when
 	// set: a second PutReceipt with the same request id and the same
 	// envelope succeeds and changes nothing; with another envelope, owner or
-	// seq, or a leaf other than the one queued, it is ErrConflict.
+	// seq (any seq, when put with 0), or a leaf other than the one queued,
+	// it is ErrConflict.
 	PutReceipt(ctx context.Context, r StoredReceipt) error
 	// Receipt returns the receipt of requestID; ErrNotFound if absent.
 	Receipt(ctx context.Context, requestID string) (StoredReceipt, error)

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,10 +31,14 @@ const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
 // is a unique violation that rolls the whole statement back.
 const putWithLeaf = withNow + `, r AS (
     INSERT INTO receipts (` + receiptColumns + `)
-    SELECT $2, $3, $4, $5, $6, n.ms FROM n
+    SELECT $2, $3, $4, ` + drawnSeq + `, $6, n.ms FROM n
     RETURNING request_id)
 INSERT INTO log_entries (request_id, leaf, seq, queued_at_ms)
 SELECT r.request_id, $7, nextval('log_entry_seq'), n.ms FROM n, r`
+
+// drawnSeq is a put's seq: $5, or a new one from the ledger's sequence
+// when $5 is 0 (a receipt with no ledger entry, store.StoredReceipt.Seq).
+const drawnSeq = `COALESCE(NULLIF($5::bigint, 0), nextval('ledger_entry_seq'))`
 
 // uniqueViolation is the SQLSTATE of a duplicate key.
 const uniqueViolation = "23505"
@@ -76,7 +79,7 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 // receipt stored under its id, ErrConflict if another receipt is.
 func insertReceipt(ctx context.Context, q querier, now *int64, r store.StoredReceipt) error {
 	tag, err := q.Exec(ctx, withNow+`INSERT INTO receipts (`+receiptColumns+`)
-SELECT $2, $3, $4, $5, $6, n.ms FROM n
+SELECT $2, $3, $4, `+drawnSeq+`, $6, n.ms FROM n
 ON CONFLICT DO NOTHING`, now, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope)
 	if err != nil || tag.RowsAffected() == 1 {
 		return err
@@ -85,7 +88,7 @@ ON CONFLICT DO NOTHING`, now, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope)
 	if err != nil {
 		return err
 	}
-	if cur.Owner != r.Owner || cur.KeyID != r.KeyID || cur.Seq != r.Seq || !bytes.Equal(cur.Envelope, r.Envelope) {
+	if !store.SameReceipt(cur, r) {
 		return fmt.Errorf("request id holds another receipt: %w", store.ErrConflict)
 	}
 	return nil

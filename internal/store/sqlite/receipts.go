@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -35,7 +34,7 @@ ON CONFLICT DO NOTHING`
 // queued included, for the writer to prepare: every credit-paid call
 // makes one.
 func receiptStatements() []string {
-	return []string{insertReceiptRow, selectReceipt, nextLogSeq, insertLogEntry, selectLogEntry}
+	return []string{insertReceiptRow, selectReceipt, nextLogSeq, insertLogEntry, selectLogEntry, nextSeq}
 }
 
 // PutReceipt implements store.Receipts.
@@ -67,7 +66,15 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 // a write batch: nil if r is new or the receipt stored under its id,
 // ErrConflict if another receipt is.
 func insertReceipt(ctx context.Context, tx wtx, now int64, r store.StoredReceipt) error {
-	res, err := tx.ExecContext(ctx, insertReceiptRow, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, now)
+	seq := r.Seq
+	if seq == 0 {
+		// Drawn even when the id turns out taken: the ledger's seqs may have
+		// gaps, and a replay is rare.
+		if err := tx.QueryRowContext(ctx, nextSeq).Scan(&seq); err != nil {
+			return err
+		}
+	}
+	res, err := tx.ExecContext(ctx, insertReceiptRow, r.RequestID, r.Owner, r.KeyID, seq, r.Envelope, now)
 	if err != nil {
 		return err
 	}
@@ -159,7 +166,7 @@ LIMIT ?3`
 
 // sameReceipt tells a repeated put (nil) from a conflicting one.
 func sameReceipt(cur, r store.StoredReceipt) error {
-	if cur.Owner != r.Owner || cur.KeyID != r.KeyID || cur.Seq != r.Seq || !bytes.Equal(cur.Envelope, r.Envelope) {
+	if !store.SameReceipt(cur, r) {
 		return fmt.Errorf("request id holds another receipt: %w", store.ErrConflict)
 	}
 	return nil

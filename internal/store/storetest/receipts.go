@@ -28,7 +28,7 @@ type OpenReceipts func(t *testing.T, now func() time.Time) (a, b store.Receipts)
 // store's clock at the first put, to the millisecond, and a repeated put
 // leaves it; the envelope comes back byte for byte; receipts of one Seq are
 // ordered by request id, descending, byte by byte; invalid arguments (an
-// invalid request id, owner or key id, Seq <= 0, an empty or oversized
+// invalid request id, owner or key id, Seq < 0, an empty or oversized
 // envelope, a limit outside 1..MaxReceiptsPage, a query's invalid key id)
 // fail with an error that is no sentinel, and Receipt of an invalid id is
 // ErrNotFound. A query's key filter never reaches past its owner, even when
@@ -41,6 +41,7 @@ func RunReceipts(t *testing.T, open OpenReceipts) {
 	}{
 		{"PutAndRead", testReceiptPut},
 		{"Idempotent", testReceiptIdempotent},
+		{"DrawnSeq", testReceiptDrawnSeq},
 		{"Conflict", testReceiptConflict},
 		{"Pages", testReceiptPages},
 		{"PagesOfKey", testReceiptKeyPages},
@@ -129,6 +130,39 @@ func testReceiptIdempotent(e *receiptsEnv) {
 	}
 	if diff := cmp.Diff(first, e.get(e.a, "req_1")); diff != "" {
 		e.t.Errorf("a repeated put changed the receipt (-first +now):\n%s", diff)
+	}
+}
+
+// testReceiptDrawnSeq: a receipt put with Seq 0 (an x402 payment's, with no
+// ledger entry) gets a new positive seq from the store, distinct and
+// increasing, kept on a replay; it pages with the others; a replay with
+// another envelope is ErrConflict.
+func testReceiptDrawnSeq(e *receiptsEnv) {
+	var seqs []int64
+	for i := range 3 {
+		id := fmt.Sprintf("x402_%d", i)
+		e.put(testReceipt(id, receiptOwner, 0))
+		got := e.get(e.b, id)
+		if got.Seq <= 0 || (len(seqs) > 0 && got.Seq <= seqs[len(seqs)-1]) {
+			e.t.Fatalf("drawn seqs %v then %d, want positive and increasing", seqs, got.Seq)
+		}
+		seqs = append(seqs, got.Seq)
+	}
+	again := testReceipt("x402_1", receiptOwner, 0)
+	if err := e.b.PutReceipt(e.ctx, again); err != nil {
+		e.t.Fatalf("a replayed put with seq 0: %v", err)
+	}
+	if got := e.get(e.a, "x402_1"); got.Seq != seqs[1] {
+		e.t.Errorf("a replay moved the seq from %d to %d", seqs[1], got.Seq)
+	}
+	other := again
+	other.Envelope = []byte(`{"another":"receipt"}`)
+	if err := e.a.PutReceipt(e.ctx, other); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("a put with seq 0 and another envelope: %v, want ErrConflict", err)
+	}
+	page, err := e.b.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Before: seqs[2], Limit: 10})
+	if err != nil || len(page) != 2 || page[0].RequestID != "x402_1" || page[1].RequestID != "x402_0" {
+		e.t.Errorf("the page before seq %d: %v, %v", seqs[2], receiptIDs(page), err)
 	}
 }
 
@@ -351,7 +385,6 @@ func testReceiptInvalid(e *receiptsEnv) {
 		{"empty owner", func(r *store.StoredReceipt) { r.Owner = "" }},
 		{"upper-case owner", func(r *store.StoredReceipt) { r.Owner = strings.ToUpper(receiptOwner) }},
 		{"key id with a newline", func(r *store.StoredReceipt) { r.KeyID = "key\n1" }},
-		{"zero seq", func(r *store.StoredReceipt) { r.Seq = 0 }},
 		{"negative seq", func(r *store.StoredReceipt) { r.Seq = -1 }},
 		{"empty envelope", func(r *store.StoredReceipt) { r.Envelope = nil }},
 	}

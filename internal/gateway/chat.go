@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,10 @@ type costInfo struct {
 	OperationID string      `json:"operation_id,omitempty"`
 	UsageCost   string      `json:"usage_cost"` // what the usage would cost at list price, unrounded
 	Usage       *chat.Usage `json:"usage,omitempty"`
+	// Receipt is the payment's signed receipt envelope (D18, D30), when
+	// the gateway issues receipts; a non-streaming answer also carries it
+	// in X-Llm4agents-Receipt.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 func (s *Server) cost(q *quote, sr *x402.SettleResponse, u *chat.Usage) costInfo {
@@ -114,20 +119,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch a := adm.(type) {
 	case *paywall.Replay:
-		return s.serveAnswer(w, q, a.Answer())
+		return s.serveAnswer(r.Context(), w, q, a.Answer())
 	case *paywall.Staged:
 		ans, err := a.Resolve(r.Context())
 		if err != nil {
 			return err
 		}
-		return s.serveAnswer(w, q, ans)
+		return s.serveAnswer(r.Context(), w, q, ans)
 	case *paywall.Orphan:
 		ans, err := a.Resume(r.Context())
 		if err != nil {
 			return err
 		}
-		return s.serveAnswer(w, q, ans)
+		return s.serveAnswer(r.Context(), w, q, ans)
 	case *paywall.Fresh:
+		q.payKey, q.payUpto = a.Key(), a.Upto()
 		up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
 		if err != nil {
 			a.Release(r.Context())
@@ -183,7 +189,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 	}
 	pd.Promote(r.Context(), sr)
 	// Rendered as a replay renders it, so a replay's bytes are these.
-	b, err := s.render(w.Header(), q, sr, &answer)
+	b, err := s.render(r.Context(), w.Header(), q, sr, &answer)
 	if err != nil {
 		return err
 	}

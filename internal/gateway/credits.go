@@ -399,71 +399,49 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	}
 	s.log.Debug("credit call charged", "request_id", call.id, "key_id", call.key.ID, "model", call.q.model.ID,
 		"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq)
-	signed, err := s.signReceipt(call, u, ch)
-	if err != nil {
-		s.metrics.credit("charged_no_receipt")
-		s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
-		return out
-	}
-	env, err := signed.JSON()
+	r, sig, err := s.signReceipt(call, u, ch)
+	var env []byte
 	if err == nil {
-		out.header, err = signed.Header()
+		env, err = receipt.EncodeEnvelope(r, sig)
 	}
 	if err != nil {
 		s.metrics.credit("charged_no_receipt")
 		s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
 		return out
 	}
-	out.info.Receipt = env
+	out.info.Receipt, out.header = env, receiptHeader(env)
 	outcome := "charged"
-	if rs := s.cfg.Credits.Receipts; rs != nil {
-		start := s.now()
-		rec := store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Seq: ch.Seq, Envelope: env}
-		if s.cfg.Log != nil {
-			if leaf, err := receipt.NewLeaf(s.cfg.Credits.Signer.Domain(), &signed.Receipt); err == nil {
-				rec.Leaf = leaf.Marshal()
-			} else { // cannot happen: the receipt was just signed
-				s.log.Error("receipt leaf", "request_id", call.id, "err", err)
-			}
-		}
-		err := rs.PutReceipt(ctx, rec)
-		s.metrics.ledgerLatency("receipt", s.now().Sub(start))
-		if err != nil {
-			// The buyer still gets the signed receipt with the answer; only
-			// GET /v1/receipts/{id} will not find it.
-			outcome = "charged_no_receipt"
-			s.log.Error("store receipt", "request_id", call.id, "err", err)
-		}
+	rec := store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Seq: ch.Seq, Envelope: env}
+	if _, err := s.keepReceipt(ctx, r, rec); err != nil {
+		// The buyer still gets the signed receipt with the answer; only
+		// GET /v1/receipts/{id} (and the log) will not find it.
+		outcome = "charged_no_receipt"
+		s.log.Error("store receipt", "request_id", call.id, "err", err)
 	}
 	s.metrics.credit(outcome)
 	return out
 }
 
 // signReceipt signs the receipt of a captured call (D18).
-func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (credits.SignedReceipt, error) {
+func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (*receipt.Receipt, []byte, error) {
 	if s.cfg.Credits.Signer == nil {
-		return credits.SignedReceipt{}, errors.New("no receipt signer configured")
+		return nil, nil, errors.New("no receipt signer configured")
 	}
 	keyID, err := credits.KeyIDBytes32(call.key.ID)
 	if err != nil {
-		return credits.SignedReceipt{}, fmt.Errorf("key %s: %w", call.key.ID, err)
+		return nil, nil, fmt.Errorf("key %s: %w", call.key.ID, err)
 	}
 	issued := ch.At
 	if issued.IsZero() {
 		issued = s.now()
 	}
-	r := receipt.Receipt{
+	return s.signed(receipt.Receipt{
 		RequestID: common.HexToHash(call.id), Account: call.payer, KeyID: keyID, Model: call.q.model.ID,
 		InputTokens: big.NewInt(u.PromptTokens), OutputTokens: big.NewInt(u.CompletionTokens),
 		Amount: ch.Charged, BalanceAfter: ch.BalanceAfter, LedgerSeq: big.NewInt(ch.Seq),
 		IssuedAt: uint64(max(issued.Unix(), 0)), // #nosec G115 -- clamped at zero
 		Rail:     receipt.RailCredits,
-	}
-	if s.cfg.Log != nil {
-		r.LogBy = s.cfg.Log.LogBy(issued)
-	}
-	_, _ = rand.Read(r.Salt[:]) // never fails (crypto/rand)
-	return s.cfg.Credits.Signer.Sign(r)
+	}, issued)
 }
 
 // releaseCredit ends call with nothing charged: nothing was delivered.

@@ -20,6 +20,11 @@ type quote struct {
 	model        *Model
 	promptTokens int64
 	outputBound  int64
+	// payKey is the claim key (D4) of the x402 payment the answer is paid
+	// with, once admitted, and payUpto says it is an upto permit: the
+	// receipt's identity and rail.
+	payKey  string
+	payUpto bool
 }
 
 // price computes the quote of a parsed request (DESIGN.md D13).

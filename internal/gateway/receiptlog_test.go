@@ -4,14 +4,19 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
@@ -145,4 +150,103 @@ func TestCreditReceiptInLog(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestX402Receipts: an x402 payment's answer carries a signed receipt (rail
+// exact, the network, the authorization's nonce, the payer's account), in
+// the header and the body of a completion and in the usage chunk of a
+// stream; a replay of the answer carries the same receipt, not a second
+// one; the payer reads it and its proof through a wallet session, and the
+// proof verifies against the published log key.
+func TestX402Receipts(t *testing.T) {
+	e, _, _ := newTopUpRig(t, topUpRig{receiptLog: true})
+	payer := e.chain.Addr(buyerIdx)
+	hdr := e.signedHeader(t, chatBody, buyerIdx)
+	resp := e.post(t, http.DefaultClient, chatBody, http.Header{"Payment-Signature": {hdr}})
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("paid call: %d %s", resp.StatusCode, body)
+	}
+	r, _, err := receipt.DecodeHeader(resp.Header.Get(receipt.Header))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := x402.DecodePaymentPayload(hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := exact.ParsePayload(pl.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rail != receipt.RailExact || r.Network != network || r.Account != payer || r.Payment != ep.Authorization.Nonce ||
+		r.KeyID != ([32]byte{}) || r.Amount.Sign() <= 0 || r.LogBy == 0 {
+		t.Errorf("receipt %+v", r)
+	}
+	var ann struct {
+		X struct {
+			Receipt json.RawMessage `json:"receipt"`
+			Charged string          `json:"charged"`
+		} `json:"x_llm4agents"`
+	}
+	if err := json.Unmarshal(body, &ann); err != nil || len(ann.X.Receipt) == 0 || ann.X.Charged != r.Amount.String() {
+		t.Fatalf("annotation %s: %v", body, err)
+	}
+
+	// A replay of the same payment: the answer as recorded, the same receipt.
+	again := e.post(t, http.DefaultClient, chatBody, http.Header{"Payment-Signature": {hdr}})
+	_ = readAll(t, again)
+	if again.StatusCode != http.StatusOK || again.Header.Get(receipt.Header) != resp.Header.Get(receipt.Header) {
+		t.Fatalf("replay %d: receipt %q, first %q", again.StatusCode, again.Header.Get(receipt.Header), resp.Header.Get(receipt.Header))
+	}
+
+	// A paid stream carries its receipt in the usage chunk.
+	streamBody := `{"model":"demo","stream":true,"messages":[{"role":"user","content":"Say hello"}],"max_tokens":32}`
+	c, _ := e.payer(buyerIdx)
+	sresp := e.post(t, c, streamBody, nil)
+	sse := readAll(t, sresp)
+	var streamReceipt *receipt.Receipt
+	for ev := range strings.SplitSeq(string(sse), "\n\n") {
+		data, ok := strings.CutPrefix(ev, "data: ")
+		if !ok || !strings.Contains(data, `"receipt"`) {
+			continue
+		}
+		var chunk struct {
+			X struct {
+				Receipt json.RawMessage `json:"receipt"`
+			} `json:"x_llm4agents"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			t.Fatal(err)
+		}
+		if streamReceipt, _, err = receipt.ParseEnvelope(chunk.X.Receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if streamReceipt == nil || streamReceipt.Account != payer || streamReceipt.RequestID == r.RequestID {
+		t.Fatalf("stream receipt %+v in %s", streamReceipt, sse)
+	}
+
+	if n, err := e.log.Integrate(t.Context()); err != nil || n != 2 {
+		t.Fatalf("Integrate = %d, %v; want the two payments' receipts", n, err)
+	}
+	sess := sessionToken()
+	if _, err := e.db.CreateSession(t.Context(), credits.HashSecret(sess), strings.ToLower(payer.Hex()), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(e.srv.URL)
+	lg := &client.ReceiptLog{Account: &client.Account{Base: u, Token: client.Secret(sess)}}
+	for _, rr := range []*receipt.Receipt{r, streamReceipt} {
+		if _, err := lg.VerifyReceipt(t.Context(), rr, rr.RequestID.Hex()); err != nil {
+			t.Errorf("receipt %s: %v", rr.RequestID.Hex(), err)
+		}
+	}
+	other := sessionToken()
+	if _, err := e.db.CreateSession(t.Context(), credits.HashSecret(other), strings.ToLower(e.chain.Addr(buyerIdx+1).Hex()), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	stranger := &client.ReceiptLog{Account: &client.Account{Base: u, Token: client.Secret(other)}}
+	if _, err := stranger.VerifyReceipt(t.Context(), r, r.RequestID.Hex()); err == nil || !strings.Contains(err.Error(), "receipt_not_found") {
+		t.Errorf("another wallet's proof: %v, want receipt_not_found", err)
+	}
 }

@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/llm4agents/llm4agents/x402/receipt"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/paywall"
@@ -31,8 +34,8 @@ const (
 // serveAnswer writes a paid answer the paywall recovered without the
 // upstream: rendered from the recorded or staged answer and its settlement
 // as the live answer was, marked X-Llm4agents-Replay with how it was kept.
-func (s *Server) serveAnswer(w http.ResponseWriter, q *quote, a *paywall.Answer) error {
-	q.Op = a.Op
+func (s *Server) serveAnswer(ctx context.Context, w http.ResponseWriter, q *quote, a *paywall.Answer) error {
+	q.Op, q.payKey, q.payUpto = a.Op, a.PaymentKey, a.Upto
 	sr := a.Settlement
 	if a.Upto && sr.Amount == "" {
 		// The facilitator's answer at hand does not name the charge (a
@@ -45,7 +48,7 @@ func (s *Server) serveAnswer(w http.ResponseWriter, q *quote, a *paywall.Answer)
 			sr = &c
 		}
 	}
-	body, err := s.render(w.Header(), q, sr, a.Response)
+	body, err := s.render(ctx, w.Header(), q, sr, a.Response)
 	if err != nil {
 		return err
 	}
@@ -58,7 +61,7 @@ func (s *Server) serveAnswer(w http.ResponseWriter, q *quote, a *paywall.Answer)
 // render sets the headers of a paid answer and returns its body: the upstream's
 // JSON annotated with the cost, or its SSE text with the usage event annotated,
 // exactly as the live answer was written.
-func (s *Server) render(h http.Header, q *quote, sr *x402.SettleResponse, r *store.RecordedResponse) ([]byte, error) {
+func (s *Server) render(ctx context.Context, h http.Header, q *quote, sr *x402.SettleResponse, r *store.RecordedResponse) ([]byte, error) {
 	if err := paidHeaders(h, sr); err != nil {
 		return nil, err
 	}
@@ -69,7 +72,7 @@ func (s *Server) render(h http.Header, q *quote, sr *x402.SettleResponse, r *sto
 	if r.ContentType == "text/event-stream" {
 		setCostHeaders(h, s.cost(q, sr, nil))
 		h.Set("X-Accel-Buffering", "no")
-		return s.annotateSSE(r.Body, q, sr), nil
+		return s.annotateSSE(ctx, r.Body, q, sr), nil
 	}
 	var u struct {
 		Usage *chat.Usage `json:"usage"`
@@ -81,6 +84,9 @@ func (s *Server) render(h http.Header, q *quote, sr *x402.SettleResponse, r *sto
 	setCostHeaders(h, ci)
 	if r.Status != http.StatusOK {
 		return r.Body, nil
+	}
+	if ci.Receipt = s.x402Receipt(ctx, q, u.Usage, ci); ci.Receipt != nil {
+		h.Set(receipt.Header, receiptHeader(ci.Receipt))
 	}
 	return annotate(r.Body, ci), nil
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
@@ -20,13 +21,13 @@ const replayHeader = "X-Llm4agents-Replay"
 
 // annotateSSE annotates the usage event of a staged SSE text as stream does
 // live; every other byte stays as staged.
-func (s *Server) annotateSSE(text []byte, q *quote, sr *x402.SettleResponse) []byte {
+func (s *Server) annotateSSE(ctx context.Context, text []byte, q *quote, sr *x402.SettleResponse) []byte {
 	out := make([]byte, 0, len(text)+512)
 	for len(text) > 0 {
 		ev, rest, found := bytes.Cut(text, []byte("\n\n"))
 		text = rest
 		if data, ok := bytes.CutPrefix(ev, []byte("data: ")); ok && !bytes.Equal(data, []byte("[DONE]")) {
-			ev = append([]byte("data: "), s.withCost(data, q, sr)...)
+			ev = append([]byte("data: "), s.withCost(ctx, data, q, sr)...)
 		}
 		out = append(out, ev...)
 		if found {

@@ -97,7 +97,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 		return paywall.Unsettled(sr, out)
 	}
 	// The amount is known before the first byte.
-	if _, err := s.render(w.Header(), q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
+	if _, err := s.render(r.Context(), w.Header(), q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
@@ -109,7 +109,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
 	for _, ev := range held {
 		text.add(ev)
-		sw.event(s.withCost(ev, q, sr))
+		sw.event(s.withCost(r.Context(), ev, q, sr))
 	}
 	sw.flush()
 	for {
@@ -127,7 +127,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 			break
 		}
 		text.add(ev)
-		sw.event(s.withCost(ev, q, sr))
+		sw.event(s.withCost(r.Context(), ev, q, sr))
 		sw.flush()
 	}
 	sw.done()
@@ -225,8 +225,13 @@ func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, q *qu
 	sr, out := pd.SettleDelivered(r.Context())
 	ci := s.cost(q, sr, usage)
 	ci.Charged, ci.ChargedDisplay, ci.Maximum = charge.String(), s.display(charge), q.Amount.String()
-	if out == paywall.Failed {
+	switch out {
+	case paywall.Failed:
 		ci.Charged, ci.ChargedDisplay, ci.Transaction = "0", s.display(new(big.Int)), ""
+	case paywall.Paid:
+		// Pending, the receipt waits for a replay once the settlement is
+		// seen paid: a receipt says what the buyer paid.
+		ci.Receipt = s.x402Receipt(r.Context(), q, usage, ci)
 	}
 	if usageEv != nil {
 		sw.event(annotate(usageEv, ci))
@@ -291,12 +296,14 @@ func (s *Server) stageStream(ctx context.Context, pd *paywall.Fresh, st interfac
 
 // withCost annotates the chunk that carries usage (the last one) with what was
 // charged; other chunks pass unchanged.
-func (s *Server) withCost(ev []byte, q *quote, sr *x402.SettleResponse) []byte {
+func (s *Server) withCost(ctx context.Context, ev []byte, q *quote, sr *x402.SettleResponse) []byte {
 	u := usageOf(ev)
 	if u == nil {
 		return ev
 	}
-	return annotate(ev, s.cost(q, sr, u))
+	ci := s.cost(q, sr, u)
+	ci.Receipt = s.x402Receipt(ctx, q, u, ci)
+	return annotate(ev, ci)
 }
 
 // sseWriter writes server-sent events, renewing the write deadline on every

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llm4agents/llm4agents/internal/receiptlog"
+
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/llm4agents/llm4agents/internal/chain"
@@ -40,6 +42,8 @@ const (
 type topUpEnv struct {
 	*env
 	ledger *ledger.Ledger
+	// log is the gateway's receipt log, when the rig asked for one.
+	log *receiptlog.Log
 }
 
 // newTopUpEnv builds a topUpEnv; wrap wraps the gateway's facilitator and
@@ -69,6 +73,8 @@ type topUpRig struct {
 	ledger func(store.Ledger) store.Ledger
 	// mod changes the credits config.
 	mod func(*gateway.Credits)
+	// receiptLog gives the gateway a receipt log on the rig's store.
+	receiptLog bool
 }
 
 // newTopUpRig starts a gateway with prepaid credits and the in-process
@@ -135,12 +141,16 @@ func newTopUpRig(t *testing.T, o topUpRig) (*topUpEnv, *facilitator.Facilitator,
 	if o.mod != nil {
 		o.mod(cr)
 	}
+	var rl *receiptlog.Log
+	if o.receiptLog {
+		withLog(t, &rl)(db)
+	}
 	gw, err := gateway.New(gateway.Config{
 		PublicURL: public,
 		Network:   network, Asset: sim.Token.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
 		PayTo: sim.Addr(payToIdx).Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second,
 		Models:  []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
-		Credits: cr,
+		Credits: cr, Log: rl,
 	}, gwFac, db, discard())
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +159,7 @@ func newTopUpRig(t *testing.T, o topUpRig) (*topUpEnv, *facilitator.Facilitator,
 	e.srv.Config.Handler = gw
 	e.srv.Start()
 	t.Cleanup(e.srv.Close)
-	return &topUpEnv{env: e, ledger: led}, fac, cr
+	return &topUpEnv{env: e, ledger: led, log: rl}, fac, cr
 }
 
 func receiptKey(t *testing.T) *ecdsa.PrivateKey {

@@ -57,6 +57,8 @@ type Answer struct {
 	// when the facilitator's answer named it, else to be read from the
 	// answer's usage.
 	Upto bool
+	// PaymentKey is the claim key (D4) of the payment that paid it.
+	PaymentKey string
 }
 
 // Answer returns the recorded answer to serve.

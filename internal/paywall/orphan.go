@@ -84,7 +84,7 @@ func (o *Orphan) Resume(ctx context.Context) (*Answer, error) {
 	switch out {
 	case Paid:
 		f.Promote(ctx, sr)
-		return &Answer{Settlement: sr, Response: staged(answer), Replay: "staged", Op: rec.OperationID, Upto: f.Upto()}, nil
+		return &Answer{Settlement: sr, Response: staged(answer), Replay: "staged", Op: rec.OperationID, Upto: f.Upto(), PaymentKey: f.key}, nil
 	case Pending, Unknown:
 		f.Hold(ctx, *answer) // a retry resolves it as D3 says
 		return nil, Unsettled(sr, out)

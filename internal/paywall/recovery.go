@@ -165,7 +165,7 @@ func (p *Paywall) replayOf(r *store.Recovery) (*Replay, error) {
 	p.metrics.Payment("replayed_promoted")
 	return &Replay{answer: &Answer{
 		Settlement: &x402.SettleResponse{Success: true, Transaction: r.Settlement.TxHash, Network: r.Settlement.Network, Payer: r.Payer},
-		Response:   r.Response, Replay: "promoted", Op: r.OperationID, Upto: isUptoKey(r.PaymentKey),
+		Response:   r.Response, Replay: "promoted", Op: r.OperationID, Upto: isUptoKey(r.PaymentKey), PaymentKey: r.PaymentKey,
 	}}, nil
 }
 

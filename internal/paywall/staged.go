@@ -86,5 +86,5 @@ func (s *Staged) Resolve(ctx context.Context) (*Answer, error) {
 	p.metrics.Payment("recovered")
 	// The after-settle step of the pending request's recovery record.
 	op := s.promoteStaged(ctx, sr)
-	return &Answer{Settlement: sr, Response: staged(s.claim.Staged), Replay: "staged", Op: op, Upto: s.offer.Scheme == upto.Scheme}, nil
+	return &Answer{Settlement: sr, Response: staged(s.claim.Staged), Replay: "staged", Op: op, Upto: s.offer.Scheme == upto.Scheme, PaymentKey: s.key}, nil
 }

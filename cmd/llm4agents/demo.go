@@ -28,6 +28,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/devchain"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // Roles of the dev accounts in the demo.
@@ -367,23 +368,45 @@ func demoCredits(ctx context.Context, out io.Writer, base string, token common.A
 	printf(out, "7. credits: the buyer topped up %s USDC (transaction %s), signed in with the wallet and made an API key;\n"+
 		"   a call paid from credit was charged %s USDC, with a signed receipt (request %s)\n",
 		usdc(mustAmount(top.Credited)), top.Transaction, usdc(r.Amount), r.RequestID.Hex())
-	lg := &client.ReceiptLog{Account: &client.Account{Base: u, Token: client.Secret(key.Key)}}
+	// Signed in, the buyer reads every receipt of its account: the x402
+	// payments' and the credit call's.
+	envelopes, err := acct.Receipts(ctx, 100, "")
+	if err != nil {
+		return fmt.Errorf("the buyer's receipts: %w", err)
+	}
+	lg := &client.ReceiptLog{Account: acct}
+	rails := map[string]int{}
+	var c receipt.Checkpoint
+	for _, env := range envelopes {
+		r, _, err := receipt.ParseEnvelope(env)
+		if err != nil {
+			return err
+		}
+		if c, err = demoVerify(ctx, lg, r); err != nil {
+			return fmt.Errorf("the receipt log, receipt %s: %w", r.RequestID.Hex(), err)
+		}
+		rails[r.Rail]++
+	}
+	printf(out, "8. receipt log: all %d receipts of the buyer (exact %d, upto %d, credits %d) are in the public log\n"+
+		"   %s (%d receipts), each inclusion proof checked against the checkpoint key the gateway\n"+
+		"   publishes; a leaf shows no payer or key\n",
+		len(envelopes), rails[receipt.RailExact], rails[receipt.RailUpto], rails[receipt.RailCredits], c.Origin, c.Size)
+	return nil
+}
+
+// demoVerify checks that the log includes r, waiting for it until its
+// logBy.
+func demoVerify(ctx context.Context, lg *client.ReceiptLog, r *receipt.Receipt) (receipt.Checkpoint, error) {
 	for {
 		c, err := lg.VerifyReceipt(ctx, r, r.RequestID.Hex())
-		if errors.Is(err, client.ErrNotLoggedYet) {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(200 * time.Millisecond):
-				continue
-			}
+		if !errors.Is(err, client.ErrNotLoggedYet) {
+			return c, err
 		}
-		if err != nil {
-			return fmt.Errorf("the receipt log: %w", err)
+		select {
+		case <-ctx.Done():
+			return receipt.Checkpoint{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
-		printf(out, "8. receipt log: the receipt is in the public log %s (%d receipts), its inclusion proof\n"+
-			"   checked against the checkpoint key the gateway publishes; the leaf shows no payer or key\n", c.Origin, c.Size)
-		return nil
 	}
 }
 

@@ -32,7 +32,7 @@ type logStore interface {
 
 // backends open two handles on one new, empty database of each backend
 // that keeps the log, as two replicas share it.
-var backends = map[string]func(t *testing.T) (logStore, logStore){"sqlite": openSQLite, "postgres": openPostgres}
+var backends = map[string]func(tb testing.TB) (logStore, logStore){"sqlite": openSQLite, "postgres": openPostgres}
 
 // eachBackend runs f on every backend.
 func eachBackend(t *testing.T, f func(t *testing.T, a, b logStore)) {
@@ -44,7 +44,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, a, b logStore)) {
 	}
 }
 
-func openPostgres(t *testing.T) (logStore, logStore) {
+func openPostgres(t testing.TB) (logStore, logStore) {
 	t.Helper()
 	dsn := testdb.PostgresDSN(t, "receiptlog")
 	var out [2]logStore
@@ -60,7 +60,7 @@ func openPostgres(t *testing.T) (logStore, logStore) {
 }
 
 // openSQLite opens two handles on one new SQLite database.
-func openSQLite(t *testing.T) (logStore, logStore) {
+func openSQLite(t testing.TB) (logStore, logStore) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "log.db")
 	var out [2]logStore
@@ -77,7 +77,7 @@ func openSQLite(t *testing.T) (logStore, logStore) {
 
 const origin = "gateway.test/receipts"
 
-func newKey(t *testing.T) (note.Signer, string) {
+func newKey(t testing.TB) (note.Signer, string) {
 	t.Helper()
 	skey, vkey, err := note.GenerateKey(rand.Reader, origin)
 	if err != nil {
@@ -90,7 +90,7 @@ func newKey(t *testing.T) (note.Signer, string) {
 	return s, vkey
 }
 
-func newLog(t *testing.T, st receiptlog.Store, holder string, key note.Signer, vkey string) *receiptlog.Log {
+func newLog(t testing.TB, st receiptlog.Store, holder string, key note.Signer, vkey string) *receiptlog.Log {
 	t.Helper()
 	l, err := receiptlog.New(receiptlog.Config{Store: st, Key: key, VerifierKey: vkey, Holder: holder,
 		MaxMergeDelay: 400 * time.Millisecond})
@@ -400,5 +400,24 @@ func TestLogBy(t *testing.T) {
 		if got := l.LogBy(issued); got != want {
 			t.Errorf("LogBy(%v) = %d, want %d", issued, got, want)
 		}
+	}
+}
+
+// TestFullBatches: a backlog of several full batches is integrated in one
+// round, across batch boundaries where a batch stores more than twice its
+// leaves in hashes (the subtrees its last leaf completes).
+func TestFullBatches(t *testing.T) {
+	a, _ := openSQLite(t)
+	key, vkey := newKey(t)
+	l := newLog(t, a, "replica-1", key, vkey)
+	const n = 4*store.MaxLogBatch + 7
+	for from := 0; from < n; from += store.MaxLogBatch {
+		appendReceipts(t, a, from, min(store.MaxLogBatch, n-from))
+	}
+	if got, err := l.Integrate(t.Context()); err != nil || got != n {
+		t.Fatalf("Integrate = %d, %v; want %d", got, err, n)
+	}
+	if c := checkpoint(t, l); c.Size != n {
+		t.Fatalf("size %d, want %d", c.Size, n)
 	}
 }

@@ -26,9 +26,10 @@ const MaxCheckpointBytes = 4 << 10
 // batch, and the hashes or leaves of one LogHashes or LogLeaves read.
 const MaxLogBatch = 4096
 
-// MaxLogHashes bounds the hashes one IntegrateLog stores: a batch of n
-// leaves stores fewer than 2n.
-const MaxLogHashes = 2 * MaxLogBatch
+// MaxLogHashes bounds the hashes one IntegrateLog stores: leaf i stores
+// its own hash and one per subtree it completes, so n leaves store at most
+// 2n hashes plus one per level of the tree (63 at most).
+const MaxLogHashes = 2*MaxLogBatch + 64
 
 // LogEntry is one receipt's leaf.
 type LogEntry struct {

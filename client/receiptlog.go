@@ -16,7 +16,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
-// The buyer's side of the receipt log (D30): a gateway promises, in each
+// The buyer's side of the receipt log (docs/DESIGN.md D30): a gateway promises, in each
 // receipt's logBy, to publish the receipt's leaf in its append-only log by
 // then. ReceiptLog checks that promise against the key the gateway
 // publishes, and checks that every checkpoint it sees extends the ones it

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"regexp"
@@ -51,8 +52,41 @@ func TestDemoServe(t *testing.T) {
 	if err != nil || !strings.Contains(stdout, `"chat.completion"`) {
 		t.Errorf("pay against the demo: err %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
+	// The README's two commands for a buyer's bill: every receipt of the
+	// account is in the log (the paid call just made included, once its
+	// logBy passed), and an audit of the whole log checks.
+	url := "http://" + addr
+	vout, verr, err := runBounded(t, time.Minute, []string{"receipts", "verify", "--url", url, "--key-file", keyFile, "--all"}, envMap(nil))
+	if err != nil || strings.Count(vout, "included  0x") != 5 || !strings.Contains(vout, "consistent with every checkpoint seen") {
+		t.Errorf("receipts verify --all: err %v\nstdout:\n%s\nstderr:\n%s", err, vout, verr)
+	}
+	aout, aerr, err := runBounded(t, time.Minute, []string{"log", "audit", "--url", url, "--json"}, envMap(nil))
+	var audit struct {
+		Size       int64  `json:"size"`
+		Checkpoint string `json:"checkpoint"`
+		Totals     []struct {
+			Rail     string `json:"rail"`
+			Receipts int64  `json:"receipts"`
+		} `json:"totals"`
+	}
+	if err != nil || json.Unmarshal([]byte(aout), &audit) != nil || audit.Size != 5 || len(audit.Totals) != 3 {
+		t.Errorf("log audit: err %v %+v\nstdout:\n%s\nstderr:\n%s", err, audit, aout, aerr)
+	}
+	since := strings.ReplaceAll(audit.Checkpoint, "\n", `\n`)
+	if _, aerr, err := runBounded(t, time.Minute, []string{"log", "audit", "--url", url, "--since", since}, envMap(nil)); err != nil {
+		t.Errorf("log audit --since its own checkpoint: %v\n%s", err, aerr)
+	}
+	// The same size with another root: a fork.
+	lines := strings.Split(audit.Checkpoint, "\n")
+	if len(lines) < 3 {
+		t.Fatalf("checkpoint %q", audit.Checkpoint)
+	}
+	forged := lines[0] + `\n` + lines[1] + `\n` + "AAAA" + lines[2][4:]
+	if _, _, err := runBounded(t, time.Minute, []string{"log", "audit", "--url", url, "--since", forged}, envMap(nil)); err == nil || !strings.Contains(err.Error(), "forked") {
+		t.Errorf("log audit --since a checkpoint of another root: %v, want a fork", err)
+	}
 	for _, k := range devKeysHex() {
-		if strings.Contains(out.String()+errOut.String()+stdout+stderr, k) {
+		if strings.Contains(out.String()+errOut.String()+stdout+stderr+vout+verr, k) {
 			t.Errorf("a dev key was printed")
 		}
 	}

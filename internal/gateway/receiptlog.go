@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
-	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
@@ -73,28 +72,13 @@ func (s *Server) getTile(w http.ResponseWriter, r *http.Request) error {
 // receipt (getReceipt's rule). A receipt whose leaf waits in the queue is
 // 404 receipt_not_logged_yet with Retry-After, until its logBy.
 func (s *Server) getReceiptProof(w http.ResponseWriter, r *http.Request) error {
-	who, rs, err := s.receiptAccess(r)
+	rec, err := s.visibleReceipt(r)
 	if err != nil {
 		return err
 	}
-	notFound := &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "receipt_not_found",
-		Message: "no receipt with this id for this account"}
-	id := r.PathValue("id")
-	if !store.ValidID(id) {
-		return notFound
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), logReadTimeout)
 	defer cancel()
-	rec, err := rs.Receipt(ctx, id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return notFound
-	case err != nil:
-		return logUnavailable(err)
-	case !who.sees(rec):
-		return notFound
-	}
-	p, err := s.cfg.Log.Proof(ctx, id)
+	p, err := s.cfg.Log.Proof(ctx, rec.RequestID)
 	switch {
 	case errors.Is(err, receiptlog.ErrPending):
 		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "receipt_not_logged_yet",

@@ -204,6 +204,7 @@ func TestX402Receipts(t *testing.T) {
 	streamBody := `{"model":"demo","stream":true,"messages":[{"role":"user","content":"Say hello"}],"max_tokens":32}`
 	c, _ := e.payer(buyerIdx)
 	sresp := e.post(t, c, streamBody, nil)
+	defer func() { _ = sresp.Body.Close() }()
 	sse := readAll(t, sresp)
 	var streamReceipt *receipt.Receipt
 	for ev := range strings.SplitSeq(string(sse), "\n\n") {

@@ -99,30 +99,40 @@ func (s *Server) receiptAccess(r *http.Request) (receiptReader, store.Receipts, 
 	return who, rs, nil
 }
 
-// getReceipt serves GET /v1/receipts/{id}: the stored envelope, to the
-// asker who sees it (an API key: its own calls; a session: the owner's).
-// Any other receipt is answered as a missing one.
-func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) error {
+// visibleReceipt returns the receipt of the request's {id} if its asker
+// sees it; any other is answered as a missing one.
+func (s *Server) visibleReceipt(r *http.Request) (store.StoredReceipt, error) {
 	who, rs, err := s.receiptAccess(r)
 	if err != nil {
-		return err
+		return store.StoredReceipt{}, err
 	}
 	notFound := &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "receipt_not_found",
 		Message: "no receipt with this id for this account"}
 	id := r.PathValue("id")
 	if !store.ValidID(id) {
-		return notFound
+		return store.StoredReceipt{}, notFound
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), creditStoreTimeout)
 	defer cancel()
 	rec, err := rs.Receipt(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return notFound
+		return store.StoredReceipt{}, notFound
 	case err != nil:
-		return creditStoreUnavailable(err)
+		return store.StoredReceipt{}, creditStoreUnavailable(err)
 	case !who.sees(rec):
-		return notFound
+		return store.StoredReceipt{}, notFound
+	}
+	return rec, nil
+}
+
+// getReceipt serves GET /v1/receipts/{id}: the stored envelope, to the
+// asker who sees it (an API key: its own calls; a session: the owner's).
+// Any other receipt is answered as a missing one.
+func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) error {
+	rec, err := s.visibleReceipt(r)
+	if err != nil {
+		return err
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Type", "application/json")

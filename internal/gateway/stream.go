@@ -229,9 +229,10 @@ func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, q *qu
 	case paywall.Failed:
 		ci.Charged, ci.ChargedDisplay, ci.Transaction = "0", s.display(new(big.Int)), ""
 	case paywall.Paid:
-		// Pending, the receipt waits for a replay once the settlement is
-		// seen paid: a receipt says what the buyer paid.
 		ci.Receipt = s.x402Receipt(r.Context(), q, usage, ci)
+	case paywall.Pending, paywall.Unknown:
+		// The receipt waits for a replay that finds the settlement paid: a
+		// receipt says what the buyer paid.
 	}
 	if usageEv != nil {
 		sw.event(annotate(usageEv, ci))

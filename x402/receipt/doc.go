@@ -11,7 +11,7 @@
 // ParseEnvelope and checks the signature with Verify against the signer the
 // origin publishes (client.ReceiptVerifier fetches and caches that document).
 //
-// Every receipt is also a leaf of the gateway's public receipt log (D30):
+// Every receipt is also a leaf of the gateway's public receipt log (docs/DESIGN.md D30):
 // Leaf is its public part and a commitment to the rest; Checkpoint, Proof,
 // VerifyInclusion and CheckConsistency check that the log includes it and
 // never rewrote its history, in the formats of C2SP tlog-checkpoint,

@@ -14,7 +14,7 @@ import (
 )
 
 // A leaf is what the gateway's public receipt log holds for one receipt
-// (D30): the receipt's public part, which an auditor may add up, and a
+// (docs/DESIGN.md D30): the receipt's public part, which an auditor may add up, and a
 // commitment to the whole receipt, which only its holder can open. It is
 // text, one field per line, in this order and nothing else:
 //

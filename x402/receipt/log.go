@@ -16,7 +16,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402"
 )
 
-// The receipt log's public formats (D30), those the transparency-log
+// The receipt log's public formats (docs/DESIGN.md D30), those the transparency-log
 // ecosystem already verifies: RFC 6962 hashing (golang.org/x/mod/sumdb/tlog),
 // C2SP tlog-checkpoint bodies signed as C2SP signed-notes (Ed25519,
 // golang.org/x/mod/sumdb/note), and C2SP tlog-tiles paths of height 8.

@@ -29,7 +29,7 @@ const Header = "X-Llm4agents-Receipt"
 // configuration.
 const (
 	DomainName = "llm4agents"
-	// DomainVersion 2 added rail, network, payment, salt and logBy (D30):
+	// DomainVersion 2 added rail, network, payment, salt and logBy (docs/DESIGN.md D30):
 	// a receipt of version 1 does not verify as version 2, and the other way
 	// round, so a buyer never reads an old receipt with the new meaning.
 	DomainVersion = "2"
@@ -139,7 +139,7 @@ type Receipt struct {
 	Payment common.Hash
 	// Salt is random, new for each receipt: it makes the receipt's digest,
 	// which the public log publishes, a commitment that reveals nothing of
-	// the receipt to whoever does not hold it (D30).
+	// the receipt to whoever does not hold it (docs/DESIGN.md D30).
 	Salt common.Hash
 	// LogBy is when (unix seconds) the gateway's receipt log includes this
 	// receipt at the latest: its promise, checked by the buyer. Zero when

@@ -30,7 +30,7 @@ var ErrBadWellKnown = errors.New("client: bad " + WellKnownPath)
 // and ignored, so the document can grow without breaking buyers.
 type WellKnown struct {
 	Receipts WellKnownReceipts `json:"receipts"`
-	// Log, when the gateway keeps a receipt log (D30), says where and under
+	// Log, when the gateway keeps a receipt log (docs/DESIGN.md D30), says where and under
 	// which key: {"origin", "key", "maxMergeDelayMs"}.
 	Log *WellKnownLog `json:"log,omitempty"`
 }

@@ -157,11 +157,19 @@ func (l *ReceiptLog) VerifyReceipt(ctx context.Context, r *receipt.Receipt, id s
 	}
 	var p receipt.Proof
 	_, err = l.Account.Do(ctx, http.MethodGet, PathReceipts+"/"+url.PathEscape(id)+"/proof", nil, http.StatusOK, &p)
-	if ae, ok := errors.AsType[*APIError](err); ok && ae.Code == "receipt_not_logged_yet" {
-		if l.now().Unix() > int64(min(r.LogBy, 1<<62)) { // #nosec G115 -- bounded
-			return receipt.Checkpoint{}, fmt.Errorf("%w (logBy %s)", ErrNotLogged, time.Unix(int64(min(r.LogBy, 1<<62)), 0).UTC().Format(time.RFC3339)) // #nosec G115 -- bounded
+	if ae, ok := errors.AsType[*APIError](err); ok {
+		logBy := time.Unix(int64(min(r.LogBy, 1<<62)), 0) // #nosec G115 -- bounded
+		switch {
+		case ae.Code == "receipt_not_logged_yet" && !l.now().After(logBy):
+			return receipt.Checkpoint{}, ErrNotLoggedYet
+		case ae.Code == "receipt_not_logged_yet":
+			return receipt.Checkpoint{}, fmt.Errorf("%w (logBy %s)", ErrNotLogged, logBy.UTC().Format(time.RFC3339))
+		case ae.Code == "receipt_not_found" || ae.Code == "receipt_not_logged":
+			// The gateway keeps a receipt before the answer that carries
+			// it: one it does not know was never kept, and will never be
+			// in the log (or the token is not the payer's).
+			return receipt.Checkpoint{}, fmt.Errorf("%w: the gateway does not show this receipt to this account (%s)", ErrNotLogged, ae.Code)
 		}
-		return receipt.Checkpoint{}, ErrNotLoggedYet
 	}
 	if err != nil {
 		return receipt.Checkpoint{}, err

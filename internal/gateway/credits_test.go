@@ -131,6 +131,9 @@ type creditOpts struct {
 	log  *slog.Logger
 	// receiptLog, when set, is the gateway's receipt log (on db).
 	receiptLog func(db creditStore) *receiptlog.Log
+	// receipts, when set, wraps the store the gateway keeps receipts in, to
+	// inject faults.
+	receipts func(db creditStore) creditStore
 }
 
 func newCreditEnv(t *testing.T, o creditOpts) *creditEnv {
@@ -156,7 +159,11 @@ func newCreditEnv(t *testing.T, o creditOpts) *creditEnv {
 	if o.receiptLog != nil {
 		rl = o.receiptLog(db)
 	}
-	srv, led, signer := newCreditGateway(t, db, ls, prov, rl, log)
+	gwdb := db
+	if o.receipts != nil {
+		gwdb = o.receipts(db)
+	}
+	srv, led, signer := newCreditGateway(t, gwdb, ls, prov, rl, log)
 	return &creditEnv{db: db, up: up, srv: srv, led: led, signer: signer}
 }
 

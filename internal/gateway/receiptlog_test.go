@@ -1,8 +1,10 @@
 package gateway_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
+	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 	"github.com/llm4agents/llm4agents/x402/receipt"
@@ -249,5 +252,41 @@ func TestX402Receipts(t *testing.T) {
 	stranger := &client.ReceiptLog{Account: &client.Account{Base: u, Token: client.Secret(other)}}
 	if _, err := stranger.VerifyReceipt(t.Context(), r, r.RequestID.Hex()); err == nil || !strings.Contains(err.Error(), "receipt_not_found") {
 		t.Errorf("another wallet's proof: %v, want receipt_not_found", err)
+	}
+}
+
+// failingReceipts is a receipts store whose puts fail: the store went down
+// between a call's capture and its receipt.
+type failingReceipts struct{ creditStore }
+
+func (failingReceipts) PutReceipt(context.Context, store.StoredReceipt) error {
+	return errors.New("store down")
+}
+
+// TestReceiptNotKept: a credit call whose receipt cannot be kept still
+// answers with its signed receipt (it was charged), counts the failure, and
+// the buyer's check of the log reports the broken promise, never silence.
+func TestReceiptNotKept(t *testing.T) {
+	var rl *receiptlog.Log
+	e := newCreditEnv(t, creditOpts{backend: creditBackends[0], receiptLog: withLog(t, &rl), receipts: func(db creditStore) creditStore {
+		return failingReceipts{db}
+	}})
+	e.topUp(t, alice, 1_000_000)
+	key, _ := e.newKey(t, alice, nil)
+	resp := e.chat(t, key, chatBody)
+	if body := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	r, _, err := receipt.DecodeHeader(resp.Header.Get(receipt.Header))
+	if err != nil {
+		t.Fatalf("the answer lacks its receipt: %v", err)
+	}
+	if n, err := rl.Integrate(t.Context()); err != nil || n != 0 {
+		t.Fatalf("Integrate = %d, %v; want nothing to integrate", n, err)
+	}
+	u, _ := url.Parse(e.srv.URL)
+	lg := &client.ReceiptLog{Account: &client.Account{Base: u, Token: client.Secret(key)}}
+	if _, err := lg.VerifyReceipt(t.Context(), r, r.RequestID.Hex()); !errors.Is(err, client.ErrNotLogged) {
+		t.Errorf("VerifyReceipt = %v, want ErrNotLogged", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"sort"
@@ -16,7 +17,13 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/internal/config"
+	"github.com/llm4agents/llm4agents/internal/ledger"
+	"github.com/llm4agents/llm4agents/internal/receiptlog"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
@@ -32,6 +39,7 @@ func runLog(ctx context.Context, args []string, e env) error {
 	return runSubcommand(ctx, "log", args, e, []subcommand{
 		{"audit", "walk a gateway's whole receipt log, check it, and print the totals it shows", logAudit},
 		{"keygen", "write a new checkpoint key for a gateway's receipt log (log.key_file)", logKeygen},
+		{"reconcile", "check from the store that each account's credit receipts, ledger and log agree", logReconcile},
 	})
 }
 
@@ -369,4 +377,92 @@ func validOrigin(s string) bool {
 		}
 	}
 	return true
+}
+
+// reconcileStore is what log reconcile reads: the ledger, the receipts and
+// the log's entries.
+type reconcileStore interface {
+	store.Ledger
+	store.Receipts
+	receiptlog.EntryReader
+}
+
+// logReconcile checks, from the store a serve config names, that each
+// account's credit receipts add up to what the ledger captured from it and
+// that each receipt is the leaf the log holds for it.
+func logReconcile(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("log reconcile", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	path := fs.String("config", "", "the gateway's YAML config (its store, network and credits)")
+	var accounts mintFlags
+	fs.Var(&accounts, "account", "a credit account (0x address) to check; repeat for several")
+	pos, err := parseSub(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return errors.New("log reconcile: takes no arguments, only flags")
+	case *path == "" || len(accounts) == 0:
+		return errors.New("log reconcile: --config and at least one --account are required")
+	}
+	addrs := make([]common.Address, len(accounts))
+	for i, a := range accounts {
+		if addrs[i], err = exact.ParseAddress(a); err != nil {
+			return fmt.Errorf("log reconcile: --account %q: %w", oneLine(a, 60), err)
+		}
+	}
+	data, err := readCapped(*path, 1<<20)
+	if err != nil {
+		return fmt.Errorf("log reconcile: %w", err)
+	}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		return fmt.Errorf("log reconcile: %s:\n%w", *path, err)
+	}
+	if !cfg.Credits.Enabled {
+		return errors.New("log reconcile: the config has no credits: there is no ledger to reconcile")
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	db, err := openStore(ctx, cfg.Store, e.getenv, quiet)
+	if err != nil {
+		return fmt.Errorf("log reconcile: %w", err)
+	}
+	defer func() { _ = db.Close() }() // read only
+	rs, ok := db.(reconcileStore)
+	if !ok {
+		return errors.New("log reconcile: the store holds no ledger (use the gateway's sqlite:// or postgres:// store)")
+	}
+	asset, err := cfg.Network.AssetAddress()
+	if err != nil {
+		return fmt.Errorf("log reconcile: %w", err)
+	}
+	led, err := ledger.New(rs, ledger.Config{Asset: ledger.AssetID(cfg.Network.ID, asset)}, quiet)
+	if err != nil {
+		return fmt.Errorf("log reconcile: %w", err)
+	}
+	chainID, err := cfg.ReceiptChainID()
+	if err != nil {
+		return fmt.Errorf("log reconcile: %w", err)
+	}
+	bad := 0
+	for _, a := range addrs {
+		r, err := receiptlog.Reconcile(ctx, led, rs, rs, receipt.NewDomain(chainID), a)
+		if err != nil {
+			return fmt.Errorf("log reconcile: %w", err)
+		}
+		state := "ok"
+		if !r.OK() {
+			state, bad = "MISMATCH", bad+1
+		}
+		printf(e.stdout, "%s  %s: ledger captured %s, credit receipts say %s; %d receipts, %d in the log, %d queued\n",
+			state, a.Hex(), r.Captured, r.Receipted, r.Receipts, r.Logged, r.Pending)
+		for _, p := range r.Problems {
+			printf(e.stdout, "    %s\n", oneLine(p, 300))
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("log reconcile: %d of %d accounts do not reconcile", bad, len(addrs))
+	}
+	return nil
 }

@@ -5,14 +5,18 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/gateway"
@@ -289,4 +293,78 @@ func TestReceiptNotKept(t *testing.T) {
 	if _, err := lg.VerifyReceipt(t.Context(), r, r.RequestID.Hex()); !errors.Is(err, client.ErrNotLogged) {
 		t.Errorf("VerifyReceipt = %v, want ErrNotLogged", err)
 	}
+	// The operator's reconciliation sees the capture no receipt accounts for.
+	rec, err := receiptlog.Reconcile(t.Context(), e.led, e.db, e.db.(receiptlog.EntryReader), e.signer.Domain(), alice)
+	if err != nil || rec.OK() || rec.Captured.Cmp(r.Amount) != 0 || rec.Receipted.Sign() != 0 {
+		t.Errorf("Reconcile = %+v, %v; want the capture of %s with no receipt", rec, err, r.Amount)
+	}
+}
+
+// TestLedgerTiesToLog: after random credit calls (completions and streams,
+// several keys, concurrent), each account's receipts add up to what the
+// ledger captured from it, and each is the leaf the log holds for it
+// (receiptlog.Reconcile), on every store.
+func TestLedgerTiesToLog(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		var rl *receiptlog.Log
+		e := newCreditEnv(t, creditOpts{backend: b, receiptLog: withLog(t, &rl)})
+		accounts := []common.Address{alice, bob}
+		var keys []string
+		for _, a := range accounts {
+			e.topUp(t, a, 10_000_000)
+			for range 2 {
+				k, _ := e.newKey(t, a, nil)
+				keys = append(keys, k)
+			}
+		}
+		rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 1))
+		type call struct {
+			key  string
+			body string
+		}
+		var calls []call
+		for range 24 {
+			stream := ""
+			if rng.IntN(2) == 0 {
+				stream = `,"stream":true`
+			}
+			calls = append(calls, call{keys[rng.IntN(len(keys))],
+				fmt.Sprintf(`{"model":"demo","messages":[{"role":"user","content":"call %d"}],"max_tokens":%d%s}`, rng.IntN(1000), 1+rng.IntN(200), stream)})
+		}
+		var wg sync.WaitGroup
+		work := make(chan call)
+		for range 4 {
+			wg.Go(func() {
+				for c := range work {
+					resp := e.chat(t, c.key, c.body)
+					if body := readAll(t, resp); resp.StatusCode != http.StatusOK {
+						t.Errorf("call: %d %s", resp.StatusCode, body)
+					}
+				}
+			})
+		}
+		for _, c := range calls {
+			work <- c
+		}
+		close(work)
+		wg.Wait()
+		if _, err := rl.Integrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, a := range accounts {
+			rec, err := receiptlog.Reconcile(t.Context(), e.led, e.db, e.db.(receiptlog.EntryReader), e.signer.Domain(), a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rec.OK() || rec.Logged != rec.Receipts || rec.Captured.Sign() <= 0 {
+				t.Errorf("%s: captured %s, receipted %s, %d receipts, %d logged, problems %v",
+					a.Hex(), rec.Captured, rec.Receipted, rec.Receipts, rec.Logged, rec.Problems)
+			}
+			total += rec.Receipts
+		}
+		if total != len(calls) {
+			t.Errorf("%d receipts for %d calls", total, len(calls))
+		}
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/credits"
+	"github.com/llm4agents/llm4agents/internal/receiptlog"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402/receipt"
@@ -69,7 +70,7 @@ func BenchmarkCreditPath(b *testing.B) {
 
 	for _, be := range creditBackends {
 		b.Run(be.name, func(b *testing.B) {
-			credit, timed := newCreditBenchPath(b, be, up.URL, hc)
+			credit, timed := newCreditBenchPath(b, be, up.URL, hc, false)
 			paths := []creditBenchPath{direct, credit}
 			for _, p := range paths {
 				creditLoad(b, hc, p, 2*creditClients) // warm pools, tokenizer, statements
@@ -154,7 +155,7 @@ func benchHTTPClient(b *testing.B) *http.Client {
 // of the upstream at upstreamURL, funds an account, creates a key on it
 // without caps or rate limit, checks one call end to end, and returns the
 // path that calls it with that key, and the timer of its ledger writes.
-func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *http.Client) (creditBenchPath, *timedLedger) {
+func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *http.Client, withReceiptLog bool) (creditBenchPath, *timedLedger) {
 	b.Helper()
 	log := discard()
 	db := be.open(b, log)
@@ -164,7 +165,15 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 		b.Fatal(err)
 	}
 	b.Cleanup(prov.CloseIdleConnections)
-	srv, led, _ := newCreditGateway(b, db, timed, prov, nil, log)
+	var rl *receiptlog.Log
+	if withReceiptLog {
+		withLog(b, &rl)(db)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); rl.Run(ctx) }()
+		b.Cleanup(func() { cancel(); <-done })
+	}
+	srv, led, _ := newCreditGateway(b, db, timed, prov, rl, log)
 	if _, err := led.TopUp(b.Context(), "bench-topup", alice, big.NewInt(creditFunds)); err != nil {
 		b.Fatal(err)
 	}
@@ -284,3 +293,42 @@ func (t *timedLedger) take() (holds, captures []time.Duration) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkReceiptLogAdded measures what the receipt log adds to a paid
+// call: per backend, two credit gateways on fresh stores, one keeping the
+// log (each receipt's leaf queued in the receipt's write, its integrator
+// running) and one not, taking turns in each round under the same load;
+// added = with - without, at p50 and p99 (target: at most 50 µs at p50).
+//
+//	go test -run '^$' -bench ReceiptLogAdded -benchtime=5x ./internal/gateway/
+func BenchmarkReceiptLogAdded(b *testing.B) {
+	up := newFixedUpstream(b)
+	hc := benchHTTPClient(b)
+	for _, be := range creditBackends {
+		b.Run(be.name, func(b *testing.B) {
+			without, _ := newCreditBenchPath(b, be, up.URL, hc, false)
+			with, _ := newCreditBenchPath(b, be, up.URL, hc, true)
+			paths := []creditBenchPath{without, with}
+			for _, p := range paths {
+				creditLoad(b, hc, p, 2*creditClients)
+			}
+			var lat [2][]time.Duration
+			b.ResetTimer()
+			for round := range b.N {
+				for k := range paths {
+					i := (k + round) % len(paths)
+					l, _ := creditLoad(b, hc, paths[i], latencyRequests)
+					lat[i] = append(lat[i], l...)
+				}
+			}
+			b.StopTimer()
+			p50 := [2]time.Duration{percentile(lat[0], 0.50), percentile(lat[1], 0.50)}
+			p99 := [2]time.Duration{percentile(lat[0], 0.99), percentile(lat[1], 0.99)}
+			b.ReportMetric(us(p50[0]), "without-p50-us")
+			b.ReportMetric(us(p50[1]), "with-p50-us")
+			b.ReportMetric(us(p50[1]-p50[0]), "added-p50-us")
+			b.ReportMetric(us(p99[1]-p99[0]), "added-p99-us")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

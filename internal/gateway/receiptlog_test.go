@@ -28,7 +28,7 @@ import (
 )
 
 // withLog gives a credit env a receipt log on its store, and hands it back.
-func withLog(t *testing.T, out **receiptlog.Log) func(db creditStore) *receiptlog.Log {
+func withLog(t testing.TB, out **receiptlog.Log) func(db creditStore) *receiptlog.Log {
 	return func(db creditStore) *receiptlog.Log {
 		skey, vkey, err := note.GenerateKey(rand.Reader, "gateway.test/receipts")
 		if err != nil {

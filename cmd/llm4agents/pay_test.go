@@ -27,6 +27,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/devchain"
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // buyerKeyHex is the demo buyer's key as LLM4AGENTS_WALLET_KEY holds it.
@@ -242,10 +243,18 @@ func TestPayDemoGateway(t *testing.T) {
 			Paid            *optionJSON
 			PaymentResponse *x402.SettleResponse
 			Charged         string
-			Headers         map[string]string
-			Body            json.RawMessage
-			Spent, Budget   string
-			Error           string
+			// Receipt: the payment's signed receipt (docs/DESIGN.md D30),
+			// verified against the gateway's published signer.
+			Receipt *struct {
+				Receipt   *receipt.Receipt
+				Signature string
+				Verified  bool
+				Signer    string
+			}
+			Headers       map[string]string
+			Body          json.RawMessage
+			Spent, Budget string
+			Error         string
 		}
 		dec := json.NewDecoder(strings.NewReader(stdout))
 		dec.DisallowUnknownFields()
@@ -271,6 +280,10 @@ func TestPayDemoGateway(t *testing.T) {
 		}
 		if res.PaymentResponse == nil || !res.PaymentResponse.Success || len(res.PaymentResponse.Transaction) != 66 {
 			t.Errorf("paymentResponse = %+v, want a success with a transaction", res.PaymentResponse)
+		}
+		if res.Receipt == nil || !res.Receipt.Verified || res.Receipt.Receipt == nil || res.Receipt.Receipt.Rail != receipt.RailExact ||
+			res.Receipt.Receipt.Amount.Int64() != 10_000 {
+			t.Errorf("receipt = %+v, want the payment's, verified", res.Receipt)
 		}
 		if res.Headers["payment-response"] == "" || !strings.HasPrefix(res.Headers["content-type"], "application/json") {
 			t.Errorf("headers = %v, want payment-response and content-type", res.Headers)

@@ -91,6 +91,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	defer func() { _ = os.RemoveAll(dir) }() // best effort: it is a temporary directory
 	cfg := config.Demo()
 	cfg.Network.Asset, cfg.Network.PayTo = c.Token.Hex(), payTo.Hex()
+	cfg.Log.Anchor.Contract = c.Anchor.Hex()
 	// upto beside exact, with no minimum charge: on the local chain a
 	// settlement costs nothing, and the metered price shows.
 	cfg.Network.Schemes = []string{config.SchemeExact, config.SchemeUpto}

@@ -43,13 +43,7 @@ type anchorHarness struct {
 func newAnchorHarness(t *testing.T) *anchorHarness {
 	t.Helper()
 	h := &anchorHarness{logHarness: newLogHarness(t, 0, 1<<30), sim: testchain.NewSimulated(t)}
-	var err error
-	var tx *types.Transaction
-	h.contract, tx, h.anchor, err = contracts.DeployReceiptLogAnchor(h.sim.Transactor(t, 0), h.sim.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.sim.Mine(t, tx)
+	h.contract, h.anchor = h.sim.DeployReceiptLogAnchor(t)
 	h.listed.Store(&[]receipt.Anchor{})
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {

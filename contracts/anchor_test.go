@@ -26,13 +26,7 @@ func TestReceiptLogAnchor(t *testing.T) {
 	s := testchain.NewSimulated(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	addr, tx, anchor, err := contracts.DeployReceiptLogAnchor(s.Transactor(t, 0), s.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := s.Mine(t, tx); r.Status != types.ReceiptStatusSuccessful {
-		t.Fatal("deploy reverted")
-	}
+	addr, anchor := s.DeployReceiptLogAnchor(t)
 	code, err := s.Client.CodeAt(ctx, addr, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/llm4agents/llm4agents/contracts"
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
@@ -21,17 +20,24 @@ import (
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
+// newLogKey is a new checkpoint key and its public key.
+func newLogKey(t *testing.T) (note.Signer, string) {
+	t.Helper()
+	skey, vkey, err := note.GenerateKey(rand.Reader, "gateway.test/receipts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := note.NewSigner(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, vkey
+}
+
 // withLog gives a credit env a receipt log on its store, and hands it back.
 func withLog(t *testing.T, out **receiptlog.Log) func(db creditStore) *receiptlog.Log {
 	return func(db creditStore) *receiptlog.Log {
-		skey, vkey, err := note.GenerateKey(rand.Reader, "gateway.test/receipts")
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, err := note.NewSigner(skey)
-		if err != nil {
-			t.Fatal(err)
-		}
+		key, vkey := newLogKey(t)
 		st, ok := db.(receiptlog.Store)
 		if !ok {
 			t.Fatalf("%T keeps no receipt log", db)
@@ -157,27 +163,16 @@ func TestCreditReceiptInLog(t *testing.T) {
 // the gateway's in-process facilitator signer would anchor it.
 func withAnchoredLog(t *testing.T, out **receiptlog.Log) (func(db creditStore) *receiptlog.Log, *anchorChain) {
 	c := &anchorChain{sim: testchain.NewSimulated(t)}
-	addr, tx, _, err := contracts.DeployReceiptLogAnchor(c.sim.Transactor(t, 0), c.sim.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.sim.Mine(t, tx)
+	c.contract, _ = c.sim.DeployReceiptLogAnchor(t)
 	c.sim.StartAutoCommit(t, 10*time.Millisecond)
-	c.contract = addr
+	var err error
 	c.sender, err = chain.NewSender(c.sim.Client, c.sim.Keys[signerIdx], c.sim.ChainID,
 		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return func(db creditStore) *receiptlog.Log {
-		skey, vkey, err := note.GenerateKey(rand.Reader, "gateway.test/receipts")
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, err := note.NewSigner(skey)
-		if err != nil {
-			t.Fatal(err)
-		}
+		key, vkey := newLogKey(t)
 		st, ok := db.(interface {
 			receiptlog.Store
 			store.LogAnchors
@@ -186,7 +181,7 @@ func withAnchoredLog(t *testing.T, out **receiptlog.Log) (func(db creditStore) *
 			t.Fatalf("%T keeps no anchored receipt log", db)
 		}
 		l, err := receiptlog.New(receiptlog.Config{Store: st, Key: key, VerifierKey: vkey, Holder: t.Name(), MaxMergeDelay: time.Second,
-			Anchor: &receiptlog.Anchoring{Network: network, Contract: addr, Every: time.Hour, Sender: c.sender, Node: c.sim.Client, Store: st}})
+			Anchor: &receiptlog.Anchoring{Network: network, Contract: c.contract, Every: time.Hour, Sender: c.sender, Node: c.sim.Client, Store: st}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -49,11 +49,7 @@ type anchorChain struct {
 func newAnchorChain(t *testing.T) *anchorChain {
 	t.Helper()
 	sim := testchain.NewSimulated(t)
-	addr, tx, _, err := contracts.DeployReceiptLogAnchor(sim.Transactor(t, 0), sim.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim.Mine(t, tx)
+	addr, _ := sim.DeployReceiptLogAnchor(t)
 	sim.StartAutoCommit(t, 10*time.Millisecond)
 	return &anchorChain{sim: sim, contract: addr}
 }

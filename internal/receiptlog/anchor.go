@@ -17,7 +17,7 @@ import (
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
-// Anchoring writes the log's latest checkpoint on chain: its size and root
+// An anchor writes the log's latest checkpoint on chain: its size and root
 // hash, in a call of the ReceiptLogAnchor contract, which emits them in an
 // Anchored event with the sender. Once mined, that history is pinned where
 // the gateway cannot take it back: a later checkpoint that does not extend an

@@ -82,6 +82,14 @@ func (l *ReceiptLog) setup(ctx context.Context) (*receipt.WellKnown, note.Verifi
 	return wk, key, nil
 }
 
+// WellKnown returns the gateway's well-known document, fetched once: its
+// receipt domain, and its log's key and anchoring. ErrNoLog when it keeps no
+// receipt log.
+func (l *ReceiptLog) WellKnown(ctx context.Context) (*receipt.WellKnown, error) {
+	wk, _, err := l.setup(ctx)
+	return wk, err
+}
+
 // Latest returns the largest checkpoint verified so far, if any.
 func (l *ReceiptLog) Latest() (receipt.Checkpoint, bool) {
 	l.mu.Lock()

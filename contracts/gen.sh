@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# gen.sh compiles the test contracts with the solc pinned in interop/package.json
+# gen.sh compiles our contracts with the solc pinned in interop/package.json
 # and regenerates their Go bindings (abigen v1) in this directory, and
 # runtime.go, the runtime bytecode of the contracts placed at canonical
-# addresses without a deployment (Permit2, X402UptoPermit2Proxy).
+# addresses without a deployment (Permit2, X402UptoPermit2Proxy) and of
+# ReceiptLogAnchor, which serve compares with the code at log.anchor.contract.
 #
 #   bash contracts/gen.sh           rewrite the generated files
 #   bash contracts/gen.sh -check    regenerate into a temporary directory and
@@ -44,7 +45,7 @@ trap 'rm -rf "$work"' EXIT
 # up in the metadata hash appended to the bytecode, so absolute paths would
 # make the output depend on where the repository is checked out.
 cd "$here"
-sources=(EIP3009Token.sol ERC1271Wallet.sol Permit2.sol X402UptoPermit2Proxy.sol ReentrantToken.sol)
+sources=(EIP3009Token.sol ERC1271Wallet.sol Permit2.sol X402UptoPermit2Proxy.sol ReentrantToken.sol ReceiptLogAnchor.sol)
 node "$solcjs" --bin --abi --optimize -o "$work/solc" "${sources[@]}"
 
 # abigen names the second of two overloads with a "0" suffix, in ABI order, and
@@ -80,10 +81,11 @@ bind ERC1271Wallet ERC1271Wallet wallet.go
 bind Permit2 Permit2 permit2.go
 bind X402UptoPermit2Proxy X402UptoPermit2Proxy uptoproxy.go
 bind ReentrantToken ReentrantToken reentranttoken.go
+bind ReceiptLogAnchor ReceiptLogAnchor receiptloganchor.go
 
-# solcjs's command line has no --bin-runtime, so compile the canonical
-# contracts again through solc's standard JSON interface with the settings the
-# command line uses, and take their deployed bytecode. Neither has immutables,
+# solcjs's command line has no --bin-runtime, so compile those contracts again
+# through solc's standard JSON interface with the settings the command line
+# uses, and take their deployed bytecode. None has immutables,
 # so the runtime code must appear verbatim in the creation code compiled above:
 # that check proves both compilations agree.
 node -e '
@@ -113,9 +115,9 @@ node -e '
 		go += "const " + n + "RuntimeBin = \"0x" + runtime + "\"\n";
 	}
 	fs.writeFileSync(out, go);
-' "$root/interop/node_modules/solc" "$work/runtime.go" "$work/solc" Permit2 X402UptoPermit2Proxy
+' "$root/interop/node_modules/solc" "$work/runtime.go" "$work/solc" Permit2 X402UptoPermit2Proxy ReceiptLogAnchor
 
-generated=(token.go wallet.go permit2.go uptoproxy.go reentranttoken.go runtime.go)
+generated=(token.go wallet.go permit2.go uptoproxy.go reentranttoken.go receiptloganchor.go runtime.go)
 if ((check)); then
 	stale=0
 	for f in "${generated[@]}"; do

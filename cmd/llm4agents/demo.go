@@ -92,6 +92,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	defer func() { _ = os.RemoveAll(dir) }() // best effort: it is a temporary directory
 	cfg := config.Demo()
 	cfg.Network.Asset, cfg.Network.PayTo = c.Token.Hex(), payTo.Hex()
+	cfg.Log.Anchor.Contract = c.Anchor.Hex()
 	// upto beside exact, with no minimum charge: on the local chain a
 	// settlement costs nothing, and the metered price shows.
 	cfg.Network.Schemes = []string{config.SchemeExact, config.SchemeUpto}
@@ -247,7 +248,7 @@ func runDemo(ctx context.Context, args []string, e env) error {
 	if err := demoUpto(ctx, out, c.Token, url); err != nil {
 		return err
 	}
-	if err := demoCredits(ctx, out, cfg.PublicURL, c.Token); err != nil {
+	if err := demoCredits(ctx, out, cfg.PublicURL, c.Token, c.Client); err != nil {
 		return err
 	}
 	final, err := c.BalanceOf(ctx, payTo)
@@ -317,8 +318,9 @@ func demoUpto(ctx context.Context, out io.Writer, token common.Address, url stri
 // demoCredits tops up the buyer's credit with an x402 payment, signs in
 // with the wallet, makes an API key and pays one call from credit; then it
 // checks that the call's signed receipt is in the gateway's public receipt
-// log, once the log includes it (by the receipt's logBy).
-func demoCredits(ctx context.Context, out io.Writer, base string, token common.Address) error {
+// log, once the log includes it (by the receipt's logBy), and that the log
+// is anchored on chain (demoAnchor).
+func demoCredits(ctx context.Context, out io.Writer, base string, token common.Address, node client.ChainReceipts) error {
 	u, err := url.Parse(base)
 	if err != nil {
 		return err
@@ -391,7 +393,7 @@ func demoCredits(ctx context.Context, out io.Writer, base string, token common.A
 		"   %s (%d receipts), each inclusion proof checked against the checkpoint key the gateway\n"+
 		"   publishes; a leaf shows no payer or key\n",
 		len(envelopes), rails[receipt.RailExact], rails[receipt.RailUpto], rails[receipt.RailCredits], c.Origin, c.Size)
-	return nil
+	return demoAnchor(ctx, out, lg, c, node)
 }
 
 // demoVerify checks that the log includes r, waiting for it until its
@@ -405,6 +407,36 @@ func demoVerify(ctx context.Context, lg *client.ReceiptLog, r *receipt.Receipt) 
 		select {
 		case <-ctx.Done():
 			return receipt.Checkpoint{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// demoAnchorWait bounds the wait for the anchor of the demo's log: the demo
+// anchors every 2s, and its chain mines within a tenth of that.
+const demoAnchorWait = 30 * time.Second
+
+// demoAnchor waits for the gateway to anchor a checkpoint covering c on
+// chain, and checks it as an auditor would: the anchor's transaction emitted
+// the event from the sender and at the contract the gateway publishes, and
+// the anchored root is the log's own at that size.
+func demoAnchor(ctx context.Context, out io.Writer, lg *client.ReceiptLog, c receipt.Checkpoint, node client.ChainReceipts) error {
+	ctx, cancel := context.WithTimeout(ctx, demoAnchorWait)
+	defer cancel()
+	for {
+		_, checks, err := lg.CheckAnchors(ctx, node)
+		if err != nil {
+			return fmt.Errorf("the log's anchors: %w", err)
+		}
+		for _, a := range checks {
+			if a.OnChain && a.Anchor.Size >= c.Size {
+				printf(out, "   anchored on chain: size %d, root 0x%x, transaction %s\n", a.Anchor.Size, a.Anchor.Root[:], a.Anchor.Transaction.Hex())
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no anchor of the log's %d receipts on chain after %s: %w", c.Size, demoAnchorWait, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -17,7 +17,8 @@ import (
 // demoLines are what the demo must print, in order: the price of an unpaid
 // call, a paid completion settled on chain, a paid stream with its usage, an
 // upto call paying what it used (a few hundred atomic units of a one-cent
-// maximum), and the totals.
+// maximum), a credit call whose receipt is in the log, the log's anchor on
+// chain, and the totals.
 var demoLines = []*regexp.Regexp{
 	regexp.MustCompile(`(?m)^1\. local chain eip155:1337, test USDC \(EIP-3009\) at 0x[0-9a-fA-F]{40}; the buyer 0x[0-9a-fA-F]{40} holds 10\.00 USDC and approved Permit2 for 1\.00 \(for upto\)$`),
 	regexp.MustCompile(`(?m)^2\. the gateway is serving on http://127\.0\.0\.1:[1-9][0-9]* with the demo model`),
@@ -34,6 +35,7 @@ var demoLines = []*regexp.Regexp{
 	regexp.MustCompile(`(?m)^   a call paid from credit was charged 0\.0[0-9]{5} USDC, with a signed receipt \(request 0x[0-9a-f]{64}\)$`),
 	regexp.MustCompile(`(?m)^8\. receipt log: all 4 receipts of the buyer \(exact 2, upto 1, credits 1\) are in the public log$`),
 	regexp.MustCompile(`(?m)^   127\.0\.0\.1:[0-9]+/receipts \(4 receipts\), each inclusion proof checked against the checkpoint key the gateway$`),
+	regexp.MustCompile(`(?m)^   anchored on chain: size 4, root 0x[0-9a-f]{64}, transaction 0x[0-9a-f]{64}$`),
 	regexp.MustCompile(`(?m)^9\. the buyer paid 0\.120[1-9][0-9]{2} USDC in all; the seller holds 0\.120[1-9][0-9]{2} USDC\. done\.$`),
 }
 

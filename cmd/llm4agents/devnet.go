@@ -59,12 +59,15 @@ const devnetUsage = `usage: llm4agents devnet --rpc URL [--mint 0xADDRESS=AMOUNT
 
 Sets up a running dev node (anvil) for llm4agents: places Permit2 and the x402
 upto proxy at their canonical addresses (anvil_setCode), deploys the EIP-3009
-test token ("USD Coin", version "2", 6 decimals, open mint) from the deployer
-key, and mints each --mint amount. Prints one JSON object on stdout: network,
-chainId, token, permit2, uptoProxy, deployer and balances.
+test token ("USD Coin", version "2", 6 decimals, open mint) and then the
+receipt log's anchor contract from the deployer key, and mints each --mint
+amount. Prints one JSON object on stdout: network, chainId, token, permit2,
+uptoProxy, receiptLogAnchor, deployer and balances.
 
 On a fresh anvil with the default key the token lands at
-0x5FbDB2315678afecb367f032d93F642f64180aa3 (examples/anvil.yaml's asset).
+0x5FbDB2315678afecb367f032d93F642f64180aa3 (examples/anvil.yaml's asset) and
+the anchor contract at 0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512
+(log.anchor.contract).
 A node without anvil_setCode is refused before anything is sent.
 
 The deployer is anvil's dev account 0 (0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266),
@@ -146,16 +149,18 @@ func parseMints(values []string) ([]devnetMint, error) {
 // devnetResult is what devnet prints: everything a configuration or a test
 // needs to use the node.
 type devnetResult struct {
-	Network      string            `json:"network"`
-	ChainID      *big.Int          `json:"chainId"`
-	Token        string            `json:"token"`
-	TokenName    string            `json:"tokenName"`
-	TokenVersion string            `json:"tokenVersion"`
-	Decimals     int               `json:"decimals"`
-	Permit2      string            `json:"permit2"`
-	UptoProxy    string            `json:"uptoProxy"`
-	Deployer     string            `json:"deployer"`
-	Balances     map[string]string `json:"balances"` // address -> atomic units, decimal
+	Network      string   `json:"network"`
+	ChainID      *big.Int `json:"chainId"`
+	Token        string   `json:"token"`
+	TokenName    string   `json:"tokenName"`
+	TokenVersion string   `json:"tokenVersion"`
+	Decimals     int      `json:"decimals"`
+	Permit2      string   `json:"permit2"`
+	UptoProxy    string   `json:"uptoProxy"`
+	// ReceiptLogAnchor is the contract log.anchor.contract names.
+	ReceiptLogAnchor string            `json:"receiptLogAnchor"`
+	Deployer         string            `json:"deployer"`
+	Balances         map[string]string `json:"balances"` // address -> atomic units, decimal
 }
 
 func runDevnet(ctx context.Context, args []string, e env) error {
@@ -219,6 +224,15 @@ func setUpDevnet(ctx context.Context, rc *rpc.Client, key *ecdsa.PrivateKey, min
 	if err := waitSucceeded(ctx, ec, tx, "deploy the token"); err != nil {
 		return nil, err
 	}
+	// Right after the token, so that both addresses depend on nothing but
+	// the deployer.
+	anchorAddr, tx, _, err := contracts.DeployReceiptLogAnchor(auth, ec)
+	if err != nil {
+		return nil, fmt.Errorf("deploy the receipt log anchor: %w", err)
+	}
+	if err := waitSucceeded(ctx, ec, tx, "deploy the receipt log anchor"); err != nil {
+		return nil, err
+	}
 
 	// Send every mint before waiting for any, so a node that seals blocks on a
 	// timer (anvil --block-time) takes one block for all of them. The nonces
@@ -243,16 +257,17 @@ func setUpDevnet(ctx context.Context, rc *rpc.Client, key *ecdsa.PrivateKey, min
 	}
 
 	res := &devnetResult{
-		Network:      fmt.Sprintf("eip155:%s", chainID),
-		ChainID:      chainID,
-		Token:        tokenAddr.Hex(),
-		TokenName:    devnetTokenName,
-		TokenVersion: devnetTokenVersion,
-		Decimals:     devnetTokenDecimals,
-		Permit2:      contracts.Permit2Address.Hex(),
-		UptoProxy:    contracts.UptoProxyAddress.Hex(),
-		Deployer:     crypto.PubkeyToAddress(key.PublicKey).Hex(),
-		Balances:     make(map[string]string, len(mints)),
+		Network:          fmt.Sprintf("eip155:%s", chainID),
+		ChainID:          chainID,
+		Token:            tokenAddr.Hex(),
+		TokenName:        devnetTokenName,
+		TokenVersion:     devnetTokenVersion,
+		Decimals:         devnetTokenDecimals,
+		Permit2:          contracts.Permit2Address.Hex(),
+		UptoProxy:        contracts.UptoProxyAddress.Hex(),
+		ReceiptLogAnchor: anchorAddr.Hex(),
+		Deployer:         crypto.PubkeyToAddress(key.PublicKey).Hex(),
+		Balances:         make(map[string]string, len(mints)),
 	}
 	for _, m := range mints {
 		bal, err := token.BalanceOf(&bind.CallOpts{Context: ctx}, m.to)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/accounts/abi/bind"
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/google/go-cmp/cmp"
 
@@ -154,7 +155,8 @@ func TestDevnetNodeDown(t *testing.T) {
 
 // TestDevnetAnvil runs devnet against a bare anvil: the contracts land at
 // their canonical addresses, the token at dev account 0's first contract
-// address (examples/anvil.yaml's asset), and each mint arrives.
+// address (examples/anvil.yaml's asset), the receipt log's anchor at its
+// second, and each mint arrives.
 func TestDevnetAnvil(t *testing.T) {
 	a := testchain.StartAnvil(t, testchain.WithBareChain())
 	buyer, other := testchain.DevAddress(1).Hex(), testchain.DevAddress(2).Hex()
@@ -170,21 +172,24 @@ func TestDevnetAnvil(t *testing.T) {
 		t.Fatalf("stdout %q: %v", stdout, err)
 	}
 	want := map[string]any{
-		"network":      "eip155:1337",
-		"chainId":      1337.0,
-		"token":        exampleAsset(t),
-		"tokenName":    "USD Coin",
-		"tokenVersion": "2",
-		"decimals":     6.0,
-		"permit2":      "0x000000000022D473030F116dDEE9F6B43aC78BA3",
-		"uptoProxy":    "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002",
-		"deployer":     "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
-		"balances":     map[string]any{buyer: "10000000", other: "1"},
+		"network":          "eip155:1337",
+		"chainId":          1337.0,
+		"token":            exampleAsset(t),
+		"tokenName":        "USD Coin",
+		"tokenVersion":     "2",
+		"decimals":         6.0,
+		"permit2":          "0x000000000022D473030F116dDEE9F6B43aC78BA3",
+		"uptoProxy":        "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002",
+		"receiptLogAnchor": "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512",
+		"deployer":         "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+		"balances":         map[string]any{buyer: "10000000", other: "1"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("devnet output (-want +got):\n%s", diff)
 	}
-	for addr, code := range contracts.CanonicalCode() {
+	code := contracts.CanonicalCode()
+	code[common.HexToAddress("0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512")] = common.FromHex(contracts.ReceiptLogAnchorRuntimeBin)
+	for addr, code := range code {
 		onChain, err := a.Client.CodeAt(t.Context(), addr, nil)
 		if err != nil || !bytes.Equal(onChain, code) {
 			t.Errorf("code at %s: %d bytes, %v; want ours", addr, len(onChain), err)
@@ -204,8 +209,8 @@ func TestDevnetAnvil(t *testing.T) {
 		t.Fatal(err)
 	}
 	deployer := crypto.PubkeyToAddress(key.PublicKey)
-	if res.Deployer != deployer.Hex() || res.Token != crypto.CreateAddress(deployer, 0).Hex() {
-		t.Errorf("deployer %s, token %s; want %s and its first contract", res.Deployer, res.Token, deployer.Hex())
+	if res.Deployer != deployer.Hex() || res.Token != crypto.CreateAddress(deployer, 0).Hex() || res.ReceiptLogAnchor != crypto.CreateAddress(deployer, 1).Hex() {
+		t.Errorf("deployer %s, token %s, anchor %s; want %s and its first two contracts", res.Deployer, res.Token, res.ReceiptLogAnchor, deployer.Hex())
 	}
 	bal, err := contracts.NewEIP3009Token(crypto.CreateAddress(deployer, 0), a.Client)
 	if err != nil {

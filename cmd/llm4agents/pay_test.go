@@ -101,6 +101,7 @@ func startDemoGateway(tb testing.TB) *demoGateway {
 	cfg := config.Demo()
 	payTo := devchain.Address(demoPayTo)
 	cfg.Network.Asset, cfg.Network.PayTo = c.Token.Hex(), payTo.Hex()
+	cfg.Log.Anchor.Contract = c.Anchor.Hex()
 	cfg.Store.DSN = "sqlite://" + filepath.Join(tb.TempDir(), "demo.db")
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {

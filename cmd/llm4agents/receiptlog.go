@@ -212,18 +212,22 @@ func logAudit(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("log audit", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		printf(e.stderr, "usage: llm4agents log audit --url URL [flags]\n\n"+
+		printf(e.stderr, "usage: llm4agents log audit --url URL [--rpc URL] [flags]\n\n"+
 			"Walks the gateway's whole public receipt log: verifies its checkpoint against the published key,\n"+
 			"reads every leaf from its tiles and checks each against the tree, checks the checkpoint against\n"+
 			"the one of an earlier audit (--since), and prints the totals the leaves show per rail and model.\n"+
-			"A leaf shows no payer, key or request id. Exits 0 only if everything checks.\n\nflags:\n")
+			"A leaf shows no payer, key or request id. If the gateway anchors its log on chain, each anchor it\n"+
+			"lists must be the log's own root at its size, and with --rpc its transaction must carry the\n"+
+			"Anchored event from the published sender at the published contract. Exits 0 only if everything\n"+
+			"checks.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var f accountFlags
 	f.register(fs, false, true)
 	fs.StringVar(&f.gateway, "url", "", "the gateway's URL (same as --gateway)")
-	var since string
+	var since, rpcURL string
 	fs.StringVar(&since, "since", "", "a checkpoint an earlier audit printed (its three lines, \\n-separated, or a file with them): the log must extend it")
+	fs.StringVar(&rpcURL, "rpc", "", "JSON-RPC URL of a node of the anchors' network, to check each anchor's transaction on chain (without it the chain is not consulted)")
 	pos, err := parseSub(fs, args)
 	if err != nil {
 		return err
@@ -291,21 +295,117 @@ func logAudit(ctx context.Context, args []string, e env) error {
 		}
 		return list[i].Model < list[j].Model
 	})
+	anchors, anchorErr := auditAnchors(ctx, lg, rpcURL)
 	if f.json {
-		writeJSON(e.stdout, map[string]any{"origin": cp.Origin, "size": cp.Size, "checkpoint": cp.Text(),
-			"totals": list, "unreadable": unreadable})
+		out := map[string]any{"origin": cp.Origin, "size": cp.Size, "checkpoint": cp.Text(),
+			"totals": list, "unreadable": unreadable, "anchored": anchors != nil}
+		if anchors != nil {
+			out["anchors"], out["chainConsulted"] = anchors, rpcURL != ""
+		}
+		writeJSON(e.stdout, out)
 	} else {
 		printf(e.stdout, "log %s: %d receipts, every leaf checked against the signed tree\n", cp.Origin, cp.Size)
 		for _, t := range list {
 			printf(e.stdout, "  %-8s %-24s %8d receipts  amount %s (%s)  tokens in %s out %s\n", t.Rail, oneLine(t.Model, 24), t.Receipts,
 				t.Amount, formatAmount(t.amount, f.decimals), t.InputTokens, t.OutputTokens)
 		}
+		printAnchors(e, anchors, rpcURL != "")
 		printf(e.stdout, "checkpoint (give it to the next audit as --since):\n%s", cp.Text())
 	}
-	if unreadable > 0 {
+	switch {
+	case unreadable > 0:
 		return fmt.Errorf("log audit: %d leaves are not receipt leaves", unreadable)
+	case anchorErr != nil:
+		return fmt.Errorf("log audit: %w", anchorErr)
 	}
 	return nil
+}
+
+// auditedAnchor is one anchor as log audit found it.
+type auditedAnchor struct {
+	Size        int64  `json:"size"`
+	Root        string `json:"root"`
+	Transaction string `json:"transaction"`
+	Block       uint64 `json:"block,omitempty"`
+	// OnChain: the node showed the transaction mined with its event.
+	OnChain bool   `json:"onChain"`
+	Error   string `json:"error,omitempty"`
+}
+
+// auditAnchors checks the anchors the gateway lists (client.CheckAnchors),
+// against the chain when rpcURL is set. A gateway that does not anchor its
+// log gives nil and no error.
+func auditAnchors(ctx context.Context, lg *client.ReceiptLog, rpcURL string) ([]auditedAnchor, error) {
+	var node client.ChainReceipts
+	if rpcURL != "" {
+		wk, err := lg.WellKnown(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !wk.Log.Anchored() {
+			return nil, nil
+		}
+		ec, err := dialNode(ctx, rpcURL)
+		if err != nil {
+			return nil, fmt.Errorf("--rpc: %w", redactURL(err, rpcURL))
+		}
+		defer ec.Close()
+		id, err := ec.ChainID(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("--rpc: %w", redactURL(err, rpcURL))
+		}
+		if want := "eip155:" + id.String(); want != wk.Log.Network {
+			return nil, fmt.Errorf("--rpc: the node is on %s, the anchors on %s", want, wk.Log.Network)
+		}
+		node = ec
+	}
+	_, checks, err := lg.CheckAnchors(ctx, node)
+	if errors.Is(err, client.ErrNotAnchored) {
+		return nil, nil
+	}
+	if err != nil && checks == nil {
+		return nil, fmt.Errorf("the log's anchors: %w", err)
+	}
+	out := make([]auditedAnchor, len(checks))
+	for i, c := range checks {
+		out[i] = auditedAnchor{Size: c.Anchor.Size, Root: fmt.Sprintf("0x%x", c.Anchor.Root[:]), Transaction: c.Anchor.Transaction.Hex(),
+			Block: c.Block, OnChain: c.OnChain}
+		if c.Err != nil {
+			out[i].Error = redactURL(c.Err, rpcURL).Error()
+		}
+	}
+	if err != nil {
+		err = redactURL(err, rpcURL)
+	}
+	return out, err
+}
+
+// printAnchors prints what auditAnchors found: nil is a log not anchored.
+func printAnchors(e env, anchors []auditedAnchor, chainConsulted bool) {
+	switch {
+	case anchors == nil:
+		printf(e.stdout, "the log is not anchored on chain\n")
+		return
+	case len(anchors) == 0:
+		printf(e.stdout, "anchors: none yet\n")
+		return
+	}
+	printf(e.stdout, "anchors, newest first:\n")
+	for _, a := range anchors {
+		state := "root is the log's"
+		switch {
+		case a.Error != "":
+			state = "FAILED: " + oneLine(a.Error, 300)
+		case a.OnChain:
+			state = fmt.Sprintf("root is the log's; on chain in block %d", a.Block)
+		case chainConsulted:
+			state = "root is the log's; not mined yet"
+		}
+		printf(e.stdout, "  size %d  root %s  transaction %s  %s\n", a.Size, a.Root, a.Transaction, state)
+	}
+	if !chainConsulted {
+		printf(e.stdout, "the chain was not consulted: the anchors were checked against the log's tiles only (give --rpc URL)\n")
+	}
 }
 
 // readCheckpointArg reads --since: the checkpoint's text, with literal \n

@@ -185,7 +185,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	owner := fmt.Sprintf("%s/%d", hostname, os.Getpid())
 	var receiptLog *receiptlog.Log
 	if cfg.Log.Enabled {
-		l, stop, err := buildLog(cfg, db, owner, getenv, log)
+		l, stop, err := buildLog(ctx, cfg, db, owner, g.sender, backend, getenv, log)
 		if err != nil {
 			return nil, err
 		}
@@ -216,6 +216,11 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			return nil, err
 		}
 		if err := g.facilitator.RegisterMetrics(srv.Metrics().Registry()); err != nil {
+			return nil, err
+		}
+	}
+	if receiptLog != nil {
+		if err := receiptLog.RegisterMetrics(srv.Metrics().Registry()); err != nil {
 			return nil, err
 		}
 	}

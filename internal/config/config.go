@@ -562,6 +562,7 @@ func (c *Config) validate() problems {
 	c.validateModels(&p)
 	c.validateCredits(&p)
 	c.validateLog(&p)
+	c.validateAnchor(&p)
 	return p
 }
 

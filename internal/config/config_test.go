@@ -568,12 +568,13 @@ func TestDemo(t *testing.T) {
 	for _, fe := range fieldErrors(t, err) {
 		paths = append(paths, fe.Path)
 	}
-	if d := cmp.Diff([]string{"network.asset", "network.pay_to", "store.dsn"}, paths); d != "" {
+	if d := cmp.Diff([]string{"network.asset", "network.pay_to", "store.dsn", "log.anchor.contract"}, paths); d != "" {
 		t.Fatalf("Demo() before the caller fills it: (-want +got)\n%s\n%v", d, err)
 	}
 	c.Network.Asset = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
 	c.Network.PayTo = "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720"
 	c.Store.DSN = "sqlite:///tmp/demo.db"
+	c.Log.Anchor.Contract = "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512"
 	c.PublicURL = "http://127.0.0.1:41234"
 	if err := c.Validate(); err != nil {
 		t.Fatalf("filled Demo(): %v", err)

@@ -5,12 +5,14 @@ package config
 // facilitator, the built-in demo upstream and one model, "demo", at $1 per
 // million input tokens and $2 per million output tokens (so a short call
 // quotes the one-cent minimum), listening on a free port of 127.0.0.1, with
-// prepaid credits on and a receipt key generated when it starts.
+// prepaid credits on and a receipt key generated when it starts, and the
+// receipt log on and anchored on chain.
 //
 // The demo's chain and facilitator signer run in the process, so this Config
 // validates without an RPC URL or a key source, which a parsed one never does.
 // What only the caller knows is left empty, and Validate reports it until it
-// is filled: Network.Asset (the test token, once deployed), Network.PayTo and
+// is filled: Network.Asset (the test token, once deployed), Network.PayTo,
+// Log.Anchor.Contract (the receipt log's anchor contract, once deployed) and
 // Store.DSN (a temporary SQLite file). PublicURL is http://127.0.0.1:0; set
 // it once the listener is bound.
 func Demo() *Config {
@@ -32,8 +34,9 @@ func Demo() *Config {
 		// Credits on, with a receipt key generated at start (ReceiptKey).
 		Credits: Credits{Enabled: true},
 		// The receipt log on, with a checkpoint key generated at start
-		// (LogKey).
-		Log:  ReceiptLog{Enabled: true},
+		// (LogKey), anchored on the demo's chain every DemoAnchorEvery at
+		// the contract the caller fills in.
+		Log:  ReceiptLog{Enabled: true, Anchor: Anchor{Enabled: true, Every: DemoAnchorEvery}},
 		demo: true,
 	}
 	c.SetDefaults()

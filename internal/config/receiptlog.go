@@ -9,7 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
 // ReceiptLog turns on the public receipt log (docs/DESIGN.md D30): every
@@ -30,7 +33,41 @@ type ReceiptLog struct {
 	// (logBy): the log includes a receipt this long after it was issued, at
 	// the latest. Default DefaultMaxMergeDelay.
 	MaxMergeDelay time.Duration `yaml:"max_merge_delay"`
+	// Anchor writes the log's checkpoints on chain; off unless set.
+	Anchor Anchor `yaml:"anchor"`
 }
+
+// Anchor writes the receipt log's latest checkpoint (its size and root hash)
+// on chain every Every, when the log grew: a transaction to the
+// ReceiptLogAnchor contract at Contract on network.id, sent by the
+// in-process facilitator's signer, which the well-known document publishes
+// as the anchors' sender. An anchor pins the log's history where the gateway
+// cannot rewrite it; `llm4agents log audit --rpc` checks the log against it.
+type Anchor struct {
+	// Enabled turns anchoring on; off by default, on in the demo.
+	Enabled bool `yaml:"enabled"`
+	// Contract is the ReceiptLogAnchor's address (`llm4agents devnet` prints
+	// it as receiptLogAnchor on a dev node). Required when enabled; the
+	// demo fills it in with the contract its chain deploys.
+	Contract string `yaml:"contract"`
+	// Every is how often the latest checkpoint is anchored, if the log grew
+	// since the last anchor. Default DefaultAnchorEvery.
+	Every time.Duration `yaml:"every"`
+}
+
+// Defaults and bounds of Anchor.Every. Each anchor costs a transaction's gas;
+// below the minimum anchors would come faster than blocks, above the maximum
+// the log's history would stay unpinned longer than an audit period.
+const (
+	DefaultAnchorEvery = 10 * time.Minute
+	DemoAnchorEvery    = 2 * time.Second
+	MinAnchorEvery     = time.Second
+	MaxAnchorEvery     = 24 * time.Hour
+)
+
+// ContractAddress returns the anchor contract's address, which Validate
+// checked.
+func (a Anchor) ContractAddress() (common.Address, error) { return exact.ParseAddress(a.Contract) }
 
 // Bounds of ReceiptLog.MaxMergeDelay. Below the minimum, integration
 // rounds would come faster than a store round trip; above the maximum, a
@@ -44,6 +81,9 @@ const (
 func (c *Config) setLogDefaults() {
 	if c.Log.Enabled && c.Log.MaxMergeDelay == 0 {
 		c.Log.MaxMergeDelay = DefaultMaxMergeDelay
+	}
+	if c.Log.Anchor.Enabled && c.Log.Anchor.Every == 0 {
+		c.Log.Anchor.Every = DefaultAnchorEvery
 	}
 }
 
@@ -70,6 +110,29 @@ func (c *Config) validateLog(p *problems) {
 	}
 	if lg.MaxMergeDelay < MinMaxMergeDelay || lg.MaxMergeDelay > MaxMaxMergeDelay {
 		p.add("log.max_merge_delay", "%s is not between %s and %s", lg.MaxMergeDelay, MinMaxMergeDelay, MaxMaxMergeDelay)
+	}
+}
+
+func (c *Config) validateAnchor(p *problems) {
+	a := &c.Log.Anchor
+	if !a.Enabled {
+		return
+	}
+	if !c.Log.Enabled {
+		p.add("log.anchor.enabled", "needs the receipt log (log.enabled: true): anchors are its checkpoints")
+	}
+	if c.Facilitator.Mode == ModeRemote {
+		p.add("log.anchor.enabled", "needs facilitator.mode %s: anchors are sent by the in-process facilitator's signer, "+
+			"and a remote facilitator signs nothing for the gateway; turn anchoring off, or run the facilitator in process", ModeInProcess)
+	}
+	contract := checkAddress(p, "log.anchor.contract", a.Contract, "the ReceiptLogAnchor contract (`llm4agents devnet` prints it as receiptLogAnchor)")
+	if contract != (common.Address{}) {
+		if asset, err := c.Network.AssetAddress(); err == nil && asset == contract {
+			p.add("log.anchor.contract", "is network.asset, the token: anchors go to the ReceiptLogAnchor contract")
+		}
+	}
+	if a.Every < MinAnchorEvery || a.Every > MaxAnchorEvery {
+		p.add("log.anchor.every", "%s is not between %s and %s", a.Every, MinAnchorEvery, MaxAnchorEvery)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 )
@@ -128,5 +129,103 @@ func TestLogKey(t *testing.T) {
 	ds, _, err := d.LogKey(nil)
 	if err != nil || ds.Name() != "127.0.0.1:4021/receipts" {
 		t.Errorf("demo LogKey = %v, %v", ds, err)
+	}
+}
+
+// withAnchor is withLog with anchoring on.
+const withAnchor = withLog + `  anchor:
+    enabled: true
+    contract: 0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512
+`
+
+func TestAnchorDefaults(t *testing.T) {
+	c, err := Parse([]byte(withAnchor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Anchor{Enabled: true, Contract: "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512", Every: DefaultAnchorEvery}
+	if c.Log.Anchor != want {
+		t.Errorf("anchor = %+v, want %+v", c.Log.Anchor, want)
+	}
+	if a, err := c.Log.Anchor.ContractAddress(); err != nil || a.Hex() != want.Contract {
+		t.Errorf("ContractAddress() = %s, %v", a.Hex(), err)
+	}
+	for _, doc := range []string{withLog, withLog + "  anchor:\n    enabled: false\n    every: 1ms\n"} {
+		off, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatalf("anchoring off: %v", err)
+		}
+		if off.Log.Anchor.Enabled || off.Log.Anchor.Every > time.Millisecond {
+			t.Errorf("anchor = %+v, want it off and no default filled in", off.Log.Anchor)
+		}
+	}
+	// The bounds themselves are accepted.
+	for _, every := range []string{"1s", "24h", "1000ms", "0s"} {
+		c, err := Parse([]byte(withAnchor + "    every: " + every + "\n"))
+		if err != nil {
+			t.Errorf("every %s: %v", every, err)
+			continue
+		}
+		if every == "0s" && c.Log.Anchor.Every != DefaultAnchorEvery {
+			t.Errorf("every 0s = %s, want the default", c.Log.Anchor.Every)
+		}
+	}
+	d := Demo()
+	if want := (Anchor{Enabled: true, Every: DemoAnchorEvery}); d.Log.Anchor != want {
+		t.Errorf("demo anchor = %+v, want %+v", d.Log.Anchor, want)
+	}
+}
+
+func TestAnchorErrors(t *testing.T) {
+	const contract = "    contract: 0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512\n"
+	remote := strings.Replace(withAnchor, "  mode: in-process\n  key_file: /run/secrets/facilitator.key\n", "  mode: remote\n  url: https://facilitator.example\n", 1)
+	for _, tc := range []struct {
+		name, doc, path, msg string
+	}{
+		{"no contract", strings.Replace(withAnchor, contract, "", 1), "log.anchor.contract", "is required"},
+		{"contract empty", strings.Replace(withAnchor, contract, "    contract: \"\"\n", 1), "log.anchor.contract", "is required"},
+		{"contract not hex", strings.Replace(withAnchor, "0xe7f1725E", "0xg7f1725E", 1), "log.anchor.contract", "not a valid address"},
+		{"contract bad checksum", strings.Replace(withAnchor, "0xe7f1725E", "0xE7f1725E", 1), "log.anchor.contract", "not a valid address"},
+		{"contract short", strings.Replace(withAnchor, "0512\n", "05\n", 1), "log.anchor.contract", "not a valid address"},
+		{"contract zero", strings.Replace(withAnchor, "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512", "0x0000000000000000000000000000000000000000", 1), "log.anchor.contract", "zero address"},
+		{"contract is the token", strings.Replace(withAnchor, "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512", "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", 1), "log.anchor.contract", "is network.asset"},
+		{"contract a long string", strings.Replace(withAnchor, "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512", strings.Repeat("x", 5000), 1), "log.anchor.contract", "not a valid address"},
+		{"contract a list", strings.Replace(withAnchor, contract, "    contract: [0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512]\n", 1), "log.anchor.contract", ""},
+		{"every too short", withAnchor + "    every: 999ms\n", "log.anchor.every", "not between 1s and 24h0m0s"},
+		{"every too long", withAnchor + "    every: 24h1s\n", "log.anchor.every", "not between"},
+		{"every negative", withAnchor + "    every: -10m\n", "log.anchor.every", "not between"},
+		{"every a number", withAnchor + "    every: 600\n", "log.anchor.every", ""},
+		{"every a word", withAnchor + "    every: hourly\n", "log.anchor.every", ""},
+		{"every overflowing", withAnchor + "    every: 9999999999h\n", "log.anchor.every", ""},
+		{"remote facilitator", remote, "log.anchor.enabled", "in-process facilitator's signer"},
+		{"log off", strings.Replace(withAnchor, "  enabled: true\n  key_env", "  enabled: false\n  key_env", 1), "log.anchor.enabled", "needs the receipt log"},
+		{"unknown key", withAnchor + "    sender: 0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512\n", "log.anchor.sender", `unknown key "sender"`},
+		{"enabled a string", strings.Replace(withAnchor, "    enabled: true\n", "    enabled: \"yes please\"\n", 1), "log.anchor.enabled", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.doc))
+			if err == nil {
+				t.Fatalf("Parse succeeded: %+v", c.Log.Anchor)
+			}
+			if len(err.Error()) > 2000 {
+				t.Errorf("an error of %d bytes: a hostile value is repeated whole", len(err.Error()))
+			}
+			for _, fe := range fieldErrors(t, err) {
+				if fe.Path == tc.path && strings.Contains(fe.Msg, tc.msg) {
+					return
+				}
+			}
+			t.Fatalf("no error at %q containing %q in:\n%v", tc.path, tc.msg, err)
+		})
+	}
+	// The demo names the contract like the token, once it is deployed; until
+	// then Validate says so.
+	d := Demo()
+	d.Network.Asset = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+	d.Network.PayTo = "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720"
+	d.Store.DSN = "sqlite:///tmp/demo.db"
+	err := d.Validate()
+	if fes := fieldErrors(t, err); len(fes) != 1 || fes[0].Path != "log.anchor.contract" {
+		t.Errorf("Demo() without its anchor contract: %v, want log.anchor.contract alone", err)
 	}
 }

@@ -1,8 +1,9 @@
 // Package devchain runs an embedded EVM chain for `llm4agents demo` and local
 // development: go-ethereum's simulated backend (chain id 1337) with our EIP-3009
-// test token deployed as "USD Coin" version "2", Permit2 and the x402 upto proxy
-// at their canonical addresses (contracts.Permit2Address,
-// contracts.UptoProxyAddress), and the well-known dev accounts funded. Blocks are sealed automatically while transactions are pending, so code
+// test token deployed as "USD Coin" version "2", the receipt log's anchor
+// contract deployed after it, Permit2 and the x402 upto proxy at their
+// canonical addresses (contracts.Permit2Address, contracts.UptoProxyAddress),
+// and the well-known dev accounts funded. Blocks are sealed automatically while transactions are pending, so code
 // that broadcasts and waits for receipts behaves as on a real chain.
 //
 // Nothing here is secret: the dev keys are public test keys.
@@ -74,6 +75,9 @@ type Chain struct {
 	Client  simulated.Client
 	ChainID *big.Int
 	Token   common.Address
+	// Anchor is the ReceiptLogAnchor the demo's gateway anchors its receipt
+	// log at: dev account 0's second contract, after the token.
+	Anchor common.Address
 
 	// Permit2 and UptoProxy are contracts.Permit2Address and
 	// contracts.UptoProxyAddress, where the genesis placed them.
@@ -87,8 +91,9 @@ type Chain struct {
 }
 
 // Start launches the chain, funds every dev account with ETH, places Permit2
-// and the upto proxy in the genesis, deploys the token from Key(0), and seals
-// blocks every interval while transactions are pending.
+// and the upto proxy in the genesis, deploys the token and then the receipt
+// log's anchor contract from Key(0), and seals blocks every interval while
+// transactions are pending.
 func Start(ctx context.Context, interval time.Duration, log *slog.Logger) (*Chain, error) {
 	alloc := make(types.GenesisAlloc, NumKeys+2)
 	eth := new(big.Int).Mul(big.NewInt(10_000), big.NewInt(params.Ether))
@@ -115,6 +120,14 @@ func Start(ctx context.Context, interval time.Duration, log *slog.Logger) (*Chai
 		_ = b.Close() // the deploy error is the one worth reporting
 		return nil, fmt.Errorf("deploy token: %w", err)
 	}
+	if addr, tx, _, err = contracts.DeployReceiptLogAnchor(auth, c.Client); err == nil {
+		err = c.mine(ctx, tx)
+	}
+	if err != nil {
+		_ = b.Close() // the deploy error is the one worth reporting
+		return nil, fmt.Errorf("deploy the receipt log anchor: %w", err)
+	}
+	c.Anchor = addr
 	loopCtx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	c.wg.Add(1)

@@ -3,9 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
+	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
@@ -17,6 +20,7 @@ import (
 //
 //	GET /log/checkpoint          the latest signed checkpoint (C2SP tlog-checkpoint, signed-note)
 //	GET /log/tile/{L}/{N}[.p/W]  hash tiles; /log/tile/entries/{N}[.p/W] entry bundles (C2SP tlog-tiles)
+//	GET /log/anchors[?limit=N]   the latest checkpoints written on chain, newest first
 //	GET /v1/receipts/{id}/proof  the receipt's leaf index and its inclusion proof
 
 // logReadTimeout bounds the store reads of one log request.
@@ -96,12 +100,54 @@ func (s *Server) getReceiptProof(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// defaultAnchorsPage is the page size of GET /log/anchors without ?limit=.
+const defaultAnchorsPage = 20
+
+// getAnchors serves GET /log/anchors?limit=N: the latest anchors of the
+// log's checkpoints on chain (1..receipt.MaxAnchors, default
+// defaultAnchorsPage), newest first, each with its transaction and, once the
+// gateway saw it mined, its block. Older anchors are on the chain itself, in
+// the anchor contract's events. 404 log_not_anchored when the gateway does
+// not anchor its log.
+func (s *Server) getAnchors(w http.ResponseWriter, r *http.Request) error {
+	limit := defaultAnchorsPage
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > receipt.MaxAnchors {
+			msg := fmt.Sprintf("limit must be an integer from 1 to %d", receipt.MaxAnchors)
+			return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: msg,
+				Detail: chat.ErrorDetail{Message: msg, Type: "invalid_request_error", Param: "limit", Code: "invalid_request"}}
+		}
+		limit = n
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), logReadTimeout)
+	defer cancel()
+	as, err := s.cfg.Log.Anchors(ctx, limit)
+	switch {
+	case errors.Is(err, receiptlog.ErrNotAnchored):
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "log_not_anchored",
+			Message: "this gateway does not anchor its receipt log on chain"}
+	case err != nil:
+		return logUnavailable(err)
+	}
+	b, err := receipt.MarshalAnchors(as)
+	if err != nil {
+		return fmt.Errorf("encode anchors: %w", err)
+	}
+	// A new anchor comes every few minutes at most; readers poll.
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(append(b, '\n')) // #nosec G705 -- JSON sent as application/json with nosniff, not HTML
+	return nil
+}
+
 // wellKnownLog is the log's member of the well-known document.
 func (s *Server) wellKnownLog() *receipt.WellKnownLog {
 	l := s.cfg.Log
 	if l == nil {
 		return nil
 	}
-	return &receipt.WellKnownLog{Origin: l.Origin(), Key: l.VerifierKey(),
-		MaxMergeDelayMs: uint64(l.MaxMergeDelay().Milliseconds())} // #nosec G115 -- config bounds it to minutes
+	wk := l.WellKnown()
+	return &wk
 }

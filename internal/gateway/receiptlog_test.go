@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
@@ -13,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llm4agents/llm4agents/internal/chain"
+	"github.com/llm4agents/llm4agents/internal/testchain"
 
 	"golang.org/x/mod/sumdb/note"
 
@@ -27,17 +31,24 @@ import (
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
+// newLogKey is a new checkpoint key and its public key.
+func newLogKey(t testing.TB) (note.Signer, string) {
+	t.Helper()
+	skey, vkey, err := note.GenerateKey(rand.Reader, "gateway.test/receipts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := note.NewSigner(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, vkey
+}
+
 // withLog gives a credit env a receipt log on its store, and hands it back.
 func withLog(t testing.TB, out **receiptlog.Log) func(db creditStore) *receiptlog.Log {
 	return func(db creditStore) *receiptlog.Log {
-		skey, vkey, err := note.GenerateKey(rand.Reader, "gateway.test/receipts")
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, err := note.NewSigner(skey)
-		if err != nil {
-			t.Fatal(err)
-		}
+		key, vkey := newLogKey(t)
 		st, ok := db.(receiptlog.Store)
 		if !ok {
 			t.Fatalf("%T keeps no receipt log", db)
@@ -367,4 +378,124 @@ func TestLedgerTiesToLog(t *testing.T) {
 			t.Errorf("%d receipts for %d calls", total, len(calls))
 		}
 	})
+}
+
+// withAnchoredLog is withLog with the log anchored on a simulated chain, as
+// the gateway's in-process facilitator signer would anchor it.
+func withAnchoredLog(t *testing.T, out **receiptlog.Log) (func(db creditStore) *receiptlog.Log, *anchorChain) {
+	c := &anchorChain{sim: testchain.NewSimulated(t)}
+	c.contract, _ = c.sim.DeployReceiptLogAnchor(t)
+	c.sim.StartAutoCommit(t, 10*time.Millisecond)
+	var err error
+	c.sender, err = chain.NewSender(c.sim.Client, c.sim.Keys[signerIdx], c.sim.ChainID,
+		chain.SenderConfig{MaxFeePerGas: big.NewInt(1e12), PollInterval: 10 * time.Millisecond}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(db creditStore) *receiptlog.Log {
+		key, vkey := newLogKey(t)
+		st, ok := db.(interface {
+			receiptlog.Store
+			store.LogAnchors
+		})
+		if !ok {
+			t.Fatalf("%T keeps no anchored receipt log", db)
+		}
+		l, err := receiptlog.New(receiptlog.Config{Store: st, Key: key, VerifierKey: vkey, Holder: t.Name(), MaxMergeDelay: time.Second,
+			Anchor: &receiptlog.Anchoring{Network: network, Contract: c.contract, Every: time.Hour, Sender: c.sender, Node: c.sim.Client, Store: st}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*out = l
+		return l
+	}, c
+}
+
+type anchorChain struct {
+	sim      *testchain.Simulated
+	contract common.Address
+	sender   *chain.Sender
+}
+
+// TestLogAnchors: GET /log/anchors lists what the log anchored, newest
+// first, as the buyer's parser reads it, and the well-known document names
+// where and from whom; a page is bounded; a log not anchored says so.
+func TestLogAnchors(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		var rl *receiptlog.Log
+		build, c := withAnchoredLog(t, &rl)
+		e := newCreditEnv(t, creditOpts{backend: b, receiptLog: build})
+		type answer struct {
+			StatusCode int
+			Header     http.Header
+		}
+		get := func(path string) (answer, []byte) {
+			resp := e.do(t, t.Context(), http.MethodGet, path, "", "", nil)
+			return answer{resp.StatusCode, resp.Header}, readAll(t, resp)
+		}
+		if resp, body := get("/log/anchors"); resp.StatusCode != 200 || string(body) != "{\"anchors\":[]}\n" {
+			t.Fatalf("no anchor yet: %d %s", resp.StatusCode, body)
+		}
+		e.topUp(t, alice, 1_000_000)
+		aliceKey, _ := e.newKey(t, alice, nil)
+		var roots []receipt.Checkpoint
+		for range 2 {
+			if resp := e.chat(t, aliceKey, chatBody); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
+			}
+			if _, err := rl.Integrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := rl.Anchor(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			b, err := rl.Checkpoint(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp, err := receipt.OpenCheckpoint(b, rl.Verifier())
+			if err != nil {
+				t.Fatal(err)
+			}
+			roots = append(roots, cp)
+		}
+		resp, body := get("/log/anchors")
+		as, err := receipt.ParseAnchors(body)
+		if resp.StatusCode != 200 || err != nil || len(as) != 1 {
+			t.Fatalf("anchors %d %s: %v; want one (the second is not due within the hour)", resp.StatusCode, body, err)
+		}
+		if a := as[0]; a.Size != 1 || a.Root != roots[0].Root || a.Network != network || a.Contract != c.contract ||
+			a.Sender != c.sender.Address() || a.Block == 0 {
+			t.Errorf("anchor = %+v, want size 1 with its root, from %s at %s, mined", a, c.sender.Address(), c.contract)
+		}
+		if cc := resp.Header.Get("Cache-Control"); cc != "no-cache" || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("headers %v", resp.Header)
+		}
+		_, body = get("/.well-known/llm4agents.json")
+		wk, err := receipt.ParseWellKnown(body)
+		if err != nil || wk.Log == nil || wk.Log.Network != network || wk.Log.AnchorContract != c.contract || wk.Log.AnchorSender != c.sender.Address() {
+			t.Fatalf("well-known %s: %v", body, err)
+		}
+		for _, q := range []string{"0", "-1", "101", "x", "1.5", "99999999999999999999"} {
+			if resp, body := get("/log/anchors?limit=" + q); resp.StatusCode != 400 || errorCode(t, body) != "invalid_request" {
+				t.Errorf("limit=%s: %d %s, want 400", q, resp.StatusCode, body)
+			}
+		}
+		if resp, body := get("/log/anchors?limit=1"); resp.StatusCode != 200 || !strings.Contains(string(body), c.contract.Hex()) {
+			t.Errorf("limit=1: %d %s", resp.StatusCode, body)
+		}
+	})
+	var rl *receiptlog.Log
+	e := newCreditEnv(t, creditOpts{backend: creditBackends[0], receiptLog: withLog(t, &rl)})
+	get := func(path string) (int, []byte) {
+		resp := e.do(t, t.Context(), http.MethodGet, path, "", "", nil)
+		return resp.StatusCode, readAll(t, resp)
+	}
+	if status, body := get("/log/anchors"); status != 404 || errorCode(t, body) != "log_not_anchored" {
+		t.Errorf("a log not anchored: %d %s", status, body)
+	}
+	_, body := get("/.well-known/llm4agents.json")
+	if wk, err := receipt.ParseWellKnown(body); err != nil || wk.Log == nil || wk.Log.Anchored() {
+		t.Errorf("well-known of a log not anchored: %+v, %v", wk, err)
+	}
 }

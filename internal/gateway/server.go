@@ -276,6 +276,7 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	if cfg.Log != nil {
 		s.mux.Handle("GET /log/checkpoint", s.handle("log_checkpoint", s.getCheckpoint))
 		s.mux.Handle("GET /log/tile/{path...}", s.handle("log_tile", s.getTile))
+		s.mux.Handle("GET /log/anchors", s.handle("log_anchors", s.getAnchors))
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writePlain(w, "ok\n") })
 	s.mux.Handle("GET /readyz", s.handle("readyz", s.readyz))

@@ -10,7 +10,10 @@
 // the tree's new hashes with golang.org/x/mod/sumdb/tlog, signs a checkpoint
 // of the new size, and stores all three in one atomic write that fails if
 // another replica moved the log first. Checkpoint, Tile and Proof read the
-// log for the HTTP routes; the formats are x402/receipt's.
+// log for the HTTP routes; the formats are x402/receipt's. With
+// Config.Anchor, the replica holding the lease also writes the latest
+// checkpoint on chain from time to time (anchor.go), and Anchors lists what
+// it wrote.
 package receiptlog
 
 import (
@@ -61,6 +64,9 @@ type Config struct {
 	MaxMergeDelay time.Duration
 	// Log receives what the integrator did and what failed.
 	Log *slog.Logger
+	// Anchor, if not nil, anchors the log's checkpoints on chain
+	// (anchor.go).
+	Anchor *Anchoring
 }
 
 // Errors of the readers.
@@ -81,6 +87,9 @@ type Log struct {
 	hashes map[int64]tlog.Hash
 	// wake asks Run for a round now (Poke).
 	wake chan struct{}
+	// anchor anchors checkpoints on chain; nil when the log is not
+	// anchored.
+	anchor *anchorer
 }
 
 // maxCachedHashes bounds Log.hashes; past it the cache starts over, since
@@ -112,7 +121,13 @@ func New(cfg Config) (*Log, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Log{cfg: cfg, verifier: v, hashes: map[int64]tlog.Hash{}, wake: make(chan struct{}, 1)}, nil
+	l := &Log{cfg: cfg, verifier: v, hashes: map[int64]tlog.Hash{}, wake: make(chan struct{}, 1)}
+	if cfg.Anchor != nil {
+		if l.anchor, err = newAnchorer(*cfg.Anchor); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 // Origin returns the log's origin, the name its checkpoints carry.
@@ -150,10 +165,15 @@ func (l *Log) Poke() {
 // the log lease and, while it holds it, integrates every pending leaf. A
 // round comes every quarter of the merge delay, and the lease lasts half of
 // it, so that a replica that dies holding it delays the queue by at most
-// about three quarters of the promise. On return it gives the lease back.
+// about three quarters of the promise. After a round that held the lease it
+// starts an anchoring round when one is due (anchor.go), which runs beside
+// the integration rounds. On return it gives the lease back and waits for
+// the anchoring round.
 func (l *Log) Run(ctx context.Context) {
 	tick := time.NewTicker(l.cfg.MaxMergeDelay / 4)
 	defer tick.Stop()
+	var anchoring sync.WaitGroup
+	defer anchoring.Wait()
 	var held store.LogState
 	for {
 		st, ok, _, err := l.round(ctx)
@@ -162,6 +182,9 @@ func (l *Log) Run(ctx context.Context) {
 			l.cfg.Log.Warn("receipt log: integration round failed", "err", err)
 		case ok:
 			held = st
+			if err == nil && ctx.Err() == nil {
+				l.kickAnchor(ctx, &anchoring)
+			}
 		default:
 			held = store.LogState{}
 		}

@@ -289,6 +289,21 @@ func (s *Simulated) DeployWallet(tb testing.TB, owner common.Address) common.Add
 	return addr
 }
 
+// DeployReceiptLogAnchor deploys a ReceiptLogAnchor, the receipt log's
+// anchor contract, from Keys[0], sealing a block, and returns its address
+// and a binding to it.
+func (s *Simulated) DeployReceiptLogAnchor(tb testing.TB) (common.Address, *contracts.ReceiptLogAnchor) {
+	tb.Helper()
+	s.deployerMu.Lock()
+	defer s.deployerMu.Unlock()
+	addr, tx, anchor, err := contracts.DeployReceiptLogAnchor(s.Transactor(tb, 0), s.Client)
+	if err != nil {
+		tb.Fatalf("deploy ReceiptLogAnchor: %v", err)
+	}
+	s.requireSuccess(tb, "deploy ReceiptLogAnchor", tx)
+	return addr, anchor
+}
+
 // BalanceOf returns the token balance of addr at the latest block.
 func (s *Simulated) BalanceOf(tb testing.TB, addr common.Address) *big.Int {
 	tb.Helper()

@@ -15,6 +15,8 @@
 // Leaf is its public part and a commitment to the rest; Checkpoint, Proof,
 // VerifyInclusion and CheckConsistency check that the log includes it and
 // never rewrote its history, in the formats of C2SP tlog-checkpoint,
-// signed-note and tlog-tiles (TilePath, EntryBundle).
+// signed-note and tlog-tiles (TilePath, EntryBundle). A gateway that anchors
+// its log writes checkpoints on chain: ParseAnchored decodes the contract's
+// Anchored events, and ParseAnchors the gateway's list of what it sent.
 // Everything here is a pure function of its arguments: no I/O.
 package receipt

@@ -31,7 +31,8 @@ var ErrBadWellKnown = errors.New("client: bad " + WellKnownPath)
 type WellKnown struct {
 	Receipts WellKnownReceipts `json:"receipts"`
 	// Log, when the gateway keeps a receipt log (docs/DESIGN.md D30), says where and under
-	// which key: {"origin", "key", "maxMergeDelayMs"}.
+	// which key: {"origin", "key", "maxMergeDelayMs"}, and, when it anchors
+	// the log on chain, {"network", "anchorContract", "anchorSender"}.
 	Log *WellKnownLog `json:"log,omitempty"`
 }
 
@@ -40,10 +41,78 @@ type WellKnown struct {
 // ("<origin>+<hash>+<base64>"), and its promise, the longest delay between
 // a receipt's issue and its inclusion, in milliseconds. The log is served
 // under /log/ of the same origin.
+//
+// A gateway that anchors its checkpoints on chain also names where: the
+// network (CAIP-2), the anchor contract and the address that sends the
+// anchors ({"network", "anchorContract", "anchorSender"}: all three or none).
+// Only anchors from that sender at that contract are the gateway's.
 type WellKnownLog struct {
+	Origin          string
+	Key             string
+	MaxMergeDelayMs uint64
+
+	// Network, AnchorContract and AnchorSender are set when the log is
+	// anchored; all zero when it is not.
+	Network        string
+	AnchorContract common.Address
+	AnchorSender   common.Address
+}
+
+// wellKnownLogJSON is the wire form of a WellKnownLog.
+type wellKnownLogJSON struct {
 	Origin          string `json:"origin"`
 	Key             string `json:"key"`
 	MaxMergeDelayMs uint64 `json:"maxMergeDelayMs"`
+	Network         string `json:"network,omitempty"`
+	AnchorContract  string `json:"anchorContract,omitempty"`
+	AnchorSender    string `json:"anchorSender,omitempty"`
+}
+
+// Anchored reports whether the log is anchored on chain.
+func (l WellKnownLog) Anchored() bool { return l.Network != "" }
+
+// MarshalJSON encodes the wire form, addresses with their EIP-55 checksum.
+func (l WellKnownLog) MarshalJSON() ([]byte, error) {
+	w := wellKnownLogJSON{Origin: l.Origin, Key: l.Key, MaxMergeDelayMs: l.MaxMergeDelayMs}
+	if l.Anchored() {
+		w.Network, w.AnchorContract, w.AnchorSender = l.Network, l.AnchorContract.Hex(), l.AnchorSender.Hex()
+	}
+	return json.Marshal(w)
+}
+
+// parseWellKnownLog decodes the log member strictly.
+func parseWellKnownLog(raw json.RawMessage) (*WellKnownLog, error) {
+	var w wellKnownLogJSON
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return nil, fmt.Errorf("%w: log is not {origin, key, maxMergeDelayMs[, network, anchorContract, anchorSender]}", ErrBadWellKnown)
+	}
+	l := &WellKnownLog{Origin: w.Origin, Key: w.Key, MaxMergeDelayMs: w.MaxMergeDelayMs}
+	if _, err := l.Verifier(); err != nil {
+		return nil, err
+	}
+	if l.MaxMergeDelayMs == 0 {
+		return nil, fmt.Errorf("%w: log.maxMergeDelayMs is missing or zero", ErrBadWellKnown)
+	}
+	switch {
+	case w.Network == "" && w.AnchorContract == "" && w.AnchorSender == "":
+		return l, nil
+	case w.Network == "" || w.AnchorContract == "" || w.AnchorSender == "":
+		return nil, fmt.Errorf("%w: log has some of network, anchorContract and anchorSender, not all three", ErrBadWellKnown)
+	}
+	if _, err := exact.ChainID(w.Network); err != nil {
+		return nil, fmt.Errorf("%w: log.network: %w", ErrBadWellKnown, err)
+	}
+	var err error
+	if l.AnchorContract, err = nonZeroAddress(w.AnchorContract); err != nil {
+		return nil, fmt.Errorf("%w: log.anchorContract: %w", ErrBadWellKnown, err)
+	}
+	if l.AnchorSender, err = nonZeroAddress(w.AnchorSender); err != nil {
+		return nil, fmt.Errorf("%w: log.anchorSender: %w", ErrBadWellKnown, err)
+	}
+	l.Network = w.Network
+	return l, nil
 }
 
 // Verifier returns the log's checkpoint key, checked: a signed-note
@@ -136,19 +205,9 @@ func ParseWellKnown(b []byte) (*WellKnown, error) {
 		Domain: Domain{Name: *w.Domain.Name, Version: *w.Domain.Version, ChainID: chainID},
 	}}
 	if rawLog, ok := top["log"]; ok {
-		var l WellKnownLog
-		dec := json.NewDecoder(bytes.NewReader(rawLog))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
-			return nil, bad("log is not {origin, key, maxMergeDelayMs}")
-		}
-		if _, err := l.Verifier(); err != nil {
+		if doc.Log, err = parseWellKnownLog(rawLog); err != nil {
 			return nil, err
 		}
-		if l.MaxMergeDelayMs == 0 {
-			return nil, bad("log.maxMergeDelayMs is missing or zero")
-		}
-		doc.Log = &l
 	}
 	return doc, nil
 }

@@ -1,0 +1,2 @@
+DROP INDEX log_anchors_recent;
+DROP TABLE log_anchors;

@@ -191,3 +191,35 @@ func TestWellKnownLog(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseAnchors: the /log/anchors parser refuses with ErrAnchor or
+// decodes, never panics; what it decodes encodes and decodes again to the
+// same anchors.
+func FuzzParseAnchors(f *testing.F) {
+	f.Add([]byte(`{"anchors":[]}`))
+	f.Add([]byte(`{"anchors":[{"size":3,"root":"0x` + strings.Repeat("ab", 32) + `","network":"eip155:1337",` +
+		`"contract":"0x5FbDB2315678afecb367f032d93F642f64180aa3","sender":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8",` +
+		`"transaction":"0x` + strings.Repeat("cd", 32) + `","sentAt":"2026-12-03T10:00:00Z","block":7}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		as, err := receipt.ParseAnchors(b)
+		if err != nil {
+			if !errors.Is(err, receipt.ErrAnchor) {
+				t.Fatalf("error %v is not ErrAnchor", err)
+			}
+			return
+		}
+		again, err := receipt.MarshalAnchors(as)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := receipt.ParseAnchors(again)
+		if err != nil || len(back) != len(as) {
+			t.Fatalf("re-encoded anchors %s: %v", again, err)
+		}
+		for i := range as {
+			if back[i].Size != as[i].Size || back[i].Root != as[i].Root || back[i].Transaction != as[i].Transaction || !back[i].SentAt.Equal(as[i].SentAt) {
+				t.Fatalf("anchor %d changed: %+v, then %+v", i, as[i], back[i])
+			}
+		}
+	})
+}

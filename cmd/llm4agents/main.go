@@ -59,7 +59,7 @@ commands:
   keys          create, list or revoke the gateway's sk-l4a- API keys (signs in with the wallet)
   credits       top up credit with an x402 payment, show the balance, verify receipts
   receipts      verify your receipts against the gateway's public receipt log
-  log           audit a gateway's whole receipt log; keygen: a checkpoint key for serve
+  log           audit a gateway's receipt log; keygen and reconcile: the operator's tools
   wallet        wallet set-up: approve-permit2, once per token, for upto payments
   devnet        set up a dev node (anvil): Permit2, the upto proxy, the test token, mints
   version       print the version and VCS revision of this build (also --version)

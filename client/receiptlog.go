@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sync"
@@ -196,34 +195,15 @@ func (l *ReceiptLog) now() time.Time {
 	return time.Now()
 }
 
-// get reads a public log path, at most limit bytes.
+// get reads a public log path through the account's client (Account.Do,
+// which bounds the answer to 1 MiB, a full tile's size and more); limit
+// bounds it further.
 func (l *ReceiptLog) get(ctx context.Context, path string, limit int64) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.Account.Base.String()+path, nil)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", path, err)
+	b, err := l.Account.Do(ctx, http.MethodGet, path, nil, http.StatusOK, nil)
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("GET %s: larger than %d bytes", path, limit)
 	}
-	hc := l.Account.Client
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("GET %s: %w", path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("GET %s: %w", path, err)
-	case int64(len(b)) > limit:
-		return nil, fmt.Errorf("GET %s: larger than %d bytes", path, limit)
-	case resp.StatusCode != http.StatusOK:
-		return nil, gatewayError("GET "+path, resp.StatusCode, b)
-	}
-	return b, nil
+	return b, err
 }
 
 // tiles reads the log's tiles over HTTP, for tlog.TileHashReader, which

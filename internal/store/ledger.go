@@ -169,6 +169,11 @@ type Hold struct {
 	// release or expiry; zero while HoldHeld.
 	ResolvedAt  time.Time
 	ResolvedSeq int64
+	// Lease says the hold is a credit lease. Drawn is what its recorded
+	// draws charged so far and DrawnCost their full cost; once the lease is
+	// captured, Captured is Drawn and Actual DrawnCost.
+	Lease            bool
+	Drawn, DrawnCost int64
 }
 
 // KeyLimits are the caps of the API key a hold is drawn through.
@@ -200,6 +205,10 @@ type HoldRequest struct {
 	// than the call can take. 0 < TTL <= MaxHoldTTL.
 	TTL time.Duration
 	Key *KeyLimits // nil when the call is not drawn through a key
+	// Lease makes the hold a credit lease (see Leases): calls draw on it
+	// with Leases.Draw and it ends with Leases.CloseLease, never with
+	// Capture or Release. It is compared on a repeated ID.
+	Lease bool
 }
 
 // Limit names what refused a hold.
@@ -426,6 +435,31 @@ func (r HoldRequest) Validate() error {
 		return ValidatePeriod(r.Key.Period)
 	}
 	return nil
+}
+
+// HoldArgs is the canonical text of what identifies a hold request, to
+// tell a repeated Hold (the same) from a conflicting one (another): owner,
+// asset, amount, key id, and whether it is a lease. TTL and caps are not in
+// it (see Ledger.Hold).
+func HoldArgs(r HoldRequest) string {
+	keyID := ""
+	if r.Key != nil {
+		keyID = r.Key.ID
+	}
+	args := fmt.Sprintf("owner=%s asset=%s amount=%d key=%s", r.Owner, r.Asset, r.Amount, keyID)
+	if r.Lease {
+		args += " lease"
+	}
+	return args
+}
+
+// CapturedOf is what the captured hold h billed: what its draws charged for
+// a lease, min(Actual, Amount) for a call's hold.
+func CapturedOf(h Hold) int64 {
+	if h.Lease {
+		return h.Drawn
+	}
+	return min(h.Actual, h.Amount)
 }
 
 // ValidatePeriod checks a key's cap period: positive, whole milliseconds, at

@@ -59,11 +59,11 @@ WHERE key_id = ? AND asset = ?`
 WHERE key_id = ? AND asset = ? AND period_ms = ? AND period_start_ms = ?`
 
 	holdColumns = `hold_id, owner, asset, amount, actual, key_id, key_period_ms, key_period_start_ms, state,
-    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq`
+    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq, lease, drawn, drawn_cost`
 	selectHold = `SELECT ` + holdColumns + ` FROM ledger_holds WHERE hold_id = ?`
 	insertHold = `INSERT INTO ledger_holds (
-    hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms, state, expires_at_ms, created_at_ms, seq)
-VALUES (?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?)
+    hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms, state, expires_at_ms, created_at_ms, seq, lease)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?, ?)
 RETURNING ` + holdColumns
 	resolveHold = `UPDATE ledger_holds
 SET state = ?, actual = ?, resolved_at_ms = ?, resolved_seq = ?
@@ -189,7 +189,7 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 		if r.Key != nil {
 			keyID = r.Key.ID
 		}
-		args := fmt.Sprintf("owner=%s asset=%s amount=%d key=%s", r.Owner, r.Asset, r.Amount, keyID)
+		args := store.HoldArgs(r)
 		_, found, err := findOp(ctx, tx, classHold, r.ID, args)
 		if err != nil || found {
 			if err == nil {
@@ -234,7 +234,7 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 			return err
 		}
 		h, err = scanHold(tx.QueryRowContext(ctx, insertHold,
-			r.ID, r.Owner, r.Asset, r.Amount, keyID, periodMs, periodStart, now+ttlMs, e.CreatedAt.UnixMilli(), e.Seq))
+			r.ID, r.Owner, r.Asset, r.Amount, keyID, periodMs, periodStart, now+ttlMs, e.CreatedAt.UnixMilli(), e.Seq, boolInt(r.Lease)))
 		return err
 	})
 	if err != nil {
@@ -304,8 +304,10 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 			return err
 		}
 		switch {
+		case cur.Lease:
+			return fmt.Errorf("hold is a lease: %w", store.ErrConflict)
 		case cur.State == store.HoldHeld:
-			h, e, err = db.resolve(ctx, tx, cur, store.EntryCapture, actual)
+			h, e, err = db.resolve(ctx, tx, cur, store.EntryCapture, actual, min(actual, cur.Amount))
 			return err
 		case cur.State == store.HoldCaptured && cur.Actual == actual:
 			h = cur
@@ -343,9 +345,12 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 		if err != nil {
 			return err
 		}
+		if cur.Lease {
+			return fmt.Errorf("hold is a lease: %w", store.ErrConflict)
+		}
 		switch cur.State {
 		case store.HoldHeld:
-			h, e, err = db.resolve(ctx, tx, cur, store.EntryRelease, 0)
+			h, e, err = db.resolve(ctx, tx, cur, store.EntryRelease, 0, 0)
 			return err
 		case store.HoldReleased, store.HoldExpired:
 			h = cur
@@ -388,7 +393,7 @@ func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err er
 			if err != nil {
 				return err
 			}
-			if _, _, err := db.resolve(ctx, tx, cur, store.EntryExpire, 0); err != nil {
+			if _, _, err := db.expire(ctx, tx, cur); err != nil {
 				return err
 			}
 			n++
@@ -418,11 +423,23 @@ func expiredHolds(ctx context.Context, tx wtx, now int64, limit int) ([]string, 
 	return ids, rows.Err()
 }
 
+// expire ends the open hold h past its TTL: a call's hold, or a lease with
+// nothing drawn, is released as EntryExpire; a lease with draws is captured
+// for them, as CloseLease would.
+func (db *DB) expire(ctx context.Context, tx wtx, h store.Hold) (store.Hold, store.Entry, error) {
+	if h.Lease && h.DrawnCost > 0 {
+		return db.resolve(ctx, tx, h, store.EntryCapture, h.DrawnCost, h.Drawn)
+	}
+	return db.resolve(ctx, tx, h, store.EntryExpire, 0, 0)
+}
+
 // resolve ends the open hold h with an entry of kind (capture, release or
-// expire), billing min(actual, h.Amount) and recording the rest of actual as
-// loss; release and expire pass 0.
-func (db *DB) resolve(ctx context.Context, tx wtx, h store.Hold, kind store.EntryKind, actual int64) (store.Hold, store.Entry, error) {
-	charged := min(actual, h.Amount)
+// expire), billing charged (at most h.Amount and actual) and recording the
+// rest of actual as loss; release and expire pass 0, 0.
+func (db *DB) resolve(ctx context.Context, tx wtx, h store.Hold, kind store.EntryKind, actual, charged int64) (store.Hold, store.Entry, error) {
+	if charged > h.Amount || charged > actual {
+		return store.Hold{}, store.Entry{}, fmt.Errorf("charge %d of cost %d does not fit hold %d", charged, actual, h.Amount) // a bug here, never input
+	}
 	refund, loss := h.Amount-charged, actual-charged
 	user, err := addBalance(ctx, tx, store.UserAccount(h.Owner), h.Asset, refund, math.MaxInt64)
 	if err != nil {
@@ -721,15 +738,15 @@ func (db *DB) KeyUsage(ctx context.Context, keyID, asset string, period time.Dur
 func scanHold(row interface{ Scan(...any) error }) (store.Hold, error) {
 	var h store.Hold
 	var state string
-	var periodMs, periodStart, expires, created, resolved int64
+	var periodMs, periodStart, expires, created, resolved, lease int64
 	err := row.Scan(&h.ID, &h.Owner, &h.Asset, &h.Amount, &h.Actual, &h.KeyID, &periodMs, &periodStart, &state,
-		&expires, &created, &h.Seq, &resolved, &h.ResolvedSeq)
+		&expires, &created, &h.Seq, &resolved, &h.ResolvedSeq, &lease, &h.Drawn, &h.DrawnCost)
 	if err != nil {
 		return store.Hold{}, err
 	}
-	h.State = store.HoldState(state)
+	h.State, h.Lease = store.HoldState(state), lease == 1
 	if h.State == store.HoldCaptured {
-		h.Captured = min(h.Actual, h.Amount)
+		h.Captured = store.CapturedOf(h)
 		h.Loss = h.Actual - h.Captured
 	}
 	if periodMs > 0 {

@@ -1,0 +1,111 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Credit leases (docs/DESIGN.md D28). A lease is a hold (HoldRequest.Lease)
+// that a replica takes for a slice of what an owner may spend through one
+// key, and that many calls then draw on in the replica's memory. The hold is
+// what keeps every cap across replicas: it is placed, checked and counted
+// exactly like a call's hold, so captured + outstanding leases never pass a
+// balance or a cap. What the store adds for leases is the record of the
+// draws, written in batches off the calls' path, and the lease's end:
+//
+//	Hold(HoldRequest{Lease: true, ...})    the lease: the slice moves user -> held
+//	Draw([]LeaseDraw)                      batches of calls' charges, with their receipts
+//	CloseLease(id)                         what was drawn is captured, the rest goes back to user
+//
+// A lease whose replica died is ended by ReleaseExpiredHolds at its TTL as
+// CloseLease would end it: the draws it recorded are captured, the rest
+// returns to the owner. Draws the replica had not written yet are lost:
+// those calls were free, the operator's loss, never billed later.
+//
+// A lease is never captured or released as a call's hold is: Capture and
+// Release of a lease, and Draw on a hold that is not a lease, are
+// ErrConflict.
+
+// MaxLeasePosition bounds a draw's position in its lease: a leased call's
+// receipt carries the seq of the lease's hold entry and its position in one
+// number, known when the call answers, before its draw is written.
+const MaxLeasePosition = 1<<32 - 1
+
+// MaxDrawBatch bounds the draws of one Draw call.
+const MaxDrawBatch = 1024
+
+// LeaseDraw is one call's charge against a lease.
+type LeaseDraw struct {
+	// LeaseID is the lease's hold id.
+	LeaseID string
+	// CallID is the call's request id (a valid id): a call draws once.
+	CallID string
+	// Position is the call's place in the lease, 1..MaxLeasePosition,
+	// unique within it.
+	Position int64
+	// Charged is what the call bills to the owner: its cost, capped at the
+	// maximum it was admitted for. Cost is its full cost (Cost >= Charged);
+	// Cost - Charged is the operator's loss (D16), recorded when the lease
+	// is captured. Both 0..MaxAmount.
+	Charged, Cost int64
+	// Receipt, when set, is kept in the same write as the draw (with its
+	// Leaf queued in the receipt log, as PutReceipt would): a draw is never
+	// recorded without its receipt, nor a receipt without its draw. Its
+	// RequestID must be CallID.
+	Receipt *StoredReceipt
+}
+
+// Validate checks a draw, for every backend.
+func (d LeaseDraw) Validate() error {
+	switch {
+	case !ValidID(d.LeaseID):
+		return errors.New("invalid lease id")
+	case !ValidID(d.CallID):
+		return errors.New("invalid call id")
+	case d.Position < 1 || d.Position > MaxLeasePosition:
+		return fmt.Errorf("position %d is outside 1..%d", d.Position, int64(MaxLeasePosition))
+	case d.Charged < 0 || d.Cost > MaxAmount || d.Cost < d.Charged:
+		return fmt.Errorf("charged %d and cost %d are not 0 <= charged <= cost <= %d", d.Charged, d.Cost, MaxAmount)
+	case d.Receipt == nil:
+		return nil
+	case d.Receipt.RequestID != d.CallID:
+		return errors.New("the receipt names another call")
+	}
+	return d.Receipt.Validate()
+}
+
+// ValidateDraws checks the arguments of Leases.Draw.
+func ValidateDraws(draws []LeaseDraw) error {
+	if len(draws) == 0 || len(draws) > MaxDrawBatch {
+		return fmt.Errorf("%d draws, not 1..%d", len(draws), MaxDrawBatch)
+	}
+	for i, d := range draws {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("draw %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Leases records what calls draw on credit leases.
+type Leases interface {
+	// Draw records draws in one atomic write and returns one error per draw,
+	// in order: nil when the draw is recorded (or was, with the same
+	// lease, position, charged and cost: a replay); ErrNotFound when its
+	// lease does not exist; ErrConflict when the lease is not a lease, is no
+	// longer open (closed, or expired and ended by the sweep), or would have
+	// drawn more than its amount, when the call drew with other arguments
+	// or another call holds the position, or when its receipt conflicts
+	// with one kept (PutReceipt's rules). A refused draw writes nothing and
+	// does not stop the others. The second result is an error of the write
+	// as a whole: then nothing was recorded, and the batch may be retried.
+	Draw(ctx context.Context, draws []LeaseDraw) ([]error, error)
+	// CloseLease ends an open lease: what its recorded draws charged moves
+	// from held to revenue (their cost above it is the operator's loss, as
+	// Capture records it), and the rest back to user; a lease with no draw
+	// is released. Closing it again returns the same result, even if the
+	// sweep ended it. ErrNotFound for no such hold, ErrConflict for a hold
+	// that is not a lease.
+	CloseLease(ctx context.Context, leaseID string) (Hold, Entry, error)
+}

@@ -1,0 +1,168 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// Credit leases (store.Leases), in the tables of migration 0014. A lease is
+// a row of ledger_holds with lease = 1; its draws are rows of
+// ledger_lease_draws, written by one write op per batch, each draw checked
+// before anything of it is written, so a refused draw leaves nothing and
+// the others stand.
+
+const (
+	selectDraw = `SELECT lease_id, position, charged, cost FROM ledger_lease_draws WHERE call_id = ?`
+	takenPos   = `SELECT 1 FROM ledger_lease_draws WHERE lease_id = ? AND position = ?`
+	insertDraw = `INSERT INTO ledger_lease_draws (call_id, lease_id, position, charged, cost, created_at_ms)
+VALUES (?, ?, ?, ?, ?, ?)`
+	addDrawn = `UPDATE ledger_holds SET drawn = drawn + ?, drawn_cost = drawn_cost + ?
+WHERE hold_id = ? AND lease = 1 AND state = 'held' AND drawn <= amount - ?`
+)
+
+// Draw implements store.Leases.
+func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err error) {
+	defer store.Wrap(&err, "sqlite", "draw %d", len(draws))
+	if err := store.ValidateDraws(draws); err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+
+	var results []error
+	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx, now := db.wtx(sqlTx), db.nowMs()
+		results = make([]error, len(draws))
+		for i, d := range draws {
+			ok, err := checkDraw(ctx, tx, d)
+			if err != nil {
+				if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				results[i] = err
+				continue
+			}
+			if !ok {
+				continue // a replay: recorded before, receipt and all
+			}
+			if d.Receipt != nil {
+				if err := insertReceipt(ctx, tx, now, *d.Receipt); err != nil {
+					if !errors.Is(err, store.ErrConflict) {
+						return err
+					}
+					results[i] = fmt.Errorf("receipt: %w", err)
+					continue
+				}
+			}
+			if _, err := tx.ExecContext(ctx, insertDraw, d.CallID, d.LeaseID, d.Position, d.Charged, d.Cost, now); err != nil {
+				return err
+			}
+			if err := execOne(ctx, tx, addDrawn, d.Charged, d.Cost, d.LeaseID, d.Charged); err != nil {
+				return fmt.Errorf("lease %s: %w", d.LeaseID, err) // checkDraw saw it fit: a bug
+			}
+			if d.Receipt != nil && len(d.Receipt.Leaf) > 0 {
+				if err := queueLeaves(ctx, tx, now, []store.LogEntry{{RequestID: d.CallID, Leaf: d.Receipt.Leaf}}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return results, nil
+}
+
+// checkDraw decides a draw inside its batch's transaction, which no other
+// writer shares: true if it is to be written, false if it was written
+// before with the same arguments, ErrConflict or ErrNotFound if refused.
+func checkDraw(ctx context.Context, tx wtx, d store.LeaseDraw) (bool, error) {
+	var lease string
+	var pos, charged, cost int64
+	err := tx.QueryRowContext(ctx, selectDraw, d.CallID).Scan(&lease, &pos, &charged, &cost)
+	switch {
+	case err == nil && lease == d.LeaseID && pos == d.Position && charged == d.Charged && cost == d.Cost:
+		return false, nil
+	case err == nil:
+		return false, fmt.Errorf("call %s drew before with other arguments: %w", d.CallID, store.ErrConflict)
+	case !errors.Is(err, sql.ErrNoRows):
+		return false, err
+	}
+	h, err := scanHold(tx.QueryRowContext(ctx, selectHold, d.LeaseID))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, fmt.Errorf("lease %s: %w", d.LeaseID, store.ErrNotFound)
+	case err != nil:
+		return false, err
+	case !h.Lease:
+		return false, fmt.Errorf("hold %s is not a lease: %w", d.LeaseID, store.ErrConflict)
+	case h.State != store.HoldHeld:
+		return false, fmt.Errorf("lease %s is %s: %w", d.LeaseID, h.State, store.ErrConflict)
+	case d.Charged > h.Amount-h.Drawn:
+		return false, fmt.Errorf("lease %s has %d left, the draw is %d: %w", d.LeaseID, h.Amount-h.Drawn, d.Charged, store.ErrConflict)
+	}
+	err = tx.QueryRowContext(ctx, takenPos, d.LeaseID, d.Position).Scan(new(int))
+	switch {
+	case err == nil:
+		return false, fmt.Errorf("position %d of lease %s is taken: %w", d.Position, d.LeaseID, store.ErrConflict)
+	case !errors.Is(err, sql.ErrNoRows):
+		return false, err
+	}
+	return true, nil
+}
+
+// CloseLease implements store.Leases.
+func (db *DB) CloseLease(ctx context.Context, leaseID string) (_ store.Hold, _ store.Entry, err error) {
+	defer store.Wrap(&err, "sqlite", "close lease %q", leaseID)
+	if !store.ValidID(leaseID) {
+		return store.Hold{}, store.Entry{}, errors.New("invalid lease id")
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.Hold{}, store.Entry{}, err
+	}
+	defer cancel()
+
+	var h store.Hold
+	var e store.Entry
+	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx := db.wtx(sqlTx)
+		cur, err := scanHold(tx.QueryRowContext(ctx, selectHold, leaseID))
+		switch {
+		case err != nil:
+			return err
+		case !cur.Lease:
+			return fmt.Errorf("hold is not a lease: %w", store.ErrConflict)
+		case cur.State != store.HoldHeld:
+			h = cur
+			e, err = loadEntry(ctx, tx, cur.ResolvedSeq)
+			return err
+		case cur.DrawnCost > 0:
+			h, e, err = db.resolve(ctx, tx, cur, store.EntryCapture, cur.DrawnCost, cur.Drawn)
+		default:
+			h, e, err = db.resolve(ctx, tx, cur, store.EntryRelease, 0, 0)
+		}
+		return err
+	})
+	if err != nil {
+		return store.Hold{}, store.Entry{}, mapErr(ctx, err)
+	}
+	return h, e, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var _ store.Leases = (*DB)(nil)

@@ -235,6 +235,9 @@ type Charge struct {
 	BalanceAfter *big.Int
 	Seq          int64
 	At           time.Time
+	// Ref is a leased call's reference (Ticket.Ref), nil for a call held
+	// on its own: its receipt's ledgerSeq, in place of Seq.
+	Ref *big.Int
 }
 
 func charge(h store.Hold, e store.Entry) Charge {

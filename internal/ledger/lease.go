@@ -1,0 +1,649 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/store"
+)
+
+// Credit leases (docs/DESIGN.md D28): a replica serves the calls of an API
+// key from a lease, a hold in the shared store of a slice of what the key
+// may spend, placed and counted like a call's hold so that every cap holds
+// across replicas. Calls are admitted and charged against the lease in
+// memory; their draws, with their receipts, are written in batches by
+// group commit, off the calls' path. A lease admits calls for a short
+// window, is replaced ahead of need, and is closed once its calls are done
+// and written: what they drew is captured, the rest returns to the buyer.
+//
+// What a crash can cost is bounded: a replica killed between two flushes
+// loses the draws it had not written (at most one flush interval of calls,
+// and never more than the queue bound). Those calls were free: the
+// operator's loss. Nothing is charged twice, and the buyer is never charged
+// more than the receipts it holds say. The rest of a dead replica's lease
+// returns to the buyer when the lease's TTL ends it.
+
+// LeaseStore is what leases need of the store.
+type LeaseStore interface {
+	Hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
+	Balance(ctx context.Context, account, asset string) (int64, error)
+	Draw(ctx context.Context, draws []store.LeaseDraw) ([]error, error)
+	CloseLease(ctx context.Context, leaseID string) (store.Hold, store.Entry, error)
+}
+
+// Lease defaults.
+const (
+	DefaultFlushInterval = 20 * time.Millisecond
+	DefaultFlushBatch    = 256
+	DefaultLeaseWindow   = 5 * time.Second
+	// leaseStoreTimeout bounds each store call of the lease machinery.
+	leaseStoreTimeout = 5 * time.Second
+)
+
+// ErrBacklog refuses a call while the draws not yet written reach the
+// queue's bound: the store is not keeping up (or is down), and a call
+// admitted now could not be recorded in time.
+var ErrBacklog = errors.New("ledger: credit draws are not being written; the queue is full")
+
+// ErrLeasesClosed refuses a call once the replica is shutting down.
+var ErrLeasesClosed = errors.New("ledger: credit leases are closed")
+
+// LeaseConfig configures Leases.
+type LeaseConfig struct {
+	// Replica names this replica's leases (with a random part): lease ids
+	// must not collide across replicas and restarts.
+	Replica string
+	// FlushInterval is the longest a draw waits to be written; FlushBatch
+	// the most draws one write takes (a full batch is written at once).
+	FlushInterval time.Duration
+	FlushBatch    int
+	// MaxPending bounds the calls admitted and not yet written; a call past
+	// it is refused with ErrBacklog. Zero means 16 batches.
+	MaxPending int
+	// Window is how long a lease admits calls: the staleness bound of a
+	// lowered cap, and the window of the spend rate a lease is sized on.
+	Window time.Duration
+	// TTL is the lease's hold TTL: longer than Window plus the longest call
+	// plus the time to write its draw, since a call admitted at the end of
+	// the window still draws on the lease.
+	TTL time.Duration
+	// MaxSize bounds a lease, in atomic units (0: store.MaxAmount). A call
+	// whose maximum cost is above it gets a lease of its own size.
+	MaxSize int64
+}
+
+// Leases serves credit calls from per-replica leases. Its methods are safe
+// for concurrent use; Run must be running for draws to be written and
+// leases to be closed.
+type Leases struct {
+	st    LeaseStore
+	asset string
+	cfg   LeaseConfig
+	log   *slog.Logger
+	now   func() time.Time
+	// Stats, read by the gateway's metrics.
+	stats LeaseStats
+
+	// flushMu makes one Flush at a time: Run's and Close's would take the
+	// same batch.
+	flushMu sync.Mutex
+	mu      sync.Mutex
+	keys    map[string]*keyLeases
+	queue   []queuedDraw
+	pending int // admitted calls not yet written: tickets out plus queued draws
+	opening int // leases being opened
+	seq     uint64
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{} // closed when Run returns
+	prefix  string
+}
+
+// LeaseStats counts what leases did, for metrics.
+type LeaseStats struct {
+	mu                          sync.Mutex
+	Opened, Closed, OpenFailed  int64
+	Flushes, Drawn, FlushErrors int64
+	// Unbilled counts draws the store refused (their lease had ended):
+	// calls that were free, the operator's loss.
+	Unbilled int64
+}
+
+// Snapshot returns a copy of the counters.
+func (s *LeaseStats) Snapshot() (opened, closed, openFailed, flushes, drawn, flushErrors, unbilled int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Opened, s.Closed, s.OpenFailed, s.Flushes, s.Drawn, s.FlushErrors, s.Unbilled
+}
+
+func (s *LeaseStats) add(f func(*LeaseStats)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s)
+}
+
+// keyLeases is one key's leases on this replica.
+type keyLeases struct {
+	cur     *lease
+	next    *lease        // opened ahead of need, admitting once cur is done
+	opening chan struct{} // non-nil while a lease is being opened; closed when done
+	retired []*lease
+	// spend is the maximum cost admitted in the current rate window,
+	// rate the last full window's: a lease is sized on it.
+	spend, rate int64
+	windowAt    time.Time
+	// balance is the owner's spendable balance after this key's latest
+	// lease was placed: the receipts' balanceAfter.
+	balance int64
+}
+
+// lease is one lease in memory.
+type lease struct {
+	id      string
+	seq     int64 // the hold entry's seq: the receipts' reference
+	size    int64
+	limits  store.KeyLimits
+	until   time.Time // admits calls before it
+	next    int64     // the next position
+	drawn   int64     // charged to calls answered, written or not
+	held    int64     // maximum cost of the calls in flight
+	unwrit  int       // draws queued, not yet written
+	retired bool
+	closing bool
+}
+
+func (l *lease) room() int64 { return l.size - l.drawn - l.held }
+
+// Ticket is a call admitted against a lease.
+type Ticket struct {
+	lease *lease
+	key   string
+	pos   int64
+	max   int64
+	done  bool
+}
+
+// Ref is the call's reference in the ledger, known at admission: the seq
+// of its lease's hold entry times 2^32 plus its position in the lease. It
+// is the receipt's ledgerSeq.
+func (t *Ticket) Ref() *big.Int {
+	r := new(big.Int).Lsh(big.NewInt(t.lease.seq), 32)
+	return r.Add(r, big.NewInt(t.pos))
+}
+
+type queuedDraw struct {
+	lease *lease
+	draw  store.LeaseDraw
+}
+
+// NewLeases returns Leases on st for the asset of l.
+func (l *Ledger) NewLeases(st LeaseStore, cfg LeaseConfig, now func() time.Time) (*Leases, error) {
+	if st == nil {
+		return nil, errors.New("ledger: leases: no store")
+	}
+	if cfg.FlushInterval == 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.FlushBatch == 0 {
+		cfg.FlushBatch = DefaultFlushBatch
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = 16 * cfg.FlushBatch
+	}
+	if cfg.Window == 0 {
+		cfg.Window = DefaultLeaseWindow
+	}
+	if cfg.MaxSize == 0 {
+		cfg.MaxSize = store.MaxAmount
+	}
+	switch {
+	case cfg.FlushInterval < time.Millisecond || cfg.FlushInterval > time.Second:
+		return nil, fmt.Errorf("ledger: leases: flush interval %v is outside [1ms, 1s]", cfg.FlushInterval)
+	case cfg.FlushBatch < 1 || cfg.FlushBatch > store.MaxDrawBatch:
+		return nil, fmt.Errorf("ledger: leases: flush batch %d is outside 1..%d", cfg.FlushBatch, store.MaxDrawBatch)
+	case cfg.MaxPending < cfg.FlushBatch:
+		return nil, fmt.Errorf("ledger: leases: max pending %d is below a batch", cfg.MaxPending)
+	case cfg.Window < 10*time.Millisecond:
+		return nil, fmt.Errorf("ledger: leases: window %v is under 10ms", cfg.Window)
+	case cfg.TTL < cfg.Window+time.Second || cfg.TTL > store.MaxHoldTTL:
+		return nil, fmt.Errorf("ledger: leases: TTL %v must exceed the window by a second and be at most %v", cfg.TTL, store.MaxHoldTTL)
+	case cfg.MaxSize < 1 || cfg.MaxSize > store.MaxAmount:
+		return nil, fmt.Errorf("ledger: leases: max size %d is outside 1..%d", cfg.MaxSize, store.MaxAmount)
+	case len(cfg.Replica) > 32 || !store.ValidID("lease-"+cfg.Replica):
+		return nil, fmt.Errorf("ledger: leases: replica name %q is not 1 to 32 printable characters without spaces", cfg.Replica)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	var salt [6]byte
+	if _, err := rand.Read(salt[:]); err != nil {
+		return nil, fmt.Errorf("ledger: leases: %w", err)
+	}
+	return &Leases{
+		st: st, asset: l.cfg.Asset, cfg: cfg, log: l.log.With("component", "leases"), now: now,
+		keys: map[string]*keyLeases{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		prefix: fmt.Sprintf("lease-%s-%x-", cfg.Replica, salt),
+	}, nil
+}
+
+// Stats returns the leases' counters.
+func (ls *Leases) Stats() *LeaseStats { return &ls.stats }
+
+// Reserve admits c against a lease of its key, opening one if the key has
+// none with room. A refusal is an *store.InsufficientError (with the call's
+// maximum cost as Requested), ErrBacklog, ErrLeasesClosed, or a store
+// error. c.Key is required: leases are per key.
+func (ls *Leases) Reserve(ctx context.Context, c Call) (*Ticket, error) {
+	if c.Key == nil {
+		return nil, errors.New("ledger: leases: a leased call needs a key")
+	}
+	n, err := amount("maximum cost", MaxCost(c.PromptTokens, c.OutputBound, c.Price))
+	if err != nil {
+		return nil, err
+	}
+	limits, err := c.Key.limits()
+	if err != nil {
+		return nil, err
+	}
+	o, err := owner(c.Payer)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		t, wait, err := ls.admit(o, *limits, n)
+		if t != nil || err != nil {
+			return t, err
+		}
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if err := ls.open(ctx, o, *limits, n, false); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// rateWindow is the window of the spend rate a lease is sized on: a lease
+// holds about one second of its key's traffic.
+const rateWindow = time.Second
+
+// admit takes n from the key's current lease, switching to the lease opened
+// ahead of need when the current one is spent or past its window. Without
+// a lease with room it returns a channel to wait on while another call
+// opens one, or neither: then the caller opens one (admit marked the key as
+// opening). Taking from a lease that is running low starts the opening of
+// the next in the background.
+func (ls *Leases) admit(owner string, limits store.KeyLimits, n int64) (*Ticket, <-chan struct{}, error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return nil, nil, ErrLeasesClosed
+	}
+	if ls.pending >= ls.cfg.MaxPending {
+		return nil, nil, ErrBacklog
+	}
+	now := ls.now()
+	kl := ls.keys[limits.ID]
+	if kl == nil {
+		kl = &keyLeases{windowAt: now}
+		ls.keys[limits.ID] = kl
+	}
+	if since := now.Sub(kl.windowAt); since >= rateWindow {
+		kl.rate, kl.spend, kl.windowAt = kl.spend, 0, now
+		if since >= 2*rateWindow {
+			kl.rate = 0 // idle for a whole window
+		}
+	}
+	usable := func(l *lease) bool {
+		return l != nil && now.Before(l.until) && l.limits == limits && l.next <= store.MaxLeasePosition
+	}
+	if kl.cur != nil && (!usable(kl.cur) || kl.cur.room() < n) {
+		ls.retire(kl, kl.cur)
+	}
+	if kl.cur == nil && kl.next != nil {
+		if usable(kl.next) {
+			kl.cur = kl.next
+		} else {
+			ls.retire(kl, kl.next)
+		}
+		kl.next = nil
+		if kl.cur != nil && kl.cur.room() < n {
+			ls.retire(kl, kl.cur)
+		}
+	}
+	if l := kl.cur; l != nil {
+		l.held += n
+		kl.spend += n
+		ls.pending++
+		t := &Ticket{lease: l, key: limits.ID, pos: l.next, max: n}
+		l.next++
+		low := l.room() < l.size/2 || now.After(l.until.Add(-ls.cfg.Window/2))
+		if low && kl.next == nil && kl.opening == nil {
+			kl.opening = make(chan struct{})
+			ls.opening++
+			go func() {
+				if err := ls.open(context.Background(), owner, limits, n, true); err != nil {
+					ls.log.Debug("open the next credit lease ahead of need", "key_id", limits.ID, "err", err)
+				}
+			}()
+		}
+		return t, nil, nil
+	}
+	if kl.opening != nil {
+		return nil, kl.opening, nil
+	}
+	kl.opening = make(chan struct{})
+	ls.opening++
+	return nil, nil, nil
+}
+
+// open places a new lease for the key, sized on its spend rate and at least
+// n, and makes it the key's current lease (or, ahead of need, its next).
+// The caller marked the key as opening; open clears the mark.
+func (ls *Leases) open(ctx context.Context, owner string, limits store.KeyLimits, n int64, ahead bool) error {
+	ls.mu.Lock()
+	kl := ls.keys[limits.ID]
+	size := min(max(2*n, kl.rate, kl.spend), max(n, ls.cfg.MaxSize))
+	ls.seq++
+	id := ls.prefix + strconv.FormatUint(ls.seq, 10)
+	ls.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStoreTimeout)
+	defer cancel()
+	req := store.HoldRequest{ID: id, Owner: owner, Asset: ls.asset, Amount: size, TTL: ls.cfg.TTL, Key: &limits, Lease: true}
+	h, err := ls.st.Hold(ctx, req)
+	if ie, ok := errors.AsType[*store.InsufficientError](err); ok && ie.Available >= n && size > n {
+		// Near a cap or the balance: take a fair share of what remains,
+		// never less than this call, so other replicas are not starved.
+		req.ID = id + "s"
+		req.Amount = max(n, min(size, ie.Available/2))
+		h, err = ls.st.Hold(ctx, req)
+	}
+	var balance int64
+	if err == nil {
+		balance, err = ls.st.Balance(ctx, store.UserAccount(owner), ls.asset)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	close(kl.opening)
+	kl.opening = nil
+	ls.opening--
+	if ie, ok := errors.AsType[*store.InsufficientError](err); ok {
+		return &store.InsufficientError{Limit: ie.Limit, Available: ie.Available, Requested: n}
+	}
+	if err != nil {
+		ls.stats.add(func(s *LeaseStats) { s.OpenFailed++ })
+		// The hold may have been written before the error: close it, so
+		// its slice does not wait for the TTL (an unknown id is fine).
+		go ls.closeLater(req.ID)
+		return fmt.Errorf("ledger: open lease for key %s: %w", limits.ID, err)
+	}
+	ls.stats.add(func(s *LeaseStats) { s.Opened++ })
+	l := &lease{id: h.ID, seq: h.Seq, size: h.Amount, limits: limits, until: ls.now().Add(ls.cfg.Window), next: 1}
+	if !h.KeyPeriodStart.IsZero() {
+		// A lease counts against the period it was placed in: it admits
+		// no call of the next one.
+		l.until = minTime(l.until, h.KeyPeriodStart.Add(h.KeyPeriod))
+	}
+	kl.balance = balance
+	switch {
+	case ls.closed:
+		ls.retire(kl, l)
+	case ahead && kl.next == nil:
+		kl.next = l
+	default:
+		if kl.cur != nil {
+			ls.retire(kl, kl.cur)
+		}
+		kl.cur = l
+	}
+	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// retire stops l admitting calls; Run closes it once its calls are done and
+// written.
+func (ls *Leases) retire(kl *keyLeases, l *lease) {
+	if kl.cur == l {
+		kl.cur = nil
+	}
+	if !l.retired {
+		l.retired = true
+		kl.retired = append(kl.retired, l)
+	}
+}
+
+// Charge charges the call of t for usage u at price p: its cost, capped at
+// the maximum it was admitted for (the rest is the operator's loss, D16).
+// receiptOf, given the charge, returns the receipt to keep with the draw
+// (nil for none); the draw is queued once it returns, and written within
+// the flush interval. Charge never waits for the store.
+func (ls *Leases) Charge(t *Ticket, u chat.Usage, p pricing.Price, receiptOf func(Charge) *store.StoredReceipt) Charge {
+	cost := pricing.Cost(u, p)
+	c, err := amount("cost", cost)
+	if err != nil {
+		c = store.MaxAmount
+	}
+	charged := min(c, t.max)
+	ls.mu.Lock()
+	if t.done {
+		ls.mu.Unlock()
+		panic("ledger: a lease ticket charged or released twice") // a bug in the caller
+	}
+	t.done = true
+	l := t.lease
+	l.held -= t.max
+	l.drawn += charged
+	l.unwrit++ // from here: the lease stays open until the draw is written
+	balance := int64(0)
+	if kl := ls.keys[t.key]; kl != nil {
+		balance = kl.balance
+	}
+	ls.mu.Unlock()
+
+	ch := Charge{
+		Hold:    store.Hold{ID: l.id, Asset: ls.asset, Amount: t.max, Actual: c, Captured: charged, Loss: c - charged, Lease: true},
+		Cost:    big.NewInt(c), Charged: big.NewInt(charged), Loss: big.NewInt(c - charged),
+		BalanceAfter: big.NewInt(balance), Seq: 0, At: ls.now(), Ref: t.Ref(),
+	}
+	d := store.LeaseDraw{LeaseID: l.id, Position: t.pos, Charged: charged, Cost: c}
+	if receiptOf != nil {
+		d.Receipt = receiptOf(ch)
+	}
+	d.CallID = l.id + "/" + strconv.FormatInt(t.pos, 10)
+	if d.Receipt != nil {
+		d.CallID = d.Receipt.RequestID
+	}
+	ls.mu.Lock()
+	ls.queue = append(ls.queue, queuedDraw{lease: l, draw: d})
+	full := len(ls.queue) >= ls.cfg.FlushBatch
+	ls.mu.Unlock()
+	if full {
+		ls.poke()
+	}
+	return ch
+}
+
+// Release ends the call of t with nothing charged: its maximum returns to
+// the lease.
+func (ls *Leases) Release(t *Ticket) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if t.done {
+		return
+	}
+	t.done = true
+	t.lease.held -= t.max
+	ls.pending--
+}
+
+func (ls *Leases) poke() {
+	select {
+	case ls.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run writes queued draws every flush interval (at once when a batch is
+// full) and closes retired leases whose calls are done and written, until
+// ctx ends; then it returns. Call Close after it to write what is left.
+func (ls *Leases) Run(ctx context.Context) {
+	defer close(ls.done)
+	tick := time.NewTicker(ls.cfg.FlushInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-ls.wake:
+		}
+		ls.Flush(ctx)
+		ls.closeRetired(ctx, false)
+	}
+}
+
+// Flush writes the queued draws, a batch per store write, and reports
+// whether the queue is empty. A failed write keeps its batch at the head of
+// the queue for the next flush.
+func (ls *Leases) Flush(ctx context.Context) bool {
+	ls.flushMu.Lock()
+	defer ls.flushMu.Unlock()
+	for {
+		ls.mu.Lock()
+		n := min(len(ls.queue), ls.cfg.FlushBatch)
+		batch := ls.queue[:n:n]
+		ls.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		draws := make([]store.LeaseDraw, n)
+		for i, q := range batch {
+			draws[i] = q.draw
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStoreTimeout)
+		results, err := ls.st.Draw(wctx, draws)
+		cancel()
+		if err != nil {
+			ls.stats.add(func(s *LeaseStats) { s.FlushErrors++ })
+			ls.log.Error("write credit draws; retrying at the next flush", "draws", n, "err", err)
+			return false
+		}
+		unbilled := 0
+		for i, rerr := range results {
+			if rerr != nil {
+				unbilled++
+				ls.log.Error("credit draw refused by the store: the call is free (the operator's loss)",
+					"lease", draws[i].LeaseID, "position", draws[i].Position, "charged", draws[i].Charged, "err", rerr)
+			}
+		}
+		ls.mu.Lock()
+		for _, q := range batch {
+			q.lease.unwrit--
+		}
+		ls.queue = ls.queue[n:]
+		ls.pending -= n
+		ls.mu.Unlock()
+		ls.stats.add(func(s *LeaseStats) { s.Flushes++; s.Drawn += int64(n - unbilled); s.Unbilled += int64(unbilled) })
+	}
+}
+
+// closeRetired closes the retired leases whose calls are done and written
+// (all retired leases, and current ones too, when all is set).
+func (ls *Leases) closeRetired(ctx context.Context, all bool) {
+	var todo []*lease
+	ls.mu.Lock()
+	now := ls.now()
+	for id, kl := range ls.keys {
+		// Past its window a lease is idle or replaced: return its rest.
+		if kl.cur != nil && (all || !now.Before(kl.cur.until)) {
+			ls.retire(kl, kl.cur)
+		}
+		if kl.next != nil && (all || !now.Before(kl.next.until)) {
+			ls.retire(kl, kl.next)
+			kl.next = nil
+		}
+		kept := kl.retired[:0]
+		for _, l := range kl.retired {
+			if l.held == 0 && l.unwrit == 0 && !l.closing {
+				l.closing = true
+				todo = append(todo, l)
+				continue
+			}
+			kept = append(kept, l)
+		}
+		kl.retired = kept
+		if kl.cur == nil && kl.next == nil && len(kl.retired) == 0 && kl.opening == nil && now.Sub(kl.windowAt) > 2*ls.cfg.Window {
+			delete(ls.keys, id) // idle: forget its rate
+		}
+	}
+	ls.mu.Unlock()
+	for _, l := range todo {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStoreTimeout)
+		_, _, err := ls.st.CloseLease(cctx, l.id)
+		cancel()
+		if err != nil {
+			// The sweep ends it at its TTL, capturing what was written.
+			ls.log.Warn("close credit lease; the sweep will end it at its TTL", "lease", l.id, "err", err)
+			continue
+		}
+		ls.stats.add(func(s *LeaseStats) { s.Closed++ })
+	}
+}
+
+// closeLater closes a lease whose opening failed, in case the store wrote it.
+func (ls *Leases) closeLater(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseStoreTimeout)
+	defer cancel()
+	if _, _, err := ls.st.CloseLease(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		ls.log.Warn("close a lease whose opening failed; the sweep will end it", "lease", id, "err", err)
+	}
+}
+
+// Close stops admitting calls, waits (until ctx ends) for the calls in
+// flight, writes every draw and closes every lease. Call it once Run has
+// returned or was never started.
+func (ls *Leases) Close(ctx context.Context) error {
+	ls.mu.Lock()
+	ls.closed = true
+	ls.mu.Unlock()
+	for {
+		ls.mu.Lock()
+		inFlight := ls.pending - len(ls.queue) + ls.opening
+		ls.mu.Unlock()
+		if inFlight == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ledger: close leases: %d calls or openings still in flight: %w", inFlight, ctx.Err())
+		case <-time.After(ls.cfg.FlushInterval):
+		}
+		ls.Flush(ctx)
+	}
+	if !ls.Flush(ctx) {
+		return errors.New("ledger: close leases: draws could not be written; their leases end at their TTL")
+	}
+	ls.closeRetired(ctx, true)
+	return nil
+}

@@ -19,10 +19,11 @@ import (
 //
 // # One statement per operation
 //
-// Credit, Hold and each resolution (Capture, Release, one hold of the sweep)
-// are one statement under READ COMMITTED, so an operation is applied whole
-// or not at all, in one round trip. The statement has three phases, chained
-// by data dependencies between its CTEs so that they run in this order:
+// Credit, Hold and each resolution (Capture, Release, CloseLease, one hold
+// of the sweep) are one statement under READ COMMITTED, so an operation is
+// applied whole or not at all, in one round trip. The statement has three
+// phases, chained by data dependencies between its CTEs so that they run in
+// this order:
 //
 //  1. Lock. SELECT ... FOR UPDATE of every row the operation decides on, in
 //     one order for every operation: the owner's user and held balances,
@@ -109,6 +110,7 @@ const (
 	verdictKeyWin   = "key_period" // store.LimitKeyPeriod
 	verdictAbsent   = "absent"     // no such hold
 	verdictSettled  = "settled"    // the hold is resolved, or not expired for the sweep
+	verdictKind     = "kind"       // a lease asked to end as a call's hold, or the other way round
 )
 
 // creditStmt: $1 now (nowExpr), $2 op id, $3 owner, $4 asset, $5 amount,
@@ -218,7 +220,8 @@ func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int6
 // holdStmt: $1 now, $2 hold id, $3 owner, $4 asset, $5 amount, $6 user
 // account, $7 held account, $8 key id (” for none), $9 key total cap, $10
 // key period in ms (0 for no period cap), $11 key period cap, $12 TTL in
-// ms, $13 args. w.start is the cap window the hold counts against (0
+// ms, $13 args, $14 1 for a credit lease (store.HoldRequest.Lease), else 0.
+// w.start is the cap window the hold counts against (0
 // without a period cap), aligned to the unix epoch as store.PeriodStart.
 const holdStmt = withNow + `,
 prev AS MATERIALIZED (
@@ -284,9 +287,9 @@ p AS (
     FROM e, ub),
 h AS (
     INSERT INTO ledger_holds (hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms,
-        state, expires_at_ms, created_at_ms, seq)
+        state, expires_at_ms, created_at_ms, seq, lease)
     SELECT $2::text, $3::text, $4::text, $5::bigint, $8::text, $10::bigint, w.start,
-        'held', e.created_at_ms + $12::bigint, e.created_at_ms, e.seq
+        'held', e.created_at_ms + $12::bigint, e.created_at_ms, e.seq, $14::smallint
     FROM e, w
     RETURNING ` + holdColumns + `)
 SELECT d.verdict, d.ubal, d.kt_held, d.kt_spent, d.kp_held, d.kp_spent, w.start, prev.args, h.*
@@ -319,7 +322,11 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 			periodMs, periodCap = r.Key.Period.Milliseconds(), r.Key.PeriodCap
 		}
 	}
-	args := fmt.Sprintf("owner=%s asset=%s amount=%d key=%s", r.Owner, r.Asset, r.Amount, keyID)
+	args := store.HoldArgs(r)
+	lease := 0
+	if r.Lease {
+		lease = 1
+	}
 	now := db.nowArg()
 	for range ledgerAttempts {
 		var verdict string
@@ -329,7 +336,7 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 		var hs holdScan
 		err := db.write(ctx, ledgerLine(r.Owner, r.Asset), &lineWrite{sql: holdStmt,
 			args: []any{now, r.ID, r.Owner, r.Asset, r.Amount, store.UserAccount(r.Owner), store.HeldAccount(r.Owner),
-				keyID, totalCap, periodMs, periodCap, store.CeilMillis(r.TTL), args},
+				keyID, totalCap, periodMs, periodCap, store.CeilMillis(r.TTL), args, lease},
 			dest: hs.dest(&verdict, &userBal, &ktHeld, &ktSpent, &kpHeld, &kpSpent, &windowStart, &prevArgs)})
 		h, found := hs.hold()
 		switch {
@@ -427,11 +434,26 @@ func (db *DB) ensureRows(ctx context.Context, owner, asset string, key *store.Ke
 	return nil
 }
 
+// Which holds a resolution may end, $5 of resolveStmt: Capture and Release
+// end a call's hold, CloseLease a lease, and the sweep either. A hold of the
+// other kind is left as it is, with verdictKind.
+const (
+	endCalls  = "call"
+	endLeases = "lease"
+	endAny    = "any"
+)
+
 // resolveStmt ends an open hold: $1 now, $2 hold id, $3 entry kind
 // (capture, release or expire), $4 actual cost (0 but for a capture), $5
-// args, $6 the hold's new state. An expiry applies only to a hold whose
-// ExpiresAt has come. The final SELECT returns the hold as locked, before
-// this statement changed it.
+// which holds it may end (endCalls, endLeases or endAny). An expiry
+// applies only to a hold whose ExpiresAt has come. The final SELECT returns
+// the hold as locked, before this statement changed it, and what o decided.
+//
+// A lease ends for what its draws recorded, whatever $3 and $4 say: with
+// draws it is captured for drawn at the cost drawn_cost, without them it
+// is released or expired as $3 asks. Those are read from the locked row
+// (hl), so a Draw that committed while this statement waited for the lock
+// is counted: Draw updates drawn under the same row lock.
 //
 // The owner's balances are locked before the hold, as every write locks
 // them first: hs, the hold as the snapshot saw it, names them (a hold's
@@ -450,12 +472,22 @@ hl AS MATERIALIZED (
     SELECT ` + holdColumns + ` FROM ledger_holds, (SELECT count(*) FROM bal) AS after_bal
     WHERE hold_id = $2::text
     FOR UPDATE OF ledger_holds),
+wrong AS MATERIALIZED (
+    SELECT 1 FROM hl
+    WHERE $5::text <> 'any' AND hl.lease <> CASE WHEN $5::text = 'lease' THEN 1 ELSE 0 END),
+x AS MATERIALIZED (
+    SELECT CASE WHEN hl.lease = 1 AND hl.drawn_cost > 0 THEN 'capture' ELSE $3::text END AS kind,
+        CASE WHEN hl.lease = 1 THEN hl.drawn_cost ELSE $4::bigint END AS actual,
+        CASE WHEN hl.lease = 1 THEN hl.drawn ELSE LEAST($4::bigint, hl.amount) END AS charged
+    FROM hl),
 o AS MATERIALIZED (
     SELECT hl.owner, hl.asset, hl.amount, hl.key_id, hl.key_period_ms, hl.key_period_start_ms,
         'user:' || hl.owner AS user_account, 'held:' || hl.owner AS held_account,
-        LEAST($4::bigint, hl.amount) AS charged
-    FROM hl, n
-    WHERE hl.state = 'held' AND ($3::text <> 'expire' OR hl.expires_at_ms <= n.ms)),
+        x.kind, x.actual, x.charged,
+        CASE x.kind WHEN 'capture' THEN 'captured' WHEN 'release' THEN 'released' ELSE 'expired' END AS state
+    FROM hl, x, n
+    WHERE hl.state = 'held' AND ($3::text <> 'expire' OR hl.expires_at_ms <= n.ms)
+        AND NOT EXISTS (SELECT 1 FROM wrong)),
 kt AS MATERIALIZED (
     SELECT k.held, k.spent FROM ledger_key_usage k, o, (SELECT count(*) FROM hl) AS after_hl
     WHERE o.key_id <> '' AND k.key_id = o.key_id AND k.asset = o.asset
@@ -468,6 +500,7 @@ kp AS MATERIALIZED (
 d AS MATERIALIZED (
     SELECT CASE
         WHEN NOT EXISTS (SELECT 1 FROM hl) THEN 'absent'
+        WHEN EXISTS (SELECT 1 FROM wrong) THEN 'kind'
         WHEN o.owner IS NULL THEN 'settled'
         WHEN (SELECT count(*) FROM bal) <> 2 OR (o.key_id <> '' AND NOT EXISTS (SELECT 1 FROM kt))
             OR (o.key_period_ms > 0 AND NOT EXISTS (SELECT 1 FROM kp)) THEN 'missing'
@@ -479,7 +512,8 @@ d AS MATERIALIZED (
     FROM (SELECT 1) AS one LEFT JOIN o ON true),
 e AS (
     INSERT INTO ledger_entries (seq, op_class, op_id, kind, asset, owner, hold_id, args, created_at_ms)
-    SELECT nextval('ledger_entry_seq'), 'resolve', $2::text, $3::text, o.asset, o.owner, $2::text, $5::text, n.ms
+    SELECT nextval('ledger_entry_seq'), 'resolve', $2::text, o.kind, o.asset, o.owner, $2::text,
+        CASE WHEN o.kind = 'capture' THEN 'actual=' || o.actual::text ELSE '' END, n.ms
     FROM d, o, n WHERE d.verdict = 'ok'
     ON CONFLICT (op_class, op_id) DO NOTHING
     RETURNING seq, created_at_ms),
@@ -505,30 +539,33 @@ p AS (
         CASE WHEN ub.account = o.user_account THEN o.amount - o.charged ELSE -o.amount END, ub.balance
     FROM e, o, ub
     UNION ALL
-    SELECT e.seq, 'revenue', o.asset, $4::bigint, 0 FROM e, o WHERE $4::bigint > 0
+    SELECT e.seq, 'revenue', o.asset, o.actual, 0 FROM e, o WHERE o.actual > 0
     UNION ALL
-    SELECT e.seq, 'loss', o.asset, o.charged - $4::bigint, 0 FROM e, o WHERE $4::bigint > o.charged),
+    SELECT e.seq, 'loss', o.asset, o.charged - o.actual, 0 FROM e, o WHERE o.actual > o.charged),
 hu AS (
-    UPDATE ledger_holds h SET state = $6::text, actual = $4::bigint, resolved_at_ms = e.created_at_ms, resolved_seq = e.seq
-    FROM e
+    UPDATE ledger_holds h SET state = o.state, actual = o.actual, resolved_at_ms = e.created_at_ms, resolved_seq = e.seq
+    FROM e, o
     WHERE h.hold_id = $2::text)
 SELECT d.verdict, e.seq, e.created_at_ms,
     (SELECT balance FROM ub WHERE account LIKE 'user:%'), (SELECT balance FROM ub WHERE account LIKE 'held:%'),
+    o.kind, o.actual, o.charged,
     hl.*
-FROM d LEFT JOIN e ON true LEFT JOIN hl ON true`
+FROM d LEFT JOIN e ON true LEFT JOIN o ON true LEFT JOIN hl ON true`
 
 // resolution is what resolve did to a hold.
 type resolution struct {
-	verdict string      // verdictOK, verdictAbsent or verdictSettled
+	verdict string      // verdictOK, verdictAbsent, verdictKind or verdictSettled
 	hold    store.Hold  // as it stands after the statement
 	entry   store.Entry // the resolution's entry; set for verdictOK only
 }
 
-// resolve ends the open hold holdID with an entry of kind (capture, release
-// or expire), billing min(actual, amount) and recording the rest of actual
-// as loss; release and expire pass 0. An expiry applies only to a hold past
-// its ExpiresAt by the time now.
-func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store.EntryKind, actual int64) (resolution, error) {
+// resolve ends the open hold holdID, if it is of the kind ends names
+// (endCalls, endLeases or endAny), with an entry of kind (capture, release
+// or expire): a call's hold billing min(actual, amount) and recording the
+// rest of actual as loss (release and expire pass 0), a lease for its draws
+// (see resolveStmt). An expiry applies only to a hold past its ExpiresAt by
+// the time now.
+func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store.EntryKind, actual int64, ends string) (resolution, error) {
 	l, ok := db.heldLine(holdID)
 	if !ok {
 		var err error
@@ -540,8 +577,10 @@ func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store
 			return resolution{}, err
 		}
 	}
-	res, err := db.resolveOf(ctx, now, holdID, l.owner, l.asset, kind, actual)
-	if err == nil && ok {
+	res, err := db.resolveOf(ctx, now, holdID, l.owner, l.asset, kind, actual, ends)
+	// A hold of the other kind is still open, to be ended by its own
+	// operation: its line stays remembered for that.
+	if err == nil && ok && res.verdict != verdictKind {
 		db.forgetHold(holdID)
 	}
 	return res, err
@@ -596,21 +635,15 @@ func (db *DB) holdOwner(ctx context.Context, holdID string) (owner, asset string
 }
 
 // resolveOf is resolve for a hold of owner in asset.
-func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset string, kind store.EntryKind, actual int64) (resolution, error) {
-	state := map[store.EntryKind]store.HoldState{
-		store.EntryCapture: store.HoldCaptured, store.EntryRelease: store.HoldReleased, store.EntryExpire: store.HoldExpired,
-	}[kind]
-	args := ""
-	if kind == store.EntryCapture {
-		args = fmt.Sprintf("actual=%d", actual)
-	}
+func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset string, kind store.EntryKind, actual int64, ends string) (resolution, error) {
 	for range ledgerAttempts {
 		var verdict string
-		var seq, created, userAfter, heldAfter *int64
+		var seq, created, userAfter, heldAfter, actualOf, charged *int64
+		var kindOf *string
 		var hs holdScan
 		err := db.write(ctx, ledgerLine(owner, asset), &lineWrite{sql: resolveStmt,
-			args: []any{now, holdID, kind, actual, args, state},
-			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter)})
+			args: []any{now, holdID, kind, actual, ends},
+			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter, &kindOf, &actualOf, &charged)})
 		h, found := hs.hold()
 		switch {
 		case db.retry(ctx, err, string(kind)):
@@ -621,13 +654,13 @@ func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset st
 		switch verdict {
 		case verdictAbsent:
 			return resolution{verdict: verdict}, nil
-		case verdictSettled:
+		case verdictKind, verdictSettled:
 			return resolution{verdict: verdict, hold: h}, nil
 		case verdictMissing:
 			// Hold created every row; nothing deletes them.
 			return resolution{}, errors.New("the balance or key rows of an open hold are missing")
 		case verdictOK:
-			if !found || seq == nil {
+			if !found || seq == nil || kindOf == nil {
 				// Only resolve writes 'resolve' entries, under the hold's
 				// lock, after checking that it is open: this cannot happen.
 				continue
@@ -635,22 +668,24 @@ func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset st
 		default:
 			return resolution{}, fmt.Errorf("unexpected verdict %q", verdict)
 		}
-		charged := min(actual, h.Amount)
-		refund, loss := h.Amount-charged, actual-charged
-		h.State, h.Actual = state, actual
-		if state == store.HoldCaptured {
-			h.Captured, h.Loss = charged, loss
+		// What the statement decided: for a lease, its draws rather than
+		// the kind and actual asked.
+		ended := store.EntryKind(*kindOf)
+		refund, loss := h.Amount-*charged, *actualOf-*charged
+		h.State, h.Actual = entryState[ended], *actualOf
+		if h.State == store.HoldCaptured {
+			h.Captured, h.Loss = *charged, loss
 		}
 		h.ResolvedAt, h.ResolvedSeq = time.UnixMilli(*created).UTC(), *seq
-		e := store.Entry{Seq: *seq, OpID: holdID, Kind: kind, Asset: h.Asset, Owner: h.Owner, HoldID: holdID,
+		e := store.Entry{Seq: *seq, OpID: holdID, Kind: ended, Asset: h.Asset, Owner: h.Owner, HoldID: holdID,
 			Postings: []store.Posting{
 				{Account: store.HeldAccount(h.Owner), Delta: -h.Amount, BalanceAfter: *heldAfter},
 				{Account: store.UserAccount(h.Owner), Delta: refund, BalanceAfter: *userAfter},
 			},
 			CreatedAt: h.ResolvedAt,
 		}
-		if actual > 0 {
-			e.Postings = append(e.Postings, store.Posting{Account: store.AccountRevenue, Delta: actual})
+		if h.Actual > 0 {
+			e.Postings = append(e.Postings, store.Posting{Account: store.AccountRevenue, Delta: h.Actual})
 		}
 		if loss > 0 {
 			e.Postings = append(e.Postings, store.Posting{Account: store.AccountLoss, Delta: -loss})
@@ -659,6 +694,11 @@ func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset st
 		return resolution{verdict: verdict, hold: h, entry: e}, nil
 	}
 	return resolution{}, fmt.Errorf("no decision after %d attempts", ledgerAttempts)
+}
+
+// entryState is the state a resolution entry of each kind leaves its hold in.
+var entryState = map[store.EntryKind]store.HoldState{
+	store.EntryCapture: store.HoldCaptured, store.EntryRelease: store.HoldReleased, store.EntryExpire: store.HoldExpired,
 }
 
 // Capture implements store.Ledger.
@@ -673,7 +713,7 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 	}
 	defer cancel()
 
-	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryCapture, actual)
+	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryCapture, actual, endCalls)
 	switch {
 	case err != nil:
 		return store.Hold{}, store.Entry{}, err
@@ -681,6 +721,8 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 		return res.hold, res.entry, nil
 	case res.verdict == verdictAbsent:
 		return store.Hold{}, store.Entry{}, store.ErrNotFound
+	case res.verdict == verdictKind:
+		return store.Hold{}, store.Entry{}, fmt.Errorf("hold is a lease: %w", store.ErrConflict)
 	}
 	switch h := res.hold; {
 	case h.State == store.HoldCaptured && h.Actual == actual:
@@ -705,7 +747,7 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 	}
 	defer cancel()
 
-	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryRelease, 0)
+	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryRelease, 0, endCalls)
 	switch {
 	case err != nil:
 		return store.Hold{}, store.Entry{}, err
@@ -713,6 +755,8 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 		return res.hold, res.entry, nil
 	case res.verdict == verdictAbsent:
 		return store.Hold{}, store.Entry{}, store.ErrNotFound
+	case res.verdict == verdictKind:
+		return store.Hold{}, store.Entry{}, fmt.Errorf("hold is a lease: %w", store.ErrConflict)
 	}
 	switch h := res.hold; h.State {
 	case store.HoldReleased, store.HoldExpired:
@@ -728,7 +772,8 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 // owner's locks at a time, so a sweep never deadlocks with the operations
 // it overlaps), by one time. A hold captured or released, or expired by
 // another sweep, between the two is skipped, so it may return fewer than
-// limit while more remain.
+// limit while more remain. An expired lease with draws is captured for
+// them, as CloseLease would end it (see resolveStmt).
 func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err error) {
 	defer store.Wrap(&err, "postgres", "release expired holds")
 	if err := store.CheckLimit(limit); err != nil {
@@ -762,7 +807,7 @@ LIMIT $2`, nowMs, limit)
 	}
 	n := 0
 	for _, x := range holds {
-		res, err := db.resolveOf(ctx, &nowMs, x.id, x.owner, x.asset, store.EntryExpire, 0)
+		res, err := db.resolveOf(ctx, &nowMs, x.id, x.owner, x.asset, store.EntryExpire, 0, endAny)
 		if err != nil {
 			return n, fmt.Errorf("hold %q: %w", x.id, err)
 		}
@@ -980,22 +1025,23 @@ LEFT JOIN ledger_key_periods p ON $4::bigint > 0 AND p.key_id = $2::text AND p.a
 }
 
 const holdColumns = `hold_id, owner, asset, amount, actual, key_id, key_period_ms, key_period_start_ms, state,
-    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq`
+    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq, lease, drawn, drawn_cost`
 
 // holdScan receives one row of holdColumns, each of which may be NULL (an
 // outer join).
 type holdScan struct {
 	id, owner, asset, keyID, state                                                      *string
 	amount, actual, periodMs, periodStart, expires, created, seq, resolved, resolvedSeq *int64
+	lease, drawn, drawnCost                                                             *int64
 }
 
 // dest returns the scan destinations of the values of first followed by
 // holdColumns.
 func (s *holdScan) dest(first ...any) []any {
-	dest := make([]any, 0, len(first)+14)
+	dest := make([]any, 0, len(first)+17)
 	dest = append(dest, first...)
 	return append(dest, &s.id, &s.owner, &s.asset, &s.amount, &s.actual, &s.keyID, &s.periodMs, &s.periodStart,
-		&s.state, &s.expires, &s.created, &s.seq, &s.resolved, &s.resolvedSeq)
+		&s.state, &s.expires, &s.created, &s.seq, &s.resolved, &s.resolvedSeq, &s.lease, &s.drawn, &s.drawnCost)
 }
 
 // scanHold reads one row of holdColumns after the values of first: found
@@ -1021,9 +1067,10 @@ func (s *holdScan) hold() (store.Hold, bool) {
 		ExpiresAt: time.UnixMilli(*s.expires).UTC(),
 		CreatedAt: time.UnixMilli(*s.created).UTC(),
 		Seq:       *s.seq, ResolvedSeq: *s.resolvedSeq,
+		Lease: *s.lease == 1, Drawn: *s.drawn, DrawnCost: *s.drawnCost,
 	}
 	if h.State == store.HoldCaptured {
-		h.Captured = min(h.Actual, h.Amount)
+		h.Captured = store.CapturedOf(h)
 		h.Loss = h.Actual - h.Captured
 	}
 	if *s.periodMs > 0 {

@@ -1,7 +1,7 @@
 // Package postgres is the PostgreSQL store backend, for several gateway or
 // facilitator replicas sharing one database, through
 // github.com/jackc/pgx/v5 (pgxpool). It implements store.Settlements,
-// store.Payments, store.Ledger, store.Recoveries, store.Keys,
+// store.Payments, store.Ledger, store.Leases, store.Recoveries, store.Keys,
 // store.Receipts, store.ReceiptLog and store.StagedLister with the
 // semantics the storetest suites pin down.
 //
@@ -31,6 +31,11 @@
 // conditional UPDATE of the log's one state row (WHERE size = from AND
 // fence = fence), which locks the row until the commit: of concurrent
 // integrations of one size exactly one writes (see receiptlog.go).
+//
+// A batch of credit lease draws (Draw) is a transaction of three
+// statements: it locks its leases' rows, reads what its draws are decided
+// on, and writes the accepted ones as arrays; a draw it refuses is never
+// written, so no refusal needs the transaction undone (see leases.go).
 //
 // Settlement and payment fences come from one SEQUENCE per table (nextval
 // never blocks, is never rolled back and, with the default CACHE 1, only

@@ -363,12 +363,22 @@ func (a *Account) Receipts(ctx context.Context, limit int, keyID string) ([]json
 	return a.ReceiptsBefore(ctx, limit, keyID, 0)
 }
 
-// ReceiptsBefore is Receipts for the page of receipts whose ledgerSeq is
-// below before (0: the newest): the next page after a page is the one
-// before its last receipt's ledgerSeq.
+// ReceiptsBefore is Receipts for the page before the cursor before (0: the
+// newest); ReceiptsPage also returns the next page's cursor.
 func (a *Account) ReceiptsBefore(ctx context.Context, limit int, keyID string, before int64) ([]json.RawMessage, error) {
+	data, _, err := a.ReceiptsPage(ctx, limit, keyID, before)
+	return data, err
+}
+
+// ReceiptsPage returns the page of receipts before the cursor before (0:
+// the newest) and the cursor of the page after it, 0 when this page is the
+// last. The cursor is the gateway's order of receipts, not a receipt's
+// ledgerSeq (an x402 payment's or a leased call's differs from it).
+func (a *Account) ReceiptsPage(ctx context.Context, limit int, keyID string, before int64) ([]json.RawMessage, int64, error) {
 	var list struct {
-		Data []json.RawMessage `json:"data"`
+		Data       []json.RawMessage `json:"data"`
+		HasMore    bool              `json:"has_more"`
+		NextBefore int64             `json:"next_before"`
 	}
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
 	if keyID != "" {
@@ -378,7 +388,10 @@ func (a *Account) ReceiptsBefore(ctx context.Context, limit int, keyID string, b
 		q.Set("before", strconv.FormatInt(before, 10))
 	}
 	if _, err := a.Do(ctx, http.MethodGet, PathReceipts+"?"+q.Encode(), nil, http.StatusOK, &list); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return list.Data, nil
+	if !list.HasMore {
+		list.NextBefore = 0
+	}
+	return list.Data, list.NextBefore, nil
 }

@@ -370,8 +370,13 @@ func demoCredits(ctx context.Context, out io.Writer, base string, token common.A
 	printf(out, "7. credits: the buyer topped up %s USDC (transaction %s), signed in with the wallet and made an API key;\n"+
 		"   a call paid from credit was charged %s USDC, with a signed receipt (request %s)\n",
 		usdc(mustAmount(top.Credited)), top.Transaction, usdc(r.Amount), r.RequestID.Hex())
-	// Signed in, the buyer reads every receipt of its account: the x402
-	// payments' and the credit call's.
+	// The credit call's receipt is written with its charge, within a flush
+	// interval of the answer (leased credits): asking for it by id waits
+	// for it. Then, signed in, the buyer reads every receipt of its account:
+	// the x402 payments' and the credit call's.
+	if _, err := acct.Receipt(ctx, r.RequestID.Hex()); err != nil {
+		return fmt.Errorf("the credit call's receipt: %w", err)
+	}
 	envelopes, err := acct.Receipts(ctx, 100, "")
 	if err != nil {
 		return fmt.Errorf("the buyer's receipts: %w", err)

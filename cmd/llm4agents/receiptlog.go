@@ -180,19 +180,15 @@ func receiptEnvelopes(ctx context.Context, a *client.Account, id string) ([]json
 	var out []json.RawMessage
 	var before int64
 	for {
-		page, err := a.ReceiptsBefore(ctx, maxReceiptsLimit, "", before)
+		page, next, err := a.ReceiptsPage(ctx, maxReceiptsLimit, "", before)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, page...)
-		if len(page) < maxReceiptsLimit {
-			return out, nil
+		if next <= 0 || next >= before && before > 0 {
+			return out, nil // the last page, or a cursor that does not move
 		}
-		r, _, err := receipt.ParseEnvelope(page[len(page)-1])
-		if err != nil || !r.LedgerSeq.IsInt64() || r.LedgerSeq.Int64() <= 1 {
-			return out, err
-		}
-		before = r.LedgerSeq.Int64()
+		before = next
 	}
 }
 

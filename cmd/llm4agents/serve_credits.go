@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 // does not.
 type creditStore interface {
 	store.Ledger
+	store.Leases
 	store.Keys
 	store.Receipts
 }
@@ -80,6 +82,12 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 		Ledger: led, Keys: credits.NewKeys(cs, log), Auth: auth, Account: credits.NewHandler(auth, cs, log),
 		Signer: signer, Receipts: cs, TopUpMin: lo, TopUpMax: hi, Chain: chain, Confirmations: cfg.Credits.Confirmations,
 	}
+	stopLeases := func() {}
+	if cfg.Credits.Durability == config.DurabilityLeased {
+		if c.Leases, stopLeases, err = startLeases(cfg, led, cs, log); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	// The sweep reads the payment terms the gateway is built with
 	// (buildGateway); db lists staged claims, as every credit store does.
 	topUps, err := gateway.NewTopUpSweep(gateway.TopUpSweepConfig{
@@ -89,6 +97,45 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 		return nil, nil, nil, fmt.Errorf("credits: %w", err)
 	}
 	log.Info("credits on", "receipt_signer", signer.Address().Hex(), "sign_in_origin", auth.Origin(),
-		"topup_min", lo.String(), "topup_max", hi.String())
-	return c, topUps, gateway.StartCreditSweeper(topUps, led, cs, creditSweepEvery, log).Close, nil
+		"topup_min", lo.String(), "topup_max", hi.String(), "durability", cfg.Credits.Durability)
+	sweeper := gateway.StartCreditSweeper(topUps, led, cs, creditSweepEvery, log)
+	return c, topUps, func() { stopLeases(); sweeper.Close() }, nil
+}
+
+// leaseCloseTimeout bounds the wait at shutdown for the calls still drawing
+// on this replica's leases, and the last writes of their draws.
+const leaseCloseTimeout = 30 * time.Second
+
+// startLeases starts this replica's credit leases (credits.durability:
+// leased) and returns them with their stop, which writes every draw and
+// closes every lease; run it once the server has stopped taking calls.
+func startLeases(cfg *config.Config, led *ledger.Ledger, cs creditStore, log *slog.Logger) (*ledger.Leases, func(), error) {
+	maxSize, err := cfg.Credits.LeaseMaxAmount()
+	if err != nil {
+		return nil, nil, err
+	}
+	ls, err := led.NewLeases(cs, ledger.LeaseConfig{
+		Replica: "r", FlushInterval: cfg.Credits.FlushInterval, Window: cfg.Credits.LeaseWindow,
+		// A call admitted at the end of the window runs to its end and
+		// draws after it: the hold TTL already covers the longest call.
+		TTL: cfg.Credits.LeaseWindow + cfg.Credits.HoldTTL, MaxSize: maxSize,
+	}, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("credits: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ls.Run(ctx)
+	}()
+	return ls, func() {
+		cancel()
+		<-done
+		cctx, ccancel := context.WithTimeout(context.Background(), leaseCloseTimeout)
+		defer ccancel()
+		if err := ls.Close(cctx); err != nil {
+			log.Error("close credit leases; what was not written is free, the rest returns at the leases' TTL", "err", err)
+		}
+	}, nil
 }

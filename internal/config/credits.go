@@ -47,12 +47,40 @@ type Credits struct {
 	// Confirmations is how many blocks a top-up's settlement needs before it
 	// is credited, its own block included (D17). Default 1.
 	Confirmations uint64 `yaml:"confirmations"`
+	// Durability says when a credit call's charge is written (D28):
+	// DurabilityLeased (the default) admits and charges calls against this
+	// replica's lease of the key in memory and writes the charges, with
+	// their receipts, in batches at least every FlushInterval; a replica
+	// killed between two batches loses those calls' charges (free calls,
+	// the operator's loss; never a double charge). DurabilityPerCall writes
+	// the hold and the capture of every call before it answers.
+	Durability string `yaml:"durability"`
+	// FlushInterval is the longest a leased call's charge waits to be
+	// written (a batch of 256 is written at once). Default 20ms.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// LeaseWindow is how long a lease admits calls: the time a lowered cap
+	// or a revoked key's lease may still serve calls on this replica, and
+	// the staleness of a receipt's balanceAfter. Default 5s.
+	LeaseWindow time.Duration `yaml:"lease_window"`
+	// LeaseMax bounds one lease, in atomic units written as prices are:
+	// a lease holds about a second of its key's spend, at most this (a call
+	// whose maximum cost is larger gets a lease of its own size). Default
+	// one token (1 USDC).
+	LeaseMax string `yaml:"lease_max"`
 }
+
+// Durability modes of Credits.Durability.
+const (
+	DurabilityLeased  = "leased"
+	DurabilityPerCall = "per_call"
+)
 
 // Defaults and bounds of Credits.
 const (
 	DefaultHoldTTL       = 15 * time.Minute
 	DefaultConfirmations = 1
+	DefaultFlushInterval = 20 * time.Millisecond
+	DefaultLeaseWindow   = 5 * time.Second
 	// MaxConfirmations bounds Credits.Confirmations: a deeper wait belongs in
 	// the chain's finality, not in a buyer's retry.
 	MaxConfirmations = 1000
@@ -72,10 +100,22 @@ func (c *Config) setCreditDefaults() {
 	if cr.Confirmations == 0 {
 		cr.Confirmations = DefaultConfirmations
 	}
+	if cr.Durability == "" {
+		cr.Durability = DurabilityLeased
+	}
+	if cr.FlushInterval == 0 {
+		cr.FlushInterval = DefaultFlushInterval
+	}
+	if cr.LeaseWindow == 0 {
+		cr.LeaseWindow = DefaultLeaseWindow
+	}
 	if c.Network.Decimals > MaxDecimals {
 		return // Validate reports it; the defaults below would be huge
 	}
 	unit := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(c.Network.Decimals)), nil)
+	if cr.LeaseMax == "" {
+		cr.LeaseMax = unit.String()
+	}
 	if cr.TopUpMin == "" {
 		cr.TopUpMin = new(big.Int).Quo(unit, big.NewInt(100)).String()
 		if cr.TopUpMin == "0" {
@@ -136,6 +176,32 @@ func (c *Config) validateCredits(p *problems) {
 	if cr.Confirmations < 1 || cr.Confirmations > MaxConfirmations {
 		p.add("credits.confirmations", "%d is not between 1 and %d", cr.Confirmations, MaxConfirmations)
 	}
+	switch cr.Durability {
+	case DurabilityLeased, DurabilityPerCall:
+	default:
+		p.add("credits.durability", "%q is not %s or %s", truncate(cr.Durability), DurabilityLeased, DurabilityPerCall)
+	}
+	if cr.FlushInterval < time.Millisecond || cr.FlushInterval > time.Second {
+		p.add("credits.flush_interval", "%s is not between 1ms and 1s", cr.FlushInterval)
+	}
+	if cr.LeaseWindow < 100*time.Millisecond || cr.LeaseWindow > time.Minute {
+		p.add("credits.lease_window", "%s is not between 100ms and 1m", cr.LeaseWindow)
+	}
+	if _, err := cr.LeaseMaxAmount(); err != nil {
+		p.add("credits.lease_max", "%q: %v", truncate(cr.LeaseMax), err)
+	}
+}
+
+// LeaseMaxAmount returns the validated LeaseMax in atomic units.
+func (cr *Credits) LeaseMaxAmount() (int64, error) {
+	n, err := parseAtomic(cr.LeaseMax)
+	if err != nil {
+		return 0, err
+	}
+	if n < 1 || n > uint64(store.MaxAmount) {
+		return 0, fmt.Errorf("not between 1 and %d atomic units", store.MaxAmount)
+	}
+	return int64(n), nil
 }
 
 // checkTopUp validates a top-up bound and returns it (nil on error).

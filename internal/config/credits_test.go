@@ -24,7 +24,8 @@ func TestCreditsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Credits{Enabled: true, ReceiptKeyEnv: "LLM4AGENTS_RECEIPT_KEY", TopUpMin: "10000", TopUpMax: "1000000000",
-		HoldTTL: DefaultHoldTTL, Confirmations: 1}
+		HoldTTL: DefaultHoldTTL, Confirmations: 1, Durability: DurabilityLeased, FlushInterval: DefaultFlushInterval,
+		LeaseWindow: DefaultLeaseWindow, LeaseMax: "1000000"}
 	if d := cmp.Diff(want, c.Credits); d != "" {
 		t.Errorf("credits (-want +got):\n%s", d)
 	}
@@ -61,12 +62,17 @@ func TestCreditsDefaults(t *testing.T) {
   hold_ttl: 1h
   sign_in_origin: https://llm.example.com/
   confirmations: 3
+  durability: per_call
+  flush_interval: 5ms
+  lease_window: 2s
+  lease_max: 5_000_000
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = Credits{Enabled: true, ReceiptKeyEnv: "LLM4AGENTS_RECEIPT_KEY", ReceiptChainID: 84532, TopUpMin: "1_000_000",
-		TopUpMax: "250000000", HoldTTL: time.Hour, SignInOrigin: "https://llm.example.com/", Confirmations: 3}
+		TopUpMax: "250000000", HoldTTL: time.Hour, SignInOrigin: "https://llm.example.com/", Confirmations: 3,
+		Durability: DurabilityPerCall, FlushInterval: 5 * time.Millisecond, LeaseWindow: 2 * time.Second, LeaseMax: "5_000_000"}
 	if d := cmp.Diff(want, c.Credits); d != "" {
 		t.Errorf("credits (-want +got):\n%s", d)
 	}
@@ -126,6 +132,15 @@ func TestCreditsErrors(t *testing.T) {
 		{"origin not http", withCredits + "  sign_in_origin: ftp://llm.example.com\n", "credits.sign_in_origin", "http or https", ""},
 		{"origin with credentials", withCredits + "  sign_in_origin: https://me:pw@llm.example.com\n", "credits.sign_in_origin", "credentials", "pw@"},
 		{"too many confirmations", withCredits + "  confirmations: 5000\n", "credits.confirmations", "not between 1 and 1000", ""},
+		{"durability unknown", withCredits + "  durability: eventually\n", "credits.durability", `"eventually" is not leased or per_call`, ""},
+		{"flush interval zero-ish", withCredits + "  flush_interval: 1us\n", "credits.flush_interval", "not between 1ms and 1s", ""},
+		{"flush interval long", withCredits + "  flush_interval: 2s\n", "credits.flush_interval", "not between 1ms and 1s", ""},
+		{"flush interval not a duration", withCredits + "  flush_interval: 20\n", "credits.flush_interval", "", ""},
+		{"lease window short", withCredits + "  lease_window: 10ms\n", "credits.lease_window", "not between 100ms and 1m", ""},
+		{"lease window long", withCredits + "  lease_window: 2h\n", "credits.lease_window", "not between 100ms and 1m", ""},
+		{"lease max zero", withCredits + "  lease_max: 0\n", "credits.lease_max", "not between 1 and", ""},
+		{"lease max decimal", withCredits + "  lease_max: \"1.5\"\n", "credits.lease_max", "not a whole number", ""},
+		{"lease max above the ledger", withCredits + "  lease_max: \"1000000000000001\"\n", "credits.lease_max", "not between 1 and", ""},
 		{"receipt chain id negative", withCredits + "  receipt_chain_id: -1\n", "credits.receipt_chain_id", "", ""},
 		{"redis store", strings.Replace(withCredits, "dsn: sqlite:///tmp/llm4agents.db", "dsn: redis://127.0.0.1:6379/0", 1),
 			"credits.enabled", "Redis does not", ""},

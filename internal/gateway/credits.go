@@ -27,6 +27,11 @@ import (
 // Credits is what prepaid credits need (D12, D16-D18).
 type Credits struct {
 	Ledger *ledger.Ledger
+	// Leases, when set, serves credit calls from this replica's leases
+	// (credits.durability: leased, docs/DESIGN.md D28): admission and charge
+	// in memory, draws and receipts group-committed off the call's path.
+	// Nil: every hold and capture is a store write before the answer.
+	Leases *ledger.Leases
 	Keys   *credits.Keys
 	// Auth checks sign-in sessions (the balance and receipts routes accept a
 	// session token as well as a key).
@@ -80,6 +85,9 @@ type creditCall struct {
 	// encoding counts delivered output tokens as the quote counted the
 	// prompt's.
 	encoding string
+	// ticket is the call's admission against a lease; nil when the call
+	// holds its own maximum in the store.
+	ticket *ledger.Ticket
 }
 
 // creditInfo annotates a credit-paid answer: the x_llm4agents field of the
@@ -154,26 +162,43 @@ func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, e
 		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "max_cost_too_large",
 			Message: fmt.Sprintf("this request may cost up to %s, more than one call may hold; lower max_tokens; nothing was charged", s.display(maxCost))}
 	}
-	// The hold must not depend on the client staying: a hold committed as
-	// the client leaves would otherwise wait for the sweep.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), creditStoreTimeout)
-	defer cancel()
-	start := s.now()
-	_, err = s.cfg.Credits.Ledger.Reserve(ctx, ledger.Call{
+	if err := s.holdCredit(r.Context(), call, key); err != nil {
+		return nil, err
+	}
+	return call, nil
+}
+
+// holdCredit reserves the maximum cost of call: against this replica's
+// lease of the key when leases are on, else as a hold of its own in the
+// store. A shortfall is the 402 with the numbers.
+func (s *Server) holdCredit(ctx context.Context, call *creditCall, key store.APIKey) error {
+	c := ledger.Call{
 		RequestID: call.id, Payer: call.payer, Key: keyLimits(key),
-		PromptTokens: q.promptTokens, OutputBound: q.outputBound, Price: q.model.Price,
-	})
-	s.metrics.ledgerLatency("hold", s.now().Sub(start))
+		PromptTokens: call.q.promptTokens, OutputBound: call.q.outputBound, Price: call.q.model.Price,
+	}
+	start := s.now()
+	var err error
+	if ls := s.cfg.Credits.Leases; ls != nil {
+		call.ticket, err = ls.Reserve(ctx, c)
+		s.metrics.ledgerLatency("lease", s.now().Sub(start))
+	} else {
+		// The hold must not depend on the client staying: a hold committed
+		// as the client leaves would otherwise wait for the sweep.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
+		defer cancel()
+		_, err = s.cfg.Credits.Ledger.Reserve(hctx, c)
+		s.metrics.ledgerLatency("hold", s.now().Sub(start))
+	}
 	if ie, ok := errors.AsType[*store.InsufficientError](err); ok {
-		return nil, s.shortfall(ie)
+		return s.shortfall(ie)
 	}
 	if err != nil {
 		// The store may have committed the hold before failing to answer:
 		// release whatever is there (an unknown hold is fine), fail closed.
-		s.releaseHold(r.Context(), call)
-		return nil, creditStoreUnavailable(err)
+		s.releaseHold(ctx, call)
+		return creditStoreUnavailable(err)
 	}
-	return call, nil
+	return nil
 }
 
 // admitOutcome names a refusal of admitCredit for the metrics.
@@ -379,6 +404,9 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
 	defer cancel()
 	u.PromptTokens, u.CompletionTokens = max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
+	if call.ticket != nil {
+		return s.chargeLease(call, u)
+	}
 	start := s.now()
 	ch, err := s.cfg.Credits.Ledger.Charge(ctx, call.id, u, call.q.model.Price)
 	s.metrics.ledgerLatency("capture", s.now().Sub(start))
@@ -391,19 +419,8 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 			"request_id", call.id, "key_id", call.key.ID, "err", err)
 		return out
 	}
-	out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
-	out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
-	out.info.Usage = &u
-	if ch.Loss.Sign() > 0 {
-		s.metrics.credit("loss")
-	}
-	s.log.Debug("credit call charged", "request_id", call.id, "key_id", call.key.ID, "model", call.q.model.ID,
-		"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq)
-	r, sig, err := s.signReceipt(call, u, ch)
-	var env []byte
-	if err == nil {
-		env, err = receipt.EncodeEnvelope(r, sig)
-	}
+	s.chargedInfo(&out, call, u, ch)
+	env, r, err := s.creditReceipt(call, u, ch)
 	if err != nil {
 		s.metrics.credit("charged_no_receipt")
 		s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
@@ -422,6 +439,61 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	return out
 }
 
+// chargeLease charges a leased call in memory and queues its draw with its
+// receipt: the answer carries the signed receipt at once, and the draw is
+// written within the flush interval (docs/DESIGN.md D28).
+func (s *Server) chargeLease(call *creditCall, u chat.Usage) creditOutcome {
+	out := creditOutcome{info: creditInfo{RequestID: call.id}}
+	outcome := "charged"
+	ch := s.cfg.Credits.Leases.Charge(call.ticket, u, call.q.model.Price, func(ch ledger.Charge) *store.StoredReceipt {
+		s.chargedInfo(&out, call, u, ch)
+		env, r, err := s.creditReceipt(call, u, ch)
+		if err != nil {
+			outcome = "charged_no_receipt"
+			s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
+			return nil
+		}
+		out.info.Receipt, out.header = env, receiptHeader(env)
+		rec, err := s.receiptRecord(r, store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Envelope: env})
+		if err != nil {
+			outcome = "charged_no_receipt"
+			s.log.Error("receipt leaf", "request_id", call.id, "err", err)
+			return nil
+		}
+		return &rec
+	})
+	if ch.Loss.Sign() > 0 {
+		s.metrics.credit("loss")
+	}
+	s.metrics.credit(outcome)
+	return out
+}
+
+// chargedInfo fills out's annotation with what ch charged.
+func (s *Server) chargedInfo(out *creditOutcome, call *creditCall, u chat.Usage, ch ledger.Charge) {
+	out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
+	out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
+	out.info.Usage = &u
+	if ch.Loss.Sign() > 0 && call.ticket == nil {
+		s.metrics.credit("loss")
+	}
+	s.log.Debug("credit call charged", "request_id", call.id, "key_id", call.key.ID, "model", call.q.model.ID,
+		"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq, "ref", ch.Ref)
+}
+
+// creditReceipt signs the receipt of a charged call and encodes it.
+func (s *Server) creditReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) ([]byte, *receipt.Receipt, error) {
+	r, sig, err := s.signReceipt(call, u, ch)
+	if err != nil {
+		return nil, nil, err
+	}
+	env, err := receipt.EncodeEnvelope(r, sig)
+	if err != nil {
+		return nil, nil, err
+	}
+	return env, r, nil
+}
+
 // signReceipt signs the receipt of a captured call (D18).
 func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (*receipt.Receipt, []byte, error) {
 	if s.cfg.Credits.Signer == nil {
@@ -438,10 +510,19 @@ func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (
 	return s.signed(receipt.Receipt{
 		RequestID: common.HexToHash(call.id), Account: call.payer, KeyID: keyID, Model: call.q.model.ID,
 		InputTokens: big.NewInt(u.PromptTokens), OutputTokens: big.NewInt(u.CompletionTokens),
-		Amount: ch.Charged, BalanceAfter: ch.BalanceAfter, LedgerSeq: big.NewInt(ch.Seq),
+		Amount: ch.Charged, BalanceAfter: ch.BalanceAfter, LedgerSeq: ledgerRef(ch),
 		IssuedAt: uint64(max(issued.Unix(), 0)), // #nosec G115 -- clamped at zero
 		Rail:     receipt.RailCredits,
 	}, issued)
+}
+
+// ledgerRef is a charge's reference in the ledger, the receipt's
+// ledgerSeq: the capture's entry, or a leased call's lease and position.
+func ledgerRef(ch ledger.Charge) *big.Int {
+	if ch.Ref != nil {
+		return ch.Ref
+	}
+	return big.NewInt(ch.Seq)
 }
 
 // releaseCredit ends call with nothing charged: nothing was delivered.
@@ -452,6 +533,12 @@ func (s *Server) releaseCredit(ctx context.Context, call *creditCall) {
 
 // releaseHold releases call's hold, if there is one.
 func (s *Server) releaseHold(ctx context.Context, call *creditCall) {
+	if s.cfg.Credits.Leases != nil {
+		if call.ticket != nil {
+			s.cfg.Credits.Leases.Release(call.ticket)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
 	defer cancel()
 	start := s.now()

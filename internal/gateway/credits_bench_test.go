@@ -7,6 +7,8 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,35 +32,39 @@ const creditClients = 4
 const creditFunds = 1_000_000_000_000
 
 // BenchmarkCreditPath measures what the credit path adds to a chat completion
-// over calling the same fixed upstream directly: key lookup, hold,
-// proxy, capture, receipt signing and storing, per store backend. Each b.N is
-// one round of latencyRequests requests per path at creditClients concurrent
-// clients.
+// over a bare httputil.ReverseProxy in front of the same fixed upstream: key
+// lookup, the hold (or the lease), proxy, the charge, receipt signing and
+// storing, per store backend and durability. Each b.N is one round of
+// latencyRequests requests per path at creditClients concurrent clients,
+// then one round per path at throughputClients.
 //
 //   - direct: the fixed upstream alone, its p50, p99 and req/s.
-//   - sqlite, postgres: a credit-paid request through the gateway on that
-//     backend, with the direct path measured again in the same rounds, the
-//     two taking turns, so both see the same load from the machine's
-//     neighbours; added = credit - direct of those rounds, at p50 and at p99.
+//   - sqlite, postgres (per_call) and sqlite-leased, postgres-leased: a
+//     credit-paid request through the gateway on that backend, with the bare
+//     proxy measured again in the same rounds, the two taking turns, so both
+//     see the same load from the machine's neighbours; added = credit -
+//     proxy of those rounds, at p50 and at p99.
 //
-// Reported per backend: credit-p50/p99-us, direct-p50/p99-us, added-p50-ms,
-// added-p99-ms (target <= 0.5 and <= 2), and req/s, the credit path's
-// sustained throughput at that concurrency; and hold- and capture-p50/p99-us,
-// how long the gateway waited for its two ledger writes.
+// Reported per backend: credit-p50/p99-us, proxy-p50/p99-us, added-p50-ms,
+// added-p99-ms (targets: leased <= 0.3 and <= 2, per_call <= 3 at p50),
+// req/s (the credit path's at creditClients) and x-proxy-16, the credit
+// path's calls/s at throughputClients over the proxy's (target >= 0.5); and
+// hold- and capture-p50/p99-us, how long the gateway waited for those store
+// writes (a leased call makes none on its path but a lease's opening).
 //
 //	go test -run '^$' -bench CreditPath -benchtime=5x ./internal/gateway/
 func BenchmarkCreditPath(b *testing.B) {
 	up := newFixedUpstream(b)
 	hc := benchHTTPClient(b)
 	direct := creditBenchPath{url: up.URL + "/v1/chat/completions"}
-
+	proxy := creditBenchPath{url: newBareProxy(b, up.URL) + "/v1/chat/completions"}
 	b.Run("direct", func(b *testing.B) {
-		creditLoad(b, hc, direct, 2*creditClients) // warm the pool, unmeasured
+		creditLoad(b, hc, direct, 2*creditClients, creditClients) // warm the pool, unmeasured
 		var lat []time.Duration
 		var wall time.Duration
 		b.ResetTimer()
 		for range b.N {
-			l, w := creditLoad(b, hc, direct, latencyRequests)
+			l, w := creditLoad(b, hc, direct, latencyRequests, creditClients)
 			lat, wall = append(lat, l...), wall+w
 		}
 		b.StopTimer()
@@ -67,28 +73,32 @@ func BenchmarkCreditPath(b *testing.B) {
 		b.ReportMetric(float64(len(lat))/wall.Seconds(), "req/s")
 		b.ReportMetric(0, "ns/op") // a round's duration says nothing
 	})
-
 	for _, be := range creditBackends {
 		b.Run(be.name, func(b *testing.B) {
 			credit, timed := newCreditBenchPath(b, be, up.URL, hc, false)
-			paths := []creditBenchPath{direct, credit}
+			paths := []creditBenchPath{proxy, credit}
 			for _, p := range paths {
-				creditLoad(b, hc, p, 2*creditClients) // warm pools, tokenizer, statements
+				creditLoad(b, hc, p, 2*creditClients, creditClients) // warm pools, tokenizer, statements
 			}
 			timed.take()
 			var lat [2][]time.Duration
-			var creditWall time.Duration
+			var wall, wall16 [2]time.Duration
+			var n16 [2]int
 			b.ResetTimer()
 			for round := range b.N {
 				// Rotate who goes first, so neither path always runs right
 				// after the other's checkpoint or GC.
 				for k := range paths {
 					i := (k + round) % len(paths)
-					l, w := creditLoad(b, hc, paths[i], latencyRequests)
+					l, w := creditLoad(b, hc, paths[i], latencyRequests, creditClients)
 					lat[i] = append(lat[i], l...)
-					if i == 1 {
-						creditWall += w
-					}
+					wall[i] += w
+				}
+				for k := range paths {
+					i := (k + round) % len(paths)
+					l, w := creditLoad(b, hc, paths[i], latencyRequests, throughputClients)
+					n16[i] += len(l)
+					wall16[i] += w
 				}
 			}
 			b.StopTimer()
@@ -96,25 +106,50 @@ func BenchmarkCreditPath(b *testing.B) {
 			for i := range paths {
 				p50[i], p99[i] = percentile(lat[i], 0.50), percentile(lat[i], 0.99)
 			}
-			b.ReportMetric(us(p50[0]), "direct-p50-us")
-			b.ReportMetric(us(p99[0]), "direct-p99-us")
+			b.ReportMetric(us(p50[0]), "proxy-p50-us")
+			b.ReportMetric(us(p99[0]), "proxy-p99-us")
 			b.ReportMetric(us(p50[1]), "credit-p50-us")
 			b.ReportMetric(us(p99[1]), "credit-p99-us")
 			b.ReportMetric(ms(p50[1]-p50[0]), "added-p50-ms")
 			b.ReportMetric(ms(p99[1]-p99[0]), "added-p99-ms")
-			b.ReportMetric(float64(len(lat[1]))/creditWall.Seconds(), "req/s")
-			// Where the credit path's time goes: the two ledger writes, as
-			// the gateway waited for them.
+			b.ReportMetric(float64(len(lat[1]))/wall[1].Seconds(), "req/s")
+			rate16 := [2]float64{float64(n16[0]) / wall16[0].Seconds(), float64(n16[1]) / wall16[1].Seconds()}
+			b.ReportMetric(rate16[1]/rate16[0], "x-proxy-16")
+			// Where the credit path's time goes: the ledger writes, as the
+			// gateway waited for them.
 			holds, captures := timed.take()
 			b.ReportMetric(us(percentile(holds, 0.50)), "hold-p50-us")
 			b.ReportMetric(us(percentile(holds, 0.99)), "hold-p99-us")
 			b.ReportMetric(us(percentile(captures, 0.50)), "capture-p50-us")
 			b.ReportMetric(us(percentile(captures, 0.99)), "capture-p99-us")
 			b.ReportMetric(0, "ns/op")
-			b.Logf("%s, %d clients, %d requests per path: p50 %s / %s, p99 %s / %s (direct / credit); added %s at p50, %s at p99",
-				be.name, creditClients, len(lat[1]), p50[0], p50[1], p99[0], p99[1], p50[1]-p50[0], p99[1]-p99[0])
+			b.Logf("%s, %d clients, %d requests per path: p50 %s / %s, p99 %s / %s (proxy / credit); added %s at p50, %s at p99; at %d clients %.0f / %.0f req/s",
+				be.name, creditClients, len(lat[1]), p50[0], p50[1], p99[0], p99[1], p50[1]-p50[0], p99[1]-p99[0],
+				throughputClients, rate16[0], rate16[1])
 		})
 	}
+}
+
+// throughputClients is the concurrency of BenchmarkCreditPath's throughput
+// rounds.
+const throughputClients = 16
+
+// newBareProxy starts a bare httputil.ReverseProxy in front of upstreamURL:
+// the floor any gateway's added latency is measured from.
+func newBareProxy(b *testing.B, upstreamURL string) string {
+	b.Helper()
+	u, err := url.Parse(upstreamURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 256, 64
+	b.Cleanup(tr.CloseIdleConnections)
+	rp.Transport = tr
+	srv := httptest.NewServer(rp)
+	b.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // creditBenchPath is one way to send chatBody: to url, with bearer as the
@@ -173,7 +208,7 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 		go func() { defer close(done); rl.Run(ctx) }()
 		b.Cleanup(func() { cancel(); <-done })
 	}
-	srv, led, _ := newCreditGateway(b, db, timed, prov, rl, log)
+	srv, led, _, _ := newCreditGateway(b, db, timed, prov, rl, log, be.leased)
 	if _, err := led.TopUp(b.Context(), "bench-topup", alice, big.NewInt(creditFunds)); err != nil {
 		b.Fatal(err)
 	}
@@ -194,11 +229,11 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 	return p, timed
 }
 
-// creditLoad sends n requests on p from creditClients goroutines and returns
+// creditLoad sends n requests on p from clients goroutines and returns
 // each one's latency, from before the request is built to the end of its
 // body, and the wall time of the whole batch. A request that does not answer
 // 200 fails the benchmark.
-func creditLoad(b *testing.B, hc *http.Client, p creditBenchPath, n int) ([]time.Duration, time.Duration) {
+func creditLoad(b *testing.B, hc *http.Client, p creditBenchPath, n, clients int) ([]time.Duration, time.Duration) {
 	b.Helper()
 	lat := make([]time.Duration, n)
 	var next, failed atomic.Int64
@@ -206,7 +241,7 @@ func creditLoad(b *testing.B, hc *http.Client, p creditBenchPath, n int) ([]time
 	var firstErr string
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range creditClients {
+	for range clients {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
@@ -310,14 +345,14 @@ func BenchmarkReceiptLogAdded(b *testing.B) {
 			with, _ := newCreditBenchPath(b, be, up.URL, hc, true)
 			paths := []creditBenchPath{without, with}
 			for _, p := range paths {
-				creditLoad(b, hc, p, 2*creditClients)
+				creditLoad(b, hc, p, 2*creditClients, creditClients)
 			}
 			var lat [2][]time.Duration
 			b.ResetTimer()
 			for round := range b.N {
 				for k := range paths {
 					i := (k + round) % len(paths)
-					l, _ := creditLoad(b, hc, paths[i], latencyRequests)
+					l, _ := creditLoad(b, hc, paths[i], latencyRequests, creditClients)
 					lat[i] = append(lat[i], l...)
 				}
 			}

@@ -56,8 +56,16 @@ func TestCreditMetrics(t *testing.T) {
 			}
 		}
 		// Two holds were tried (one placed, one refused), one capture and one
-		// receipt written.
-		for op, want := range map[string]float64{"hold": 2, "capture": 1, "receipt": 1} {
+		// receipt written. Leased: two admissions timed, and no store write
+		// on the call's path but the lease's.
+		timings := map[string]float64{"hold": 2, "capture": 1, "receipt": 1, "lease": 0}
+		if b.leased {
+			timings = map[string]float64{"hold": 0, "capture": 0, "receipt": 0, "lease": 2}
+			if got := m[`llm4agents_credit_leases_total{event="opened"}`]; got != 1 {
+				t.Errorf("leases opened = %v, want 1", got)
+			}
+		}
+		for op, want := range timings {
 			if got := m[`llm4agents_credit_ledger_duration_seconds_count{op="`+op+`"}`]; got != want {
 				t.Errorf("ledger %s timings = %v, want %v", op, got, want)
 			}

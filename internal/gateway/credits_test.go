@@ -51,6 +51,7 @@ var (
 // PostgreSQL are one.
 type creditStore interface {
 	store.Ledger
+	store.Leases
 	store.Keys
 	store.Receipts
 	store.Payments
@@ -61,14 +62,19 @@ type creditStore interface {
 type creditBackend struct {
 	name string
 	open func(tb testing.TB, log *slog.Logger) creditStore
+	// leased serves credit calls from leases (credits.durability: leased);
+	// otherwise every hold and capture is written before the answer.
+	leased bool
 }
 
 // creditBackends are the stores the credit tests run on (SQLite and
 // PostgreSQL). PostgreSQL is skipped when LLM4AGENTS_TEST_POSTGRES_DSN is
 // unset, unless LLM4AGENTS_TEST_REQUIRE_BACKENDS=1.
 var creditBackends = []creditBackend{
-	{"sqlite", openCreditSQLite},
-	{"postgres", openCreditPostgres},
+	{"sqlite", openCreditSQLite, false},
+	{"postgres", openCreditPostgres, false},
+	{"sqlite-leased", openCreditSQLite, true},
+	{"postgres-leased", openCreditPostgres, true},
 }
 
 // eachCreditBackend runs f once per backend, as subtests named after it.
@@ -116,6 +122,7 @@ func openCreditPostgres(t testing.TB, log *slog.Logger) creditStore {
 // one.
 type creditEnv struct {
 	db     creditStore
+	leases *ledger.Leases // nil unless the backend is leased
 	up     *upstreamtest.Server
 	srv    *httptest.Server
 	led    *ledger.Ledger
@@ -163,19 +170,34 @@ func newCreditEnv(t *testing.T, o creditOpts) *creditEnv {
 	if o.receipts != nil {
 		gwdb = o.receipts(db)
 	}
-	srv, led, signer := newCreditGateway(t, gwdb, ls, prov, rl, log)
-	return &creditEnv{db: db, up: up, srv: srv, led: led, signer: signer}
+	srv, led, signer, leases := newCreditGateway(t, gwdb, ls, prov, rl, log, o.backend.leased)
+	return &creditEnv{db: db, leases: leases, up: up, srv: srv, led: led, signer: signer}
+}
+
+// sync writes every leased call's draw and closes every idle lease, so the
+// store's books show every charge; a no-op without leases.
+func (e *creditEnv) sync(t *testing.T) {
+	t.Helper()
+	if e.leases != nil && !e.leases.Quiesce(t.Context()) {
+		t.Log("a lease with calls in flight stays open")
+	}
 }
 
 // newCreditGateway starts a gateway serving the model "demo" from prov, with
 // credits on db (its ledger on ls, which may wrap db) and a fresh receipt
 // key, and rl as its receipt log when not nil, and returns the running
-// server, its ledger and its receipt signer.
-func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gateway.Provider, rl *receiptlog.Log, log *slog.Logger) (*httptest.Server, *ledger.Ledger, *credits.Signer) {
+// server, its ledger, its receipt signer and, when leased, its leases
+// (running until the test ends).
+func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gateway.Provider, rl *receiptlog.Log, log *slog.Logger,
+	leased bool) (*httptest.Server, *ledger.Ledger, *credits.Signer, *ledger.Leases) {
 	tb.Helper()
 	led, err := ledger.New(ls, ledger.Config{Asset: ledger.AssetID(network, creditToken)}, log)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	var leases *ledger.Leases
+	if leased {
+		leases = startTestLeases(tb, led, leaseStore{Ledger: ls, Leases: db})
 	}
 	key, err := crypto.GenerateKey()
 	if err != nil {
@@ -197,7 +219,7 @@ func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gatew
 		Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
 		Credits: &gateway.Credits{
 			Ledger: led, Keys: credits.NewKeys(db, log), Auth: auth, Account: credits.NewHandler(auth, db, log),
-			Signer: signer, Receipts: db,
+			Signer: signer, Receipts: db, Leases: leases,
 		},
 		Log: rl,
 	}, nil, db, log)
@@ -207,12 +229,43 @@ func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gatew
 	srv.Config.Handler = gw
 	srv.Start()
 	tb.Cleanup(srv.Close)
-	return srv, led, signer
+	return srv, led, signer, leases
+}
+
+// leaseStore is the store leases use: holds through the (maybe wrapped)
+// ledger, draws on the store itself.
+type leaseStore struct {
+	store.Ledger
+	store.Leases
+}
+
+// startTestLeases starts leases on st with a short flush interval, runs them
+// until the test ends, and then writes and closes them.
+func startTestLeases(tb testing.TB, led *ledger.Ledger, st leaseStore) *ledger.Leases {
+	tb.Helper()
+	ls, err := led.NewLeases(st, ledger.LeaseConfig{Replica: "test", Window: 2 * time.Second, TTL: time.Hour}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ls.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		<-done
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		if err := ls.Close(cctx); err != nil {
+			tb.Error(err)
+		}
+	})
+	return ls
 }
 
 // receiptCount is how many receipts a has.
 func (e *creditEnv) receiptCount(t *testing.T, a common.Address) int {
 	t.Helper()
+	e.sync(t)
 	recs, err := e.db.ReceiptsOf(t.Context(), store.ReceiptsQuery{Owner: ownerOf(a), Limit: store.MaxReceiptsPage})
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +321,7 @@ func (e *creditEnv) newSession(t *testing.T, a common.Address) string {
 
 func (e *creditEnv) balance(t *testing.T, a common.Address) ledger.Balance {
 	t.Helper()
+	e.sync(t)
 	b, err := e.led.Balance(t.Context(), a)
 	if err != nil {
 		t.Fatal(err)
@@ -277,6 +331,9 @@ func (e *creditEnv) balance(t *testing.T, a common.Address) ledger.Balance {
 
 func (e *creditEnv) do(t *testing.T, ctx context.Context, method, path, bearer, body string, hdr http.Header) *http.Response {
 	t.Helper()
+	if method == http.MethodGet {
+		e.sync(t) // a leased call's receipt is listed once its draw is written
+	}
 	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -636,7 +693,8 @@ func TestCreditStreamClientLeaves(t *testing.T) {
 				done <- err
 			}()
 			waitFor(t, "the upstream call", func() bool { return e.up.Calls() == 1 })
-			if held := e.balance(t, alice).Held.Int64(); held != maxCostOf(t, body) {
+			// Leased, the lease holds at least the call's maximum.
+			if held := e.balance(t, alice).Held.Int64(); held != maxCostOf(t, body) && (!b.leased || held < maxCostOf(t, body)) {
 				t.Fatalf("held %d while the upstream runs, want the maximum %d", held, maxCostOf(t, body))
 			}
 			cancel()
@@ -1000,6 +1058,9 @@ func TestCreditStoreFaults(t *testing.T) {
 			}
 		})
 		t.Run("capture", func(t *testing.T) {
+			if b.leased {
+				t.Skip("a leased call writes no capture on its path; a failing draw write is ledger's TestLeasesStoreDown")
+			}
 			e := newCreditEnv(t, creditOpts{backend: b, wrap: func(l store.Ledger) store.Ledger {
 				return &faultyLedger{Ledger: l, captureErr: errors.New("disk I/O error")}
 			}})

@@ -52,17 +52,14 @@ func (s *Server) keepReceipt(ctx context.Context, r *receipt.Receipt, rec store.
 	if rs == nil {
 		return rec.Envelope, nil
 	}
-	if s.cfg.Log != nil {
-		leaf, err := receipt.NewLeaf(s.cfg.Credits.Signer.Domain(), r)
-		if err != nil { // cannot happen: r was just signed
-			return rec.Envelope, err
-		}
-		rec.Leaf = leaf.Marshal()
+	rec, err := s.receiptRecord(r, rec)
+	if err != nil {
+		return rec.Envelope, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), receiptWriteTimeout)
 	defer cancel()
 	start := s.now()
-	err := rs.PutReceipt(ctx, rec)
+	err = rs.PutReceipt(ctx, rec)
 	s.metrics.ledgerLatency("receipt", s.now().Sub(start))
 	if !errors.Is(err, store.ErrConflict) {
 		return rec.Envelope, err
@@ -72,6 +69,20 @@ func (s *Server) keepReceipt(ctx context.Context, r *receipt.Receipt, rec store.
 		return rec.Envelope, err
 	}
 	return kept.Envelope, nil
+}
+
+// receiptRecord returns rec with the leaf of r in the receipt log when the
+// log is on.
+func (s *Server) receiptRecord(r *receipt.Receipt, rec store.StoredReceipt) (store.StoredReceipt, error) {
+	if s.cfg.Log == nil {
+		return rec, nil
+	}
+	leaf, err := receipt.NewLeaf(s.cfg.Credits.Signer.Domain(), r)
+	if err != nil { // cannot happen: r was just signed
+		return rec, err
+	}
+	rec.Leaf = leaf.Marshal()
+	return rec, nil
 }
 
 // x402ReceiptID names the receipt of the x402 payment whose claim key (D4)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -131,3 +132,40 @@ type paymentMetrics struct{ m *Metrics }
 
 func (p paymentMetrics) Payment(outcome string)        { p.m.payment(outcome) }
 func (p paymentMetrics) SettleLatency(d time.Duration) { p.m.settleLatency(d) }
+
+// leaseCollector exports a replica's credit lease counters (D28), read
+// from the leases at each scrape.
+type leaseCollector struct {
+	ls                         *ledger.Leases
+	leases, draws, flushErrors *prometheus.Desc
+}
+
+func newLeaseCollector(ls *ledger.Leases) *leaseCollector {
+	return &leaseCollector{
+		ls: ls,
+		leases: prometheus.NewDesc("llm4agents_credit_leases_total",
+			"Credit leases of this replica (D28): opened (a hold placed for a key's calls), closed (its draws captured, the rest returned), "+
+				"open_failed (the store refused or failed to place one; the call was refused).", []string{"event"}, nil),
+		draws: prometheus.NewDesc("llm4agents_credit_draws_total",
+			"Leased calls' charges by outcome: written (recorded in the store with their receipt), unbilled (refused by the store because "+
+				"the lease had ended: a free call, the operator's loss).", []string{"outcome"}, nil),
+		flushErrors: prometheus.NewDesc("llm4agents_credit_draw_flush_errors_total",
+			"Batches of draws the store failed to write; they are retried at the next flush.", nil, nil),
+	}
+}
+
+func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.leases
+	ch <- c.draws
+	ch <- c.flushErrors
+}
+
+func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	opened, closed, openFailed, _, drawn, flushErrors, unbilled := c.ls.Stats().Snapshot()
+	for event, n := range map[string]int64{"opened": opened, "closed": closed, "open_failed": openFailed} {
+		ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(n), event)
+	}
+	ch <- prometheus.MustNewConstMetric(c.draws, prometheus.CounterValue, float64(drawn), "written")
+	ch <- prometheus.MustNewConstMetric(c.draws, prometheus.CounterValue, float64(unbilled), "unbilled")
+	ch <- prometheus.MustNewConstMetric(c.flushErrors, prometheus.CounterValue, float64(flushErrors))
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/credits"
@@ -115,6 +116,19 @@ func (s *Server) visibleReceipt(r *http.Request) (store.StoredReceipt, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), creditStoreTimeout)
 	defer cancel()
 	rec, err := rs.Receipt(ctx, id)
+	if ls := s.cfg.Credits.Leases; ls != nil && errors.Is(err, store.ErrNotFound) {
+		// A leased call's receipt is written with its draw, within a flush
+		// interval of its answer (D28): write this replica's, give the
+		// others' a flush, and look again.
+		ls.Flush(ctx)
+		if rec, err = rs.Receipt(ctx, id); errors.Is(err, store.ErrNotFound) {
+			select {
+			case <-time.After(2 * ls.FlushInterval()):
+			case <-ctx.Done():
+			}
+			rec, err = rs.Receipt(ctx, id)
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return store.StoredReceipt{}, notFound
@@ -144,11 +158,18 @@ func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) error {
 type receiptList struct {
 	Object string            `json:"object"`
 	Data   []json.RawMessage `json:"data"`
+	// HasMore says a full page was returned: there may be more, the page
+	// before=NextBefore. NextBefore is the store's order of the page's last
+	// receipt (its ledger seq for a call held on its own; a drawn number
+	// for an x402 payment's or a leased call's, whose signed ledgerSeq is
+	// not the list's order).
+	HasMore    bool  `json:"has_more"`
+	NextBefore int64 `json:"next_before,omitempty"`
 }
 
 // listReceipts serves GET /v1/receipts?limit=N&before=SEQ&key_id=ID: the
-// receipts the asker sees, newest first; the next page is before= the last
-// receipt's ledgerSeq. key_id narrows a session's list to one key.
+// receipts the asker sees, newest first; the next page is
+// before=next_before. key_id narrows a session's list to one key.
 func (s *Server) listReceipts(w http.ResponseWriter, r *http.Request) error {
 	who, rs, err := s.receiptAccess(r)
 	if err != nil {
@@ -167,6 +188,9 @@ func (s *Server) listReceipts(w http.ResponseWriter, r *http.Request) error {
 	list := receiptList{Object: "list", Data: make([]json.RawMessage, 0, len(recs))}
 	for _, rec := range recs {
 		list.Data = append(list.Data, rec.Envelope)
+	}
+	if len(recs) == q.Limit {
+		list.HasMore, list.NextBefore = true, recs[len(recs)-1].Seq
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, list)

@@ -81,6 +81,7 @@ func (g *receiptsRig) get(t *testing.T, auth, path string) (int, []byte) {
 type listed struct {
 	ids  []string
 	seqs []int64
+	next int64 // next_before: the next page's cursor
 }
 
 func (g *receiptsRig) list(t *testing.T, auth, query string) listed {
@@ -90,8 +91,9 @@ func (g *receiptsRig) list(t *testing.T, auth, query string) listed {
 		t.Fatalf("list%s: status %d: %s", query, status, body)
 	}
 	var l struct {
-		Object string            `json:"object"`
-		Data   []json.RawMessage `json:"data"`
+		Object     string            `json:"object"`
+		Data       []json.RawMessage `json:"data"`
+		NextBefore int64             `json:"next_before"`
 	}
 	if err := json.Unmarshal(body, &l); err != nil || l.Object != "list" {
 		t.Fatalf("list%s: %s", query, body)
@@ -105,6 +107,7 @@ func (g *receiptsRig) list(t *testing.T, auth, query string) listed {
 		out.ids = append(out.ids, r.RequestID.Hex())
 		out.seqs = append(out.seqs, r.LedgerSeq.Int64())
 	}
+	out.next = l.NextBefore
 	return out
 }
 
@@ -146,8 +149,8 @@ func TestCreditReceiptsPerKey(t *testing.T) {
 				if len(first.seqs) != 1 {
 					t.Fatalf("first page: %v", first.ids)
 				}
-				next := g.list(t, auth, "?limit=1&key_id="+g.idA+"&before="+strconv.FormatInt(first.seqs[0], 10))
-				last := g.list(t, auth, "?limit=1&key_id="+g.idA+"&before="+strconv.FormatInt(next.seqs[0], 10))
+				next := g.list(t, auth, "?limit=1&key_id="+g.idA+"&before="+strconv.FormatInt(first.next, 10))
+				last := g.list(t, auth, "?limit=1&key_id="+g.idA+"&before="+strconv.FormatInt(next.next, 10))
 				got := append(append(first.ids, next.ids...), last.ids...)
 				if diff := cmp.Diff([]string{g.a2, g.a1}, got); diff != "" {
 					t.Errorf("paging key A (-want +got):\n%s", diff)

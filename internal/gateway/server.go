@@ -229,6 +229,9 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 		log:    log.With("component", "gateway"), metrics: NewMetrics(), now: time.Now,
 		asset: asset, unpaid: newUnpaidLimiter(cfg.Unpaid),
 	}
+	if cfg.Credits != nil && cfg.Credits.Leases != nil {
+		s.metrics.reg.MustRegister(newLeaseCollector(cfg.Credits.Leases))
+	}
 	s.pw = paywall.New(paywall.Config{
 		Network: cfg.Network, Asset: cfg.Asset, PayTo: cfg.PayTo, AssetAddress: asset, PayToAddress: payTo, Extra: extra,
 		UptoExtra:         cfg.Upto.extra(),

@@ -406,7 +406,12 @@ func (s *Server) balance(w http.ResponseWriter, r *http.Request) error {
 	if !common.IsHexAddress(owner) {
 		return fmt.Errorf("account %q is not an address", owner)
 	}
-	b, err := c.Ledger.Balance(ctx, common.HexToAddress(owner))
+	var b ledger.Balance
+	if c.Leases != nil {
+		b, err = c.Leases.Balance(ctx, common.HexToAddress(owner))
+	} else {
+		b, err = c.Ledger.Balance(ctx, common.HexToAddress(owner))
+	}
 	if err != nil {
 		return ledgerUnavailable(err)
 	}
@@ -435,7 +440,13 @@ func (s *Server) keyUsage(ctx context.Context, k store.APIKey) (*keyAnswer, erro
 	if k.PeriodCap != store.NoCap {
 		lk.PeriodCap, lk.Period = big.NewInt(k.PeriodCap), k.Period
 	}
-	u, err := s.cfg.Credits.Ledger.KeyUsage(ctx, lk)
+	var u store.KeyUsage
+	var err error
+	if ls := s.cfg.Credits.Leases; ls != nil && common.IsHexAddress(k.Owner) {
+		u, err = ls.KeyUsage(ctx, common.HexToAddress(k.Owner), lk)
+	} else {
+		u, err = s.cfg.Credits.Ledger.KeyUsage(ctx, lk)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
@@ -38,6 +40,7 @@ type LeaseStore interface {
 	Balance(ctx context.Context, account, asset string) (int64, error)
 	Draw(ctx context.Context, draws []store.LeaseDraw) ([]error, error)
 	CloseLease(ctx context.Context, leaseID string) (store.Hold, store.Entry, error)
+	OpenLeases(ctx context.Context, owner, asset string) ([]store.Hold, error)
 }
 
 // Lease defaults.
@@ -85,6 +88,7 @@ type LeaseConfig struct {
 // for concurrent use; Run must be running for draws to be written and
 // leases to be closed.
 type Leases struct {
+	l     *Ledger
 	st    LeaseStore
 	asset string
 	cfg   LeaseConfig
@@ -163,6 +167,21 @@ type lease struct {
 
 func (l *lease) room() int64 { return l.size - l.drawn - l.held }
 
+// spendable is the owner's balance as this replica sees it: the balance
+// after the key's latest lease was placed (which excludes every lease of
+// every replica) plus what this key's leases here have not drawn or held.
+// It is exact while one replica serves the account; with several, it lags
+// the others' charges by at most a lease window.
+func (kl *keyLeases) spendable() int64 {
+	b := kl.balance
+	for _, l := range append([]*lease{kl.cur, kl.next}, kl.retired...) {
+		if l != nil && !l.closing {
+			b += l.room()
+		}
+	}
+	return b
+}
+
 // Ticket is a call admitted against a lease.
 type Ticket struct {
 	lease *lease
@@ -229,11 +248,14 @@ func (l *Ledger) NewLeases(st LeaseStore, cfg LeaseConfig, now func() time.Time)
 		return nil, fmt.Errorf("ledger: leases: %w", err)
 	}
 	return &Leases{
-		st: st, asset: l.cfg.Asset, cfg: cfg, log: l.log.With("component", "leases"), now: now,
+		l: l, st: st, asset: l.cfg.Asset, cfg: cfg, log: l.log.With("component", "leases"), now: now,
 		keys: map[string]*keyLeases{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
 		prefix: fmt.Sprintf("lease-%s-%x-", cfg.Replica, salt),
 	}, nil
 }
+
+// FlushInterval is the longest a draw waits to be written.
+func (ls *Leases) FlushInterval() time.Duration { return ls.cfg.FlushInterval }
 
 // Stats returns the leases' counters.
 func (ls *Leases) Stats() *LeaseStats { return &ls.stats }
@@ -389,7 +411,7 @@ func (ls *Leases) open(ctx context.Context, owner string, limits store.KeyLimits
 		ls.stats.add(func(s *LeaseStats) { s.OpenFailed++ })
 		// The hold may have been written before the error: close it, so
 		// its slice does not wait for the TTL (an unknown id is fine).
-		go ls.closeLater(req.ID)
+		go ls.closeLater(context.WithoutCancel(ctx), req.ID)
 		return fmt.Errorf("ledger: open lease for key %s: %w", limits.ID, err)
 	}
 	ls.stats.add(func(s *LeaseStats) { s.Opened++ })
@@ -457,13 +479,13 @@ func (ls *Leases) Charge(t *Ticket, u chat.Usage, p pricing.Price, receiptOf fun
 	l.unwrit++ // from here: the lease stays open until the draw is written
 	balance := int64(0)
 	if kl := ls.keys[t.key]; kl != nil {
-		balance = kl.balance
+		balance = kl.spendable()
 	}
 	ls.mu.Unlock()
 
 	ch := Charge{
-		Hold:    store.Hold{ID: l.id, Asset: ls.asset, Amount: t.max, Actual: c, Captured: charged, Loss: c - charged, Lease: true},
-		Cost:    big.NewInt(c), Charged: big.NewInt(charged), Loss: big.NewInt(c - charged),
+		Hold: store.Hold{ID: l.id, Asset: ls.asset, Amount: t.max, Actual: c, Captured: charged, Loss: c - charged, Lease: true},
+		Cost: big.NewInt(c), Charged: big.NewInt(charged), Loss: big.NewInt(c - charged),
 		BalanceAfter: big.NewInt(balance), Seq: 0, At: ls.now(), Ref: t.Ref(),
 	}
 	d := store.LeaseDraw{LeaseID: l.id, Position: t.pos, Charged: charged, Cost: c}
@@ -612,12 +634,90 @@ func (ls *Leases) closeRetired(ctx context.Context, all bool) {
 }
 
 // closeLater closes a lease whose opening failed, in case the store wrote it.
-func (ls *Leases) closeLater(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), leaseStoreTimeout)
+func (ls *Leases) closeLater(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, leaseStoreTimeout)
 	defer cancel()
 	if _, _, err := ls.st.CloseLease(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		ls.log.Warn("close a lease whose opening failed; the sweep will end it", "lease", id, "err", err)
 	}
+}
+
+// Balance is Ledger.Balance with leases counted as what they are: the
+// owner's credit a replica holds for its calls. What a lease's draws
+// charged is spent; the rest of it is Available, not Held. This replica's
+// draws are written first; another replica's of the last flush interval
+// may not show yet. The two reads are not one snapshot: a lease closed
+// between them is missed (Available is then low by its rest, never high).
+func (ls *Leases) Balance(ctx context.Context, payer common.Address) (Balance, error) {
+	ls.Flush(ctx)
+	b, err := ls.l.Balance(ctx, payer)
+	if err != nil {
+		return Balance{}, err
+	}
+	open, err := ls.openLeases(ctx, payer)
+	if err != nil {
+		return Balance{}, err
+	}
+	for _, h := range open {
+		b.Available.Add(b.Available, big.NewInt(h.Amount-h.Drawn))
+		b.Held.Sub(b.Held, big.NewInt(h.Amount))
+	}
+	if b.Held.Sign() < 0 { // a lease placed between the two reads
+		b.Held.SetInt64(0)
+	}
+	return b, nil
+}
+
+// KeyUsage is Ledger.KeyUsage with the draws on k's open leases counted as
+// spent, and their leases not as held.
+func (ls *Leases) KeyUsage(ctx context.Context, payer common.Address, k Key) (store.KeyUsage, error) {
+	ls.Flush(ctx)
+	u, err := ls.l.KeyUsage(ctx, k)
+	if err != nil {
+		return store.KeyUsage{}, err
+	}
+	open, err := ls.openLeases(ctx, payer)
+	if err != nil {
+		return store.KeyUsage{}, err
+	}
+	for _, h := range open {
+		if h.KeyID != k.ID {
+			continue
+		}
+		u.Held, u.Spent = max(u.Held-h.Amount, 0), u.Spent+h.Drawn
+		if u.Period > 0 && h.KeyPeriod == u.Period && h.KeyPeriodStart.Equal(u.PeriodStart) {
+			u.PeriodHeld, u.PeriodSpent = max(u.PeriodHeld-h.Amount, 0), u.PeriodSpent+h.Drawn
+		}
+	}
+	return u, nil
+}
+
+func (ls *Leases) openLeases(ctx context.Context, payer common.Address) ([]store.Hold, error) {
+	o, err := owner(payer)
+	if err != nil {
+		return nil, err
+	}
+	open, err := ls.st.OpenLeases(ctx, o, ls.asset)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open leases of %s: %w", o, err)
+	}
+	return open, nil
+}
+
+// Quiesce writes every draw and closes every lease with no call in flight,
+// so that the store's books show every charge; calls go on, on new leases.
+// It reports whether every lease was closed.
+func (ls *Leases) Quiesce(ctx context.Context) bool {
+	ok := ls.Flush(ctx)
+	ls.closeRetired(ctx, true)
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, kl := range ls.keys {
+		if len(kl.retired) > 0 {
+			ok = false
+		}
+	}
+	return ok
 }
 
 // Close stops admitting calls, waits (until ctx ends) for the calls in

@@ -108,4 +108,24 @@ type Leases interface {
 	// sweep ended it. ErrNotFound for no such hold, ErrConflict for a hold
 	// that is not a lease.
 	CloseLease(ctx context.Context, leaseID string) (Hold, Entry, error)
+	// OpenLeases returns owner's open leases in asset (state HoldHeld),
+	// at most MaxOpenLeases, soonest created first: what a balance shows as
+	// the owner's own (each lease's amount less its draws) rather than
+	// held, and a key's usage as spent (its draws).
+	OpenLeases(ctx context.Context, owner, asset string) ([]Hold, error)
 }
+
+// ValidateOpenLeases checks the arguments of Leases.OpenLeases.
+func ValidateOpenLeases(owner, asset string) error {
+	if !ValidOwner(owner) {
+		return errors.New("invalid owner")
+	}
+	if !ValidAsset(asset) {
+		return errors.New("invalid asset")
+	}
+	return nil
+}
+
+// MaxOpenLeases bounds what OpenLeases returns: an owner has about one
+// lease per key per replica.
+const MaxOpenLeases = 1000

@@ -170,8 +170,9 @@ type Hold struct {
 	ResolvedAt  time.Time
 	ResolvedSeq int64
 	// Lease says the hold is a credit lease. Drawn is what its recorded
-	// draws charged so far and DrawnCost their full cost; once the lease is
-	// captured, Captured is Drawn and Actual DrawnCost.
+	// draws charged so far and DrawnCost their full cost, saturating at
+	// MaxAmount (the part above it is loss no book needs); once the lease
+	// is captured, Captured is Drawn and Actual DrawnCost.
 	Lease            bool
 	Drawn, DrawnCost int64
 }

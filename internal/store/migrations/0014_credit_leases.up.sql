@@ -13,6 +13,9 @@ ALTER TABLE ledger_holds ADD COLUMN lease SMALLINT NOT NULL DEFAULT 0 CHECK (lea
 ALTER TABLE ledger_holds ADD COLUMN drawn BIGINT NOT NULL DEFAULT 0 CHECK (drawn >= 0);
 ALTER TABLE ledger_holds ADD COLUMN drawn_cost BIGINT NOT NULL DEFAULT 0 CHECK (drawn_cost >= 0);
 
+-- An owner's open leases, for its balance (store.Leases.OpenLeases).
+CREATE INDEX ledger_holds_open_leases ON ledger_holds (owner, asset, created_at_ms) WHERE lease = 1 AND state = 'held';
+
 -- One row per call drawn on a lease: a call draws once, and a position is
 -- taken once in its lease (the receipt's reference names it).
 CREATE TABLE ledger_lease_draws (

@@ -108,7 +108,7 @@ s AS (
     FROM unnest($10::text[], $12::bigint[], $13::bigint[]) AS u(lease, charged, cost)
     GROUP BY u.lease),
 hu AS (
-    UPDATE ledger_holds h SET drawn = h.drawn + s.charged, drawn_cost = h.drawn_cost + s.cost
+    UPDATE ledger_holds h SET drawn = h.drawn + s.charged, drawn_cost = LEAST(h.drawn_cost + s.cost, 1000000000000000)
     FROM s
     WHERE h.hold_id = s.lease AND h.lease = 1 AND h.state = 'held' AND h.drawn <= h.amount - s.charged
     RETURNING 1)
@@ -414,3 +414,32 @@ func (db *DB) CloseLease(ctx context.Context, leaseID string) (_ store.Hold, _ s
 }
 
 var _ store.Leases = (*DB)(nil)
+
+// OpenLeases implements store.Leases.
+func (db *DB) OpenLeases(ctx context.Context, owner, asset string) (_ []store.Hold, err error) {
+	defer store.Wrap(&err, "postgres", "open leases of %q", owner)
+	if err := store.ValidateOpenLeases(owner, asset); err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	rows, err := db.pool.Query(ctx, `SELECT `+holdColumns+` FROM ledger_holds
+WHERE owner = $1 AND asset = $2 AND lease = 1 AND state = 'held'
+ORDER BY created_at_ms, hold_id LIMIT $3`, owner, asset, store.MaxOpenLeases)
+	if err != nil {
+		return nil, db.mapErr(ctx, err)
+	}
+	defer rows.Close()
+	var out []store.Hold
+	for rows.Next() {
+		h, _, err := scanHold(rows)
+		if err != nil {
+			return nil, db.mapErr(ctx, err)
+		}
+		out = append(out, h)
+	}
+	return out, db.mapErr(ctx, rows.Err())
+}

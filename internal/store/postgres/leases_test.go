@@ -176,33 +176,3 @@ func TestLeaseCloseRacesDraws(t *testing.T) {
 		t.Errorf("Balance() = %d, %v; want %d", bal, err, store.MaxAmount-drawn)
 	}
 }
-
-// TestLeaseDrawLeafConflict checks that a draw whose receipt's leaf
-// conflicts with one queued is refused alone, as a receipt that conflicts
-// is: PutReceipt's rules, and the batch's other draws stand.
-func TestLeaseDrawLeafConflict(t *testing.T) {
-	ctx := t.Context()
-	_, dsn := freshSchema(t)
-	db := open(t, dsn, nil, nil)
-	testLeases(t, db, 1_000_000, "lease-1")
-	if err := db.AppendLog(ctx, []store.LogEntry{{RequestID: "call-2", Leaf: []byte("another leaf")}}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := db.Draw(ctx, []store.LeaseDraw{
-		{LeaseID: "lease-1", CallID: "call-1", Position: 1, Charged: 10, Cost: 10, Receipt: drawReceipt("call-1", "r1")},
-		{LeaseID: "lease-1", CallID: "call-2", Position: 2, Charged: 10, Cost: 10, Receipt: drawReceipt("call-2", "r2")},
-		{LeaseID: "lease-1", CallID: "call-3", Position: 3, Charged: 10, Cost: 10, Receipt: drawReceipt("call-3", "r3")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res[0] != nil || !errors.Is(res[1], store.ErrConflict) || res[2] != nil {
-		t.Errorf("Draw() = %v, want nil, ErrConflict, nil", res)
-	}
-	if _, err := db.Receipt(ctx, "call-2"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("Receipt(call-2) = %v, want ErrNotFound: its draw was refused", err)
-	}
-	if h, err := db.HoldRecord(ctx, "lease-1"); err != nil || h.Drawn != 20 {
-		t.Errorf("HoldRecord() = %+v, %v; want drawn 20", h, err)
-	}
-}

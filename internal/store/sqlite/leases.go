@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -20,7 +21,8 @@ const (
 	takenPos   = `SELECT 1 FROM ledger_lease_draws WHERE lease_id = ? AND position = ?`
 	insertDraw = `INSERT INTO ledger_lease_draws (call_id, lease_id, position, charged, cost, created_at_ms)
 VALUES (?, ?, ?, ?, ?, ?)`
-	addDrawn = `UPDATE ledger_holds SET drawn = drawn + ?, drawn_cost = drawn_cost + ?
+	// drawn_cost saturates at store.MaxAmount (see store.Hold.DrawnCost).
+	addDrawn = `UPDATE ledger_holds SET drawn = drawn + ?, drawn_cost = MIN(drawn_cost + ?, 1000000000000000)
 WHERE hold_id = ? AND lease = 1 AND state = 'held' AND drawn <= amount - ?`
 )
 
@@ -116,6 +118,17 @@ func checkDraw(ctx context.Context, tx wtx, d store.LeaseDraw) (bool, error) {
 	case !errors.Is(err, sql.ErrNoRows):
 		return false, err
 	}
+	if d.Receipt != nil && len(d.Receipt.Leaf) > 0 {
+		// Judged here, before anything is written: a conflict found by
+		// queueLeaves would fail the whole batch.
+		cur, err := scanLogEntry(tx.QueryRowContext(ctx, selectLogEntry, d.CallID))
+		switch {
+		case err == nil && !bytes.Equal(cur.Leaf, d.Receipt.Leaf):
+			return false, fmt.Errorf("call %s has another leaf queued: %w", d.CallID, store.ErrConflict)
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return false, err
+		}
+	}
 	return true, nil
 }
 
@@ -156,6 +169,35 @@ func (db *DB) CloseLease(ctx context.Context, leaseID string) (_ store.Hold, _ s
 		return store.Hold{}, store.Entry{}, mapErr(ctx, err)
 	}
 	return h, e, nil
+}
+
+// OpenLeases implements store.Leases.
+func (db *DB) OpenLeases(ctx context.Context, owner, asset string) (_ []store.Hold, err error) {
+	defer store.Wrap(&err, "sqlite", "open leases of %q", owner)
+	if err := store.ValidateOpenLeases(owner, asset); err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	rows, err := db.ro.QueryContext(ctx, `SELECT `+holdColumns+` FROM ledger_holds
+WHERE owner = ? AND asset = ? AND lease = 1 AND state = 'held'
+ORDER BY created_at_ms, hold_id LIMIT ?`, owner, asset, store.MaxOpenLeases)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
+	var out []store.Hold
+	for rows.Next() {
+		h, err := scanHold(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, mapErr(ctx, rows.Err())
 }
 
 func boolInt(b bool) int {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -41,7 +42,10 @@ func RunLeases(t *testing.T, open OpenLeases) {
 		{"Refusals", testLeaseRefusals},
 		{"NotACallHold", testLeaseNotACallHold},
 		{"Receipts", testLeaseReceipts},
+		{"LeafConflict", testLeaseLeafConflict},
+		{"CostSaturates", testLeaseCostSaturates},
 		{"Expiry", testLeaseExpiry},
+		{"OpenLeases", testLeaseOpenLeases},
 		{"InvalidArguments", testLeaseInvalid},
 		{"Race/Draws", testLeaseRaceDraws},
 	}
@@ -251,6 +255,60 @@ func testLeaseReceipts(e *leaseEnv) {
 	e.close("lease-1")
 }
 
+// logAppender is the part of store.ReceiptLog the leaf conflict needs.
+type logAppender interface {
+	AppendLog(ctx context.Context, entries []store.LogEntry) error
+}
+
+func testLeaseLeafConflict(e *leaseEnv) {
+	la, ok := e.la.(logAppender)
+	if !ok {
+		e.t.Skip("the backend keeps no receipt log")
+	}
+	e.credit("c1", alice, usdc, dollar)
+	e.hold(leaseReq("lease-1", 500_000, nil))
+	if err := la.AppendLog(e.ctx, []store.LogEntry{{RequestID: "call-2", Leaf: []byte("another leaf")}}); err != nil {
+		e.t.Fatal(err)
+	}
+	withLeaf := func(id string) *store.StoredReceipt {
+		r := leaseReceipt(id, `{"r":"`+id+`"}`)
+		r.Leaf = []byte("leaf of " + id)
+		return r
+	}
+	errs := e.draw(
+		store.LeaseDraw{LeaseID: "lease-1", CallID: "call-1", Position: 1, Charged: 10, Cost: 10, Receipt: withLeaf("call-1")},
+		store.LeaseDraw{LeaseID: "lease-1", CallID: "call-2", Position: 2, Charged: 10, Cost: 10, Receipt: withLeaf("call-2")},
+		store.LeaseDraw{LeaseID: "lease-1", CallID: "call-3", Position: 3, Charged: 10, Cost: 10, Receipt: withLeaf("call-3")},
+	)
+	// Refused alone, as a receipt that conflicts is; the others stand.
+	e.wantResults("Draw", errs, nil, store.ErrConflict, nil)
+	if _, err := e.lb.Receipt(e.ctx, "call-2"); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("Receipt(call-2) = %v, want ErrNotFound: its draw was refused", err)
+	}
+	if h := e.holdRecord("lease-1"); h.Drawn != 20 {
+		e.t.Errorf("drawn = %d, want 20", h.Drawn)
+	}
+	e.close("lease-1")
+}
+
+func testLeaseCostSaturates(e *leaseEnv) {
+	// A lease's total cost stops at MaxAmount: what is above it is loss
+	// that no book needs, and the sums stay inside int64.
+	e.credit("c1", alice, usdc, dollar)
+	e.hold(leaseReq("lease-1", 500_000, nil))
+	for i := range 3 {
+		errs := e.draw(store.LeaseDraw{LeaseID: "lease-1", CallID: fmt.Sprintf("call-%d", i), Position: int64(i + 1), Charged: 100, Cost: store.MaxAmount})
+		e.wantResults("Draw", errs, nil)
+	}
+	if h := e.holdRecord("lease-1"); h.Drawn != 300 || h.DrawnCost != store.MaxAmount {
+		e.t.Errorf("lease = drawn %d cost %d, want 300 and MaxAmount", h.Drawn, h.DrawnCost)
+	}
+	if h, _ := e.close("lease-1"); h.Captured != 300 || h.Actual != store.MaxAmount {
+		e.t.Errorf("CloseLease() = %+v", h)
+	}
+	e.balances(dollar-300, 0)
+}
+
 func testLeaseExpiry(e *leaseEnv) {
 	e.credit("c1", alice, usdc, dollar)
 	key := &store.KeyLimits{ID: "sk-1", TotalCap: dollar, PeriodCap: store.NoCap}
@@ -282,6 +340,41 @@ func testLeaseExpiry(e *leaseEnv) {
 	if h, _ := e.close("undrawn"); h.State != store.HoldExpired {
 		e.t.Errorf("CloseLease() after the sweep = %+v, want the expiry", h)
 	}
+}
+
+func testLeaseOpenLeases(e *leaseEnv) {
+	e.credit("c1", alice, usdc, dollar)
+	e.credit("c2", bob, usdc, dollar)
+	e.hold(leaseReq("lease-1", 100_000, nil))
+	e.clock.Advance(time.Millisecond)
+	e.hold(leaseReq("lease-2", 200_000, &store.KeyLimits{ID: "sk-1", TotalCap: store.NoCap, PeriodCap: store.NoCap}))
+	e.hold(holdReq("a-call", alice, 1000))
+	r := leaseReq("bobs", 100, nil)
+	r.Owner = bob
+	e.hold(r)
+	e.draw(store.LeaseDraw{LeaseID: "lease-2", CallID: "call-1", Position: 1, Charged: 50, Cost: 60})
+	e.close("lease-1")
+	e.hold(leaseReq("lease-3", 300, nil))
+	got, err := e.lb.OpenLeases(e.ctx, alice, usdc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var ids []string
+	for _, h := range got {
+		ids = append(ids, h.ID)
+	}
+	if fmt.Sprint(ids) != "[lease-2 lease-3]" || got[0].Drawn != 50 || got[0].KeyID != "sk-1" {
+		e.t.Errorf("OpenLeases(alice) = %+v, want lease-2 (drawn 50, key sk-1) then lease-3", got)
+	}
+	if got, err := e.lb.OpenLeases(e.ctx, alice, eurc); err != nil || len(got) != 0 {
+		e.t.Errorf("OpenLeases(alice, eurc) = %v, %v; want none", got, err)
+	}
+	_, err = e.lb.OpenLeases(e.ctx, "Not An Owner", usdc)
+	noSentinel(e.t, "OpenLeases(invalid owner)", err)
+	for _, id := range []string{"lease-2", "lease-3", "bobs"} {
+		e.close(id)
+	}
+	e.release("a-call")
 }
 
 func testLeaseInvalid(e *leaseEnv) {

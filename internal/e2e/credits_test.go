@@ -56,8 +56,17 @@ const (
 // it, and this run proves the default build ignores it.
 func TestCreditsCapAcrossReplicas(t *testing.T) {
 	skipShort(t)
-	r := runCapTest(t, proctest.BuildBinary(t))
-	t.Logf("default build: %s", r)
+	for _, durability := range []string{"leased", "per_call"} {
+		t.Run(durability, func(t *testing.T) { testCreditsCap(t, durability) })
+	}
+}
+
+// testCreditsCap is TestCreditsCapAcrossReplicas with credits.durability
+// set: leased (every replica charges against leases in memory; the store
+// checks every lease against the cap) or per_call.
+func testCreditsCap(t *testing.T, durability string) {
+	r := runCapTest(t, proctest.BuildBinary(t), durability)
+	t.Logf("default build, %s: %s", durability, r)
 	if r.spent > keyCap {
 		t.Errorf("the key spent %d atomic units, above its cap of %d", r.spent, keyCap)
 	}
@@ -78,7 +87,7 @@ func TestCreditsCapAcrossReplicas(t *testing.T) {
 // overspend the cap. If this test fails, the cap test above proves nothing.
 func TestCreditsCapControlReadThenWrite(t *testing.T) {
 	skipShort(t)
-	r := runCapTest(t, proctest.BuildBinary(t, readThenWriteTag))
+	r := runCapTest(t, proctest.BuildBinary(t, readThenWriteTag), "per_call")
 	t.Logf("read-then-write build: %s", r)
 	if r.spent <= keyCap {
 		t.Errorf("the key spent %d atomic units, within its cap of %d: the control shows no overspend", r.spent, keyCap)
@@ -98,7 +107,7 @@ func (r capRun) String() string {
 		r.answered, r.refused, r.other, r.upstreamCalls, r.spent, keyCap)
 }
 
-func runCapTest(t *testing.T, bin string) capRun {
+func runCapTest(t *testing.T, bin, durability string) capRun {
 	t.Helper()
 	c := startChain(t)
 	up := upstreamtest.NewServer(t, upstreamtest.Config{})
@@ -107,14 +116,16 @@ func runCapTest(t *testing.T, bin string) capRun {
 	asset := ledger.AssetID(network, c.token)
 	secret, keyID := fundedKey(t, st, asset)
 
-	cfg := replicaConfig(c, dsn, up.URL()) + creditsConfig
+	cfg := replicaConfig(c, dsn, up.URL()) + creditsConfig + "  durability: " + durability + "\n"
 	urls := make([]string, numReplicas)
+	procs := make([]*proctest.Process, numReplicas)
 	for i := range numReplicas {
-		urls[i] = proctest.Start(t, bin, proctest.Options{
+		procs[i] = proctest.Start(t, bin, proctest.Options{
 			Name:       fmt.Sprintf("replica %d", i),
 			ConfigYAML: cfg,
 			Env:        []string{signerEnv(i), receiptKeyEnv(), readThenWriteEnv},
-		}).URL
+		})
+		urls[i] = procs[i].URL
 	}
 
 	hc := newHTTPClient(t)
@@ -144,6 +155,13 @@ func runCapTest(t *testing.T, bin string) capRun {
 	}
 	wg.Wait()
 	run.upstreamCalls = up.Calls() - calls0
+	// Stopped as an operator stops them: leased replicas write their last
+	// draws and close their leases, so the store shows every charge.
+	for _, p := range procs {
+		if err := p.Stop(); err != nil {
+			t.Error(err)
+		}
+	}
 
 	u, err := st.KeyUsage(t.Context(), keyID, asset, 0)
 	if err != nil {
@@ -178,6 +196,13 @@ func receiptKeyEnv() string {
 // about the reservation, and top-ups and sign-in have tests of their own.
 func fundedKey(t *testing.T, st *postgres.DB, asset string) (secret, id string) {
 	t.Helper()
+	return fundedKeyWith(t, st, asset, accountFunds, keyCap)
+}
+
+// fundedKeyWith is fundedKey with the account's funds and the key's total
+// cap given.
+func fundedKeyWith(t *testing.T, st *postgres.DB, asset string, funds, capAmount int64) (secret, id string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
 	defer cancel()
 	l, err := ledger.New(st, ledger.Config{Asset: asset}, discard())
@@ -185,7 +210,7 @@ func fundedKey(t *testing.T, st *postgres.DB, asset string) (secret, id string) 
 		t.Fatalf("ledger: %v", err)
 	}
 	payer := testchain.DevAddress(payerIdx)
-	if _, err := l.TopUp(ctx, "e2e:cap-test-funds", payer, big.NewInt(accountFunds)); err != nil {
+	if _, err := l.TopUp(ctx, "e2e:cap-test-funds", payer, big.NewInt(funds)); err != nil {
 		t.Fatalf("fund the account: %v", err)
 	}
 	secret, id, err = credits.NewKey()
@@ -194,7 +219,7 @@ func fundedKey(t *testing.T, st *postgres.DB, asset string) (secret, id string) 
 	}
 	_, err = st.CreateKey(ctx, store.APIKey{
 		ID: id, Hash: credits.HashSecret(secret), Owner: strings.ToLower(payer.Hex()), Name: "cap test",
-		TotalCap: keyCap, PeriodCap: store.NoCap,
+		TotalCap: capAmount, PeriodCap: store.NoCap,
 	})
 	if err != nil {
 		t.Fatalf("create the key: %v", err)

@@ -16,6 +16,7 @@
 package proctest
 
 import (
+	"syscall"
 	"bufio"
 	"bytes"
 	"context"
@@ -277,6 +278,20 @@ func (p *Process) Kill() error {
 		return nil
 	case <-time.After(stopTimeout):
 		return fmt.Errorf("%s: pid %d still running %s after kill", p.name, p.Pid, stopTimeout)
+	}
+}
+
+// Stop asks the process to stop (SIGTERM: it shuts down as an operator's
+// stop would) and waits until it has exited.
+func (p *Process) Stop() error {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("%s: stop: %w", p.name, err)
+	}
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(stopTimeout):
+		return fmt.Errorf("%s: pid %d still running %s after SIGTERM", p.name, p.Pid, stopTimeout)
 	}
 }
 

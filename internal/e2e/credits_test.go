@@ -65,10 +65,31 @@ func TestCreditsCapAcrossReplicas(t *testing.T) {
 // set: leased (every replica charges against leases in memory; the store
 // checks every lease against the cap) or per_call.
 func testCreditsCap(t *testing.T, durability string) {
-	r := runCapTest(t, proctest.BuildBinary(t), durability)
-	t.Logf("default build, %s: %s", durability, r)
+	trials := envInt(t, "LLM4AGENTS_CAP_TRIALS", 3)
+	runs := runCapTrials(t, proctest.BuildBinary(t), durability, trials)
+	var over, answered, spent int64
+	for i, r := range runs {
+		if r.spent > keyCap {
+			over++
+		}
+		answered += int64(r.answered)
+		spent = max(spent, r.spent)
+		if i > 0 {
+			checkCapRun(t, r)
+		}
+	}
+	t.Logf("SUMMARY %s: %d trials of %d calls on %d replicas, %d over the cap, %d calls answered, the most spent in a trial %d of %d",
+		durability, trials, capRequests, numReplicas, over, answered, spent, keyCap)
+	r := runs[0]
+	t.Logf("default build, %s, first trial: %s", durability, r)
+	checkCapRun(t, r)
+}
+
+// checkCapRun fails the test unless r kept the cap and makes a point.
+func checkCapRun(t *testing.T, r capRun) {
+	t.Helper()
 	if r.spent > keyCap {
-		t.Errorf("the key spent %d atomic units, above its cap of %d", r.spent, keyCap)
+		t.Errorf("the key spent %d atomic units, above its cap of %d: %s", r.spent, keyCap, r)
 	}
 	if r.upstreamCalls != int64(r.answered) {
 		t.Errorf("%d upstream calls for %d answers: a refused call reached the upstream", r.upstreamCalls, r.answered)
@@ -107,16 +128,29 @@ func (r capRun) String() string {
 		r.answered, r.refused, r.other, r.upstreamCalls, r.spent, keyCap)
 }
 
+// runCapTest starts three replicas of bin with credits.durability set and
+// runs one cap trial on them; runCapTrials runs several.
 func runCapTest(t *testing.T, bin, durability string) capRun {
+	t.Helper()
+	return runCapTrials(t, bin, durability, 1)[0]
+}
+
+// runCapTrials starts three replicas of bin on one fresh PostgreSQL
+// database and runs trials trials on them, each with a key of its own
+// (total cap keyCap) taking capRequests concurrent calls spread over the
+// replicas. A trial ends once every lease of its key is closed (the leases
+// of the test config admit for 200ms), so its spent is the ledger's final
+// word. The last trial stops the replicas first, as an operator would.
+func runCapTrials(t *testing.T, bin, durability string, trials int) []capRun {
 	t.Helper()
 	c := startChain(t)
 	up := upstreamtest.NewServer(t, upstreamtest.Config{})
 	dsn := freshPostgres(t)
 	st := openPostgres(t, dsn)
 	asset := ledger.AssetID(network, c.token)
-	secret, keyID := fundedKey(t, st, asset)
+	secret, keyID := fundedKeyWith(t, st, asset, int64(trials)*accountFunds, keyCap)
 
-	cfg := replicaConfig(c, dsn, up.URL()) + creditsConfig + "  durability: " + durability + "\n"
+	cfg := replicaConfig(c, dsn, up.URL()) + creditsConfig + "  durability: " + durability + "\n  lease_window: 200ms\n"
 	urls := make([]string, numReplicas)
 	procs := make([]*proctest.Process, numReplicas)
 	for i := range numReplicas {
@@ -129,6 +163,44 @@ func runCapTest(t *testing.T, bin, durability string) capRun {
 	}
 
 	hc := newHTTPClient(t)
+	runs := make([]capRun, trials)
+	for trial := range trials {
+		if trial > 0 {
+			secret, keyID = newCapKey(t, st)
+		}
+		runs[trial] = capTrial(t, hc, urls, up, secret)
+		if trial == trials-1 {
+			// Stopped as an operator stops them: leased replicas write
+			// their last draws and close their leases.
+			for _, p := range procs {
+				if err := p.Stop(); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		var u store.KeyUsage
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var err error
+			if u, err = st.KeyUsage(t.Context(), keyID, asset, 0); err != nil {
+				t.Fatalf("read the key's usage: %v", err)
+			}
+			if u.Held == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if u.Held != 0 {
+			t.Errorf("trial %d: the key still holds %d after every call ended", trial, u.Held)
+		}
+		runs[trial].spent = u.Spent
+	}
+	return runs
+}
+
+// capTrial sends capRequests concurrent calls with secret over urls.
+func capTrial(t *testing.T, hc *http.Client, urls []string, up *upstreamtest.Server, secret string) capRun {
+	t.Helper()
 	calls0 := up.Calls()
 	var (
 		mu  sync.Mutex
@@ -139,7 +211,7 @@ func runCapTest(t *testing.T, bin, durability string) capRun {
 	defer cancel()
 	for i := range capRequests {
 		wg.Go(func() {
-			status, body, err := creditCall(ctx, hc, urls[i%numReplicas], secret)
+			status, body, err := creditCall(ctx, hc, urls[i%len(urls)], secret)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -155,23 +227,24 @@ func runCapTest(t *testing.T, bin, durability string) capRun {
 	}
 	wg.Wait()
 	run.upstreamCalls = up.Calls() - calls0
-	// Stopped as an operator stops them: leased replicas write their last
-	// draws and close their leases, so the store shows every charge.
-	for _, p := range procs {
-		if err := p.Stop(); err != nil {
-			t.Error(err)
-		}
-	}
-
-	u, err := st.KeyUsage(t.Context(), keyID, asset, 0)
-	if err != nil {
-		t.Fatalf("read the key's usage: %v", err)
-	}
-	if u.Held != 0 {
-		t.Errorf("the key still holds %d after every call ended", u.Held)
-	}
-	run.spent = u.Spent
 	return run
+}
+
+// newCapKey creates another key of the funded account with the cap keyCap.
+func newCapKey(t *testing.T, st *postgres.DB) (secret, id string) {
+	t.Helper()
+	secret, id, err := credits.NewKey()
+	if err != nil {
+		t.Fatalf("new key: %v", err)
+	}
+	_, err = st.CreateKey(t.Context(), store.APIKey{
+		ID: id, Hash: credits.HashSecret(secret), Owner: strings.ToLower(testchain.DevAddress(payerIdx).Hex()), Name: "cap trial",
+		TotalCap: keyCap, PeriodCap: store.NoCap,
+	})
+	if err != nil {
+		t.Fatalf("create the key: %v", err)
+	}
+	return secret, id
 }
 
 // creditsConfig follows replicaConfig, whose last section is the model list:

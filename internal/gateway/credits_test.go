@@ -1161,3 +1161,34 @@ func TestCreditSecretsNotLogged(t *testing.T) {
 		}
 	})
 }
+
+// TestCreditRevokedKeyStops: a key revoked while its calls are served (from
+// a lease, when leased) is refused at its next call: the key is read from
+// the store on every call, so no lease outlives its key's revocation.
+func TestCreditRevokedKeyStops(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		e := newCreditEnv(t, creditOpts{backend: b})
+		e.topUp(t, alice, 1_000_000)
+		secret, key := e.newKey(t, alice, nil)
+		for range 3 {
+			if resp := e.chat(t, secret, chatBody); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
+			}
+		}
+		before := e.up.Calls()
+		if _, err := e.db.RevokeKey(t.Context(), key.Owner, key.ID); err != nil {
+			t.Fatal(err)
+		}
+		resp := e.chat(t, secret, chatBody)
+		if body := readAll(t, resp); resp.StatusCode != http.StatusUnauthorized || errorCode(t, body) != "invalid_api_key" {
+			t.Errorf("a call after revocation: status %d: %s", resp.StatusCode, body)
+		}
+		if e.up.Calls() != before {
+			t.Error("a revoked key's call reached the upstream")
+		}
+		// What the three calls charged is billed, nothing more.
+		if bal := e.balance(t, alice); bal.Held.Sign() != 0 || bal.Available.Int64() >= 1_000_000 {
+			t.Errorf("balance after revocation = %v available, %v held", bal.Available, bal.Held)
+		}
+	})
+}

@@ -101,6 +101,9 @@ ORDER BY created_at_ms, key_id`, owner)
 	return out, nil
 }
 
+// selectKeyByHash is the lookup of every credit call: prepared once.
+const selectKeyByHash = `SELECT ` + keyColumns + ` FROM api_keys WHERE key_hash = ?`
+
 // KeyByHash implements store.Keys.
 func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err error) {
 	defer store.Wrap(&err, "sqlite", "key by hash")
@@ -113,7 +116,7 @@ func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err e
 	}
 	defer cancel()
 
-	k, err := scanKey(db.ro.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE key_hash = ?`, hash))
+	k, err := scanKey(db.readRow(ctx, selectKeyByHash, hash))
 	if err != nil {
 		return store.APIKey{}, mapErr(ctx, err)
 	}

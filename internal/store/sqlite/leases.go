@@ -26,6 +26,10 @@ VALUES (?, ?, ?, ?, ?, ?)`
 WHERE hold_id = ? AND lease = 1 AND state = 'held' AND drawn <= amount - ?`
 )
 
+// leaseStatements are the statements of a batch of draws, which the writer
+// prepares (its other statements are the ledger's and the receipts').
+func leaseStatements() []string { return []string{selectDraw, takenPos, insertDraw, addDrawn} }
+
 // Draw implements store.Leases.
 func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err error) {
 	defer store.Wrap(&err, "sqlite", "draw %d", len(draws))

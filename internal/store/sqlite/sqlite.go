@@ -53,6 +53,11 @@ type DB struct {
 	ro   *sql.DB // read-only connections
 	log  *slog.Logger
 
+	// roStmts are the hot reads prepared on the read pool (readStmt), so a
+	// credit call's key lookup does not parse its SQL every time.
+	roMu    sync.Mutex
+	roStmts map[string]*sql.Stmt
+
 	// The write queue. mu guards queue and closing; wake (on mu) tells the
 	// writer goroutine that an op was queued or Close was called.
 	mu      sync.Mutex
@@ -156,6 +161,34 @@ func (db *DB) Close() error {
 		return fmt.Errorf("sqlite: close: %w", err)
 	}
 	return nil
+}
+
+// readStmt returns query prepared on the read pool, preparing it on first
+// use; on a failure to prepare it returns nil and the caller runs the query
+// unprepared. The pool's connections close with it.
+func (db *DB) readStmt(ctx context.Context, query string) *sql.Stmt {
+	db.roMu.Lock()
+	defer db.roMu.Unlock()
+	if st := db.roStmts[query]; st != nil {
+		return st
+	}
+	st, err := db.ro.PrepareContext(ctx, query)
+	if err != nil {
+		return nil
+	}
+	if db.roStmts == nil {
+		db.roStmts = map[string]*sql.Stmt{}
+	}
+	db.roStmts[query] = st
+	return st
+}
+
+// readRow runs a hot read, prepared (readStmt).
+func (db *DB) readRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := db.readStmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return db.ro.QueryRowContext(ctx, query, args...)
 }
 
 // Ping checks that the file can still be read, for readiness probes.

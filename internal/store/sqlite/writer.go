@@ -292,7 +292,9 @@ func (db *DB) statements() map[string]*sql.Stmt {
 // writerStatements returns the statements the writer prepares: those of the
 // ledger's writes, and those of keeping a receipt and queuing its leaf,
 // which every credit-paid call makes.
-func writerStatements() []string { return append(ledgerStatements(), receiptStatements()...) }
+func writerStatements() []string {
+	return append(append(ledgerStatements(), receiptStatements()...), leaseStatements()...)
+}
 
 // prepareStatements prepares writerStatements on the writer connection, once,
 // unless it failed less than prepareRetry ago. Only the writer goroutine

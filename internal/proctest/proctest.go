@@ -16,7 +16,6 @@
 package proctest
 
 import (
-	"syscall"
 	"bufio"
 	"bytes"
 	"context"
@@ -29,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )

@@ -152,6 +152,12 @@ func (db *DB) Close() error {
 	<-db.writerDone
 
 	var errs []error
+	db.roMu.Lock()
+	for _, st := range db.roStmts {
+		errs = append(errs, st.Close())
+	}
+	db.roStmts = nil
+	db.roMu.Unlock()
 	if db.ro != nil {
 		errs = append(errs, db.ro.Close())
 	}
@@ -172,7 +178,7 @@ func (db *DB) readStmt(ctx context.Context, query string) *sql.Stmt {
 	if st := db.roStmts[query]; st != nil {
 		return st
 	}
-	st, err := db.ro.PrepareContext(ctx, query)
+	st, err := db.ro.PrepareContext(ctx, query) //nolint:sqlclosecheck // kept for the pool's life; Close closes it
 	if err != nil {
 		return nil
 	}
@@ -185,7 +191,7 @@ func (db *DB) readStmt(ctx context.Context, query string) *sql.Stmt {
 
 // readRow runs a hot read, prepared (readStmt).
 func (db *DB) readRow(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := db.readStmt(ctx, query); st != nil {
+	if st := db.readStmt(ctx, query); st != nil { //nolint:sqlclosecheck // kept for the pool's life; Close closes it
 		return st.QueryRowContext(ctx, args...)
 	}
 	return db.ro.QueryRowContext(ctx, query, args...)

@@ -149,8 +149,8 @@ func TestLeasedReplicaKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d calls answered, %d charges written (%d atomic units), %d lost with the killed replica (%d atomic units, the earliest answered %s before the kill)",
-		len(answered), written, writtenCharged, lost, lostCharged, latestLost)
+	t.Logf("%d calls answered, %d charges written (%d atomic units), %d lost with the killed replica (%d atomic units, the earliest answered %s before the kill) lost-window-us=%d",
+		len(answered), written, writtenCharged, lost, lostCharged, latestLost, latestLost.Microseconds())
 	if latestLost > lostWindow {
 		t.Errorf("a call answered %s before the kill lost its charge: more than %s", latestLost, lostWindow)
 	}

@@ -322,3 +322,40 @@ func TestLeasesCapChange(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeasesPeriodBoundary: a lease counts against the cap period it was
+// placed in and admits no call of the next one; the next period's calls
+// draw on a lease placed in it.
+func TestLeasesPeriodBoundary(t *testing.T) {
+	l, db, clk := newLedger(t)
+	topUp(t, l, "t1", 1_000_000)
+	// 100 ms before the end of an hour.
+	end := clk.Now().Truncate(time.Hour).Add(time.Hour)
+	clk.Advance(end.Sub(clk.Now()) - 100*time.Millisecond)
+	ls := newLeases(t, l, db, leaseConfig("r1"), clk.Now)
+	key := &ledger.Key{ID: "sk-1", PeriodCap: big.NewInt(1000), Period: time.Hour}
+	charge := func() {
+		t.Helper()
+		tk, err := ls.Reserve(t.Context(), call("c", key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls.Charge(tk, chat.Usage{PromptTokens: 1000, CompletionTokens: 1000}, mini, nil)
+	}
+	charge() // 750 of the hour's 1,000
+	if _, err := ls.Reserve(t.Context(), call("c", key)); err == nil {
+		t.Fatal("a second call of 750 fit an hour's cap of 1,000")
+	}
+	clk.Advance(200 * time.Millisecond) // the next hour
+	charge()
+	if err := ls.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	u, err := l.KeyUsage(t.Context(), *key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Spent != 1500 || u.PeriodSpent != 750 || !u.PeriodStart.Equal(end) {
+		t.Errorf("KeyUsage() = %+v; want 1500 spent, 750 of it in the hour from %v", u, end)
+	}
+}

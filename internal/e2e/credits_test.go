@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
 
@@ -148,7 +149,7 @@ func runCapTrials(t *testing.T, bin, durability string, trials int) []capRun {
 	dsn := freshPostgres(t)
 	st := openPostgres(t, dsn)
 	asset := ledger.AssetID(network, c.token)
-	secret, keyID := fundedKeyWith(t, st, asset, int64(trials)*accountFunds, keyCap)
+	secret, keyID := fundedKey(t, st, asset)
 
 	cfg := replicaConfig(c, dsn, up.URL()) + creditsConfig + "  durability: " + durability + "\n  lease_window: 200ms\n"
 	urls := make([]string, numReplicas)
@@ -166,7 +167,7 @@ func runCapTrials(t *testing.T, bin, durability string, trials int) []capRun {
 	runs := make([]capRun, trials)
 	for trial := range trials {
 		if trial > 0 {
-			secret, keyID = newCapKey(t, st)
+			secret, keyID = newCapKey(t, st, asset, trial)
 		}
 		runs[trial] = capTrial(t, hc, urls, up, secret)
 		if trial == trials-1 {
@@ -230,15 +231,27 @@ func capTrial(t *testing.T, hc *http.Client, urls []string, up *upstreamtest.Ser
 	return run
 }
 
-// newCapKey creates another key of the funded account with the cap keyCap.
-func newCapKey(t *testing.T, st *postgres.DB) (secret, id string) {
+// newCapKey funds the account of a trial of its own (an owner may hold at
+// most store.MaxKeysPerOwner keys) with accountFunds and creates a key on it
+// with the cap keyCap.
+func newCapKey(t *testing.T, st *postgres.DB, asset string, trial int) (secret, id string) {
 	t.Helper()
-	secret, id, err := credits.NewKey()
+	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
+	defer cancel()
+	l, err := ledger.New(st, ledger.Config{Asset: asset}, discard())
+	if err != nil {
+		t.Fatalf("ledger: %v", err)
+	}
+	owner := common.BigToAddress(big.NewInt(int64(0xcafe0000 + trial)))
+	if _, err := l.TopUp(ctx, fmt.Sprintf("e2e:cap-trial-%d", trial), owner, big.NewInt(accountFunds)); err != nil {
+		t.Fatalf("fund trial %d: %v", trial, err)
+	}
+	secret, id, err = credits.NewKey()
 	if err != nil {
 		t.Fatalf("new key: %v", err)
 	}
-	_, err = st.CreateKey(t.Context(), store.APIKey{
-		ID: id, Hash: credits.HashSecret(secret), Owner: strings.ToLower(testchain.DevAddress(payerIdx).Hex()), Name: "cap trial",
+	_, err = st.CreateKey(ctx, store.APIKey{
+		ID: id, Hash: credits.HashSecret(secret), Owner: strings.ToLower(owner.Hex()), Name: "cap trial",
 		TotalCap: keyCap, PeriodCap: store.NoCap,
 	})
 	if err != nil {

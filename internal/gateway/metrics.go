@@ -72,7 +72,8 @@ func NewMetrics() *Metrics {
 		}, []string{"outcome"}),
 		ledgerT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "llm4agents_credit_ledger_duration_seconds",
-			Help: "Time the credit path waited for one ledger write, by operation (hold, capture, release, receipt).",
+			Help: "Time the credit path waited for one ledger write, by operation (hold, capture, release, receipt), or, with leased credits, " +
+				"for its admission against the replica's lease (lease: no store write unless a lease had to be opened).",
 			// From 100us: a ledger write is one durable commit.
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 		}, []string{"op"}),

@@ -22,10 +22,20 @@ import (
 
 // lostWindow is how long before a replica's death a leased call may have
 // answered and still lost its charge: the flush interval (20 ms) plus the
-// time a batch's write takes under this test's load, with room for a slow
-// CI machine. A lost call answered earlier than this means draws were not
-// being written as promised.
-const lostWindow = 500 * time.Millisecond
+// time the batches queued at that moment take to write, which on a loaded
+// 2-CPU machine reached 0.55 s in 1 of 100 runs (scripts/soak-credits), with
+// room for a slower CI machine. A lost call answered earlier than this means
+// draws were not being written as promised: with the flush switched off, the
+// calls of the whole run before the kill (preKill) are lost.
+const lostWindow = time.Second
+
+// preKill is how long the traffic runs before the kill: well past
+// lostWindow, so that a replica writing nothing fails the test.
+const preKill = 2500 * time.Millisecond
+
+// maxUnwritten is the leases' queue bound at the default flush batch (16
+// batches of 256): no crash may lose more calls than that.
+const maxUnwritten = 16 * 256
 
 // leasedCall is one answered credit call, as the buyer saw it.
 type leasedCall struct {
@@ -101,7 +111,7 @@ func TestLeasedReplicaKilled(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(preKill)
 	mu.Lock()
 	killedAt = time.Now()
 	mu.Unlock()
@@ -153,6 +163,9 @@ func TestLeasedReplicaKilled(t *testing.T) {
 		len(answered), written, writtenCharged, lost, lostCharged, latestLost, latestLost.Microseconds())
 	if latestLost > lostWindow {
 		t.Errorf("a call answered %s before the kill lost its charge: more than %s", latestLost, lostWindow)
+	}
+	if lost > maxUnwritten {
+		t.Errorf("%d calls lost their charges, more than the queue's bound of %d", lost, maxUnwritten)
 	}
 	if written == 0 {
 		t.Error("no charge was written: the test proves nothing")

@@ -112,15 +112,19 @@ func receiptsVerify(ctx context.Context, args []string, e env) error {
 	}}
 	for i, env := range envelopes {
 		res := verifyEnvelope(ctx, sigs, f.base, env)
+		// The auditor's reports of earlier receipts read results meanwhile.
+		mu.Lock()
 		results[i].RequestID = "?"
 		if res.r != nil {
 			results[i].RequestID, results[i].Amount = res.r.RequestID.Hex(), res.r.Amount.String()
 		}
 		if !res.Verified {
 			results[i].Error = "signature: " + res.Error
-			continue
 		}
-		auditor.Add(ctx, res.r, res.r.RequestID.Hex())
+		mu.Unlock()
+		if res.Verified {
+			auditor.Add(ctx, res.r, res.r.RequestID.Hex())
+		}
 	}
 	auditor.Wait()
 	// The latest checkpoint too: it must extend every one the proofs were

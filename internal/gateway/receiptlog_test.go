@@ -359,6 +359,9 @@ func TestLedgerTiesToLog(t *testing.T) {
 		}
 		close(work)
 		wg.Wait()
+		if e.leases != nil && !e.leases.Flush(t.Context()) { // the draws written, their leases left open
+			t.Fatal("flush the draws")
+		}
 		if _, err := rl.Integrate(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -443,6 +446,7 @@ func TestLogAnchors(t *testing.T) {
 			if resp := e.chat(t, aliceKey, chatBody); resp.StatusCode != http.StatusOK {
 				t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
 			}
+			e.sync(t)
 			if _, err := rl.Integrate(t.Context()); err != nil {
 				t.Fatal(err)
 			}

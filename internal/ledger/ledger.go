@@ -329,6 +329,32 @@ func (l *Ledger) Statement(ctx context.Context, payer common.Address, afterSeq i
 	return l.st.Entries(ctx, store.UserAccount(o), l.cfg.Asset, afterSeq, limit)
 }
 
+// LeaseDraws returns what the recorded draws on each of payer's open
+// credit leases charged, by lease: spent, and captured when the lease ends
+// (docs/DESIGN.md D28). It is empty for a store that keeps no leases.
+func (l *Ledger) LeaseDraws(ctx context.Context, payer common.Address) (_ map[string]int64, err error) {
+	defer wrap(&err, "lease draws of %s", payer.Hex())
+	out := map[string]int64{}
+	ls, ok := l.st.(interface {
+		OpenLeases(ctx context.Context, owner, asset string) ([]store.Hold, error)
+	})
+	if !ok {
+		return out, nil
+	}
+	o, err := owner(payer)
+	if err != nil {
+		return nil, err
+	}
+	open, err := ls.OpenLeases(ctx, o, l.cfg.Asset)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range open {
+		out[h.ID] = h.Drawn
+	}
+	return out, nil
+}
+
 // KeyUsage returns what k has spent and holds, with its current period.
 func (l *Ledger) KeyUsage(ctx context.Context, k Key) (_ store.KeyUsage, err error) {
 	defer wrap(&err, "key usage %s", k.ID)

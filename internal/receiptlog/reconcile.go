@@ -18,9 +18,12 @@ import (
 // of its receipts is the leaf the log holds for it. The operator checks it
 // from the store (the leaves alone name no account).
 
-// Statement reads a credit account's ledger entries (ledger.Ledger).
+// Statement reads a credit account's ledger entries (ledger.Ledger), and
+// what calls drew on its open credit leases: charged and receipted, but
+// captured only when the lease ends (docs/DESIGN.md D28).
 type Statement interface {
 	Statement(ctx context.Context, payer common.Address, afterSeq int64, limit int) ([]store.Entry, error)
+	LeaseDraws(ctx context.Context, payer common.Address) (map[string]int64, error)
 }
 
 // ReceiptLister reads an owner's kept receipts (store.Receipts).
@@ -37,8 +40,10 @@ type EntryReader interface {
 type Reconciliation struct {
 	Account common.Address
 	// Captured is what the ledger captured from the account (what its
-	// capture entries took from its own accounts); Receipted what its
-	// credit receipts say it was charged.
+	// capture entries took from its own accounts) plus what its open leases'
+	// recorded draws charged; Receipted what its credit receipts say it was
+	// charged. A lease that closes while Reconcile reads can make them
+	// differ for that run: run it again.
 	Captured, Receipted *big.Int
 	// Receipts counts the account's receipts (every rail); Logged those
 	// whose leaf the log holds and is theirs; Pending those whose leaf waits
@@ -59,6 +64,12 @@ const reconcilePage = 500
 // receipts, and each receipt against its log entry, signed in domain.
 func Reconcile(ctx context.Context, led Statement, rs ReceiptLister, log EntryReader, domain receipt.Domain, account common.Address) (Reconciliation, error) {
 	out := Reconciliation{Account: account, Captured: new(big.Int), Receipted: new(big.Int)}
+	// The open leases first, then the statement: a lease closed in between
+	// shows as its capture in the statement and is not counted twice.
+	drawn, err := led.LeaseDraws(ctx, account)
+	if err != nil {
+		return out, fmt.Errorf("receiptlog: reconcile %s: %w", account.Hex(), err)
+	}
 	for after := int64(0); ; {
 		entries, err := led.Statement(ctx, account, after, reconcilePage)
 		if err != nil {
@@ -69,6 +80,7 @@ func Reconcile(ctx context.Context, led Statement, rs ReceiptLister, log EntryRe
 			if e.Kind != store.EntryCapture {
 				continue
 			}
+			delete(drawn, e.HoldID)
 			// What left the account's own books: the hold, less what
 			// went back to it. Revenue may be more (a shortfall is the
 			// operator's loss, booked to the loss account).
@@ -82,6 +94,9 @@ func Reconcile(ctx context.Context, led Statement, rs ReceiptLister, log EntryRe
 			break
 		}
 		after = entries[len(entries)-1].Seq
+	}
+	for _, d := range drawn {
+		out.Captured.Add(out.Captured, big.NewInt(d))
 	}
 	q := store.ReceiptsQuery{Owner: strings.ToLower(account.Hex()), Limit: reconcilePage}
 	for {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/big"
 	"net/http"
 	"strings"
@@ -327,19 +326,6 @@ func openPostgres(t *testing.T, dsn string) *postgres.DB {
 
 // creditCall sends one credit-paid chat completion with the API key.
 func creditCall(ctx context.Context, hc *http.Client, gatewayURL, key string) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayURL+"/v1/chat/completions", strings.NewReader(creditBody))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, body, err
+	status, body, _, err := leasedCreditCall(ctx, hc, gatewayURL, key)
+	return status, body, err
 }

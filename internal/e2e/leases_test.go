@@ -186,7 +186,8 @@ func TestLeasedReplicaKilled(t *testing.T) {
 	}
 }
 
-// leasedCreditCall is creditCall that also returns the call's request id.
+// leasedCreditCall sends one credit-paid chat completion with the API key
+// and returns the call's request id beside its answer.
 func leasedCreditCall(ctx context.Context, hc *http.Client, gatewayURL, key string) (int, []byte, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()

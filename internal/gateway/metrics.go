@@ -162,11 +162,11 @@ func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
-	opened, closed, openFailed, _, drawn, flushErrors, unbilled := c.ls.Stats().Snapshot()
-	for event, n := range map[string]int64{"opened": opened, "closed": closed, "open_failed": openFailed} {
-		ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(n), event)
+	n := c.ls.Stats().Snapshot()
+	for event, v := range map[string]int64{"opened": n.Opened, "closed": n.Closed, "open_failed": n.OpenFailed} {
+		ch <- prometheus.MustNewConstMetric(c.leases, prometheus.CounterValue, float64(v), event)
 	}
-	ch <- prometheus.MustNewConstMetric(c.draws, prometheus.CounterValue, float64(drawn), "written")
-	ch <- prometheus.MustNewConstMetric(c.draws, prometheus.CounterValue, float64(unbilled), "unbilled")
-	ch <- prometheus.MustNewConstMetric(c.flushErrors, prometheus.CounterValue, float64(flushErrors))
+	ch <- prometheus.MustNewConstMetric(c.draws, prometheus.CounterValue, float64(n.Drawn), "written")
+	ch <- prometheus.MustNewConstMetric(c.draws, prometheus.CounterValue, float64(n.Unbilled), "unbilled")
+	ch <- prometheus.MustNewConstMetric(c.flushErrors, prometheus.CounterValue, float64(n.FlushErrors))
 }

@@ -112,9 +112,8 @@ type Leases struct {
 	prefix  string
 }
 
-// LeaseStats counts what leases did, for metrics.
-type LeaseStats struct {
-	mu                          sync.Mutex
+// LeaseCounts are what leases did, for metrics.
+type LeaseCounts struct {
 	Opened, Closed, OpenFailed  int64
 	Flushes, Drawn, FlushErrors int64
 	// Unbilled counts draws the store refused (their lease had ended):
@@ -122,17 +121,23 @@ type LeaseStats struct {
 	Unbilled int64
 }
 
-// Snapshot returns a copy of the counters.
-func (s *LeaseStats) Snapshot() (opened, closed, openFailed, flushes, drawn, flushErrors, unbilled int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.Opened, s.Closed, s.OpenFailed, s.Flushes, s.Drawn, s.FlushErrors, s.Unbilled
+// LeaseStats keeps LeaseCounts, safe for concurrent use.
+type LeaseStats struct {
+	mu sync.Mutex
+	c  LeaseCounts
 }
 
-func (s *LeaseStats) add(f func(*LeaseStats)) {
+// Snapshot returns a copy of the counts.
+func (s *LeaseStats) Snapshot() LeaseCounts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f(s)
+	return s.c
+}
+
+func (s *LeaseStats) add(f func(*LeaseCounts)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.c)
 }
 
 // keyLeases is one key's leases on this replica.
@@ -174,10 +179,15 @@ func (l *lease) room() int64 { return l.size - l.drawn - l.held }
 // the others' charges by at most a lease window.
 func (kl *keyLeases) spendable() int64 {
 	b := kl.balance
-	for _, l := range append([]*lease{kl.cur, kl.next}, kl.retired...) {
+	add := func(l *lease) {
 		if l != nil && !l.closing {
 			b += l.room()
 		}
+	}
+	add(kl.cur)
+	add(kl.next)
+	for _, l := range kl.retired {
+		add(l)
 	}
 	return b
 }
@@ -408,13 +418,13 @@ func (ls *Leases) open(ctx context.Context, owner string, limits store.KeyLimits
 		return &store.InsufficientError{Limit: ie.Limit, Available: ie.Available, Requested: n}
 	}
 	if err != nil {
-		ls.stats.add(func(s *LeaseStats) { s.OpenFailed++ })
+		ls.stats.add(func(s *LeaseCounts) { s.OpenFailed++ })
 		// The hold may have been written before the error: close it, so
 		// its slice does not wait for the TTL (an unknown id is fine).
 		go ls.closeLater(context.WithoutCancel(ctx), req.ID)
 		return fmt.Errorf("ledger: open lease for key %s: %w", limits.ID, err)
 	}
-	ls.stats.add(func(s *LeaseStats) { s.Opened++ })
+	ls.stats.add(func(s *LeaseCounts) { s.Opened++ })
 	l := &lease{id: h.ID, seq: h.Seq, size: h.Amount, limits: limits, until: ls.now().Add(ls.cfg.Window), next: 1}
 	if !h.KeyPeriodStart.IsZero() {
 		// A lease counts against the period it was placed in: it admits
@@ -567,7 +577,7 @@ func (ls *Leases) Flush(ctx context.Context) bool {
 		results, err := ls.st.Draw(wctx, draws)
 		cancel()
 		if err != nil {
-			ls.stats.add(func(s *LeaseStats) { s.FlushErrors++ })
+			ls.stats.add(func(s *LeaseCounts) { s.FlushErrors++ })
 			ls.log.Error("write credit draws; retrying at the next flush", "draws", n, "err", err)
 			return false
 		}
@@ -586,7 +596,7 @@ func (ls *Leases) Flush(ctx context.Context) bool {
 		ls.queue = ls.queue[n:]
 		ls.pending -= n
 		ls.mu.Unlock()
-		ls.stats.add(func(s *LeaseStats) { s.Flushes++; s.Drawn += int64(n - unbilled); s.Unbilled += int64(unbilled) })
+		ls.stats.add(func(s *LeaseCounts) { s.Flushes++; s.Drawn += int64(n - unbilled); s.Unbilled += int64(unbilled) })
 	}
 }
 
@@ -629,7 +639,7 @@ func (ls *Leases) closeRetired(ctx context.Context, all bool) {
 			ls.log.Warn("close credit lease; the sweep will end it at its TTL", "lease", l.id, "err", err)
 			continue
 		}
-		ls.stats.add(func(s *LeaseStats) { s.Closed++ })
+		ls.stats.add(func(s *LeaseCounts) { s.Closed++ })
 	}
 }
 

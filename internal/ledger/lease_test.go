@@ -162,8 +162,8 @@ func TestLeasesCapAcrossReplicas(t *testing.T) {
 		t.Errorf("KeyUsage() = %+v, %v; want spent %d (every admitted call), held 0", u, err, spent)
 	}
 	for _, ls := range replicas {
-		if _, _, _, _, _, _, unbilled := ls.Stats().Snapshot(); unbilled != 0 {
-			t.Errorf("%d draws were refused by the store", unbilled)
+		if n := ls.Stats().Snapshot(); n.Unbilled != 0 {
+			t.Errorf("%d draws were refused by the store", n.Unbilled)
 		}
 	}
 }

@@ -40,7 +40,7 @@ type LeaseStore interface {
 	Balance(ctx context.Context, account, asset string) (int64, error)
 	Draw(ctx context.Context, draws []store.LeaseDraw) ([]error, error)
 	CloseLease(ctx context.Context, leaseID string) (store.Hold, store.Entry, error)
-	OpenLeases(ctx context.Context, owner, asset string) ([]store.Hold, error)
+	OpenLeases(ctx context.Context, owner, asset string) (store.LeaseBook, error)
 }
 
 // Lease defaults.
@@ -100,6 +100,9 @@ type Leases struct {
 	// flushMu makes one Flush at a time: Run's and Close's would take the
 	// same batch.
 	flushMu sync.Mutex
+	// closeMu makes one closeRetired at a time, so that Close and Quiesce
+	// return only once the closes Run started meanwhile are done.
+	closeMu sync.Mutex
 	mu      sync.Mutex
 	keys    map[string]*keyLeases
 	queue   []queuedDraw
@@ -603,6 +606,8 @@ func (ls *Leases) Flush(ctx context.Context) bool {
 // closeRetired closes the retired leases whose calls are done and written
 // (all retired leases, and current ones too, when all is set).
 func (ls *Leases) closeRetired(ctx context.Context, all bool) {
+	ls.closeMu.Lock()
+	defer ls.closeMu.Unlock()
 	var todo []*lease
 	ls.mu.Lock()
 	now := ls.now()
@@ -660,20 +665,14 @@ func (ls *Leases) closeLater(ctx context.Context, id string) {
 // between them is missed (Available is then low by its rest, never high).
 func (ls *Leases) Balance(ctx context.Context, payer common.Address) (Balance, error) {
 	ls.Flush(ctx)
-	b, err := ls.l.Balance(ctx, payer)
+	book, err := ls.openLeases(ctx, payer)
 	if err != nil {
 		return Balance{}, err
 	}
-	open, err := ls.openLeases(ctx, payer)
-	if err != nil {
-		return Balance{}, err
-	}
-	for _, h := range open {
+	b := Balance{Available: big.NewInt(book.Available), Held: big.NewInt(book.Held)}
+	for _, h := range book.Leases {
 		b.Available.Add(b.Available, big.NewInt(h.Amount-h.Drawn))
 		b.Held.Sub(b.Held, big.NewInt(h.Amount))
-	}
-	if b.Held.Sign() < 0 { // a lease placed between the two reads
-		b.Held.SetInt64(0)
 	}
 	return b, nil
 }
@@ -686,11 +685,11 @@ func (ls *Leases) KeyUsage(ctx context.Context, payer common.Address, k Key) (st
 	if err != nil {
 		return store.KeyUsage{}, err
 	}
-	open, err := ls.openLeases(ctx, payer)
+	book, err := ls.openLeases(ctx, payer)
 	if err != nil {
 		return store.KeyUsage{}, err
 	}
-	for _, h := range open {
+	for _, h := range book.Leases {
 		if h.KeyID != k.ID {
 			continue
 		}
@@ -702,32 +701,55 @@ func (ls *Leases) KeyUsage(ctx context.Context, payer common.Address, k Key) (st
 	return u, nil
 }
 
-func (ls *Leases) openLeases(ctx context.Context, payer common.Address) ([]store.Hold, error) {
+func (ls *Leases) openLeases(ctx context.Context, payer common.Address) (store.LeaseBook, error) {
 	o, err := owner(payer)
 	if err != nil {
-		return nil, err
+		return store.LeaseBook{}, err
 	}
-	open, err := ls.st.OpenLeases(ctx, o, ls.asset)
+	book, err := ls.st.OpenLeases(ctx, o, ls.asset)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: open leases of %s: %w", o, err)
+		return store.LeaseBook{}, fmt.Errorf("ledger: open leases of %s: %w", o, err)
 	}
-	return open, nil
+	return book, nil
 }
 
 // Quiesce writes every draw and closes every lease with no call in flight,
 // so that the store's books show every charge; calls go on, on new leases.
-// It reports whether every lease was closed.
+// A lease being opened (ahead of need, say) is waited for and closed too,
+// until ctx ends. It reports whether every lease was closed.
 func (ls *Leases) Quiesce(ctx context.Context) bool {
-	ok := ls.Flush(ctx)
+	ok := ls.waitOpenings(ctx)
+	ok = ls.Flush(ctx) && ok
 	ls.closeRetired(ctx, true)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for _, kl := range ls.keys {
-		if len(kl.retired) > 0 {
+		if len(kl.retired) > 0 || kl.cur != nil || kl.next != nil {
 			ok = false
 		}
 	}
 	return ok
+}
+
+// waitOpenings waits until the leases being opened now are placed or have
+// failed, or until ctx ends, and reports whether they all ended.
+func (ls *Leases) waitOpenings(ctx context.Context) bool {
+	ls.mu.Lock()
+	var opening []<-chan struct{}
+	for _, kl := range ls.keys {
+		if kl.opening != nil {
+			opening = append(opening, kl.opening)
+		}
+	}
+	ls.mu.Unlock()
+	for _, done := range opening {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // Close stops admitting calls, waits (until ctx ends) for the calls in

@@ -168,6 +168,54 @@ func TestLeasesCapAcrossReplicas(t *testing.T) {
 	}
 }
 
+// TestLeasesBalanceWhileLeasesTurn reads a balance while another replica
+// opens and closes leases on the same account with calls that cost
+// nothing: the balance must not move. Read in two snapshots, a lease placed
+// or closed between them shows its slice twice or not at all.
+func TestLeasesBalanceWhileLeasesTurn(t *testing.T) {
+	l, db, clk := newLedger(t)
+	const total = 10_000_000
+	topUp(t, l, "t1", total)
+	turner := newLeases(t, l, db, leaseConfig("r1"), clk.Now)
+	reader := newLeases(t, l, db, leaseConfig("r2"), clk.Now)
+	key := &ledger.Key{ID: "sk-1"}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer cancel()
+		for i := range 150 {
+			tk, err := turner.Reserve(ctx, call(fmt.Sprintf("c%d", i), key))
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				t.Errorf("Reserve(): %v", err)
+				return
+			}
+			turner.Charge(tk, chat.Usage{}, mini, nil)
+			if !turner.Quiesce(ctx) {
+				t.Error("Quiesce() left a lease open")
+				return
+			}
+		}
+	})
+	reads := 0
+	for ctx.Err() == nil {
+		b, err := reader.Balance(ctx, payer)
+		if ctx.Err() != nil {
+			break
+		}
+		reads++
+		if err != nil || b.Available.Int64() != total || b.Held.Sign() != 0 {
+			t.Errorf("Balance() = %v available, %v held, %v; want %d, 0", b.Available, b.Held, err, total)
+			cancel()
+		}
+	}
+	wg.Wait()
+	t.Logf("%d balance reads", reads)
+}
+
 // TestLeasesReplicaDies: a replica that dies between flushes loses the
 // draws it had not written, and only those; the sweep ends its lease at the
 // TTL, capturing what was written and returning the rest.

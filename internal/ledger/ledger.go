@@ -336,7 +336,7 @@ func (l *Ledger) LeaseDraws(ctx context.Context, payer common.Address) (_ map[st
 	defer wrap(&err, "lease draws of %s", payer.Hex())
 	out := map[string]int64{}
 	ls, ok := l.st.(interface {
-		OpenLeases(ctx context.Context, owner, asset string) ([]store.Hold, error)
+		OpenLeases(ctx context.Context, owner, asset string) (store.LeaseBook, error)
 	})
 	if !ok {
 		return out, nil
@@ -345,11 +345,11 @@ func (l *Ledger) LeaseDraws(ctx context.Context, payer common.Address) (_ map[st
 	if err != nil {
 		return nil, err
 	}
-	open, err := ls.OpenLeases(ctx, o, l.cfg.Asset)
+	book, err := ls.OpenLeases(ctx, o, l.cfg.Asset)
 	if err != nil {
 		return nil, err
 	}
-	for _, h := range open {
+	for _, h := range book.Leases {
 		out[h.ID] = h.Drawn
 	}
 	return out, nil

@@ -108,11 +108,23 @@ type Leases interface {
 	// sweep ended it. ErrNotFound for no such hold, ErrConflict for a hold
 	// that is not a lease.
 	CloseLease(ctx context.Context, leaseID string) (Hold, Entry, error)
-	// OpenLeases returns owner's open leases in asset (state HoldHeld),
-	// at most MaxOpenLeases, soonest created first: what a balance shows as
-	// the owner's own (each lease's amount less its draws) rather than
-	// held, and a key's usage as spent (its draws).
-	OpenLeases(ctx context.Context, owner, asset string) ([]Hold, error)
+	// OpenLeases returns owner's balances and open leases in asset, read
+	// in one snapshot: what a balance shows as the owner's own (each
+	// lease's amount less its draws) rather than held, and a key's usage
+	// as spent (its draws).
+	OpenLeases(ctx context.Context, owner, asset string) (LeaseBook, error)
+}
+
+// LeaseBook is an owner's balances and open leases in one asset, read in
+// one snapshot of the store: a lease placed or closed meanwhile is counted
+// in both the balances and the leases, or in neither, so a balance derived
+// from them never shows a lease's slice twice or not at all.
+type LeaseBook struct {
+	// Available and Held are the owner's user and held balances.
+	Available, Held int64
+	// Leases are the open leases (state HoldHeld), at most MaxOpenLeases,
+	// soonest created first.
+	Leases []Hold
 }
 
 // ValidateOpenLeases checks the arguments of Leases.OpenLeases.

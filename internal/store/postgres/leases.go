@@ -415,31 +415,47 @@ func (db *DB) CloseLease(ctx context.Context, leaseID string) (_ store.Hold, _ s
 
 var _ store.Leases = (*DB)(nil)
 
-// OpenLeases implements store.Leases.
-func (db *DB) OpenLeases(ctx context.Context, owner, asset string) (_ []store.Hold, err error) {
+// OpenLeases implements store.Leases, in one repeatable-read transaction:
+// its statements share one snapshot.
+func (db *DB) OpenLeases(ctx context.Context, owner, asset string) (_ store.LeaseBook, err error) {
 	defer store.Wrap(&err, "postgres", "open leases of %q", owner)
 	if err := store.ValidateOpenLeases(owner, asset); err != nil {
-		return nil, err
+		return store.LeaseBook{}, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
-		return nil, err
+		return store.LeaseBook{}, err
 	}
 	defer cancel()
-	rows, err := db.pool.Query(ctx, `SELECT `+holdColumns+` FROM ledger_holds
+	tx, err := db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return store.LeaseBook{}, db.mapErr(ctx, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // read only: nothing to keep
+	var book store.LeaseBook
+	err = tx.QueryRow(ctx, `SELECT
+  COALESCE((SELECT balance FROM ledger_balances WHERE account = $1 AND asset = $3), 0),
+  COALESCE((SELECT balance FROM ledger_balances WHERE account = $2 AND asset = $3), 0)`,
+		store.UserAccount(owner), store.HeldAccount(owner), asset).Scan(&book.Available, &book.Held)
+	if err != nil {
+		return store.LeaseBook{}, db.mapErr(ctx, err)
+	}
+	rows, err := tx.Query(ctx, `SELECT `+holdColumns+` FROM ledger_holds
 WHERE owner = $1 AND asset = $2 AND lease = 1 AND state = 'held'
 ORDER BY created_at_ms, hold_id LIMIT $3`, owner, asset, store.MaxOpenLeases)
 	if err != nil {
-		return nil, db.mapErr(ctx, err)
+		return store.LeaseBook{}, db.mapErr(ctx, err)
 	}
 	defer rows.Close()
-	var out []store.Hold
 	for rows.Next() {
 		h, _, err := scanHold(rows)
 		if err != nil {
-			return nil, db.mapErr(ctx, err)
+			return store.LeaseBook{}, db.mapErr(ctx, err)
 		}
-		out = append(out, h)
+		book.Leases = append(book.Leases, h)
 	}
-	return out, db.mapErr(ctx, rows.Err())
+	if err := rows.Err(); err != nil {
+		return store.LeaseBook{}, db.mapErr(ctx, err)
+	}
+	return book, nil
 }

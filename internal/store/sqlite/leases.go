@@ -175,33 +175,51 @@ func (db *DB) CloseLease(ctx context.Context, leaseID string) (_ store.Hold, _ s
 	return h, e, nil
 }
 
-// OpenLeases implements store.Leases.
-func (db *DB) OpenLeases(ctx context.Context, owner, asset string) (_ []store.Hold, err error) {
+// OpenLeases implements store.Leases, in one read transaction: WAL gives
+// it one snapshot.
+func (db *DB) OpenLeases(ctx context.Context, owner, asset string) (_ store.LeaseBook, err error) {
 	defer store.Wrap(&err, "sqlite", "open leases of %q", owner)
 	if err := store.ValidateOpenLeases(owner, asset); err != nil {
-		return nil, err
+		return store.LeaseBook{}, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
-		return nil, err
+		return store.LeaseBook{}, err
 	}
 	defer cancel()
-	rows, err := db.ro.QueryContext(ctx, `SELECT `+holdColumns+` FROM ledger_holds
+	tx, err := db.ro.BeginTx(ctx, nil)
+	if err != nil {
+		return store.LeaseBook{}, mapErr(ctx, err)
+	}
+	defer func() { _ = tx.Rollback() }() // read only: nothing to keep
+	book, err := readLeaseBook(ctx, tx, owner, asset)
+	return book, mapErr(ctx, err)
+}
+
+func readLeaseBook(ctx context.Context, tx *sql.Tx, owner, asset string) (store.LeaseBook, error) {
+	var book store.LeaseBook
+	var err error
+	if book.Available, err = balance(ctx, tx, store.UserAccount(owner), asset); err != nil {
+		return book, err
+	}
+	if book.Held, err = balance(ctx, tx, store.HeldAccount(owner), asset); err != nil {
+		return book, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+holdColumns+` FROM ledger_holds
 WHERE owner = ? AND asset = ? AND lease = 1 AND state = 'held'
 ORDER BY created_at_ms, hold_id LIMIT ?`, owner, asset, store.MaxOpenLeases)
 	if err != nil {
-		return nil, mapErr(ctx, err)
+		return book, err
 	}
 	defer func() { _ = rows.Close() }() // rows.Err reports what iterating hit
-	var out []store.Hold
 	for rows.Next() {
 		h, err := scanHold(rows)
 		if err != nil {
-			return nil, err
+			return book, err
 		}
-		out = append(out, h)
+		book.Leases = append(book.Leases, h)
 	}
-	return out, mapErr(ctx, rows.Err())
+	return book, rows.Err()
 }
 
 func boolInt(b bool) int {

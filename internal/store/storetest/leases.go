@@ -355,10 +355,11 @@ func testLeaseOpenLeases(e *leaseEnv) {
 	e.draw(store.LeaseDraw{LeaseID: "lease-2", CallID: "call-1", Position: 1, Charged: 50, Cost: 60})
 	e.close("lease-1")
 	e.hold(leaseReq("lease-3", 300, nil))
-	got, err := e.lb.OpenLeases(e.ctx, alice, usdc)
+	book, err := e.lb.OpenLeases(e.ctx, alice, usdc)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	got := book.Leases
 	var ids []string
 	for _, h := range got {
 		ids = append(ids, h.ID)
@@ -366,7 +367,12 @@ func testLeaseOpenLeases(e *leaseEnv) {
 	if fmt.Sprint(ids) != "[lease-2 lease-3]" || got[0].Drawn != 50 || got[0].KeyID != "sk-1" {
 		e.t.Errorf("OpenLeases(alice) = %+v, want lease-2 (drawn 50, key sk-1) then lease-3", got)
 	}
-	if got, err := e.lb.OpenLeases(e.ctx, alice, eurc); err != nil || len(got) != 0 {
+	// lease-1 drew nothing and went back; lease-2, lease-3 and a-call are held.
+	wantHeld := int64(200_000 + 300 + 1000)
+	if book.Held != wantHeld || book.Available != dollar-wantHeld {
+		e.t.Errorf("OpenLeases(alice) balances = available %d, held %d; want %d, %d", book.Available, book.Held, dollar-wantHeld, wantHeld)
+	}
+	if got, err := e.lb.OpenLeases(e.ctx, alice, eurc); err != nil || len(got.Leases) != 0 || got.Available != 0 || got.Held != 0 {
 		e.t.Errorf("OpenLeases(alice, eurc) = %v, %v; want none", got, err)
 	}
 	_, err = e.lb.OpenLeases(e.ctx, "Not An Owner", usdc)

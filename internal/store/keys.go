@@ -46,9 +46,12 @@ type APIKey struct {
 	// Models lists the models the key may call, sorted and unique; empty
 	// means every model.
 	Models []string
-	// RatePerMinute bounds the requests per minute; 0 for no bound.
-	RatePerMinute int
-	CreatedAt     time.Time // set by the store, to the millisecond
+	// RatePerMinute bounds the requests per minute, TokensPerMinute the
+	// tokens (a call's prompt plus its output bound); 0 for no bound. Both
+	// hold across replicas (Rates).
+	RatePerMinute   int
+	TokensPerMinute int64
+	CreatedAt       time.Time // set by the store, to the millisecond
 	// RevokedAt is when the owner revoked the key; zero while it is not.
 	RevokedAt time.Time
 }
@@ -86,8 +89,8 @@ func (k APIKey) Validate() error {
 		return errors.New("negative key cap")
 	case k.PeriodCap == NoCap && k.Period != 0:
 		return errors.New("key period without a period cap")
-	case k.RatePerMinute < 0:
-		return errors.New("negative rate limit")
+	case k.RatePerMinute < 0 || k.RatePerMinute > MaxRateLimit || k.TokensPerMinute < 0 || k.TokensPerMinute > MaxRateLimit:
+		return fmt.Errorf("a rate limit is outside 0..%d", int64(MaxRateLimit))
 	case len(k.Models) > MaxKeyModels:
 		return fmt.Errorf("more than %d models", MaxKeyModels)
 	case !slices.IsSorted(k.Models) || len(slices.Compact(slices.Clone(k.Models))) != len(k.Models):

@@ -19,7 +19,7 @@ import (
 // server's clock or DB.Now, to the millisecond.
 
 const keyColumns = `key_id, key_hash, owner, name, total_cap, period_cap, period_ms, expires_at_ms, models,
-    rate_per_minute, created_at_ms, revoked_at_ms`
+    rate_per_minute, tokens_per_minute, created_at_ms, revoked_at_ms`
 
 // ownerKeysLock serializes the key creations of one owner ($1) in one
 // schema, for the length of the transaction. READ COMMITTED gives each
@@ -35,9 +35,9 @@ const ownerKeysLock = `SELECT pg_advisory_xact_lock(hashtextextended('llm4agents
 const createKey = withNow + `, c AS (SELECT count(*) AS keys FROM api_keys WHERE owner = $4),
 i AS (
     INSERT INTO api_keys (` + keyColumns + `)
-    SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, n.ms, 0
+    SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, n.ms, 0
     FROM n, c
-    WHERE c.keys < $12
+    WHERE c.keys < $13
     ON CONFLICT DO NOTHING
     RETURNING ` + keyColumns + `)
 SELECT c.keys, i.* FROM c LEFT JOIN i ON true`
@@ -66,7 +66,7 @@ func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, er
 		var count int64
 		got, found, err := scanKey(tx.QueryRow(ctx, createKey, db.nowArg(),
 			k.ID, k.Hash, k.Owner, k.Name, k.TotalCap, k.PeriodCap, k.Period.Milliseconds(), expires,
-			strings.Join(k.Models, " "), k.RatePerMinute, store.MaxKeysPerOwner), &count)
+			strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute, store.MaxKeysPerOwner), &count)
 		switch {
 		case err != nil:
 			return err
@@ -347,11 +347,11 @@ func (db *DB) SweepAuth(ctx context.Context, limit int) (_ int, err error) {
 // is.
 func scanKey(row pgx.Row, first ...any) (_ store.APIKey, found bool, _ error) {
 	var id, hash, owner, name, models *string
-	var totalCap, periodCap, periodMs, expires, rate, created, revoked *int64
-	dest := make([]any, 0, len(first)+12)
+	var totalCap, periodCap, periodMs, expires, rate, tokenRate, created, revoked *int64
+	dest := make([]any, 0, len(first)+13)
 	dest = append(dest, first...)
 	dest = append(dest, &id, &hash, &owner, &name, &totalCap, &periodCap, &periodMs, &expires, &models,
-		&rate, &created, &revoked)
+		&rate, &tokenRate, &created, &revoked)
 	if err := row.Scan(dest...); err != nil {
 		return store.APIKey{}, false, err
 	}
@@ -361,9 +361,10 @@ func scanKey(row pgx.Row, first ...any) (_ store.APIKey, found bool, _ error) {
 	// The schema makes every column NOT NULL.
 	k := store.APIKey{
 		ID: *id, Hash: *hash, Owner: *owner, Name: *name, TotalCap: *totalCap, PeriodCap: *periodCap,
-		Period:        time.Duration(*periodMs) * time.Millisecond,
-		RatePerMinute: int(*rate),
-		CreatedAt:     time.UnixMilli(*created).UTC(),
+		Period:          time.Duration(*periodMs) * time.Millisecond,
+		RatePerMinute:   int(*rate),
+		TokensPerMinute: *tokenRate,
+		CreatedAt:       time.UnixMilli(*created).UTC(),
 	}
 	if *expires != 0 {
 		k.ExpiresAt = time.UnixMilli(*expires).UTC()

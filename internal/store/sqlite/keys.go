@@ -17,7 +17,7 @@ import (
 // the database's write lock and is atomic across DB values and processes.
 
 const keyColumns = `key_id, key_hash, owner, name, total_cap, period_cap, period_ms, expires_at_ms, models,
-    rate_per_minute, created_at_ms, revoked_at_ms`
+    rate_per_minute, tokens_per_minute, created_at_ms, revoked_at_ms`
 
 // CreateKey implements store.Keys.
 func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, err error) {
@@ -47,10 +47,10 @@ func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, er
 		// ON CONFLICT DO NOTHING: a duplicate id or hash is a conflict, not
 		// a driver error that would spoil the batch's transaction.
 		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+keyColumns+`)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
 ON CONFLICT DO NOTHING`,
 			k.ID, k.Hash, k.Owner, k.Name, k.TotalCap, k.PeriodCap, k.Period.Milliseconds(), expires,
-			strings.Join(k.Models, " "), k.RatePerMinute, db.nowMs())
+			strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute, db.nowMs())
 		if err != nil {
 			return err
 		}
@@ -335,7 +335,7 @@ func scanKey(row interface{ Scan(...any) error }) (store.APIKey, error) {
 	var periodMs, expires, created, revoked int64
 	var models string
 	err := row.Scan(&k.ID, &k.Hash, &k.Owner, &k.Name, &k.TotalCap, &k.PeriodCap, &periodMs, &expires, &models,
-		&k.RatePerMinute, &created, &revoked)
+		&k.RatePerMinute, &k.TokensPerMinute, &created, &revoked)
 	if err != nil {
 		return store.APIKey{}, err
 	}

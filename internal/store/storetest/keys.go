@@ -77,6 +77,7 @@ func testKey(id, owner string) store.APIKey {
 		ID: id, Hash: hashOf("secret " + id), Owner: owner, Name: "agent " + id,
 		TotalCap: 5 * dollar, PeriodCap: dollar, Period: 24 * time.Hour,
 		ExpiresAt: start.Add(30 * 24 * time.Hour), Models: []string{"gpt-4o", "gpt-4o-mini"}, RatePerMinute: 60,
+		TokensPerMinute: 90_000,
 	}
 }
 
@@ -216,6 +217,8 @@ func testKeyInvalid(e *keysEnv) {
 		"period no period cap": mod(func(k *store.APIKey) { k.PeriodCap = store.NoCap }),
 		"sub-ms period":        mod(func(k *store.APIKey) { k.Period = time.Microsecond }),
 		"negative rate":        mod(func(k *store.APIKey) { k.RatePerMinute = -1 }),
+		"negative token rate":  mod(func(k *store.APIKey) { k.TokensPerMinute = -1 }),
+		"huge token rate":      mod(func(k *store.APIKey) { k.TokensPerMinute = store.MaxRateLimit + 1 }),
 		"unsorted models":      mod(func(k *store.APIKey) { k.Models = []string{"b", "a"} }),
 		"duplicate models":     mod(func(k *store.APIKey) { k.Models = []string{"a", "a"} }),
 		"model with space":     mod(func(k *store.APIKey) { k.Models = []string{"a b"} }),

@@ -246,8 +246,11 @@ type KeyRequest struct {
 	ExpiresAt string `json:"expiresAt,omitempty"`
 	// Models are the models the key may use; none means any.
 	Models []string `json:"models,omitempty"`
-	// RatePerMinute is the most requests per minute; 0 means no limit.
-	RatePerMinute int `json:"ratePerMinute,omitempty"`
+	// RatePerMinute is the most requests per minute, TokensPerMinute the
+	// most tokens (each call counts its prompt plus max_tokens), across
+	// every replica; 0 means no limit.
+	RatePerMinute   int   `json:"ratePerMinute,omitempty"`
+	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
 }
 
 // Key is an API key as the gateway shows it to its owner. Key holds the
@@ -266,8 +269,10 @@ type Key struct {
 	ExpiresAt     *string  `json:"expiresAt"`
 	Models        []string `json:"models"`
 	RatePerMinute int      `json:"ratePerMinute"`
-	CreatedAt     string   `json:"createdAt"`
-	RevokedAt     *string  `json:"revokedAt"`
+	// TokensPerMinute is absent from gateways that predate it: 0.
+	TokensPerMinute int64   `json:"tokensPerMinute"`
+	CreatedAt       string  `json:"createdAt"`
+	RevokedAt       *string `json:"revokedAt"`
 }
 
 // The typed calls below return the decoded answer and the answer as it came,

@@ -291,7 +291,7 @@ var skKey = regexp.MustCompile(`sk-l4a-[A-Za-z0-9_-]+`)
 func TestKeysLifecycle(t *testing.T) {
 	g := startAccountGateway(t)
 	gw := "--gateway=" + g.URL
-	stdout, stderr, err := runBuyer(t, []string{"keys", "create", gw, "--name", "ci", "--total-cap", "1.5", "--period-cap", "250000", "--period", "24h", "--model", "demo", "--rate", "60"}, buyerEnv(), "")
+	stdout, stderr, err := runBuyer(t, []string{"keys", "create", gw, "--name", "ci", "--total-cap", "1.5", "--period-cap", "250000", "--period", "24h", "--model", "demo", "--rate", "60", "--tokens-per-minute", "90000"}, buyerEnv(), "")
 	if err != nil {
 		t.Fatalf("keys create: %v\n%s", err, stderr)
 	}
@@ -299,7 +299,7 @@ func TestKeysLifecycle(t *testing.T) {
 	if !skKey.MatchString(key) || strings.Count(stdout, "\n") != 1 {
 		t.Fatalf("stdout %q, want the key alone on one line", stdout)
 	}
-	for _, want := range []string{"shown once and cannot be shown again", `"ci"; total cap 1.50; 0.25 per 24h0m0s; models demo; 60/min`} {
+	for _, want := range []string{"shown once and cannot be shown again", `"ci"; total cap 1.50; 0.25 per 24h0m0s; models demo; 60/min; 90000 tokens/min`} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
@@ -595,6 +595,9 @@ func TestAccountBadInput(t *testing.T) {
 		{[]string{"keys", "create", gw, "--period-cap", "1"}, nil, "go together"},
 		{[]string{"keys", "create", gw, "--expires", "tomorrow"}, nil, "--expires"},
 		{[]string{"keys", "create", gw, "--rate", "-1"}, nil, "--rate"},
+		{[]string{"keys", "create", gw, "--tokens-per-minute", "-5"}, nil, "--tokens-per-minute"},
+		{[]string{"keys", "create", gw, "--tokens-per-minute", "1e9"}, nil, "tokens-per-minute"},
+		{[]string{"keys", "create", gw, "--tokens-per-minute", "99999999999"}, nil, "--tokens-per-minute must be 0 (no limit) to 10000000000"},
 		{[]string{"keys", "list", gw}, map[string]string{}, "no wallet key"},
 		{[]string{"credits", "topup", gw}, nil, "--amount is required"},
 		{[]string{"credits", "topup", gw, "--amount", "0"}, nil, "positive amount"},

@@ -180,13 +180,15 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 	var period time.Duration
 	var models listFlag
 	var rate int
+	var tokens int64
 	fs.StringVar(&name, "name", "", "a name for the key, to tell it apart in the list")
 	fs.StringVar(&totalCap, "total-cap", "", "most the key may spend in all: whole tokens (1.5) or atomic units (1500000)")
 	fs.StringVar(&periodCap, "period-cap", "", "most the key may spend per --period, in the same form")
 	fs.DurationVar(&period, "period", 0, "the period of --period-cap, such as 24h")
 	fs.StringVar(&expires, "expires", "", "when the key stops working: an RFC 3339 time or a duration from now, such as 720h")
 	fs.Var(&models, "model", "a model the key may use (repeatable; default: any)")
-	fs.IntVar(&rate, "rate", 0, "most requests per minute (0: no limit)")
+	fs.IntVar(&rate, "rate", 0, "most requests per minute, across every replica (0: no limit)")
+	fs.Int64Var(&tokens, "tokens-per-minute", 0, "most tokens per minute, across every replica: each call counts its prompt plus max_tokens (0: no limit)")
 	pos, err := parseSub(fs, args)
 	if err != nil {
 		return err
@@ -194,7 +196,7 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 	if len(pos) > 0 {
 		return errors.New("keys create: takes no arguments, only flags")
 	}
-	req, err := keyRequest(name, totalCap, periodCap, period, expires, models, rate, f.decimals, time.Now())
+	req, err := keyRequest(name, totalCap, periodCap, period, expires, models, rate, tokens, f.decimals, time.Now())
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)
 	}
@@ -221,11 +223,18 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
+// maxTokensPerMinute is the gateway's bound on a key's tokens per minute,
+// checked here too, so a request the gateway would refuse is not sent.
+const maxTokensPerMinute = 10_000_000_000
+
 // keyRequest builds the key to create from the flags.
-func keyRequest(name, totalCap, periodCap string, period time.Duration, expires string, models []string, rate, decimals int, now time.Time) (*client.KeyRequest, error) {
-	req := &client.KeyRequest{Name: name, RatePerMinute: rate, Models: models}
+func keyRequest(name, totalCap, periodCap string, period time.Duration, expires string, models []string, rate int, tokens int64, decimals int, now time.Time) (*client.KeyRequest, error) {
+	req := &client.KeyRequest{Name: name, RatePerMinute: rate, TokensPerMinute: tokens, Models: models}
 	if rate < 0 {
 		return nil, errors.New("--rate must not be negative")
+	}
+	if tokens < 0 || tokens > maxTokensPerMinute {
+		return nil, fmt.Errorf("--tokens-per-minute must be 0 (no limit) to %d", int64(maxTokensPerMinute))
 	}
 	if totalCap != "" {
 		n, err := parseAmount(totalCap, decimals)
@@ -284,6 +293,9 @@ func describeKey(k *client.Key, decimals int) string {
 	}
 	if k.RatePerMinute > 0 {
 		parts = append(parts, strconv.Itoa(k.RatePerMinute)+"/min")
+	}
+	if k.TokensPerMinute > 0 {
+		parts = append(parts, strconv.FormatInt(k.TokensPerMinute, 10)+" tokens/min")
 	}
 	if k.ExpiresAt != nil {
 		parts = append(parts, "expires "+oneLine(*k.ExpiresAt, 40))

@@ -21,6 +21,7 @@ type creditStore interface {
 	store.Ledger
 	store.Leases
 	store.Keys
+	store.Rates
 	store.Receipts
 }
 

@@ -37,7 +37,9 @@ const (
 // Key field bounds.
 const (
 	maxRatePerMinute = 1_000_000
-	maxKeyLifetime   = 10 * 366 * 24 * time.Hour
+	// maxTokensPerMinute is ten billion: above any provider's limit.
+	maxTokensPerMinute = 10_000_000_000
+	maxKeyLifetime     = 10 * 366 * 24 * time.Hour
 )
 
 // DefaultNoncesPerMinute bounds how many nonces one replica issues per
@@ -265,28 +267,32 @@ type createKeyRequest struct {
 	ExpiresAt     *string  `json:"expiresAt"`
 	Models        []string `json:"models"`
 	RatePerMinute int      `json:"ratePerMinute"`
+	// TokensPerMinute bounds the tokens (prompt plus output bound) the
+	// key's calls may take per minute; 0 for none.
+	TokensPerMinute int64 `json:"tokensPerMinute"`
 }
 
 // keyView is a key as its owner sees it: never the secret or its hash.
 type keyView struct {
-	ID            string   `json:"id"`
-	Object        string   `json:"object"`
-	Key           string   `json:"key,omitempty"` // only in the answer that creates it
-	Name          string   `json:"name"`
-	Account       string   `json:"account"`
-	TotalCap      *string  `json:"totalCap"`
-	PeriodCap     *string  `json:"periodCap"`
-	PeriodSeconds *int64   `json:"periodSeconds"`
-	ExpiresAt     *string  `json:"expiresAt"`
-	Models        []string `json:"models"`
-	RatePerMinute int      `json:"ratePerMinute"`
-	CreatedAt     string   `json:"createdAt"`
-	RevokedAt     *string  `json:"revokedAt"`
+	ID              string   `json:"id"`
+	Object          string   `json:"object"`
+	Key             string   `json:"key,omitempty"` // only in the answer that creates it
+	Name            string   `json:"name"`
+	Account         string   `json:"account"`
+	TotalCap        *string  `json:"totalCap"`
+	PeriodCap       *string  `json:"periodCap"`
+	PeriodSeconds   *int64   `json:"periodSeconds"`
+	ExpiresAt       *string  `json:"expiresAt"`
+	Models          []string `json:"models"`
+	RatePerMinute   int      `json:"ratePerMinute"`
+	TokensPerMinute int64    `json:"tokensPerMinute"`
+	CreatedAt       string   `json:"createdAt"`
+	RevokedAt       *string  `json:"revokedAt"`
 }
 
 func viewOf(k store.APIKey) keyView {
 	v := keyView{ID: k.ID, Object: "api_key", Name: k.Name, Account: k.Owner, Models: k.Models, RatePerMinute: k.RatePerMinute,
-		CreatedAt: k.CreatedAt.UTC().Format(time.RFC3339Nano)}
+		TokensPerMinute: k.TokensPerMinute, CreatedAt: k.CreatedAt.UTC().Format(time.RFC3339Nano)}
 	if v.Models == nil {
 		v.Models = []string{}
 	}
@@ -350,7 +356,8 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) error {
 // keyFrom checks a create request and returns the key it asks for, without
 // id, hash or owner.
 func (h *Handler) keyFrom(req createKeyRequest) (store.APIKey, error) {
-	k := store.APIKey{Name: req.Name, TotalCap: store.NoCap, PeriodCap: store.NoCap, RatePerMinute: req.RatePerMinute}
+	k := store.APIKey{Name: req.Name, TotalCap: store.NoCap, PeriodCap: store.NoCap, RatePerMinute: req.RatePerMinute,
+		TokensPerMinute: req.TokensPerMinute}
 	if len(k.Name) > store.MaxKeyName || !printableASCII(k.Name) {
 		return k, badRequest("invalid_name", fmt.Sprintf("name must be up to %d printable ASCII characters", store.MaxKeyName))
 	}
@@ -383,6 +390,9 @@ func (h *Handler) keyFrom(req createKeyRequest) (store.APIKey, error) {
 	}
 	if k.RatePerMinute < 0 || k.RatePerMinute > maxRatePerMinute {
 		return k, badRequest("invalid_rate_limit", fmt.Sprintf("ratePerMinute must be 0 (none) to %d", maxRatePerMinute))
+	}
+	if k.TokensPerMinute < 0 || k.TokensPerMinute > maxTokensPerMinute {
+		return k, badRequest("invalid_rate_limit", fmt.Sprintf("tokensPerMinute must be 0 (none) to %d", int64(maxTokensPerMinute)))
 	}
 	if len(req.Models) > store.MaxKeyModels {
 		return k, badRequest("invalid_models", fmt.Sprintf("at most %d models", store.MaxKeyModels))

@@ -133,7 +133,7 @@ func TestHandlerFlow(t *testing.T) {
 	bobToken := s.signIn(bob)
 
 	create := `{"name":"agent one","totalCap":"5000000","periodCap":"1000000","periodSeconds":86400,` +
-		`"expiresAt":"2026-12-30T06:00:00Z","models":["gpt-4o-mini","gpt-4o","gpt-4o"],"ratePerMinute":60}`
+		`"expiresAt":"2026-12-30T06:00:00Z","models":["gpt-4o-mini","gpt-4o","gpt-4o"],"ratePerMinute":60,"tokensPerMinute":90000}`
 	status, hdr, body := s.do(http.MethodPost, PathKeys, "application/json", create, bearer(token))
 	if status != http.StatusCreated {
 		t.Fatalf("create: %d %s", status, body)
@@ -153,7 +153,7 @@ func TestHandlerFlow(t *testing.T) {
 	day := int64(86400)
 	want := keyView{ID: created.ID, Object: "api_key", Name: "agent one", Account: strings.ToLower(crypto.PubkeyToAddress(alice.PublicKey).Hex()),
 		TotalCap: str("5000000"), PeriodCap: str("1000000"), PeriodSeconds: &day, ExpiresAt: str("2026-12-30T06:00:00Z"),
-		Models: []string{"gpt-4o", "gpt-4o-mini"}, RatePerMinute: 60, CreatedAt: "2026-11-30T06:00:00Z"}
+		Models: []string{"gpt-4o", "gpt-4o-mini"}, RatePerMinute: 60, TokensPerMinute: 90000, CreatedAt: "2026-11-30T06:00:00Z"}
 	withKey := want
 	withKey.Key = secret
 	if diff := cmp.Diff(withKey, created); diff != "" {
@@ -204,7 +204,7 @@ func TestHandlerFlow(t *testing.T) {
 		t.Errorf("revoked = %+v", revoked)
 	}
 	// The revoked key no longer authenticates.
-	keys := NewKeys(s.h.st, nil)
+	keys := NewKeys(s.h.st.(KeyStore), nil)
 	if _, err := keys.Authenticate(t.Context(), secret); err == nil {
 		t.Error("a revoked key authenticates")
 	}
@@ -292,6 +292,10 @@ func TestHandlerHostile(t *testing.T) {
 		{"create expiry not a time", http.MethodPost, PathKeys, "application/json", `{"expiresAt":"tomorrow"}`, auth, 400, "invalid_expires_at"},
 		{"create negative rate", http.MethodPost, PathKeys, "application/json", `{"ratePerMinute":-1}`, auth, 400, "invalid_rate_limit"},
 		{"create huge rate", http.MethodPost, PathKeys, "application/json", `{"ratePerMinute":99999999999999999999}`, auth, 400, "invalid_json"},
+		{"create negative token rate", http.MethodPost, PathKeys, "application/json", `{"tokensPerMinute":-1}`, auth, 400, "invalid_rate_limit"},
+		{"create token rate too high", http.MethodPost, PathKeys, "application/json", `{"tokensPerMinute":10000000001}`, auth, 400, "invalid_rate_limit"},
+		{"create token rate not an integer", http.MethodPost, PathKeys, "application/json", `{"tokensPerMinute":1.5}`, auth, 400, "invalid_json"},
+		{"create token rate as a string", http.MethodPost, PathKeys, "application/json", `{"tokensPerMinute":"100"}`, auth, 400, "invalid_json"},
 		{"create name with newline", http.MethodPost, PathKeys, "application/json", `{"name":"a\nb"}`, auth, 400, "invalid_name"},
 		{"create name too long", http.MethodPost, PathKeys, "application/json", `{"name":"` + strings.Repeat("a", store.MaxKeyName+1) + `"}`, auth, 400, "invalid_name"},
 		{"create model with space", http.MethodPost, PathKeys, "application/json", `{"models":["gpt 4"]}`, auth, 400, "invalid_models"},

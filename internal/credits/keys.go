@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -115,17 +114,13 @@ func NewKey() (secret, id string, err error) {
 }
 
 // Keys authenticates API keys against a store.Keys and enforces their model
-// scope and rate limit. Create it with NewKeys; it is safe for concurrent
+// scope and rate limits. Create it with NewKeys; it is safe for concurrent
 // use.
 //
-// The rate limit is a token bucket per key in this process's memory, not a
-// counter in the store: it guards the upstream and the replica against
-// bursts, not money (a key's spend caps are checked atomically by the ledger
-// across every replica), and a store write per request would cost more than
-// the whole credit path may add (its target is 0.5 ms at p50; see
-// docs/BENCHMARKS.md). So with N replicas behind a load balancer a key gets
-// up to N times its rate; an operator who needs an exact global rate divides
-// it by N.
+// The rate limits (requests and tokens per minute) hold across replicas:
+// each replica admits a key's calls from slices of its allowance that it
+// takes from the store (see rates), so N replicas together allow the
+// key's rate, not N times it, and most calls cost no store write.
 type Keys struct {
 	store store.Keys
 	log   *slog.Logger
@@ -133,30 +128,24 @@ type Keys struct {
 	// sets it to time.Now. Set it before the first call.
 	Now func() time.Time
 
-	rate limiter // by key id
+	rates *rates
 }
 
-// maxBuckets bounds the rate limiter's memory; past it, full (idle) buckets
-// are dropped, which forgets nothing a full bucket would not allow anyway.
-const maxBuckets = 100_000
-
-// limiter is a set of token buckets by name; the zero value is ready.
-type limiter struct {
-	mu      sync.Mutex
-	buckets map[string]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
+// KeyStore is what Keys needs of the store: the keys, and the shared
+// counts of their rate limits.
+type KeyStore interface {
+	store.Keys
+	store.Rates
 }
 
 // NewKeys returns a Keys on st. A nil log discards log output.
-func NewKeys(st store.Keys, log *slog.Logger) *Keys {
+func NewKeys(st KeyStore, log *slog.Logger) *Keys {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Keys{store: st, log: log.With("component", "credits"), Now: time.Now}
+	k := &Keys{store: st, log: log.With("component", "credits"), Now: time.Now}
+	k.rates = newRates(st, func() time.Time { return k.Now() })
+	return k
 }
 
 // Authenticate returns the key whose secret is bearer. A malformed or
@@ -188,52 +177,21 @@ func (k *Keys) Authenticate(ctx context.Context, bearer string) (store.APIKey, e
 	return key, nil
 }
 
-// Authorize checks that key may call model now: ErrModelNotAllowed outside
-// its scope, ErrRateLimited past its rate. A refused model takes no token.
+// Authorize checks that key may call model: ErrModelNotAllowed outside its
+// scope.
 func (k *Keys) Authorize(key store.APIKey, model string) error {
 	if !key.AllowsModel(model) {
 		return fmt.Errorf("%w: key %s", ErrModelNotAllowed, key.ID)
 	}
-	if key.RatePerMinute > 0 && !k.rate.take(key.ID, key.RatePerMinute, k.Now()) {
-		return fmt.Errorf("%w: key %s, %d per minute", ErrRateLimited, key.ID, key.RatePerMinute)
-	}
 	return nil
 }
 
-// take takes one token, at now, from id's bucket, which holds up to
-// perMinute tokens and refills at perMinute per minute.
-func (l *limiter) take(id string, perMinute int, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	capacity := float64(perMinute)
-	b := l.buckets[id]
-	if b == nil {
-		if l.buckets == nil {
-			l.buckets = map[string]*bucket{}
-		}
-		if len(l.buckets) >= maxBuckets {
-			l.dropFull(now)
-		}
-		b = &bucket{tokens: capacity, last: now}
-		l.buckets[id] = b
-	}
-	if d := now.Sub(b.last); d > 0 {
-		b.tokens = min(capacity, b.tokens+d.Minutes()*capacity)
-		b.last = now
-	}
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
-// dropFull forgets buckets idle for a minute or more, which are full again
-// whatever their rate. l.mu is held.
-func (l *limiter) dropFull(now time.Time) {
-	for id, b := range l.buckets {
-		if now.Sub(b.last) >= time.Minute {
-			delete(l.buckets, id)
-		}
-	}
+// TakeRate admits one call of key that may use tokens (its prompt tokens
+// plus its output bound, as OpenAI counts a call against a tokens-per-minute
+// limit) under the key's rate limits, across every replica. A call past a
+// limit is ErrRateLimited wrapping a *store.RateLimitedError (which limit,
+// when the minute ends); the store's failures come wrapped. Call it after Authorize: a call refused for its model takes
+// nothing.
+func (k *Keys) TakeRate(ctx context.Context, key store.APIKey, tokens int64) error {
+	return k.rates.take(ctx, key, tokens)
 }

@@ -120,51 +120,18 @@ func TestAuthenticate(t *testing.T) {
 }
 
 func TestAuthorize(t *testing.T) {
-	clk := &testClock{now: t0}
 	keys := NewKeys(nil, nil)
-	keys.Now = clk.Now
 	scoped := store.APIKey{ID: "k1", Models: []string{"gpt-4o", "gpt-4o-mini"}, RatePerMinute: 3}
 	if err := keys.Authorize(scoped, "o1"); !errors.Is(err, ErrModelNotAllowed) {
 		t.Errorf("Authorize(model outside scope) = %v, want ErrModelNotAllowed", err)
 	}
-	for i := range 3 {
-		if err := keys.Authorize(scoped, "gpt-4o"); err != nil {
-			t.Fatalf("request %d: %v", i, err)
+	for _, m := range []string{"gpt-4o", "gpt-4o-mini"} {
+		if err := keys.Authorize(scoped, m); err != nil {
+			t.Errorf("Authorize(%s): %v", m, err)
 		}
 	}
-	if err := keys.Authorize(scoped, "gpt-4o"); !errors.Is(err, ErrRateLimited) {
-		t.Errorf("4th request in a minute = %v, want ErrRateLimited", err)
-	}
-	if err := keys.Authorize(scoped, "o1"); !errors.Is(err, ErrModelNotAllowed) {
-		t.Errorf("Authorize(out of scope, rate exhausted) = %v, want ErrModelNotAllowed", err)
-	}
-	// Another key has its own bucket; a key without a rate is never limited.
-	if err := keys.Authorize(store.APIKey{ID: "k2", RatePerMinute: 1}, "any"); err != nil {
-		t.Errorf("other key: %v", err)
-	}
-	for range 100 {
-		if err := keys.Authorize(store.APIKey{ID: "k3"}, "any"); err != nil {
-			t.Fatalf("unlimited key: %v", err)
-		}
-	}
-	// One token comes back every 20 s at 3 per minute.
-	clk.Advance(19 * time.Second)
-	if err := keys.Authorize(scoped, "gpt-4o"); !errors.Is(err, ErrRateLimited) {
-		t.Errorf("after 19 s = %v, want ErrRateLimited", err)
-	}
-	clk.Advance(time.Second)
-	if err := keys.Authorize(scoped, "gpt-4o"); err != nil {
-		t.Errorf("after 20 s: %v", err)
-	}
-	// An idle key's bucket refills to its capacity, not beyond.
-	clk.Advance(time.Hour)
-	for i := range 3 {
-		if err := keys.Authorize(scoped, "gpt-4o"); err != nil {
-			t.Fatalf("after an hour, request %d: %v", i, err)
-		}
-	}
-	if err := keys.Authorize(scoped, "gpt-4o"); !errors.Is(err, ErrRateLimited) {
-		t.Errorf("after an hour, 4th request = %v, want ErrRateLimited", err)
+	if err := keys.Authorize(store.APIKey{ID: "k2"}, "any"); err != nil {
+		t.Errorf("Authorize(unscoped key): %v", err)
 	}
 }
 

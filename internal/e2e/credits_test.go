@@ -285,8 +285,8 @@ func fundedKey(t *testing.T, st *postgres.DB, asset string) (secret, id string) 
 }
 
 // fundedKeyWith is fundedKey with the account's funds and the key's total
-// cap given.
-func fundedKeyWith(t *testing.T, st *postgres.DB, asset string, funds, capAmount int64) (secret, id string) {
+// cap given, and the key changed by mods before it is stored.
+func fundedKeyWith(t *testing.T, st *postgres.DB, asset string, funds, capAmount int64, mods ...func(*store.APIKey)) (secret, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
 	defer cancel()
@@ -302,10 +302,14 @@ func fundedKeyWith(t *testing.T, st *postgres.DB, asset string, funds, capAmount
 	if err != nil {
 		t.Fatalf("new key: %v", err)
 	}
-	_, err = st.CreateKey(ctx, store.APIKey{
+	k := store.APIKey{
 		ID: id, Hash: credits.HashSecret(secret), Owner: strings.ToLower(payer.Hex()), Name: "cap test",
 		TotalCap: capAmount, PeriodCap: store.NoCap,
-	})
+	}
+	for _, mod := range mods {
+		mod(&k)
+	}
+	_, err = st.CreateKey(ctx, k)
 	if err != nil {
 		t.Fatalf("create the key: %v", err)
 	}

@@ -63,12 +63,7 @@ func TestLeasedReplicaKilled(t *testing.T) {
 	secret, keyID := fundedKeyWith(t, st, asset, 1000*keyCap, 1000*keyCap)
 
 	cfg := replicaConfig(c, dsn, up.URL()) + creditsConfig
-	replicas := make([]*proctest.Process, 2)
-	for i := range replicas {
-		replicas[i] = proctest.Start(t, bin, proctest.Options{
-			Name: fmt.Sprintf("replica %d", i), ConfigYAML: cfg, Env: []string{signerEnv(i), receiptKeyEnv()},
-		})
-	}
+	replicas := startCreditReplicas(t, bin, cfg, 2)
 
 	hc := newHTTPClient(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -189,19 +184,39 @@ func TestLeasedReplicaKilled(t *testing.T) {
 // leasedCreditCall sends one credit-paid chat completion with the API key
 // and returns the call's request id beside its answer.
 func leasedCreditCall(ctx context.Context, hc *http.Client, gatewayURL, key string) (int, []byte, string, error) {
+	status, body, hdr, err := creditCallHeader(ctx, hc, gatewayURL, key)
+	return status, body, hdr.Get("X-Llm4agents-Request-Id"), err
+}
+
+// creditCallHeader is one credit call of creditBody; it returns the
+// answer's headers too (nil when there was no answer).
+func creditCallHeader(ctx context.Context, hc *http.Client, gatewayURL, key string) (int, []byte, http.Header, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayURL+"/v1/chat/completions", strings.NewReader(creditBody))
 	if err != nil {
-		return 0, nil, "", err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, nil, "", err
+		return 0, nil, nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, body, resp.Header.Get("X-Llm4agents-Request-Id"), err
+	return resp.StatusCode, body, resp.Header, err
+}
+
+// startCreditReplicas starts n replicas of bin on cfg, each with its own
+// facilitator signer and the shared receipt key.
+func startCreditReplicas(t *testing.T, bin, cfg string, n int) []*proctest.Process {
+	t.Helper()
+	replicas := make([]*proctest.Process, n)
+	for i := range n {
+		replicas[i] = proctest.Start(t, bin, proctest.Options{
+			Name: fmt.Sprintf("replica %d", i), ConfigYAML: cfg, Env: []string{signerEnv(i), receiptKeyEnv()},
+		})
+	}
+	return replicas
 }

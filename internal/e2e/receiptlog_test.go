@@ -44,12 +44,7 @@ func TestReceiptLogReplicaKilled(t *testing.T) {
 	}
 	const mergeDelay = time.Second
 	cfg := replicaConfig(c, dsn, up.URL()) + creditsConfig + fmt.Sprintf("log:\n  enabled: true\n  key_file: %s\n  max_merge_delay: %s\n", keyFile, mergeDelay)
-	replicas := make([]*proctest.Process, numReplicas)
-	for i := range numReplicas {
-		replicas[i] = proctest.Start(t, bin, proctest.Options{
-			Name: fmt.Sprintf("replica %d", i), ConfigYAML: cfg, Env: []string{signerEnv(i), receiptKeyEnv()},
-		})
-	}
+	replicas := startCreditReplicas(t, bin, cfg, numReplicas)
 
 	hc := newHTTPClient(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -147,6 +147,9 @@ func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, e
 	if err != nil {
 		return nil, err
 	}
+	if err := s.cfg.Credits.Keys.TakeRate(r.Context(), key, q.promptTokens+q.outputBound); err != nil {
+		return nil, rateRefusal(key, err)
+	}
 	if !common.IsHexAddress(key.Owner) {
 		return nil, fmt.Errorf("key %s: owner is not an address", key.ID)
 	}
@@ -256,26 +259,30 @@ func (s *Server) authenticateKey(ctx context.Context, secret string) (store.APIK
 
 // keyRefusal maps a refusal of credits.Keys.Authorize.
 func keyRefusal(key store.APIKey, model string, err error) error {
-	switch {
-	case errors.Is(err, credits.ErrModelNotAllowed):
+	if errors.Is(err, credits.ErrModelNotAllowed) {
 		return &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed",
 			Message: fmt.Sprintf("this API key may not call the model %q; nothing was charged", truncate(model, 100)), Err: err}
-	case errors.Is(err, credits.ErrRateLimited):
-		h := http.Header{}
-		h.Set("Retry-After", strconv.Itoa(retryAfterSeconds(key.RatePerMinute)))
-		return &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limited",
-			Message: fmt.Sprintf("this API key is limited to %d requests per minute; nothing was charged", key.RatePerMinute), Header: h, Err: err}
 	}
 	return fmt.Errorf("authorize key %s: %w", key.ID, err)
 }
 
-// retryAfterSeconds is when a key limited to perMinute has a token again,
-// rounded up.
-func retryAfterSeconds(perMinute int) int {
-	if perMinute <= 0 {
-		return 60
+// rateRefusal maps a refusal of credits.Keys.TakeRate: past a limit is 429
+// with Retry-After (when the minute ends); a call that needs more tokens
+// than the key's limit never fits, a 400; and a store that cannot count
+// fails closed.
+func rateRefusal(key store.APIKey, err error) error {
+	rl, ok := errors.AsType[*store.RateLimitedError](err)
+	switch {
+	case !ok:
+		return creditStoreUnavailable(fmt.Errorf("rate limit of key %s: %w", key.ID, err))
+	case rl.TooLarge:
+		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "rate_limit_too_small",
+			Message: fmt.Sprintf("this request may use %d tokens (its prompt plus max_tokens), more than this API key's %d per minute; lower max_tokens; nothing was charged", rl.Need, rl.Limit), Err: err}
 	}
-	return max(1, (60+perMinute-1)/perMinute)
+	h := http.Header{}
+	h.Set("Retry-After", strconv.FormatInt(max(1, int64((rl.RetryAfter+time.Second-1)/time.Second)), 10))
+	return &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limited",
+		Message: fmt.Sprintf("this API key is limited to %d %s per minute; nothing was charged", rl.Limit, rl.What), Header: h, Err: err}
 }
 
 // keyLimits are key's caps as the ledger takes them: nil for no cap.

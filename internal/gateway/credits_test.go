@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -53,6 +54,7 @@ type creditStore interface {
 	store.Ledger
 	store.Leases
 	store.Keys
+	store.Rates
 	store.Receipts
 	store.Payments
 }
@@ -368,6 +370,17 @@ func maxCostOf(t *testing.T, body string) int64 {
 		t.Fatal(err)
 	}
 	return ledger.MaxCost(prompt, pricing.OutputBound(req, 256), price).Int64()
+}
+
+// tokensOf is what a call of body counts against a tokens-per-minute
+// limit: its prompt plus its output bound.
+func tokensOf(t *testing.T, body string) int64 {
+	t.Helper()
+	req, err := chat.ParseRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return promptTokensOf(t, body) + pricing.OutputBound(req, 256)
 }
 
 func promptTokensOf(t *testing.T, body string) int64 {
@@ -830,10 +843,36 @@ func TestCreditKeyRefused(t *testing.T) {
 			}
 			resp := e.chat(t, limited, chatBody)
 			body := readAll(t, resp)
-			if resp.StatusCode != http.StatusTooManyRequests || errorCode(t, body) != "rate_limited" || resp.Header.Get("Retry-After") != "60" {
+			// Retry-After is when the store's minute ends: 1 to 60 s.
+			retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if resp.StatusCode != http.StatusTooManyRequests || errorCode(t, body) != "rate_limited" || err != nil || retry < 1 || retry > 60 {
 				t.Fatalf("status %d Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 			}
 			if n := e.up.Calls(); n != 1 {
+				t.Errorf("%d upstream calls, want the first request's only", n)
+			}
+		})
+		t.Run("tokens per minute", func(t *testing.T) {
+			calls := e.up.Calls()
+			// chatBody's call counts its prompt plus max_tokens: room
+			// for one such call in the minute, not two.
+			need := tokensOf(t, chatBody)
+			limited, _ := e.newKey(t, alice, func(k *store.APIKey) { k.TokensPerMinute = need + need/2 })
+			first := e.chat(t, limited, chatBody)
+			if b := readAll(t, first); first.StatusCode != http.StatusOK {
+				t.Fatalf("first request: status %d: %s", first.StatusCode, b)
+			}
+			resp := e.chat(t, limited, chatBody)
+			if body := readAll(t, resp); resp.StatusCode != http.StatusTooManyRequests || errorCode(t, body) != "rate_limited" ||
+				!strings.Contains(string(body), "tokens per minute") {
+				t.Fatalf("second request: status %d: %s", resp.StatusCode, body)
+			}
+			small, _ := e.newKey(t, alice, func(k *store.APIKey) { k.TokensPerMinute = need - 1 })
+			resp = e.chat(t, small, chatBody)
+			if body := readAll(t, resp); resp.StatusCode != http.StatusBadRequest || errorCode(t, body) != "rate_limit_too_small" {
+				t.Fatalf("a call above the key's limit: status %d: %s", resp.StatusCode, body)
+			}
+			if n := e.up.Calls() - calls; n != 1 {
 				t.Errorf("%d upstream calls, want the first request's only", n)
 			}
 		})

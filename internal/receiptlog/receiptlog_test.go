@@ -92,8 +92,15 @@ func newKey(t testing.TB) (note.Signer, string) {
 
 func newLog(t testing.TB, st receiptlog.Store, holder string, key note.Signer, vkey string) *receiptlog.Log {
 	t.Helper()
+	return newLogDelay(t, st, holder, key, vkey, 400*time.Millisecond)
+}
+
+// newLogDelay is newLog with a merge delay of its own (the lease lasts half
+// of it).
+func newLogDelay(t testing.TB, st receiptlog.Store, holder string, key note.Signer, vkey string, delay time.Duration) *receiptlog.Log {
+	t.Helper()
 	l, err := receiptlog.New(receiptlog.Config{Store: st, Key: key, VerifierKey: vkey, Holder: holder,
-		MaxMergeDelay: 400 * time.Millisecond})
+		MaxMergeDelay: delay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +286,11 @@ func TestLeaseTakeover(t *testing.T) { eachBackend(t, testLeaseTakeover) }
 
 func testLeaseTakeover(t *testing.T, a, b logStore) {
 	key, vkey := newKey(t)
-	dead := newLog(t, a, "replica-dead", key, vkey)
-	next := newLog(t, b, "replica-next", key, vkey)
+	// A lease of a second: the test's own writes before the check that the
+	// lease still binds must take less than that, even on a loaded machine.
+	const delay = 2 * time.Second
+	dead := newLogDelay(t, a, "replica-dead", key, vkey, delay)
+	next := newLogDelay(t, b, "replica-next", key, vkey, delay)
 	appendReceipts(t, a, 0, 10)
 	if n, err := dead.Integrate(t.Context()); err != nil || n != 10 {
 		t.Fatalf("Integrate = %d, %v", n, err)
@@ -290,7 +300,7 @@ func testLeaseTakeover(t *testing.T, a, b logStore) {
 	if n, err := next.Integrate(t.Context()); err != nil || n != 0 {
 		t.Fatalf("while the dead replica's lease runs: Integrate = %d, %v; want 0", n, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(5 * delay)
 	for {
 		n, err := next.Integrate(t.Context())
 		if err != nil {

@@ -38,8 +38,9 @@ SELECT ms FROM n`, db.nowArg(), t.KeyID).Scan(&nowMs)
 		if err != nil {
 			return err
 		}
-		if g, row, refused = store.TakeRateAt(t, nowMs, row); refused != nil {
-			return nil
+		g, row, refused = store.TakeRateAt(t, nowMs, row)
+		if refused != nil {
+			return nil //nolint:nilerr // nothing to write; the refusal is the answer, returned after the transaction
 		}
 		_, err = tx.Exec(ctx, `UPDATE key_rates SET window_ms = $2, requests = $3, tokens = $4 WHERE key_id = $1`,
 			t.KeyID, row.WindowMs, row.Requests, row.Tokens)

@@ -101,7 +101,8 @@ func (c OpenAIConfig) GoString() string { return c.String() }
 // does not surface as an error (a missing usage); the caller logs errors, with
 // their detail, once. It is safe for concurrent use.
 type OpenAI struct {
-	endpoint string
+	endpoint string // {BaseURL}/chat/completions
+	embed    string // {BaseURL}/embeddings
 	key      string
 	timeout  time.Duration
 	idle     time.Duration
@@ -130,6 +131,7 @@ func NewOpenAI(cfg OpenAIConfig, log *slog.Logger) (*OpenAI, error) {
 	}
 	o := &OpenAI{
 		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
+		embed:    strings.TrimRight(cfg.BaseURL, "/") + "/embeddings",
 		key:      cfg.APIKey,
 		timeout:  cmp.Or(cfg.Timeout, defaultTimeout),
 		maxBody:  cmp.Or(cfg.MaxBodyBytes, defaultMaxBodyBytes),
@@ -158,8 +160,8 @@ func NewOpenAI(cfg OpenAIConfig, log *slog.Logger) (*OpenAI, error) {
 // shutdown.
 func (o *OpenAI) CloseIdleConnections() { o.client.CloseIdleConnections() }
 
-func (o *OpenAI) newRequest(ctx context.Context, body []byte, stream bool) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.endpoint, bytes.NewReader(body))
+func (o *OpenAI) newRequest(ctx context.Context, endpoint string, body []byte, stream bool) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -183,26 +185,79 @@ func (o *OpenAI) newRequest(ctx context.Context, body []byte, stream bool) (*htt
 func (o *OpenAI) Complete(ctx context.Context, body []byte) (*Completion, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, errTimeout)
 	defer cancel()
-	req, err := o.newRequest(ctx, body, false)
+	b, h, err := o.post(ctx, o.endpoint, body)
 	if err != nil {
-		return nil, upstreamFailed(err)
+		return nil, err
+	}
+	return o.completion(b, h)
+}
+
+// post makes a non-streaming call to endpoint and returns the body of its
+// 200 answer, read whole within the size limit, and its headers. ctx bounds
+// the whole call.
+func (o *OpenAI) post(ctx context.Context, endpoint string, body []byte) ([]byte, http.Header, error) {
+	req, err := o.newRequest(ctx, endpoint, body, false)
+	if err != nil {
+		return nil, nil, upstreamFailed(err)
 	}
 	resp, err := o.client.Do(req)
 	if err != nil {
-		return nil, classify(ctx, err, unavailable)
+		return nil, nil, classify(ctx, err, unavailable)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return nil, o.statusError(resp)
+		return nil, nil, o.statusError(resp)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, o.maxBody+1))
 	if err != nil {
-		return nil, classify(ctx, fmt.Errorf("read body: %w", err), badResponse)
+		return nil, nil, classify(ctx, fmt.Errorf("read body: %w", err), badResponse)
 	}
 	if int64(len(b)) > o.maxBody {
-		return nil, badResponse(fmt.Errorf("%w (%d bytes)", errTooLarge, o.maxBody))
+		return nil, nil, badResponse(fmt.Errorf("%w (%d bytes)", errTooLarge, o.maxBody))
 	}
-	return o.completion(b, resp.Header)
+	return b, resp.Header, nil
+}
+
+// Embed implements Embedder: POST {BaseURL}/embeddings, bounded by the
+// Timeout like Complete. The answer is a Completion whose Body is the
+// embeddings list as the upstream sent it; its Usage has only prompt and
+// total tokens. A body without a data array is an upstream_bad_response;
+// whether it holds one vector per input is the caller's to check
+// (embeddings.CheckResponse), since only the caller knows the inputs.
+func (o *OpenAI) Embed(ctx context.Context, body []byte) (*Completion, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, errTimeout)
+	defer cancel()
+	b, h, err := o.post(ctx, o.embed, body)
+	if err != nil {
+		return nil, err
+	}
+	var e struct {
+		Data  json.RawMessage `json:"data"`
+		Usage *chat.Usage     `json:"usage"`
+		Error json.RawMessage `json:"error"`
+	}
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
+		return nil, badResponse(fmt.Errorf("body is not a JSON object: %s", o.snippet(b)))
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, badResponse(fmt.Errorf("decode embeddings: %w", err))
+	}
+	if present(e.Error) && !present(e.Data) {
+		return nil, upstreamFailed(fmt.Errorf("upstream answered 200 with an error: %s", o.snippet(b)))
+	}
+	if t := bytes.TrimSpace(e.Data); len(t) == 0 || t[0] != '[' {
+		return nil, badResponse(fmt.Errorf("embeddings answer has no data array: %s", o.snippet(b)))
+	}
+	out := &Completion{Body: b, Header: safeHeader(h)}
+	if e.Usage == nil {
+		o.log.Warn("upstream embeddings answer has no usage", "request_id", h.Get("X-Request-Id"))
+		return out, nil
+	}
+	if err := checkUsage(e.Usage); err != nil {
+		return nil, badResponse(err)
+	}
+	out.Usage, out.UsageReported = *e.Usage, true
+	return out, nil
 }
 
 // completion checks a 200 body and reads its usage.
@@ -248,7 +303,7 @@ func checkUsage(u *chat.Usage) error {
 // ctx the whole stream.
 func (o *OpenAI) Stream(ctx context.Context, body []byte) (Stream, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	req, err := o.newRequest(ctx, body, true)
+	req, err := o.newRequest(ctx, o.endpoint, body, true)
 	if err != nil {
 		cancel(nil)
 		return nil, upstreamFailed(err)
@@ -594,5 +649,6 @@ func (o *OpenAI) redact(s string) string {
 
 var (
 	_ Provider = (*OpenAI)(nil)
+	_ Embedder = (*OpenAI)(nil)
 	_ Stream   = (*eventStream)(nil)
 )

@@ -1,7 +1,8 @@
 // Package upstream is the gateway's view of an LLM provider: a Provider takes an
 // already-rewritten chat-completions body (chat.Request.Upstream) and returns a
 // completion or a stream of chunks, with the usage the provider reported, or an
-// *Error that says what the client should be told.
+// *Error that says what the client should be told. An Embedder does the same
+// for embeddings bodies.
 //
 // Two providers live here: OpenAI, any OpenAI-compatible HTTP API by base URL and
 // key, and Demo, an in-process deterministic model for the embedded default and
@@ -33,6 +34,17 @@ type Provider interface {
 	// refuses gets an *Error here, so a Stream never starts with an error the
 	// upstream announced. Cancelling ctx ends the stream.
 	Stream(ctx context.Context, body []byte) (Stream, error)
+}
+
+// Embedder is an upstream that also serves embeddings (POST /v1/embeddings).
+// It is separate from Provider because not every OpenAI-compatible server
+// has the route, and a gateway sells embeddings only from upstreams that do.
+type Embedder interface {
+	// Embed makes an embeddings call with the body as the gateway rewrote
+	// it (embeddings.Request.Upstream). The answer is a Completion whose
+	// Body is the embeddings list and whose Usage counts input tokens only.
+	// Every error it returns is an *Error.
+	Embed(ctx context.Context, body []byte) (*Completion, error)
 }
 
 // Completion is a non-streamed answer.

@@ -1,11 +1,13 @@
 // Package upstreamtest provides Server, a fake OpenAI-compatible upstream on
 // httptest for tests and benchmarks of the gateway. It answers
-// POST /v1/chat/completions as the OpenAI API documents it (bearer key check,
-// OpenAI error JSON, SSE with "data: [DONE]", usage in the last chunk when
-// stream_options.include_usage is set), with the upstream.Demo model's
-// deterministic content and real usage accounting. It counts calls, records the
-// last request, and injects faults: error statuses, slow or missing headers,
-// broken or stalled streams, missing usage.
+// POST /v1/chat/completions and POST /v1/embeddings as the OpenAI API
+// documents them (bearer key check, OpenAI error JSON, SSE with
+// "data: [DONE]", usage in the last chunk when stream_options.include_usage
+// is set; an embeddings list with one vector per input, floats or base64),
+// with the upstream.Demo model's deterministic content and vectors and real
+// usage accounting. It counts calls, records the last request, and injects
+// faults: error statuses, slow or missing headers, broken or stalled streams,
+// missing usage.
 package upstreamtest
 
 import (
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/embeddings"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 )
 
@@ -106,6 +109,7 @@ func NewServer(tb testing.TB, cfg Config) *Server {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	s.srv = httptest.NewServer(mux)
 	tb.Cleanup(s.Close)
 	return s
@@ -114,11 +118,11 @@ func NewServer(tb testing.TB, cfg Config) *Server {
 // URL is the base URL to configure a provider with, ending in "/v1".
 func (s *Server) URL() string { return s.srv.URL + "/v1" }
 
-// Calls is the number of chat-completions requests received, faulted or not.
+// Calls is the number of requests received (chat completions and
+// embeddings), faulted or not.
 func (s *Server) Calls() int64 { return s.calls.Load() }
 
-// LastRequest returns the headers and body of the last chat-completions
-// request.
+// LastRequest returns the headers and body of the last request.
 func (s *Server) LastRequest() Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -146,32 +150,54 @@ func (s *Server) Close() {
 	})
 }
 
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+// begin does what every route does first: count and record the request,
+// then the faults that come before an answer (HeaderDelay, Hang), the key
+// check and a faulted status. ok is false when the request is answered.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request) (body []byte, f Fault, ok bool) {
 	s.calls.Add(1)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<20))
 	s.mu.Lock()
 	s.last = Request{Header: r.Header.Clone(), Body: body}
-	f := s.fault
+	f = s.fault
 	s.mu.Unlock()
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, "Request too large.", "invalid_request_error", "", nil)
-		return
+		return nil, f, false
 	}
 	ctx := r.Context()
 	if f.HeaderDelay > 0 && !s.wait(ctx, time.After(f.HeaderDelay)) {
-		return
+		return nil, f, false
 	}
 	if f.Hang {
 		s.wait(ctx, nil)
-		return
+		return nil, f, false
 	}
 	if s.cfg.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.cfg.APIKey {
 		writeError(w, http.StatusUnauthorized, "Incorrect API key provided: sk-****. You can find your API key at https://platform.openai.com/account/api-keys.",
 			"invalid_request_error", "invalid_api_key", nil)
-		return
+		return nil, f, false
 	}
 	if f.Status != 0 {
 		s.writeFault(w, f)
+		return nil, f, false
+	}
+	return body, f, true
+}
+
+// serves reports whether the server has model, and answers 404 as OpenAI
+// does when it has not.
+func (s *Server) serves(w http.ResponseWriter, model string) bool {
+	if len(s.cfg.Models) > 0 && !slices.Contains(s.cfg.Models, model) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model),
+			"invalid_request_error", "model_not_found", nil)
+		return false
+	}
+	return true
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	body, f, ok := s.begin(w, r)
+	if !ok {
 		return
 	}
 	req, err := chat.ParseRequest(body)
@@ -179,9 +205,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error(), "invalid_request_error", "", nil)
 		return
 	}
-	if len(s.cfg.Models) > 0 && !slices.Contains(s.cfg.Models, req.Model) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model),
-			"invalid_request_error", "model_not_found", nil)
+	if !s.serves(w, req.Model) {
 		return
 	}
 	w.Header().Set("X-Request-Id", "req_"+requestID(body))
@@ -199,7 +223,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, body []byte, f
 		writeUpstreamError(w, err)
 		return
 	}
-	out := c.Body
+	s.writeJSON(w, c.Body, f)
+}
+
+// writeJSON answers 200 with out, less its usage under NoUsage, cut short
+// under Drop.
+func (s *Server) writeJSON(w http.ResponseWriter, out []byte, f Fault) {
 	if f.NoUsage {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(out, &m); err == nil {
@@ -216,6 +245,31 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, body []byte, f
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out)
+}
+
+// embeddings answers POST /v1/embeddings with the demo's vectors. Of the
+// faults, NoUsage leaves usage out and Drop cuts the body; a Status with a
+// Body answers that body (a 200 with the wrong shape, say).
+func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
+	body, f, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	req, err := embeddings.ParseRequest(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), "invalid_request_error", "", "input")
+		return
+	}
+	if !s.serves(w, req.Model) {
+		return
+	}
+	w.Header().Set("X-Request-Id", "req_"+requestID(body))
+	c, err := s.demo.Embed(r.Context(), body)
+	if err != nil {
+		writeUpstreamError(w, err)
+		return
+	}
+	s.writeJSON(w, c.Body, f)
 }
 
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, body []byte, f Fault) {

@@ -112,8 +112,26 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	return s.paid(w, r, q, req.Model, body, func(a *paywall.Fresh) error {
+		up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
+		if err != nil {
+			a.Release(r.Context())
+			return fmt.Errorf("rewrite request: %w", err)
+		}
+		if req.Stream {
+			return s.stream(w, r, q, a, up)
+		}
+		return s.complete(w, r, q, a, up)
+	})
+}
+
+// paid runs the x402 payment of a priced request, whatever its route: the
+// paywall's admission (D0), then an answer the paywall recovered is served
+// as it was kept, and a fresh payment is handed to fresh, which calls the
+// upstream and settles (complete, stream).
+func (s *Server) paid(w http.ResponseWriter, r *http.Request, q *quote, model string, body []byte, fresh func(*paywall.Fresh) error) error {
 	adm, err := s.pw.Admit(r.Context(), &q.Quote, presented(r),
-		paywall.Request{Method: r.Method, Path: r.URL.Path, Model: req.Model, Body: body})
+		paywall.Request{Method: r.Method, Path: r.URL.Path, Model: model, Body: body})
 	if err != nil {
 		return err
 	}
@@ -134,15 +152,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		return s.serveAnswer(r.Context(), w, q, ans)
 	case *paywall.Fresh:
 		q.payKey, q.payUpto = a.Key(), a.Upto()
-		up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
-		if err != nil {
-			a.Release(r.Context())
-			return fmt.Errorf("rewrite request: %w", err)
-		}
-		if req.Stream {
-			return s.stream(w, r, q, a, up)
-		}
-		return s.complete(w, r, q, a, up)
+		return fresh(a)
 	default:
 		return fmt.Errorf("unknown admission %T", adm)
 	}
@@ -155,13 +165,14 @@ func hasOwnKey(r *http.Request) bool {
 	return ok && strings.HasPrefix(strings.TrimSpace(v), "sk-l4a-")
 }
 
-// complete runs a non-streaming paid request (D1): upstream, settle, then the
-// body; a failed settlement withholds it.
+// complete runs a non-streaming paid request (D1), a chat completion or an
+// embeddings call: upstream, settle, then the body; a failed settlement
+// withholds it.
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, body []byte) error {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
 	defer cancel()
 	start := s.now()
-	comp, err := q.model.Provider.Complete(ctx, body)
+	comp, err := s.callUpstream(ctx, q, body)
 	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
 	if err != nil {
 		pd.Release(r.Context())

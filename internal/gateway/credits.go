@@ -366,7 +366,7 @@ func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *cr
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
 	defer cancel()
 	start := s.now()
-	comp, err := call.q.model.Provider.Complete(ctx, body)
+	comp, err := s.callUpstream(ctx, call.q, body)
 	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
 	if err != nil {
 		s.releaseCredit(r.Context(), call)

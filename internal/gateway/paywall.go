@@ -20,6 +20,9 @@ type quote struct {
 	model        *Model
 	promptTokens int64
 	outputBound  int64
+	// inputs is the number of inputs of an embeddings request: its answer
+	// must hold as many vectors. 0 for chat.
+	inputs int
 	// payKey is the claim key (D4) of the x402 payment the answer is paid
 	// with, once admitted, and payUpto says it is an upto permit: the
 	// receipt's identity and rail.
@@ -32,6 +35,9 @@ func (s *Server) price(r *http.Request, req *chat.Request) (*quote, error) {
 	m, ok := s.models[req.Model]
 	if !ok {
 		return nil, modelNotFound(req.Model)
+	}
+	if m.Embeddings {
+		return nil, wrongRoute(m, "/v1/embeddings")
 	}
 	if c := req.OutputCap(); c > m.MaxOutputTokens {
 		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "max_tokens_too_large",

@@ -1,6 +1,6 @@
 // Package gateway is the paid, OpenAI-compatible HTTP API: POST
-// /v1/chat/completions behind an x402 paywall, GET /v1/models with prices, health
-// and metrics.
+// /v1/chat/completions and POST /v1/embeddings behind an x402 paywall, GET
+// /v1/models with prices, health and metrics.
 //
 // The gateway prices each request (paywall.go) and hands its payment to the
 // paywall (internal/paywall), which runs the steps of DESIGN.md D0 (decode,
@@ -58,6 +58,10 @@ type Model struct {
 	// required for this model's requests; it is optional by default, since
 	// the official clients send none. It needs a recovery store.
 	PaymentIDRequired bool
+	// Embeddings sells the model on POST /v1/embeddings, and only there
+	// (embeddings.go): priced per input token at Price.Input, its Provider
+	// must be an upstream.Embedder. A chat model is not sold there.
+	Embeddings bool
 }
 
 // Config is what a Server needs besides its collaborators.
@@ -246,6 +250,9 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 		if _, dup := s.models[m.ID]; dup {
 			return nil, fmt.Errorf("gateway: model %q configured twice", m.ID)
 		}
+		if _, ok := m.Provider.(upstream.Embedder); m.Embeddings && !ok {
+			return nil, fmt.Errorf("gateway: model %q is sold for embeddings, but its upstream serves none", m.ID)
+		}
 		if m.PaymentIDRequired && !s.pw.Recovers() {
 			return nil, fmt.Errorf("gateway: model %q requires a payment identifier, but the store keeps no recovery records", m.ID)
 		}
@@ -255,6 +262,7 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	sort.Strings(s.order)
 	s.mux = http.NewServeMux()
 	s.mux.Handle("POST /v1/chat/completions", s.handle("chat", s.limitUnpaid(s.chat)))
+	s.mux.Handle("POST /v1/embeddings", s.handle("embeddings", s.limitUnpaid(s.embeddings)))
 	s.mux.Handle("GET /v1/models", s.handle("models", s.listModels))
 	s.mux.Handle("GET /v1/models/{id}", s.handle("model", s.getModel))
 	if c := cfg.Credits; c != nil {

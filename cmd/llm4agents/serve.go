@@ -162,6 +162,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			ID: m.ID, UpstreamModel: m.UpstreamModel, Provider: providers[m.Upstream], Price: price,
 			MaxOutputTokens: m.MaxOutputTokens, Encoding: m.Encoding,
 			PaymentIDRequired: m.PaymentIdentifier == config.PaymentIDRequired,
+			Embeddings:        m.Kind == config.KindEmbeddings,
 		})
 	}
 	var cred *gateway.Credits

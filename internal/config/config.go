@@ -281,11 +281,16 @@ type Model struct {
 	Upstream string `yaml:"upstream"`
 	// UpstreamModel is the upstream's name for it. Default ID.
 	UpstreamModel string `yaml:"upstream_model"`
+	// Kind is what the model is sold for: KindChat (POST
+	// /v1/chat/completions, the default) or KindEmbeddings (POST
+	// /v1/embeddings, priced per input token: no output price, no output
+	// cap). A model is sold on its kind's route only.
+	Kind string `yaml:"kind"`
 	// Price is in atomic units of the asset per million tokens.
 	Price Price `yaml:"price"`
 	// MaxOutputTokens is the output cap injected upstream when the client
 	// gives none, and the most a client may ask for (D13). Default
-	// DefaultMaxOutputTokens.
+	// DefaultMaxOutputTokens for a chat model; an embeddings model has none.
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 	// Encoding is the tiktoken encoding prompts are counted with. Default
 	// pricing.EncodingFor(UpstreamModel).
@@ -358,6 +363,9 @@ const (
 
 	PaymentIDOptional = "optional"
 	PaymentIDRequired = "required"
+
+	KindChat       = "chat"
+	KindEmbeddings = "embeddings"
 )
 
 // Bounds Validate enforces.
@@ -474,7 +482,10 @@ func (c *Config) SetDefaults() {
 		if m.UpstreamModel == "" {
 			m.UpstreamModel = m.ID
 		}
-		if m.MaxOutputTokens == 0 {
+		if m.Kind == "" {
+			m.Kind = KindChat
+		}
+		if m.MaxOutputTokens == 0 && m.Kind == KindChat {
 			m.MaxOutputTokens = DefaultMaxOutputTokens
 		}
 		if m.Encoding == "" {
@@ -905,9 +916,23 @@ func (c *Config) validateModels(p *problems) {
 			p.add(at+".upstream_model", "%q must be printable, without spaces, at most 256 bytes", truncate(m.UpstreamModel))
 		}
 		checkPrice(p, at+".price.input", m.Price.Input, c.Network.Decimals)
-		checkPrice(p, at+".price.output", m.Price.Output, c.Network.Decimals)
-		if m.MaxOutputTokens <= 0 {
-			p.add(at+".max_output_tokens", "%d must be positive", m.MaxOutputTokens)
+		switch m.Kind {
+		case KindChat:
+			checkPrice(p, at+".price.output", m.Price.Output, c.Network.Decimals)
+			if m.MaxOutputTokens <= 0 {
+				p.add(at+".max_output_tokens", "%d must be positive", m.MaxOutputTokens)
+			}
+		case KindEmbeddings:
+			// An embeddings call has no output: a price or cap for one would
+			// read as if it were charged or enforced.
+			if m.Price.Output != "" {
+				p.add(at+".price.output", "%q is not read: an embeddings model is priced per input token only; remove price.output", truncate(m.Price.Output))
+			}
+			if m.MaxOutputTokens != 0 {
+				p.add(at+".max_output_tokens", "%d is not read: an embeddings call has no output; remove max_output_tokens", m.MaxOutputTokens)
+			}
+		default:
+			p.add(at+".kind", "%q is not %s or %s", truncate(m.Kind), KindChat, KindEmbeddings)
 		}
 		if !pricing.KnownEncoding(m.Encoding) {
 			p.add(at+".encoding", "%q is not a known encoding (%s, %s, %s, %s or %s)", truncate(m.Encoding),
@@ -952,11 +977,16 @@ func checkPrice(p *problems, path, s string, decimals uint8) {
 	}
 }
 
-// Parse returns the pricing.Price of a validated Price.
+// Parse returns the pricing.Price of a validated Price. An absent output
+// price is zero: Validate requires one of every chat model, and an
+// embeddings model has none.
 func (p Price) Parse() (pricing.Price, error) {
 	in, err := parseAtomic(p.Input)
 	if err != nil {
 		return pricing.Price{}, fmt.Errorf("price input %q: %w", truncate(p.Input), err)
+	}
+	if p.Output == "" {
+		return pricing.Price{Input: in}, nil
 	}
 	out, err := parseAtomic(p.Output)
 	if err != nil {

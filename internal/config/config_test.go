@@ -121,12 +121,12 @@ func TestParseBase(t *testing.T) {
 		Models: []Model{
 			{
 				ID: "gpt-4o-mini", Upstream: "openai", UpstreamModel: "gpt-4o-mini",
-				Price: Price{Input: "150000", Output: "600000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
+				Kind: KindChat, Price: Price{Input: "150000", Output: "600000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
 				PaymentIdentifier: PaymentIDOptional,
 			},
 			{
 				ID: "demo", Upstream: "demo", UpstreamModel: "demo",
-				Price: Price{Input: "1000000", Output: "2_000_000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
+				Kind: KindChat, Price: Price{Input: "1000000", Output: "2_000_000"}, MaxOutputTokens: 4096, Encoding: pricing.O200kBase,
 				PaymentIdentifier: PaymentIDOptional,
 			},
 		},

@@ -355,3 +355,33 @@ func TestEmbeddingsModels(t *testing.T) {
 		t.Errorf("New with a chat-only upstream: %v", err)
 	}
 }
+
+// TestEmbeddingsListed: /v1/models says which route sells each model, and
+// prices an embeddings model per input token.
+func TestEmbeddingsListed(t *testing.T) {
+	e := newEnvConfig(t, 10*time.Second, nil, withEmbed)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.srv.URL+"/v1/models/embed", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := readAll(t, resp)
+	var m struct {
+		Kind    string `json:"kind"`
+		Pricing struct {
+			Input   string `json:"input_per_million_tokens"`
+			Output  string `json:"output_per_million_tokens"`
+			Display string `json:"display"`
+		} `json:"pricing"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Kind != "embeddings" || m.Pricing.Input != "100000000" || m.Pricing.Output != "0" ||
+		m.Pricing.Display != "100.00 USDC per million input tokens, rounded up to the cent" {
+		t.Errorf("listed as %s", b)
+	}
+}

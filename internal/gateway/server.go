@@ -448,10 +448,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 
 // modelInfo is one entry of /v1/models: the OpenAI fields plus our prices.
 type modelInfo struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	OwnedBy string       `json:"owned_by"`
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// Kind is what the model is sold for, "chat" or "embeddings": the one
+	// route that takes it.
+	Kind    string       `json:"kind"`
 	Pricing modelPricing `json:"pricing"`
 }
 
@@ -474,8 +477,8 @@ func (s *Server) modelInfo(m *Model) modelInfo {
 	if owner == "" {
 		owner = "llm4agents"
 	}
-	return modelInfo{
-		ID: m.ID, Object: "model", OwnedBy: owner,
+	info := modelInfo{
+		ID: m.ID, Object: "model", OwnedBy: owner, Kind: "chat",
 		Pricing: modelPricing{
 			Asset: s.cfg.Asset, Network: s.cfg.Network, Decimals: s.cfg.Decimals,
 			InputPerMTok: fmt.Sprint(m.Price.Input), OutputPerMTok: fmt.Sprint(m.Price.Output),
@@ -485,6 +488,12 @@ func (s *Server) modelInfo(m *Model) modelInfo {
 				pricing.FormatAmount(bigU(m.Price.Output), s.cfg.Decimals), s.cfg.AssetSymbol),
 		},
 	}
+	if m.Embeddings {
+		info.Kind = "embeddings"
+		info.Pricing.Display = fmt.Sprintf("%s %s per million input tokens, rounded up to the cent",
+			pricing.FormatAmount(bigU(m.Price.Input), s.cfg.Decimals), s.cfg.AssetSymbol)
+	}
+	return info
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {

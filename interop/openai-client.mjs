@@ -9,9 +9,13 @@
 //   MAX_AMOUNT largest payment allowed, atomic units (default 1000000)
 //   MODEL      the paid model (default demo)
 //   SCHEME     exact (default) or upto: the one scheme the client registers
+//   EMBED_MODEL  an embeddings model (kind: embeddings); when set, two more
+//              calls: embeddings.create with it, and with MODEL (refused)
 //
 // It makes four calls, one after the other, and prints one JSON line on stdout:
 //   {"nonStreaming": call, "streaming": call, "unknownModel": call, "maxTokensAboveCap": call}
+// (with EMBED_MODEL also "embeddings": call and "embeddingsChatModel": call,
+// where an embeddings call has "vectors" and "dimensions" instead of content)
 // where a call is
 //   {"wire": [exchange...], "status": 200, "content": "...", "chunks": n, "usageChunks": n, "usage": {...},
 //    "cost": {...x_llm4agents...}, "paymentResponse": {...}, "code": "...", "type": "..."}
@@ -38,6 +42,7 @@ function env(name, fallback) {
 const network = env("NETWORK", "eip155:1337");
 const model = env("MODEL", "demo");
 const signer = privateKeyToAccount(env("PAYER_KEY"));
+const embedModel = process.env.EMBED_MODEL ?? "";
 const scheme = env("SCHEME", "exact") === "upto" ? new UptoEvmScheme(signer) : new ExactEvmScheme(signer);
 const payer = new x402Client().register(network, scheme).setSpendControls({
   allowedAssets: [{ network, asset: env("TOKEN"), maxAmountPerPayment: env("MAX_AMOUNT", "1000000") }],
@@ -138,10 +143,27 @@ async function streaming() {
   };
 }
 
+// embeddings pays for two vectors. The client asks for base64 and decodes
+// it itself unless encoding_format is given: the vectors it returns are
+// what the gateway relayed, decoded.
+async function embeddings() {
+  const input = ["Embed me with the official OpenAI client", "and me too"];
+  const { data, response } = await openai.embeddings.create({ model: embedModel, input }).withResponse();
+  return {
+    wire: takeWire(),
+    status: response.status,
+    vectors: data.data.length,
+    dimensions: data.data[0]?.embedding?.length ?? 0,
+    usage: data.usage ?? null,
+    cost: data.x_llm4agents ?? null,
+    paymentResponse: paymentResponse(response),
+  };
+}
+
 // refused makes a call the gateway must refuse before any payment.
-async function refused(params) {
+async function refused(params, create = (p) => openai.chat.completions.create(p)) {
   try {
-    await openai.chat.completions.create(params);
+    await create(params);
   } catch (err) {
     if (!(err instanceof OpenAI.APIError) || err.status === undefined) throw err;
     return { wire: takeWire(), status: err.status, code: err.code ?? "", type: err.type ?? "" };
@@ -156,6 +178,10 @@ try {
     unknownModel: await refused({ model: "no-such-model", messages }),
     maxTokensAboveCap: await refused({ model, messages, max_tokens: 100000 }),
   };
+  if (embedModel !== "") {
+    out.embeddings = await embeddings();
+    out.embeddingsChatModel = await refused({ model, input: "a chat model" }, (p) => openai.embeddings.create(p));
+  }
   console.log(JSON.stringify(out));
 } catch (err) {
   console.error(`openai-client: ${err?.stack ?? err}`);

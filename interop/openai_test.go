@@ -49,6 +49,9 @@ const (
 	sdkModel = "demo"
 	// sdkModelCap is its max_output_tokens.
 	sdkModelCap = 256
+	// sdkEmbedModel is gatewayConfigYAML's embeddings model, on the demo
+	// upstream.
+	sdkEmbedModel = "demo-embed"
 	// sdkAPIKey is what the SDKs send as their bearer; not an sk-l4a- key, so
 	// the gateway ignores it (D12).
 	sdkAPIKey      = "unused"
@@ -97,6 +100,10 @@ models:
     upstream: demo
     price: { input: "1000000", output: "200000000" }
     max_output_tokens: 256
+  - id: demo-embed
+    upstream: demo
+    kind: embeddings
+    price: { input: "1000000000" }
 `
 
 // TestOpenAIGoSDK pays the gateway with the official OpenAI Go SDK over our
@@ -240,6 +247,7 @@ func TestOpenAINodeClient(t *testing.T) {
 		"TOKEN="+c.token.Hex(),
 		"NETWORK="+network,
 		"MODEL="+sdkModel,
+		"EMBED_MODEL="+sdkEmbedModel,
 	)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -247,10 +255,12 @@ func TestOpenAINodeClient(t *testing.T) {
 		}
 	})
 	var got struct {
-		NonStreaming      callResult `json:"nonStreaming"`
-		Streaming         callResult `json:"streaming"`
-		UnknownModel      callResult `json:"unknownModel"`
-		MaxTokensAboveCap callResult `json:"maxTokensAboveCap"`
+		NonStreaming        callResult `json:"nonStreaming"`
+		Streaming           callResult `json:"streaming"`
+		UnknownModel        callResult `json:"unknownModel"`
+		MaxTokensAboveCap   callResult `json:"maxTokensAboveCap"`
+		Embeddings          callResult `json:"embeddings"`
+		EmbeddingsChatModel callResult `json:"embeddingsChatModel"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("openai-client.mjs output %q: %v", out, err)
@@ -269,7 +279,54 @@ func TestOpenAINodeClient(t *testing.T) {
 	t.Run("max_tokens above the cap", func(t *testing.T) {
 		checkRefusedCall(t, got.MaxTokensAboveCap, http.StatusBadRequest, "max_tokens_too_large")
 	})
+	t.Run("embeddings", func(t *testing.T) {
+		paid = append(paid, checkEmbeddingsCall(t, got.Embeddings))
+	})
+	t.Run("embeddings with a chat model", func(t *testing.T) {
+		checkRefusedCall(t, got.EmbeddingsChatModel, http.StatusBadRequest, "model_not_supported")
+	})
 	c.checkPaidOnChain(t, mark, gw.Facilitator, paid)
+}
+
+// checkEmbeddingsCall asserts that openai-client.mjs's embeddings call was
+// quoted its input tokens at demo-embed's price, paid exactly once, and
+// answered with two vectors the client decoded from base64.
+func checkEmbeddingsCall(t *testing.T, r callResult) paidCall {
+	t.Helper()
+	counter := pricing.NewCounter()
+	var tokens int64
+	for _, s := range []string{"Embed me with the official OpenAI client", "and me too"} {
+		n, err := counter.Tokens(pricing.O200kBase, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens += n
+	}
+	quote := pricing.Quote(tokens, 0, pricing.Price{Input: 1_000_000_000}, 6).String()
+	var steps []string
+	for _, e := range r.Wire {
+		steps = append(steps, fmt.Sprintf("%s paid=%t %d", e.Path, e.Paid, e.Status))
+	}
+	if diff := cmp.Diff([]string{"/v1/embeddings paid=false 402", "/v1/embeddings paid=true 200"}, steps); diff != "" {
+		t.Errorf("requests under the payment layer (-want +got):\n%s", diff)
+	}
+	if len(r.Wire) == 2 && (r.Wire[0].Quote != quote || r.Wire[1].Charged != quote) {
+		t.Errorf("quoted %q, charged %q; want %s (%d tokens)", r.Wire[0].Quote, r.Wire[1].Charged, quote, tokens)
+	}
+	if r.Status != http.StatusOK || r.Vectors != 2 || r.Dimensions != 32 {
+		t.Errorf("status %d, %d vectors of %d dimensions; want 200, 2 of 32", r.Status, r.Vectors, r.Dimensions)
+	}
+	if u := r.Usage; u == nil || u.PromptTokens != tokens || u.TotalTokens != tokens {
+		t.Errorf("usage %+v, want %d prompt tokens", u, tokens)
+	}
+	sr := r.PaymentResponse
+	if sr == nil || !sr.Success || sr.Network != network || !txHashRE.MatchString(sr.Transaction) {
+		t.Fatalf("PAYMENT-RESPONSE = %+v; want a settlement on %s", sr, network)
+	}
+	if ci := r.Cost; ci == nil || ci.Charged != quote || ci.Transaction != sr.Transaction {
+		t.Errorf("x_llm4agents = %+v; want charged %s in %s", ci, quote, sr.Transaction)
+	}
+	return paidCall{quote: quote, settle: sr}
 }
 
 // --- What a call showed ---
@@ -286,6 +343,10 @@ type callResult struct {
 	Usage           *usage               `json:"usage"`
 	Cost            *costInfo            `json:"cost"` // the body's (or last chunk's) x_llm4agents
 	PaymentResponse *x402.SettleResponse `json:"paymentResponse"`
+	// Vectors and Dimensions are an embeddings call's: how many vectors the
+	// client decoded, and the length of the first.
+	Vectors    int `json:"vectors"`
+	Dimensions int `json:"dimensions"`
 	// Code and Type are the OpenAI error's, for a refused call.
 	Code string `json:"code"`
 	Type string `json:"type"`
@@ -659,6 +720,7 @@ func startGatewayWith(t *testing.T, c *testChain, withUpto bool) *gatewayServer 
 		models = append(models, gateway.Model{
 			ID: m.ID, UpstreamModel: m.UpstreamModel, Provider: providers[m.Upstream], Price: price,
 			MaxOutputTokens: m.MaxOutputTokens, Encoding: m.Encoding,
+			Embeddings: m.Kind == config.KindEmbeddings,
 		})
 	}
 	gw, err := gateway.New(gateway.Config{

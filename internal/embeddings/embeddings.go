@@ -138,6 +138,8 @@ func ParseRequest(body []byte) (*Request, error) {
 	if r.Dimensions != nil && *r.Dimensions < 1 {
 		return nil, ErrBadDimensions
 	}
+	// user is only forwarded, but a wrong type is refused here, before a
+	// quote, rather than by the upstream once the buyer signed a payment.
 	var user string
 	if err := decodeField(fields, "user", &user); err != nil {
 		return nil, err
@@ -310,8 +312,8 @@ type Usage struct {
 	TotalTokens  int64 `json:"total_tokens"`
 }
 
-// Errors of CheckResponse: the upstream's answer is not the list of vectors
-// the request asked for. Nothing of it may be sold.
+// ErrBadResponse is CheckResponse's error: the upstream's answer is not the
+// list of vectors the request asked for, and nothing of it may be sold.
 var ErrBadResponse = errors.New("not an embeddings list")
 
 // CheckResponse checks that body, an upstream's 200 answer, is an embeddings

@@ -36,3 +36,30 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTakeRate is the rate limit's share of the credit path, side by
+// side: a key without limits, and a busy key with both limits (slices of
+// about a second of its calls come from the SQLite store; the rest is
+// memory).
+func BenchmarkTakeRate(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		key  store.APIKey
+	}{
+		{"unlimited", store.APIKey{ID: "sk-free"}},
+		{"limited", store.APIKey{ID: "sk-busy", RatePerMinute: store.MaxRateLimit, TokensPerMinute: store.MaxRateLimit}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			keys := NewKeys(openStore(b, &testClock{now: t0}), nil) // the real clock: slices expire
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := keys.TakeRate(b.Context(), tc.key, 1000); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -133,17 +133,26 @@ func (s *Server) creditChat(w http.ResponseWriter, r *http.Request, req *chat.Re
 	return s.creditComplete(w, r, call, up)
 }
 
-// admitCredit runs everything before the upstream: the key, its scope and
-// rate, the quote and the hold. Every error it returns left nothing held.
+// admitCredit runs everything before the upstream for a chat call paid
+// from credits. Every error it returns left nothing held.
 func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, error) {
+	return s.admitKeyCall(r, req.Model, func() (*quote, error) { return s.price(r, req) }, "lower max_tokens")
+}
+
+// admitKeyCall runs everything before the upstream for a call of model paid
+// from credits through an API key, whatever its route: the key, its scope,
+// the quote (from price), its rate limits, and the hold of its maximum
+// cost; lower names what the buyer can do about a cost too large to hold.
+// Every error it returns left nothing held.
+func (s *Server) admitKeyCall(r *http.Request, model string, price func() (*quote, error), lower string) (*creditCall, error) {
 	key, err := s.authenticateKey(r.Context(), bearer(r))
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Credits.Keys.Authorize(key, req.Model); err != nil {
-		return nil, keyRefusal(key, req.Model, err)
+	if err := s.cfg.Credits.Keys.Authorize(key, model); err != nil {
+		return nil, keyRefusal(key, model, err)
 	}
-	q, err := s.price(r, req)
+	q, err := price()
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +164,7 @@ func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, e
 	}
 	call := &creditCall{q: q, key: key, payer: common.HexToAddress(key.Owner), encoding: q.model.Encoding}
 	if call.encoding == "" {
-		call.encoding = pricing.EncodingFor(req.Model)
+		call.encoding = pricing.EncodingFor(model)
 	}
 	if call.id, err = newRequestID(); err != nil {
 		return nil, err
@@ -163,7 +172,7 @@ func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, e
 	maxCost := ledger.MaxCost(q.promptTokens, q.outputBound, q.model.Price)
 	if !maxCost.IsInt64() || maxCost.Int64() > store.MaxAmount {
 		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "max_cost_too_large",
-			Message: fmt.Sprintf("this request may cost up to %s, more than one call may hold; lower max_tokens; nothing was charged", s.display(maxCost))}
+			Message: fmt.Sprintf("this request may cost up to %s, more than one call may hold; %s; nothing was charged", s.display(maxCost), lower)}
 	}
 	if err := s.holdCredit(r.Context(), call, key); err != nil {
 		return nil, err

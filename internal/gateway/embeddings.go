@@ -7,13 +7,9 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/ethereum/go-ethereum/common"
-
 	"github.com/llm4agents/llm4agents/internal/embeddings"
-	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/pricing"
-	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
 )
@@ -168,7 +164,7 @@ func (s *Server) creditEmbeddings(w http.ResponseWriter, r *http.Request, req *e
 		return &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 			Message: "this gateway takes no API keys: pay per call with x402 (send no sk-l4a- key); nothing was charged"}
 	}
-	call, err := s.admitEmbeddingsCredit(r, req)
+	call, err := s.admitKeyCall(r, req.Model, func() (*quote, error) { return s.embeddingsQuote(r, req) }, "send fewer inputs")
 	if err != nil {
 		s.metrics.credit(admitOutcome(err))
 		return err
@@ -180,40 +176,4 @@ func (s *Server) creditEmbeddings(w http.ResponseWriter, r *http.Request, req *e
 		return fmt.Errorf("rewrite embeddings request: %w", err)
 	}
 	return s.creditComplete(w, r, call, up)
-}
-
-// admitEmbeddingsCredit is admitCredit for an embeddings request: the same
-// steps, with the embeddings quote. Every error it returns left nothing
-// held.
-func (s *Server) admitEmbeddingsCredit(r *http.Request, req *embeddings.Request) (*creditCall, error) {
-	key, err := s.authenticateKey(r.Context(), bearer(r))
-	if err != nil {
-		return nil, err
-	}
-	if err := s.cfg.Credits.Keys.Authorize(key, req.Model); err != nil {
-		return nil, keyRefusal(key, req.Model, err)
-	}
-	q, err := s.embeddingsQuote(r, req)
-	if err != nil {
-		return nil, err
-	}
-	if !common.IsHexAddress(key.Owner) {
-		return nil, fmt.Errorf("key %s: owner is not an address", key.ID)
-	}
-	call := &creditCall{q: q, key: key, payer: common.HexToAddress(key.Owner), encoding: q.model.Encoding}
-	if call.encoding == "" {
-		call.encoding = pricing.EncodingFor(q.model.UpstreamModel)
-	}
-	if call.id, err = newRequestID(); err != nil {
-		return nil, err
-	}
-	maxCost := ledger.MaxCost(q.promptTokens, 0, q.model.Price)
-	if !maxCost.IsInt64() || maxCost.Int64() > store.MaxAmount {
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "max_cost_too_large",
-			Message: fmt.Sprintf("this request costs %s, more than one call may hold; send fewer inputs; nothing was charged", s.display(maxCost))}
-	}
-	if err := s.holdCredit(r.Context(), call, key); err != nil {
-		return nil, err
-	}
-	return call, nil
 }

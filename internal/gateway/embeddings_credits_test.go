@@ -157,6 +157,8 @@ func TestCreditEmbeddingsNothingCharged(t *testing.T) {
 		e.topUp(t, alice, 1_000_000)
 		secret, _ := e.newKey(t, alice, nil)
 		limited, _ := e.newKey(t, alice, func(k *store.APIKey) { k.Models = []string{"demo"} })
+		// Rate limits count an embeddings call's input tokens.
+		fewTokens, _ := e.newKey(t, alice, func(k *store.APIKey) { k.TokensPerMinute = 3 })
 		tests := []struct {
 			name   string
 			secret string
@@ -169,6 +171,7 @@ func TestCreditEmbeddingsNothingCharged(t *testing.T) {
 			{"too many inputs", secret, `{"model":"embed","input":[` + strings.TrimSuffix(strings.Repeat(`"a",`, 2049), ",") + `]}`, upstreamtest.Fault{}, 400, "invalid_request"},
 			{"chat model", secret, `{"model":"demo","input":"a"}`, upstreamtest.Fault{}, 400, "model_not_supported"},
 			{"model not allowed", limited, `{"model":"embed","input":"a"}`, upstreamtest.Fault{}, 403, "model_not_allowed"},
+			{"above the key's tokens per minute", fewTokens, `{"model":"embed","input":"one two three four five six seven"}`, upstreamtest.Fault{}, 400, "rate_limit_too_small"},
 			{"unknown key", "sk-l4a-unknown", `{"model":"embed","input":"a"}`, upstreamtest.Fault{}, 401, "invalid_api_key"},
 			{"upstream 500", secret, `{"model":"embed","input":"a"}`, upstreamtest.Fault{Status: 500}, 502, "upstream_error"},
 			{"wrong shape", secret, `{"model":"embed","input":["a","b"]}`,

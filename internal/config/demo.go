@@ -2,9 +2,9 @@ package config
 
 // Demo returns the embedded configuration of `llm4agents demo`: the local
 // test network eip155:1337 with a 6-decimal test USDC, an in-process
-// facilitator, the built-in demo upstream and one model, "demo", at $1 per
+// facilitator, the built-in demo upstream and two models: "demo", at $1 per
 // million input tokens and $2 per million output tokens (so a short call
-// quotes the one-cent minimum), listening on a free port of 127.0.0.1, with
+// quotes the one-cent minimum), and "demo-embed" for embeddings, listening on a free port of 127.0.0.1, with
 // prepaid credits on and a receipt key generated when it starts, and the
 // receipt log on and anchored on chain.
 //
@@ -30,6 +30,13 @@ func Demo() *Config {
 			ID:       "demo",
 			Upstream: "demo",
 			Price:    Price{Input: "1000000", Output: "2000000"},
+		}, {
+			// POST /v1/embeddings: the demo upstream's deterministic
+			// vectors, at $0.02 per million input tokens.
+			ID:       "demo-embed",
+			Upstream: "demo",
+			Kind:     KindEmbeddings,
+			Price:    Price{Input: "20000"},
 		}},
 		// Credits on, with a receipt key generated at start (ReceiptKey).
 		Credits: Credits{Enabled: true},

@@ -86,24 +86,41 @@ func annotate(body []byte, info any) []byte {
 	return out
 }
 
-// chat serves POST /v1/chat/completions.
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
+// readBody reads a paid route's request body, up to MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 				Message: fmt.Sprintf("the request body is larger than %d bytes", s.cfg.MaxBodyBytes)}
 		}
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: "the request body could not be read"}
+		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: "the request body could not be read"}
+	}
+	return body, nil
+}
+
+// keyAndPayment refuses a request that carries both an API key and a
+// payment (D12): the two together would charge twice.
+func keyAndPayment(r *http.Request) error {
+	if hasOwnKey(r) && r.Header.Get(x402.HeaderPaymentSignature) != "" {
+		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "key_and_payment",
+			Message: "send either an llm4agents API key or a PAYMENT-SIGNATURE, not both; nothing was charged"}
+	}
+	return nil
+}
+
+// chat serves POST /v1/chat/completions.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
 	}
 	req, err := chat.ParseRequest(body)
 	if err != nil {
 		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: err.Error()}
 	}
-	if hasOwnKey(r) && r.Header.Get(x402.HeaderPaymentSignature) != "" {
-		// D12: an API key and a payment together would charge twice.
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "key_and_payment",
-			Message: "send either an llm4agents API key or a PAYMENT-SIGNATURE, not both; nothing was charged"}
+	if err := keyAndPayment(r); err != nil {
+		return err
 	}
 	if hasOwnKey(r) {
 		return s.creditChat(w, r, req, body)

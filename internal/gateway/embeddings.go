@@ -2,9 +2,7 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/llm4agents/llm4agents/internal/embeddings"
@@ -35,22 +33,16 @@ import (
 
 // embeddings serves POST /v1/embeddings.
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := s.readBody(w, r)
 	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-				Message: fmt.Sprintf("the request body is larger than %d bytes", s.cfg.MaxBodyBytes)}
-		}
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: "the request body could not be read"}
+		return err
 	}
 	req, err := embeddings.ParseRequest(body)
 	if err != nil {
 		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: err.Error()}
 	}
-	if hasOwnKey(r) && r.Header.Get(x402.HeaderPaymentSignature) != "" {
-		// D12: an API key and a payment together would charge twice.
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "key_and_payment",
-			Message: "send either an llm4agents API key or a PAYMENT-SIGNATURE, not both; nothing was charged"}
+	if err := keyAndPayment(r); err != nil {
+		return err
 	}
 	if hasOwnKey(r) {
 		return s.creditEmbeddings(w, r, req)

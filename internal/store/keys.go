@@ -107,6 +107,15 @@ func (k APIKey) Validate() error {
 	return nil
 }
 
+// ValidateUpdate checks the arguments of Keys.UpdateKey: k is a valid key
+// (see Validate) whose ID and Owner are id and owner.
+func ValidateUpdate(owner, id string, k APIKey) error {
+	if k.ID != id || k.Owner != owner {
+		return errors.New("the key's id or owner is not the one updated")
+	}
+	return k.Validate()
+}
+
 // Session is a signed-in owner's session: what lets it manage its keys. The
 // token is never stored: Hash is its SHA-256 as 64 lower-case hex digits.
 type Session struct {
@@ -134,6 +143,13 @@ type Keys interface {
 	// key returns it unchanged (its first RevokedAt). ErrNotFound if owner
 	// has no key id, whoever else may have one.
 	RevokeKey(ctx context.Context, owner, id string) (APIKey, error)
+	// UpdateKey replaces the mutable fields of owner's key id (Name, the
+	// caps and Period, ExpiresAt, Models, RatePerMinute, TokensPerMinute)
+	// with k's and returns the key as stored. k must pass ValidateUpdate;
+	// its Hash, CreatedAt and RevokedAt are not stored. ErrNotFound if owner
+	// has no key id, whoever else may have one; ErrConflict if it is
+	// revoked (a revoked key stays as it was revoked).
+	UpdateKey(ctx context.Context, owner, id string, k APIKey) (APIKey, error)
 
 	// PutNonce stores a sign-in nonce for ttl (0 < ttl <= MaxAuthTTL).
 	// ErrConflict if it exists.

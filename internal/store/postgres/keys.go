@@ -189,6 +189,47 @@ RETURNING `+keyColumns, db.nowArg(), id, owner))
 	return k, nil
 }
 
+// updateKey updates owner's ($2) unrevoked key $1 and always returns one
+// row if owner has key $1: its revocation time before, then the key if
+// updated, else NULLs. No row: not the owner's key, or no such key.
+const updateKey = `WITH c AS (SELECT revoked_at_ms FROM api_keys WHERE key_id = $1 AND owner = $2),
+u AS (
+    UPDATE api_keys SET name = $3, total_cap = $4, period_cap = $5, period_ms = $6, expires_at_ms = $7,
+        models = $8, rate_per_minute = $9, tokens_per_minute = $10
+    WHERE key_id = $1 AND owner = $2 AND revoked_at_ms = 0
+    RETURNING ` + keyColumns + `)
+SELECT c.revoked_at_ms, u.* FROM c LEFT JOIN u ON true`
+
+// UpdateKey implements store.Keys: one statement, which updates the key
+// only while it is not revoked and says why it did not.
+func (db *DB) UpdateKey(ctx context.Context, owner, id string, k store.APIKey) (_ store.APIKey, err error) {
+	defer store.Wrap(&err, "postgres", "update key %q", id)
+	if err := store.ValidateUpdate(owner, id, k); err != nil {
+		return store.APIKey{}, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	defer cancel()
+
+	var expires int64 // 0 is "never"
+	if !k.ExpiresAt.IsZero() {
+		expires = max(k.ExpiresAt.UnixMilli(), 1)
+	}
+	var revoked int64
+	got, found, err := scanKey(db.pool.QueryRow(ctx, updateKey, id, owner, k.Name, k.TotalCap, k.PeriodCap,
+		k.Period.Milliseconds(), expires, strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute), &revoked)
+	switch {
+	case err != nil:
+		// No row (ErrNotFound): another owner's key is not disclosed.
+		return store.APIKey{}, db.mapErr(ctx, err)
+	case !found:
+		return store.APIKey{}, fmt.Errorf("key is revoked: %w", store.ErrConflict)
+	}
+	return got, nil
+}
+
 // PutNonce implements store.Keys. A nonce of the same text that has
 // expired can no longer be consumed, so storing it again is a fresh issue:
 // the insert then takes its row over. The conflict condition finds the

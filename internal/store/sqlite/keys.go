@@ -153,6 +153,45 @@ RETURNING `+keyColumns, max(db.nowMs(), 1), id))
 	return out, nil
 }
 
+// UpdateKey implements store.Keys.
+func (db *DB) UpdateKey(ctx context.Context, owner, id string, k store.APIKey) (_ store.APIKey, err error) {
+	defer store.Wrap(&err, "sqlite", "update key %q", id)
+	if err := store.ValidateUpdate(owner, id, k); err != nil {
+		return store.APIKey{}, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	defer cancel()
+
+	var expires int64
+	if !k.ExpiresAt.IsZero() {
+		expires = max(k.ExpiresAt.UnixMilli(), 1)
+	}
+	var out store.APIKey
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// Another owner's key is not found: its existence is not disclosed.
+		cur, err := scanKey(tx.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE key_id = ? AND owner = ?`, id, owner))
+		switch {
+		case err != nil:
+			return err
+		case cur.Revoked():
+			return fmt.Errorf("key is revoked: %w", store.ErrConflict)
+		}
+		out, err = scanKey(tx.QueryRowContext(ctx, `UPDATE api_keys SET name = ?, total_cap = ?, period_cap = ?, period_ms = ?,
+    expires_at_ms = ?, models = ?, rate_per_minute = ?, tokens_per_minute = ?
+WHERE key_id = ?
+RETURNING `+keyColumns, k.Name, k.TotalCap, k.PeriodCap, k.Period.Milliseconds(), expires,
+			strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute, id))
+		return err
+	})
+	if err != nil {
+		return store.APIKey{}, mapErr(ctx, err)
+	}
+	return out, nil
+}
+
 // PutNonce implements store.Keys.
 func (db *DB) PutNonce(ctx context.Context, nonce string, ttl time.Duration) (err error) {
 	defer store.Wrap(&err, "sqlite", "put nonce")

@@ -40,6 +40,7 @@ func RunKeys(t *testing.T, open OpenKeys) {
 		{"Key/Conflicts", testKeyConflicts},
 		{"Key/PerOwnerLimit", testKeyPerOwnerLimit},
 		{"Key/Revoke", testKeyRevoke},
+		{"Key/Update", testKeyUpdate},
 		{"Key/InvalidArguments", testKeyInvalid},
 		{"Nonce/ConsumeOnce", testNonceOnce},
 		{"Nonce/Expiry", testNonceExpiry},
@@ -195,6 +196,68 @@ func testKeyRevoke(e *keysEnv) {
 	got, err = e.b.KeyByHash(e.ctx, k.Hash)
 	if err != nil || !got.Revoked() {
 		e.t.Errorf("KeyByHash() after revoke = %+v, %v, want it revoked", got, err)
+	}
+}
+
+func testKeyUpdate(e *keysEnv) {
+	k := e.create(testKey("key1", alice))
+	// Every mutable field changes, caps removed; Hash, CreatedAt and
+	// RevokedAt sent are not stored.
+	u := k
+	u.Name, u.TotalCap, u.PeriodCap, u.Period = "renamed", store.NoCap, store.NoCap, 0
+	u.ExpiresAt, u.Models, u.RatePerMinute, u.TokensPerMinute = time.Time{}, nil, 0, 0
+	u.Hash, u.CreatedAt, u.RevokedAt = hashOf("another secret"), start.Add(time.Hour), start.Add(time.Hour)
+	want := u
+	want.Hash, want.CreatedAt, want.RevokedAt = k.Hash, k.CreatedAt, time.Time{}
+
+	bobs := u
+	bobs.Owner = bob
+	if _, err := e.a.UpdateKey(e.ctx, bob, "key1", bobs); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("UpdateKey(another owner) = %v, want ErrNotFound", err)
+	}
+	unknown := u
+	unknown.ID = "nokey"
+	if _, err := e.a.UpdateKey(e.ctx, alice, "nokey", unknown); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("UpdateKey(unknown) = %v, want ErrNotFound", err)
+	}
+	got, err := e.a.UpdateKey(e.ctx, alice, "key1", u)
+	if err != nil {
+		e.t.Fatalf("UpdateKey(): %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		e.t.Errorf("UpdateKey() mismatch (-want +got):\n%s", diff)
+	}
+	if got, err := e.b.KeyByHash(e.ctx, k.Hash); err != nil || !cmp.Equal(want, got) {
+		e.t.Errorf("KeyByHash() after update = %+v, %v, want %+v", got, err, want)
+	}
+	// And back: caps, expiry, models and rates set again.
+	back := k
+	back.Name = "restored"
+	got, err = e.a.UpdateKey(e.ctx, alice, "key1", back)
+	if err != nil || !cmp.Equal(back, got) {
+		e.t.Errorf("UpdateKey(caps again) = %+v, %v, want %+v", got, err, back)
+	}
+
+	bad := back
+	bad.TotalCap = -1
+	if _, err := e.a.UpdateKey(e.ctx, alice, "key1", bad); err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("UpdateKey(negative cap) = %v, want an error that is no sentinel", err)
+	}
+	if _, err := e.a.UpdateKey(e.ctx, alice, "key2", back); err == nil || errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("UpdateKey(k.ID is not id) = %v, want an error that is no sentinel", err)
+	}
+
+	at := e.clock.Advance(time.Second)
+	if _, err := e.a.RevokeKey(e.ctx, alice, "key1"); err != nil {
+		e.t.Fatalf("RevokeKey(): %v", err)
+	}
+	if _, err := e.a.UpdateKey(e.ctx, alice, "key1", u); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("UpdateKey(revoked) = %v, want ErrConflict", err)
+	}
+	revoked := back
+	revoked.RevokedAt = at
+	if got, err := e.b.KeyByHash(e.ctx, k.Hash); err != nil || !cmp.Equal(revoked, got) {
+		e.t.Errorf("KeyByHash() after a refused update = %+v, %v, want %+v", got, err, revoked)
 	}
 }
 

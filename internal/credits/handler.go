@@ -48,7 +48,7 @@ const DefaultNoncesPerMinute = 600
 
 // Handler serves the account routes: sign-in (POST /v1/auth/nonce, POST
 // /v1/auth/verify) and key management for a signed-in owner (POST and GET
-// /v1/keys, DELETE /v1/keys/{id}, with `Authorization: Bearer sess-l4a-...`).
+// /v1/keys, DELETE and PATCH /v1/keys/{id}, with `Authorization: Bearer sess-l4a-...`).
 // Bodies are strict JSON with size limits; errors are OpenAI-style JSON.
 // Responses that carry a secret (a new key, a session token) are marked
 // no-store; no secret is ever logged or echoed in an error.
@@ -138,10 +138,14 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) (string, error) 
 		return path, errMethod
 	case strings.HasPrefix(path, PathKeys+"/"):
 		const route = PathKeys + "/{id}"
-		if r.Method != http.MethodDelete {
-			return route, errMethod
+		id := strings.TrimPrefix(path, PathKeys+"/")
+		switch r.Method {
+		case http.MethodDelete:
+			return route, h.revokeKey(w, r, id)
+		case http.MethodPatch:
+			return route, h.updateKey(w, r, id)
 		}
-		return route, h.revokeKey(w, r, strings.TrimPrefix(path, PathKeys+"/"))
+		return route, errMethod
 	}
 	return path, &httpError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no such route"}
 }
@@ -153,7 +157,7 @@ func allowed(route string) string {
 	case PathKeys:
 		return "GET, POST"
 	case PathKeys + "/{id}":
-		return "DELETE"
+		return "DELETE, PATCH"
 	}
 	return "POST"
 }
@@ -356,56 +360,154 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) error {
 // keyFrom checks a create request and returns the key it asks for, without
 // id, hash or owner.
 func (h *Handler) keyFrom(req createKeyRequest) (store.APIKey, error) {
-	k := store.APIKey{Name: req.Name, TotalCap: store.NoCap, PeriodCap: store.NoCap, RatePerMinute: req.RatePerMinute,
-		TokensPerMinute: req.TokensPerMinute}
-	if len(k.Name) > store.MaxKeyName || !printableASCII(k.Name) {
-		return k, badRequest("invalid_name", fmt.Sprintf("name must be up to %d printable ASCII characters", store.MaxKeyName))
+	k := store.APIKey{TotalCap: store.NoCap, PeriodCap: store.NoCap}
+	err := h.applyKey(&k, req.change())
+	return k, err
+}
+
+// optional is a member of a PATCH body that tells absent from null:
+// encoding/json leaves it zero when the member is absent and calls
+// UnmarshalJSON, with "null", when it is null. Set reports that the member
+// was present, Null that it was null; V is its value otherwise.
+type optional[T any] struct {
+	Set, Null bool
+	V         T
+}
+
+func (o *optional[T]) UnmarshalJSON(b []byte) error {
+	o.Set = true
+	if string(b) == "null" {
+		o.Null = true
+		return nil
+	}
+	if err := json.Unmarshal(b, &o.V); err != nil {
+		return fmt.Errorf("decode optional member: %w", err)
+	}
+	return nil
+}
+
+// keyChange is the body of PATCH /v1/keys/{id}, with the members and JSON
+// types of createKeyRequest. An absent member keeps the key's value; a null
+// one sets what an absent member means at creation: no cap (totalCap, and
+// periodCap with periodSeconds), no expiry, every model, no rate limit, no
+// name.
+type keyChange struct {
+	Name            optional[string]   `json:"name"`
+	TotalCap        optional[string]   `json:"totalCap"`
+	PeriodCap       optional[string]   `json:"periodCap"`
+	PeriodSeconds   optional[int64]    `json:"periodSeconds"`
+	ExpiresAt       optional[string]   `json:"expiresAt"`
+	Models          optional[[]string] `json:"models"`
+	RatePerMinute   optional[int]      `json:"ratePerMinute"`
+	TokensPerMinute optional[int64]    `json:"tokensPerMinute"`
+}
+
+// change is the create request as a change of a key with no limits, so that
+// creation and PATCH share one check (applyKey). A nil pointer is an absent
+// member.
+func (req createKeyRequest) change() keyChange {
+	c := keyChange{
+		Name:            optional[string]{Set: true, V: req.Name},
+		Models:          optional[[]string]{Set: true, V: req.Models},
+		RatePerMinute:   optional[int]{Set: true, V: req.RatePerMinute},
+		TokensPerMinute: optional[int64]{Set: true, V: req.TokensPerMinute},
+	}
+	if req.TotalCap != nil {
+		c.TotalCap = optional[string]{Set: true, V: *req.TotalCap}
+	}
+	if req.PeriodCap != nil {
+		c.PeriodCap = optional[string]{Set: true, V: *req.PeriodCap}
+	}
+	if req.PeriodSeconds != nil {
+		c.PeriodSeconds = optional[int64]{Set: true, V: *req.PeriodSeconds}
+	}
+	if req.ExpiresAt != nil {
+		c.ExpiresAt = optional[string]{Set: true, V: *req.ExpiresAt}
+	}
+	return c
+}
+
+// empty reports whether c changes nothing.
+func (c keyChange) empty() bool {
+	return !c.Name.Set && !c.TotalCap.Set && !c.PeriodCap.Set && !c.PeriodSeconds.Set && !c.ExpiresAt.Set &&
+		!c.Models.Set && !c.RatePerMinute.Set && !c.TokensPerMinute.Set
+}
+
+// applyKey checks c and applies it to k: the one check of a key's fields,
+// for creation and for PATCH. On error k may be partly changed.
+func (h *Handler) applyKey(k *store.APIKey, c keyChange) error {
+	if c.Name.Set {
+		if len(c.Name.V) > store.MaxKeyName || !printableASCII(c.Name.V) {
+			return badRequest("invalid_name", fmt.Sprintf("name must be up to %d printable ASCII characters", store.MaxKeyName))
+		}
+		k.Name = c.Name.V // "" when null
 	}
 	var err error
-	if req.TotalCap != nil {
-		if k.TotalCap, err = parseAmount(*req.TotalCap); err != nil {
-			return k, badRequest("invalid_total_cap", "totalCap "+err.Error())
+	switch {
+	case !c.TotalCap.Set:
+	case c.TotalCap.Null:
+		k.TotalCap = store.NoCap
+	default:
+		if k.TotalCap, err = parseAmount(c.TotalCap.V); err != nil {
+			return badRequest("invalid_total_cap", "totalCap "+err.Error())
 		}
 	}
 	switch {
-	case (req.PeriodCap == nil) != (req.PeriodSeconds == nil):
-		return k, badRequest("invalid_period_cap", "periodCap and periodSeconds go together")
-	case req.PeriodCap != nil:
-		if k.PeriodCap, err = parseAmount(*req.PeriodCap); err != nil {
-			return k, badRequest("invalid_period_cap", "periodCap "+err.Error())
+	case c.PeriodCap.Set != c.PeriodSeconds.Set || c.PeriodCap.Null != c.PeriodSeconds.Null:
+		return badRequest("invalid_period_cap", "periodCap and periodSeconds go together")
+	case !c.PeriodCap.Set:
+	case c.PeriodCap.Null:
+		k.PeriodCap, k.Period = store.NoCap, 0
+	default:
+		if k.PeriodCap, err = parseAmount(c.PeriodCap.V); err != nil {
+			return badRequest("invalid_period_cap", "periodCap "+err.Error())
 		}
-		p := *req.PeriodSeconds
+		p := c.PeriodSeconds.V
 		if p <= 0 || p > int64(store.MaxKeyPeriod/time.Second) {
-			return k, badRequest("invalid_period_cap", fmt.Sprintf("periodSeconds must be 1..%d", int64(store.MaxKeyPeriod/time.Second)))
+			return badRequest("invalid_period_cap", fmt.Sprintf("periodSeconds must be 1..%d", int64(store.MaxKeyPeriod/time.Second)))
 		}
 		k.Period = time.Duration(p) * time.Second
 	}
-	if req.ExpiresAt != nil {
-		t, err := parseTime(*req.ExpiresAt)
+	switch {
+	case !c.ExpiresAt.Set:
+	case c.ExpiresAt.Null:
+		k.ExpiresAt = time.Time{}
+	default:
+		t, err := parseTime(c.ExpiresAt.V)
 		now := h.Now()
 		if err != nil || !t.After(now) || t.Sub(now) > maxKeyLifetime {
-			return k, badRequest("invalid_expires_at", "expiresAt must be an RFC 3339 time in the future, within 10 years")
+			return badRequest("invalid_expires_at", "expiresAt must be an RFC 3339 time in the future, within 10 years")
 		}
 		k.ExpiresAt = t.UTC().Truncate(time.Millisecond)
 	}
-	if k.RatePerMinute < 0 || k.RatePerMinute > maxRatePerMinute {
-		return k, badRequest("invalid_rate_limit", fmt.Sprintf("ratePerMinute must be 0 (none) to %d", maxRatePerMinute))
+	if c.RatePerMinute.Set {
+		if r := c.RatePerMinute.V; r < 0 || r > maxRatePerMinute {
+			return badRequest("invalid_rate_limit", fmt.Sprintf("ratePerMinute must be 0 (none) to %d", maxRatePerMinute))
+		}
+		k.RatePerMinute = c.RatePerMinute.V // 0 when null
 	}
-	if k.TokensPerMinute < 0 || k.TokensPerMinute > maxTokensPerMinute {
-		return k, badRequest("invalid_rate_limit", fmt.Sprintf("tokensPerMinute must be 0 (none) to %d", int64(maxTokensPerMinute)))
+	if c.TokensPerMinute.Set {
+		if r := c.TokensPerMinute.V; r < 0 || r > maxTokensPerMinute {
+			return badRequest("invalid_rate_limit", fmt.Sprintf("tokensPerMinute must be 0 (none) to %d", int64(maxTokensPerMinute)))
+		}
+		k.TokensPerMinute = c.TokensPerMinute.V
 	}
-	if len(req.Models) > store.MaxKeyModels {
-		return k, badRequest("invalid_models", fmt.Sprintf("at most %d models", store.MaxKeyModels))
-	}
-	for _, m := range req.Models {
-		if !store.ValidID(m) {
-			return k, badRequest("invalid_models", "a model name is empty, too long or has spaces or control characters")
+	if c.Models.Set {
+		models := c.Models.V // nil when null
+		if len(models) > store.MaxKeyModels {
+			return badRequest("invalid_models", fmt.Sprintf("at most %d models", store.MaxKeyModels))
+		}
+		for _, m := range models {
+			if !store.ValidID(m) {
+				return badRequest("invalid_models", "a model name is empty, too long or has spaces or control characters")
+			}
+		}
+		k.Models = nil
+		if len(models) > 0 {
+			k.Models = slices.Compact(slices.Sorted(slices.Values(models)))
 		}
 	}
-	if len(req.Models) > 0 {
-		k.Models = slices.Compact(slices.Sorted(slices.Values(req.Models)))
-	}
-	return k, nil
+	return nil
 }
 
 type keyList struct {
@@ -446,6 +548,64 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, id string) e
 		return err
 	}
 	h.log.InfoContext(r.Context(), "revoked API key", "account", owner, "key_id", id)
+	writeJSON(w, http.StatusOK, viewOf(k))
+	return nil
+}
+
+// updateKey changes the limits of the owner's key (keyChange says how).
+//
+// A lowered cap or rate binds on every replica at the key's next call, with
+// no message between replicas: each call reads its key from the store, a
+// replica's credit lease is retired when its limits differ from the key's
+// (ledger.Leases, usable) and a rate slice is dropped when the key's limit
+// changed (rates.go). Two changes racing for one key: the last one written
+// wins whole, as the store replaces every mutable field.
+func (h *Handler) updateKey(w http.ResponseWriter, r *http.Request, id string) error {
+	owner, err := h.session(r)
+	if err != nil {
+		return err
+	}
+	if !store.ValidID(id) {
+		return badRequest("invalid_key_id", "not a key id")
+	}
+	b, err := readBody(w, r, maxKeyBody, true)
+	if err != nil {
+		return err
+	}
+	var c keyChange
+	if err := decodeStrict(b, &c); err != nil {
+		return err
+	}
+	if c.empty() {
+		return badRequest("nothing_to_change", "the body names no field to change")
+	}
+	notFound := &httpError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "key_not_found", Message: "this account has no key with this id"}
+	revoked := &httpError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "key_revoked", Message: "this key is revoked: its limits can no longer change"}
+	keys, err := h.st.KeysByOwner(r.Context(), owner)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == id })
+	switch {
+	case i < 0:
+		return notFound
+	case keys[i].Revoked():
+		return revoked
+	}
+	k := keys[i]
+	if err := h.applyKey(&k, c); err != nil {
+		return err
+	}
+	k, err = h.st.UpdateKey(r.Context(), owner, id, k)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return notFound
+	case errors.Is(err, store.ErrConflict):
+		return revoked // revoked since it was read
+	case err != nil:
+		return err
+	}
+	h.log.InfoContext(r.Context(), "updated API key", "account", owner, "key_id", id)
 	writeJSON(w, http.StatusOK, viewOf(k))
 	return nil
 }

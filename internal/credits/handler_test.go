@@ -245,6 +245,8 @@ func TestHandlerHostile(t *testing.T) {
 		{"verify GET", http.MethodGet, PathVerify, "", "", nil, 405, "method_not_allowed"},
 		{"keys PUT", http.MethodPut, PathKeys, "application/json", "{}", auth, 405, "method_not_allowed"},
 		{"key GET", http.MethodGet, PathKeys + "/x", "", "", auth, 405, "method_not_allowed"},
+		{"key PUT", http.MethodPut, PathKeys + "/x", "application/json", "{}", auth, 405, "method_not_allowed"},
+		{"update no session", http.MethodPatch, PathKeys + "/x", "application/json", `{"name":"a"}`, nil, 401, "session_required"},
 		// Nonce bodies.
 		{"nonce body not JSON", http.MethodPost, PathNonce, "", "hello", nil, 400, "invalid_json"},
 		{"nonce body with a field", http.MethodPost, PathNonce, "application/json", `{"a":1}`, nil, 400, "invalid_json"},
@@ -381,4 +383,145 @@ func TestHandlerNonceRate(t *testing.T) {
 	if status, _, body := s.do(http.MethodPost, PathNonce, "", "", nil); status != http.StatusTooManyRequests || errorCode(t, body) != "rate_limited" {
 		t.Errorf("4th nonce: %d %s", status, body)
 	}
+}
+
+func TestHandlerUpdateKey(t *testing.T) {
+	s := newServer(t)
+	alice, bob := newWallet(t), newWallet(t)
+	token, bobToken := s.signIn(alice), s.signIn(bob)
+	auth := bearer(token)
+	create := `{"name":"agent","totalCap":"5000000","periodCap":"1000000","periodSeconds":86400,` +
+		`"expiresAt":"2026-12-30T06:00:00Z","models":["gpt-4o"],"ratePerMinute":60,"tokensPerMinute":90000}`
+	status, _, body := s.do(http.MethodPost, PathKeys, "application/json", create, auth)
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	var created keyView
+	if err := json.Unmarshal([]byte(body), &created); err != nil {
+		t.Fatal(err)
+	}
+	secret := created.Key
+	created.Key = ""
+	path := PathKeys + "/" + created.ID
+	patch := func(token, path, body string) (int, string) {
+		t.Helper()
+		status, _, out := s.do(http.MethodPatch, path, "application/json", body, bearer(token))
+		return status, out
+	}
+	view := func(body string) keyView {
+		t.Helper()
+		var v keyView
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatalf("decode %s: %v", body, err)
+		}
+		return v
+	}
+
+	bad := []struct {
+		name, body string
+		status     int
+		code       string
+	}{
+		{"empty object", `{}`, 400, "nothing_to_change"},
+		{"not an object", `[]`, 400, "invalid_json"},
+		{"unknown field", `{"owner":"0x0"}`, 400, "invalid_json"},
+		{"duplicate field", `{"name":"a","name":"b"}`, 400, "invalid_json"},
+		{"cap as number", `{"totalCap":5}`, 400, "invalid_json"},
+		{"negative cap", `{"totalCap":"-1"}`, 400, "invalid_total_cap"},
+		{"period cap alone", `{"periodCap":"1"}`, 400, "invalid_period_cap"},
+		{"period alone", `{"periodSeconds":60}`, 400, "invalid_period_cap"},
+		{"period cap null alone", `{"periodCap":null}`, 400, "invalid_period_cap"},
+		{"period cap with null period", `{"periodCap":"1","periodSeconds":null}`, 400, "invalid_period_cap"},
+		{"period zero", `{"periodCap":"1","periodSeconds":0}`, 400, "invalid_period_cap"},
+		{"expired", `{"expiresAt":"2026-11-30T06:00:00Z"}`, 400, "invalid_expires_at"},
+		{"negative rate", `{"ratePerMinute":-1}`, 400, "invalid_rate_limit"},
+		{"token rate too high", `{"tokensPerMinute":10000000001}`, 400, "invalid_rate_limit"},
+		{"name with newline", `{"name":"a\nb"}`, 400, "invalid_name"},
+		{"model with space", `{"models":["gpt 4"]}`, 400, "invalid_models"},
+		{"a good field and a bad one", `{"name":"ok","totalCap":"x"}`, 400, "invalid_total_cap"},
+		{"too large", `{"name":"` + strings.Repeat("a", maxKeyBody) + `"}`, 413, "request_too_large"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := patch(token, path, tc.body)
+			if status != tc.status || errorCode(t, body) != tc.code {
+				t.Errorf("PATCH %s = %d %s, want %d %s", tc.body, status, body, tc.status, tc.code)
+			}
+		})
+	}
+	if status, _, body := s.do(http.MethodPatch, path, "", `{"name":"x"}`, auth); status != 415 {
+		t.Errorf("PATCH without a content type = %d %s", status, body)
+	}
+	// None of that changed the key.
+	_, _, body = s.do(http.MethodGet, PathKeys, "", "", auth)
+	if diff := cmp.Diff(keyList{Object: "list", Data: []keyView{created}}, listOf(t, body)); diff != "" {
+		t.Errorf("key changed by refused updates (-want +got):\n%s", diff)
+	}
+
+	str := func(s string) *string { return &s }
+	hour := int64(3600)
+	steps := []struct {
+		name, body string
+		change     func(*keyView)
+	}{
+		{"lower the total cap", `{"totalCap":"1000"}`, func(v *keyView) { v.TotalCap = str("1000") }},
+		{"remove the caps and expiry", `{"totalCap":null,"periodCap":null,"periodSeconds":null,"expiresAt":null}`, func(v *keyView) {
+			v.TotalCap, v.PeriodCap, v.PeriodSeconds, v.ExpiresAt = nil, nil, nil, nil
+		}},
+		{"set a period cap", `{"periodCap":"500","periodSeconds":3600}`, func(v *keyView) { v.PeriodCap, v.PeriodSeconds = str("500"), &hour }},
+		{"rates, models, name, expiry", `{"ratePerMinute":5,"tokensPerMinute":1000,"models":["b","a","b"],"name":"renamed","expiresAt":"2026-12-01T00:00:00Z"}`,
+			func(v *keyView) {
+				v.RatePerMinute, v.TokensPerMinute, v.Models, v.Name, v.ExpiresAt = 5, 1000, []string{"a", "b"}, "renamed", str("2026-12-01T00:00:00Z")
+			}},
+		{"null models, rates, name and expiry", `{"models":null,"ratePerMinute":null,"tokensPerMinute":null,"name":null,"expiresAt":null}`, func(v *keyView) {
+			v.Models, v.RatePerMinute, v.TokensPerMinute, v.Name, v.ExpiresAt = []string{}, 0, 0, "", nil
+		}},
+	}
+	want := created
+	for _, step := range steps {
+		status, body := patch(token, path, step.body)
+		if status != http.StatusOK {
+			t.Fatalf("%s: %d %s", step.name, status, body)
+		}
+		assertNoSecret(t, step.name, body, secret, HashSecret(secret))
+		step.change(&want)
+		if diff := cmp.Diff(want, view(body)); diff != "" {
+			t.Errorf("%s mismatch (-want +got):\n%s", step.name, diff)
+		}
+	}
+	// The key still authenticates, with its new limits.
+	k, err := NewKeys(s.h.st.(KeyStore), nil).Authenticate(t.Context(), secret)
+	if err != nil || k.TotalCap != store.NoCap || k.PeriodCap != 500 || k.Name != "" {
+		t.Errorf("Authenticate() after updates = %+v, %v", k, err)
+	}
+
+	// Another owner's key and an unknown one are alike; a revoked key is a conflict.
+	if status, body := patch(bobToken, path, `{"totalCap":"0"}`); status != 404 || errorCode(t, body) != "key_not_found" {
+		t.Errorf("bob updates alice's key: %d %s", status, body)
+	}
+	if status, body := patch(token, PathKeys+"/0x"+strings.Repeat("0", 64), `{"totalCap":"0"}`); status != 404 || errorCode(t, body) != "key_not_found" {
+		t.Errorf("update an unknown key: %d %s", status, body)
+	}
+	if status, body := patch(token, PathKeys+"/a%20b", `{"totalCap":"0"}`); status != 400 || errorCode(t, body) != "invalid_key_id" {
+		t.Errorf("update an invalid id: %d %s", status, body)
+	}
+	if status, _, body := s.do(http.MethodPatch, path, "application/json", `{"totalCap":"0"}`, nil); status != 401 || errorCode(t, body) != "session_required" {
+		t.Errorf("update without a session: %d %s", status, body)
+	}
+	if status, _, body := s.do(http.MethodDelete, path, "", "", auth); status != http.StatusOK {
+		t.Fatalf("revoke: %d %s", status, body)
+	}
+	if status, body := patch(token, path, `{"totalCap":"0"}`); status != 409 || errorCode(t, body) != "key_revoked" {
+		t.Errorf("update a revoked key: %d %s", status, body)
+	}
+	assertNoSecret(t, "log", s.logs.String(), secret, token, bobToken, HashSecret(secret))
+}
+
+func listOf(t *testing.T, body string) keyList {
+	t.Helper()
+	var l keyList
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		t.Fatalf("decode %s: %v", body, err)
+	}
+	return l
 }

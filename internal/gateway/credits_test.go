@@ -1231,3 +1231,37 @@ func TestCreditRevokedKeyStops(t *testing.T) {
 		}
 	})
 }
+
+// TestCreditLoweredCapStops: a key's cap lowered in the store (PATCH
+// /v1/keys/{id}) binds at its next call, also where a replica holds a lease
+// opened under the old cap: the lease's limits differ from the key's, so it
+// is retired and a new one placed under the new cap.
+func TestCreditLoweredCapStops(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		e := newCreditEnv(t, creditOpts{backend: b})
+		e.topUp(t, alice, 1_000_000)
+		maxCost := maxCostOf(t, chatBody)
+		secret, key := e.newKey(t, alice, func(k *store.APIKey) { k.TotalCap = 1_000_000 })
+		if resp := e.chat(t, secret, chatBody); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
+		}
+		before := e.up.Calls()
+		key.TotalCap = maxCost - 1 // below one more call, whatever the first spent
+		if _, err := e.db.UpdateKey(t.Context(), key.Owner, key.ID, key); err != nil {
+			t.Fatal(err)
+		}
+		resp := e.chat(t, secret, chatBody)
+		body := readAll(t, resp)
+		var sb shortfallBody
+		if err := json.Unmarshal(body, &sb); err != nil || resp.StatusCode != http.StatusPaymentRequired ||
+			sb.Error.Code != "insufficient_credit" || sb.Error.Limit != "key_total" {
+			t.Errorf("a call after the cap was lowered: status %d: %s", resp.StatusCode, body)
+		}
+		if e.up.Calls() != before {
+			t.Error("a call over the lowered cap reached the upstream")
+		}
+		if bal := e.balance(t, alice); bal.Held.Sign() != 0 {
+			t.Errorf("%v held after the refusal", bal.Held)
+		}
+	})
+}

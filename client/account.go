@@ -311,6 +311,80 @@ func (a *Account) RevokeKey(ctx context.Context, id string) (*Key, []byte, error
 	return &k, raw, nil
 }
 
+// KeyUpdate is what PATCH PathKeys/{id} changes; a nil field keeps the
+// key's value. TotalCap, PeriodCap and ExpiresAt pointing at "" remove the
+// limit (the gateway is sent JSON null; an empty PeriodCap removes the period
+// too). A non-nil empty Models allows every model; RatePerMinute or
+// TokensPerMinute pointing at 0 removes that limit. Amounts and times are in
+// the forms of KeyRequest.
+type KeyUpdate struct {
+	Name            *string
+	TotalCap        *string
+	PeriodCap       *string
+	PeriodSeconds   *int64
+	ExpiresAt       *string
+	Models          []string
+	RatePerMinute   *int
+	TokensPerMinute *int64
+}
+
+// MarshalJSON sends only the fields set, and null for a limit removed: the
+// gateway tells an absent member (keep) from a null one (remove).
+func (u KeyUpdate) MarshalJSON() ([]byte, error) {
+	m := map[string]any{}
+	orNull := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	if u.Name != nil {
+		m["name"] = *u.Name
+	}
+	if u.TotalCap != nil {
+		m["totalCap"] = orNull(*u.TotalCap)
+	}
+	switch {
+	case u.PeriodCap != nil && *u.PeriodCap == "":
+		m["periodCap"], m["periodSeconds"] = nil, nil
+	default:
+		if u.PeriodCap != nil {
+			m["periodCap"] = *u.PeriodCap
+		}
+		if u.PeriodSeconds != nil {
+			m["periodSeconds"] = *u.PeriodSeconds
+		}
+	}
+	if u.ExpiresAt != nil {
+		m["expiresAt"] = orNull(*u.ExpiresAt)
+	}
+	if u.Models != nil {
+		m["models"] = u.Models
+	}
+	if u.RatePerMinute != nil {
+		m["ratePerMinute"] = *u.RatePerMinute
+	}
+	if u.TokensPerMinute != nil {
+		m["tokensPerMinute"] = *u.TokensPerMinute
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode key update: %w", err)
+	}
+	return b, nil
+}
+
+// UpdateKey changes the limits of the key with id, as Keys shows it (signed
+// in only), and returns the key as changed. A revoked key cannot change.
+func (a *Account) UpdateKey(ctx context.Context, id string, u *KeyUpdate) (*Key, []byte, error) {
+	var k Key
+	raw, err := a.Do(ctx, http.MethodPatch, PathKeys+"/"+url.PathEscape(id), u, http.StatusOK, &k)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &k, raw, nil
+}
+
 // Balance is the account's credit: the balance, and what calls in progress
 // hold of it, in atomic units of Asset as decimal strings.
 type Balance struct {

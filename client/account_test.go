@@ -243,3 +243,30 @@ func TestOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyUpdateJSON: a field left nil is absent (kept), a limit set to ""
+// is null (removed).
+func TestKeyUpdateJSON(t *testing.T) {
+	str := func(s string) *string { return &s }
+	n, zero, p := 5, int64(0), int64(60)
+	tests := []struct {
+		name string
+		u    client.KeyUpdate
+		want string
+	}{
+		{"nothing", client.KeyUpdate{}, `{}`},
+		{"values", client.KeyUpdate{Name: str("a"), TotalCap: str("10"), PeriodCap: str("5"), PeriodSeconds: &p, ExpiresAt: str("2027-01-01T00:00:00Z"),
+			Models: []string{"m"}, RatePerMinute: &n, TokensPerMinute: &zero},
+			`{"expiresAt":"2027-01-01T00:00:00Z","models":["m"],"name":"a","periodCap":"5","periodSeconds":60,"ratePerMinute":5,"tokensPerMinute":0,"totalCap":"10"}`},
+		{"removed", client.KeyUpdate{Name: str(""), TotalCap: str(""), PeriodCap: str(""), ExpiresAt: str(""), Models: []string{}},
+			`{"expiresAt":null,"models":[],"name":"","periodCap":null,"periodSeconds":null,"totalCap":null}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := json.Marshal(&tc.u)
+			if err != nil || string(b) != tc.want {
+				t.Errorf("Marshal() = %s, %v, want %s", b, err, tc.want)
+			}
+		})
+	}
+}

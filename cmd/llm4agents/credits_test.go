@@ -316,6 +316,26 @@ func TestKeysLifecycle(t *testing.T) {
 	}
 	g.checkClean(t, stdout, stderr, err)
 
+	// update: a lowered cap, a cap removed, new rates; the rest is kept.
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--total-cap", "0.5", "--rate", "5"}, `"ci"; total cap 0.50; 0.25 per 24h0m0s; models demo; 5/min; 90000 tokens/min`},
+		{[]string{"--period-cap", "none", "--tokens-per-minute", "0", "--any-model"}, `"ci"; total cap 0.50; 5/min`},
+		{[]string{"--total-cap", "none", "--name", "renamed", "--model", "demo"}, `"renamed"; models demo; 5/min`},
+	} {
+		stdout, stderr, err = runBuyer(t, append([]string{"keys", "update", gw, id}, step.args...), buyerEnv(), "")
+		if err != nil || stdout != "updated "+id+" "+step.want+"\n" {
+			t.Errorf("keys update %v: %v\n%s%s\nwant %s", step.args, err, stdout, stderr, step.want)
+		}
+		g.checkClean(t, stdout, stderr, err, key)
+	}
+	reqs := g.rec.requests()
+	if last := reqs[len(reqs)-1]; last.Method != http.MethodPatch || string(last.Body) != `{"models":["demo"],"name":"renamed","totalCap":null}` {
+		t.Errorf("last request %s %s", last.Method, last.Body)
+	}
+
 	stdout, stderr, err = runBuyer(t, []string{"keys", "revoke", gw, id}, buyerEnv(), "")
 	if err != nil || !strings.HasPrefix(stdout, "revoked "+id) {
 		t.Fatalf("keys revoke: %v\n%s%s", err, stdout, stderr)
@@ -332,6 +352,14 @@ func TestKeysLifecycle(t *testing.T) {
 	}
 	g.checkClean(t, stdout, "", err)
 
+	_, _, err = runBuyer(t, []string{"keys", "update", gw, id, "--rate", "1"}, buyerEnv(), "")
+	if err == nil || !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), "key_revoked") {
+		t.Errorf("update of a revoked key: %v", err)
+	}
+	_, _, err = runBuyer(t, []string{"keys", "update", gw, "nosuchkey1", "--rate", "1"}, buyerEnv(), "")
+	if err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), "key_not_found") {
+		t.Errorf("update of an unknown id: %v", err)
+	}
 	_, _, err = runBuyer(t, []string{"keys", "revoke", gw, "nosuchkey1"}, buyerEnv(), "")
 	if err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), "key_not_found") {
 		t.Errorf("revoke of an unknown id: %v", err)
@@ -592,6 +620,21 @@ func TestAccountBadInput(t *testing.T) {
 		{[]string{"keys", "revoke", gw, "../../v1/keys"}, nil, "give one key id"},
 		{[]string{"keys", "revoke", gw}, nil, "give one key id"},
 		{[]string{"keys", "create", gw, "--total-cap", "0.0000001"}, nil, "more than 6 decimals"},
+		{[]string{"keys", "update", gw, "--rate", "1"}, nil, "give one key id"},
+		{[]string{"keys", "update", gw, "a/b", "--rate", "1"}, nil, "give one key id"},
+		{[]string{"keys", "update", gw, "0x01"}, nil, "nothing to change"},
+		{[]string{"keys", "update", gw, "0x01", "--json"}, nil, "nothing to change"},
+		{[]string{"keys", "update", gw, "0x01", "--total-cap", "0.0000001"}, nil, "more than 6 decimals"},
+		{[]string{"keys", "update", gw, "0x01", "--total-cap", "nothing"}, nil, "--total-cap"},
+		{[]string{"keys", "update", gw, "0x01", "--period-cap", "1"}, nil, "go together"},
+		{[]string{"keys", "update", gw, "0x01", "--period", "1h"}, nil, "go together"},
+		{[]string{"keys", "update", gw, "0x01", "--period-cap", "none", "--period", "1h"}, nil, "takes no --period"},
+		{[]string{"keys", "update", gw, "0x01", "--period-cap", "1", "--period", "1500ms"}, nil, "whole number of seconds"},
+		{[]string{"keys", "update", gw, "0x01", "--expires", "tomorrow"}, nil, "--expires"},
+		{[]string{"keys", "update", gw, "0x01", "--rate", "-1"}, nil, "--rate"},
+		{[]string{"keys", "update", gw, "0x01", "--tokens-per-minute", "99999999999"}, nil, "--tokens-per-minute must be 0"},
+		{[]string{"keys", "update", gw, "0x01", "--model", "a", "--any-model"}, nil, "exclude each other"},
+		{[]string{"keys", "update", gw, "0x01", "--model", ","}, nil, "--any-model"},
 		{[]string{"keys", "create", gw, "--period-cap", "1"}, nil, "go together"},
 		{[]string{"keys", "create", gw, "--expires", "tomorrow"}, nil, "--expires"},
 		{[]string{"keys", "create", gw, "--rate", "-1"}, nil, "--rate"},

@@ -106,6 +106,7 @@ func runKeys(ctx context.Context, args []string, e env) error {
 	return runSubcommand(ctx, "keys", args, e, []subcommand{
 		{"create", "create an sk-l4a- API key with optional caps, models and expiry; shown once", keysCreate},
 		{"list", "list the account's keys and their limits", keysList},
+		{"update", "change a key's caps, rates, models, name or expiry, by its id; \"none\" removes a cap", keysUpdate},
 		{"revoke", "revoke a key by its id, as list shows it", keysRevoke},
 	})
 }
@@ -230,43 +231,148 @@ const maxTokensPerMinute = 10_000_000_000
 // keyRequest builds the key to create from the flags.
 func keyRequest(name, totalCap, periodCap string, period time.Duration, expires string, models []string, rate int, tokens int64, decimals int, now time.Time) (*client.KeyRequest, error) {
 	req := &client.KeyRequest{Name: name, RatePerMinute: rate, TokensPerMinute: tokens, Models: models}
-	if rate < 0 {
-		return nil, errors.New("--rate must not be negative")
+	if err := checkRates(rate, tokens); err != nil {
+		return nil, err
 	}
-	if tokens < 0 || tokens > maxTokensPerMinute {
-		return nil, fmt.Errorf("--tokens-per-minute must be 0 (no limit) to %d", int64(maxTokensPerMinute))
-	}
+	var err error
 	if totalCap != "" {
-		n, err := parseAmount(totalCap, decimals)
-		if err != nil {
-			return nil, fmt.Errorf("--total-cap: %w", err)
+		if req.TotalCap, err = capAmount("total-cap", totalCap, decimals); err != nil {
+			return nil, err
 		}
-		req.TotalCap = n.String()
 	}
-	switch {
-	case (periodCap == "") != (period == 0):
+	if (periodCap == "") != (period == 0) {
 		return nil, errors.New("--period-cap and --period go together")
-	case period < 0 || period%time.Second != 0:
-		return nil, errors.New("--period must be a positive whole number of seconds, such as 24h")
-	case periodCap != "":
-		n, err := parseAmount(periodCap, decimals)
-		if err != nil {
-			return nil, fmt.Errorf("--period-cap: %w", err)
+	}
+	if periodCap != "" {
+		if req.PeriodCap, req.PeriodSeconds, err = periodLimit(periodCap, period, decimals); err != nil {
+			return nil, err
 		}
-		req.PeriodCap, req.PeriodSeconds = n.String(), int64(period/time.Second)
 	}
 	if expires != "" {
-		t, err := time.Parse(time.RFC3339, expires)
-		if err != nil {
-			d, derr := time.ParseDuration(expires)
-			if derr != nil || d <= 0 {
-				return nil, errors.New("--expires is neither an RFC 3339 time nor a positive duration")
-			}
-			t = now.Add(d)
+		if req.ExpiresAt, err = expiryTime(expires, now); err != nil {
+			return nil, err
 		}
-		req.ExpiresAt = t.UTC().Format(time.RFC3339)
 	}
 	return req, nil
+}
+
+// checkRates checks --rate and --tokens-per-minute.
+func checkRates(rate int, tokens int64) error {
+	if rate < 0 {
+		return errors.New("--rate must not be negative")
+	}
+	if tokens < 0 || tokens > maxTokensPerMinute {
+		return fmt.Errorf("--tokens-per-minute must be 0 (no limit) to %d", int64(maxTokensPerMinute))
+	}
+	return nil
+}
+
+// capAmount parses the value of the cap flag name: whole tokens or atomic
+// units, returned as atomic units.
+func capAmount(name, v string, decimals int) (string, error) {
+	n, err := parseAmount(v, decimals)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %w", name, err)
+	}
+	return n.String(), nil
+}
+
+// periodLimit parses --period-cap and --period (both given).
+func periodLimit(periodCap string, period time.Duration, decimals int) (string, int64, error) {
+	if period <= 0 || period%time.Second != 0 {
+		return "", 0, errors.New("--period must be a positive whole number of seconds, such as 24h")
+	}
+	n, err := capAmount("period-cap", periodCap, decimals)
+	if err != nil {
+		return "", 0, err
+	}
+	return n, int64(period / time.Second), nil
+}
+
+// expiryTime parses --expires: an RFC 3339 time or a duration from now.
+func expiryTime(v string, now time.Time) (string, error) {
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		d, derr := time.ParseDuration(v)
+		if derr != nil || d <= 0 {
+			return "", errors.New("--expires is neither an RFC 3339 time nor a positive duration")
+		}
+		t = now.Add(d)
+	}
+	return t.UTC().Format(time.RFC3339), nil
+}
+
+// noLimit is the value of a limit flag of keys update that removes the limit.
+const noLimit = "none"
+
+// keyUpdate builds the change keys update asks for from the flags given
+// (set, by name); an error if it names none.
+func keyUpdate(set map[string]bool, name, totalCap, periodCap string, period time.Duration, expires string, models []string, anyModel bool,
+	rate int, tokens int64, decimals int, now time.Time) (*client.KeyUpdate, error) {
+	if len(set) == 0 {
+		return nil, errors.New("nothing to change: give at least one of --name, --total-cap, --period-cap with --period, --expires, --model, --any-model, --rate, --tokens-per-minute")
+	}
+	u := &client.KeyUpdate{}
+	if set["name"] {
+		u.Name = &name
+	}
+	if err := checkRates(rate, tokens); err != nil {
+		return nil, err
+	}
+	if set["rate"] {
+		u.RatePerMinute = &rate
+	}
+	if set["tokens-per-minute"] {
+		u.TokensPerMinute = &tokens
+	}
+	if set["total-cap"] {
+		v := "" // none: the client sends null
+		if totalCap != noLimit {
+			var err error
+			if v, err = capAmount("total-cap", totalCap, decimals); err != nil {
+				return nil, err
+			}
+		}
+		u.TotalCap = &v
+	}
+	switch {
+	case set["period-cap"] && periodCap == noLimit:
+		if set["period"] {
+			return nil, errors.New("--period-cap none takes no --period")
+		}
+		v := ""
+		u.PeriodCap = &v
+	case set["period-cap"] != set["period"]:
+		return nil, errors.New("--period-cap and --period go together")
+	case set["period-cap"]:
+		c, p, err := periodLimit(periodCap, period, decimals)
+		if err != nil {
+			return nil, err
+		}
+		u.PeriodCap, u.PeriodSeconds = &c, &p
+	}
+	if set["expires"] {
+		v := ""
+		if expires != noLimit {
+			var err error
+			if v, err = expiryTime(expires, now); err != nil {
+				return nil, err
+			}
+		}
+		u.ExpiresAt = &v
+	}
+	switch {
+	case anyModel && set["model"]:
+		return nil, errors.New("--any-model and --model exclude each other")
+	case anyModel:
+		u.Models = []string{}
+	case set["model"]:
+		if len(models) == 0 {
+			return nil, errors.New("--model is empty: use --any-model to allow every model")
+		}
+		u.Models = models
+	}
+	return u, nil
 }
 
 // describeKey says in one line what a key may do.
@@ -353,10 +459,10 @@ func keysRevoke(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || !isToken(pos[0]) || strings.ContainsAny(pos[0], "/?#%") || len(pos[0]) > 128 {
-		return errors.New("keys revoke: give one key id, as keys list shows it")
+	id, err := keyIDArg(pos)
+	if err != nil {
+		return fmt.Errorf("keys revoke: %w", err)
 	}
-	id := pos[0]
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	a, err := signedIn(ctx, &f, e)
@@ -372,5 +478,73 @@ func keysRevoke(ctx context.Context, args []string, e env) error {
 		return nil
 	}
 	printf(e.stdout, "revoked %s %s\n", oneLine(k.ID, 80), describeKey(k, f.decimals))
+	return nil
+}
+
+// keyIDArg returns the one key id of pos, as keys list shows it.
+func keyIDArg(pos []string) (string, error) {
+	if len(pos) != 1 || !isToken(pos[0]) || strings.ContainsAny(pos[0], "/?#%") || len(pos[0]) > 128 {
+		return "", errors.New("give one key id, as keys list shows it")
+	}
+	return pos[0], nil
+}
+
+func keysUpdate(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("keys update", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var f accountFlags
+	f.register(fs, true, true)
+	var name, totalCap, periodCap, expires string
+	var period time.Duration
+	var models listFlag
+	var anyModel bool
+	var rate int
+	var tokens int64
+	// The limit flags, whose presence says what changes; the shared ones
+	// (gateway, key-file, ...) change nothing.
+	limits := flag.NewFlagSet("", flag.ContinueOnError)
+	limits.StringVar(&name, "name", "", "the key's new name (\"\" for none)")
+	limits.StringVar(&totalCap, "total-cap", "", "most the key may spend in all: whole tokens (1.5), atomic units (1500000), or none")
+	limits.StringVar(&periodCap, "period-cap", "", "most the key may spend per --period, in the same form, or none (then no --period)")
+	limits.DurationVar(&period, "period", 0, "the period of --period-cap, such as 24h")
+	limits.StringVar(&expires, "expires", "", "when the key stops working: an RFC 3339 time, a duration from now, or none")
+	limits.Var(&models, "model", "a model the key may use (repeatable): replaces the key's models")
+	limits.BoolVar(&anyModel, "any-model", false, "let the key use every model")
+	limits.IntVar(&rate, "rate", 0, "most requests per minute, across every replica (0: no limit)")
+	limits.Int64Var(&tokens, "tokens-per-minute", 0, "most tokens per minute, across every replica (0: no limit)")
+	limits.VisitAll(func(fl *flag.Flag) { fs.Var(fl.Value, fl.Name, fl.Usage) })
+	pos, err := parseSub(fs, args)
+	if err != nil {
+		return err
+	}
+	id, err := keyIDArg(pos)
+	if err != nil {
+		return fmt.Errorf("keys update: %w", err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) {
+		if limits.Lookup(fl.Name) != nil {
+			set[fl.Name] = true
+		}
+	})
+	u, err := keyUpdate(set, name, totalCap, periodCap, period, expires, models, anyModel, rate, tokens, f.decimals, time.Now())
+	if err != nil {
+		return fmt.Errorf("keys update: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	a, err := signedIn(ctx, &f, e)
+	if err != nil {
+		return fmt.Errorf("keys update: %w", err)
+	}
+	k, raw, err := a.UpdateKey(ctx, id, u)
+	if err != nil {
+		return fmt.Errorf("keys update: %w", err)
+	}
+	if f.json {
+		printf(e.stdout, "%s\n", bytes.TrimSpace(raw))
+		return nil
+	}
+	printf(e.stdout, "updated %s %s\n", oneLine(k.ID, 80), describeKey(k, f.decimals))
 	return nil
 }

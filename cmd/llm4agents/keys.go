@@ -101,7 +101,7 @@ func newAccount(f *accountFlags) *client.Account {
 // printable characters.
 func oneLine(s string, n int) string { return client.OneLine(s, n) }
 
-// runKeys is `llm4agents keys create|list|revoke`.
+// runKeys is `llm4agents keys create|list|update|revoke`.
 func runKeys(ctx context.Context, args []string, e env) error {
 	return runSubcommand(ctx, "keys", args, e, []subcommand{
 		{"create", "create an sk-l4a- API key with optional caps, models and expiry; shown once", keysCreate},

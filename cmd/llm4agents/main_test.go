@@ -157,7 +157,7 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 	t.Run("keys lists its subcommands", func(t *testing.T) {
 		_, stderr, _ := runBounded(t, 10*time.Second, []string{"keys", "--help"}, envMap(nil))
-		for _, want := range []string{"usage: llm4agents keys create|list|revoke [flags]", "  create ", "  list ", "  revoke ", "llm4agents keys <subcommand> -h"} {
+		for _, want := range []string{"usage: llm4agents keys create|list|update|revoke [flags]", "  create ", "  list ", "  update ", "  revoke ", "llm4agents keys <subcommand> -h"} {
 			if !strings.Contains(stderr, want) {
 				t.Errorf("stderr lacks %q:\n%s", want, stderr)
 			}

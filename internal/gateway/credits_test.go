@@ -948,6 +948,7 @@ func TestCreditConcurrentCap(t *testing.T) {
 				t.Errorf("status %d code %s", r.status, r.code)
 			}
 		}
+		e.sync(t) // a leased call's draw is on its lease until the lease closes
 		usage, err := e.led.KeyUsage(t.Context(), ledger.Key{ID: key.ID, TotalCap: big.NewInt(capAmount)})
 		if err != nil {
 			t.Fatal(err)

@@ -177,19 +177,8 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 	fs.SetOutput(e.stderr)
 	var f accountFlags
 	f.register(fs, true, true)
-	var name, totalCap, periodCap, expires string
-	var period time.Duration
-	var models listFlag
-	var rate int
-	var tokens int64
-	fs.StringVar(&name, "name", "", "a name for the key, to tell it apart in the list")
-	fs.StringVar(&totalCap, "total-cap", "", "most the key may spend in all: whole tokens (1.5) or atomic units (1500000)")
-	fs.StringVar(&periodCap, "period-cap", "", "most the key may spend per --period, in the same form")
-	fs.DurationVar(&period, "period", 0, "the period of --period-cap, such as 24h")
-	fs.StringVar(&expires, "expires", "", "when the key stops working: an RFC 3339 time or a duration from now, such as 720h")
-	fs.Var(&models, "model", "a model the key may use (repeatable; default: any)")
-	fs.IntVar(&rate, "rate", 0, "most requests per minute, across every replica (0: no limit)")
-	fs.Int64Var(&tokens, "tokens-per-minute", 0, "most tokens per minute, across every replica: each call counts its prompt plus max_tokens (0: no limit)")
+	var k keyFlags
+	k.register(fs, false)
 	pos, err := parseSub(fs, args)
 	if err != nil {
 		return err
@@ -197,7 +186,7 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 	if len(pos) > 0 {
 		return errors.New("keys create: takes no arguments, only flags")
 	}
-	req, err := keyRequest(name, totalCap, periodCap, period, expires, models, rate, tokens, f.decimals, time.Now())
+	req, err := keyRequest(&k, f.decimals, time.Now())
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)
 	}
@@ -207,11 +196,11 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)
 	}
-	k, raw, err := a.CreateKey(ctx, req)
+	created, raw, err := a.CreateKey(ctx, req)
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)
 	}
-	if !strings.HasPrefix(k.Key, "sk-l4a-") {
+	if !strings.HasPrefix(created.Key, "sk-l4a-") {
 		return errors.New("keys create: the gateway's answer holds no sk-l4a- key")
 	}
 	printf(e.stderr, "llm4agents: this API key is shown once and cannot be shown again: store it now, readable only by you. Anyone who holds it can spend this account's credit.\n")
@@ -219,9 +208,38 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 		printf(e.stdout, "%s\n", bytes.TrimSpace(raw))
 		return nil
 	}
-	printf(e.stdout, "%s\n", k.Key)
-	printf(e.stderr, "created key %s %s\n", k.ID, describeKey(k, f.decimals))
+	printf(e.stdout, "%s\n", created.Key)
+	printf(e.stderr, "created key %s %s\n", created.ID, describeKey(created, f.decimals))
 	return nil
+}
+
+// keyFlags are the flags that name a key and set its limits, shared by
+// keys create and keys update.
+type keyFlags struct {
+	name, totalCap, periodCap, expires string
+	period                             time.Duration
+	models                             listFlag
+	anyModel                           bool // keys update only
+	rate                               int
+	tokens                             int64
+}
+
+// register adds the flags to fs. For keys update (update), "none" removes
+// a limit, --model replaces the key's models and --any-model clears them.
+func (k *keyFlags) register(fs *flag.FlagSet, update bool) {
+	orNone, models := "", "a model the key may use (repeatable; default: any)"
+	if update {
+		orNone, models = ", or none", "a model the key may use (repeatable): replaces the key's models"
+		fs.BoolVar(&k.anyModel, "any-model", false, "let the key use every model")
+	}
+	fs.StringVar(&k.name, "name", "", "a name for the key, to tell it apart in the list")
+	fs.StringVar(&k.totalCap, "total-cap", "", "most the key may spend in all: whole tokens (1.5) or atomic units (1500000)"+orNone)
+	fs.StringVar(&k.periodCap, "period-cap", "", "most the key may spend per --period, in the same form"+orNone)
+	fs.DurationVar(&k.period, "period", 0, "the period of --period-cap, such as 24h")
+	fs.StringVar(&k.expires, "expires", "", "when the key stops working: an RFC 3339 time or a duration from now, such as 720h"+orNone)
+	fs.Var(&k.models, "model", models)
+	fs.IntVar(&k.rate, "rate", 0, "most requests per minute, across every replica (0: no limit)")
+	fs.Int64Var(&k.tokens, "tokens-per-minute", 0, "most tokens per minute, across every replica: each call counts its prompt plus max_tokens (0: no limit)")
 }
 
 // maxTokensPerMinute is the gateway's bound on a key's tokens per minute,
@@ -229,27 +247,27 @@ func keysCreate(ctx context.Context, args []string, e env) error {
 const maxTokensPerMinute = 10_000_000_000
 
 // keyRequest builds the key to create from the flags.
-func keyRequest(name, totalCap, periodCap string, period time.Duration, expires string, models []string, rate int, tokens int64, decimals int, now time.Time) (*client.KeyRequest, error) {
-	req := &client.KeyRequest{Name: name, RatePerMinute: rate, TokensPerMinute: tokens, Models: models}
-	if err := checkRates(rate, tokens); err != nil {
+func keyRequest(k *keyFlags, decimals int, now time.Time) (*client.KeyRequest, error) {
+	req := &client.KeyRequest{Name: k.name, RatePerMinute: k.rate, TokensPerMinute: k.tokens, Models: k.models}
+	if err := checkRates(k.rate, k.tokens); err != nil {
 		return nil, err
 	}
 	var err error
-	if totalCap != "" {
-		if req.TotalCap, err = capAmount("total-cap", totalCap, decimals); err != nil {
+	if k.totalCap != "" {
+		if req.TotalCap, err = capAmount("total-cap", k.totalCap, decimals); err != nil {
 			return nil, err
 		}
 	}
-	if (periodCap == "") != (period == 0) {
+	if (k.periodCap == "") != (k.period == 0) {
 		return nil, errors.New("--period-cap and --period go together")
 	}
-	if periodCap != "" {
-		if req.PeriodCap, req.PeriodSeconds, err = periodLimit(periodCap, period, decimals); err != nil {
+	if k.periodCap != "" {
+		if req.PeriodCap, req.PeriodSeconds, err = periodLimit(k.periodCap, k.period, decimals); err != nil {
 			return nil, err
 		}
 	}
-	if expires != "" {
-		if req.ExpiresAt, err = expiryTime(expires, now); err != nil {
+	if k.expires != "" {
+		if req.ExpiresAt, err = expiryTime(k.expires, now); err != nil {
 			return nil, err
 		}
 	}
@@ -307,36 +325,35 @@ const noLimit = "none"
 
 // keyUpdate builds the change keys update asks for from the flags given
 // (set, by name); an error if it names none.
-func keyUpdate(set map[string]bool, name, totalCap, periodCap string, period time.Duration, expires string, models []string, anyModel bool,
-	rate int, tokens int64, decimals int, now time.Time) (*client.KeyUpdate, error) {
+func keyUpdate(set map[string]bool, k *keyFlags, decimals int, now time.Time) (*client.KeyUpdate, error) {
 	if len(set) == 0 {
 		return nil, errors.New("nothing to change: give at least one of --name, --total-cap, --period-cap with --period, --expires, --model, --any-model, --rate, --tokens-per-minute")
 	}
 	u := &client.KeyUpdate{}
 	if set["name"] {
-		u.Name = &name
+		u.Name = &k.name
 	}
-	if err := checkRates(rate, tokens); err != nil {
+	if err := checkRates(k.rate, k.tokens); err != nil {
 		return nil, err
 	}
 	if set["rate"] {
-		u.RatePerMinute = &rate
+		u.RatePerMinute = &k.rate
 	}
 	if set["tokens-per-minute"] {
-		u.TokensPerMinute = &tokens
+		u.TokensPerMinute = &k.tokens
 	}
 	if set["total-cap"] {
 		v := "" // none: the client sends null
-		if totalCap != noLimit {
+		if k.totalCap != noLimit {
 			var err error
-			if v, err = capAmount("total-cap", totalCap, decimals); err != nil {
+			if v, err = capAmount("total-cap", k.totalCap, decimals); err != nil {
 				return nil, err
 			}
 		}
 		u.TotalCap = &v
 	}
 	switch {
-	case set["period-cap"] && periodCap == noLimit:
+	case set["period-cap"] && k.periodCap == noLimit:
 		if set["period"] {
 			return nil, errors.New("--period-cap none takes no --period")
 		}
@@ -345,7 +362,7 @@ func keyUpdate(set map[string]bool, name, totalCap, periodCap string, period tim
 	case set["period-cap"] != set["period"]:
 		return nil, errors.New("--period-cap and --period go together")
 	case set["period-cap"]:
-		c, p, err := periodLimit(periodCap, period, decimals)
+		c, p, err := periodLimit(k.periodCap, k.period, decimals)
 		if err != nil {
 			return nil, err
 		}
@@ -353,24 +370,24 @@ func keyUpdate(set map[string]bool, name, totalCap, periodCap string, period tim
 	}
 	if set["expires"] {
 		v := ""
-		if expires != noLimit {
+		if k.expires != noLimit {
 			var err error
-			if v, err = expiryTime(expires, now); err != nil {
+			if v, err = expiryTime(k.expires, now); err != nil {
 				return nil, err
 			}
 		}
 		u.ExpiresAt = &v
 	}
 	switch {
-	case anyModel && set["model"]:
+	case k.anyModel && set["model"]:
 		return nil, errors.New("--any-model and --model exclude each other")
-	case anyModel:
+	case k.anyModel:
 		u.Models = []string{}
 	case set["model"]:
-		if len(models) == 0 {
+		if len(k.models) == 0 {
 			return nil, errors.New("--model is empty: use --any-model to allow every model")
 		}
-		u.Models = models
+		u.Models = k.models
 	}
 	return u, nil
 }
@@ -494,24 +511,11 @@ func keysUpdate(ctx context.Context, args []string, e env) error {
 	fs.SetOutput(e.stderr)
 	var f accountFlags
 	f.register(fs, true, true)
-	var name, totalCap, periodCap, expires string
-	var period time.Duration
-	var models listFlag
-	var anyModel bool
-	var rate int
-	var tokens int64
 	// The limit flags, whose presence says what changes; the shared ones
 	// (gateway, key-file, ...) change nothing.
+	var k keyFlags
 	limits := flag.NewFlagSet("", flag.ContinueOnError)
-	limits.StringVar(&name, "name", "", "the key's new name (\"\" for none)")
-	limits.StringVar(&totalCap, "total-cap", "", "most the key may spend in all: whole tokens (1.5), atomic units (1500000), or none")
-	limits.StringVar(&periodCap, "period-cap", "", "most the key may spend per --period, in the same form, or none (then no --period)")
-	limits.DurationVar(&period, "period", 0, "the period of --period-cap, such as 24h")
-	limits.StringVar(&expires, "expires", "", "when the key stops working: an RFC 3339 time, a duration from now, or none")
-	limits.Var(&models, "model", "a model the key may use (repeatable): replaces the key's models")
-	limits.BoolVar(&anyModel, "any-model", false, "let the key use every model")
-	limits.IntVar(&rate, "rate", 0, "most requests per minute, across every replica (0: no limit)")
-	limits.Int64Var(&tokens, "tokens-per-minute", 0, "most tokens per minute, across every replica (0: no limit)")
+	k.register(limits, true)
 	limits.VisitAll(func(fl *flag.Flag) { fs.Var(fl.Value, fl.Name, fl.Usage) })
 	pos, err := parseSub(fs, args)
 	if err != nil {
@@ -527,7 +531,7 @@ func keysUpdate(ctx context.Context, args []string, e env) error {
 			set[fl.Name] = true
 		}
 	})
-	u, err := keyUpdate(set, name, totalCap, periodCap, period, expires, models, anyModel, rate, tokens, f.decimals, time.Now())
+	u, err := keyUpdate(set, &k, f.decimals, time.Now())
 	if err != nil {
 		return fmt.Errorf("keys update: %w", err)
 	}
@@ -537,7 +541,7 @@ func keysUpdate(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("keys update: %w", err)
 	}
-	k, raw, err := a.UpdateKey(ctx, id, u)
+	updated, raw, err := a.UpdateKey(ctx, id, u)
 	if err != nil {
 		return fmt.Errorf("keys update: %w", err)
 	}
@@ -545,6 +549,6 @@ func keysUpdate(ctx context.Context, args []string, e env) error {
 		printf(e.stdout, "%s\n", bytes.TrimSpace(raw))
 		return nil
 	}
-	printf(e.stdout, "updated %s %s\n", oneLine(k.ID, 80), describeKey(k, f.decimals))
+	printf(e.stdout, "updated %s %s\n", oneLine(updated.ID, 80), describeKey(updated, f.decimals))
 	return nil
 }

@@ -28,7 +28,7 @@ import (
 //	                       charges nothing
 //
 // A model is sold here only when it is configured for embeddings
-// (Model.Embeddings), and then only here. Payment is exact only: the quote
+// (Model.Embeddings), and then only here: docs/DESIGN.md D31. Payment is exact only: the quote
 // is the exact input count, so there is nothing for upto to save.
 
 // embeddings serves POST /v1/embeddings.

@@ -88,6 +88,9 @@ type creditCall struct {
 	// ticket is the call's admission against a lease; nil when the call
 	// holds its own maximum in the store.
 	ticket *ledger.Ticket
+	// lower names what the buyer can do about a cost or a size too large:
+	// "lower max_tokens" for a chat call.
+	lower string
 }
 
 // creditInfo annotates a credit-paid answer: the x_llm4agents field of the
@@ -157,12 +160,12 @@ func (s *Server) admitKeyCall(r *http.Request, model string, price func() (*quot
 		return nil, err
 	}
 	if err := s.cfg.Credits.Keys.TakeRate(r.Context(), key, q.promptTokens+q.outputBound); err != nil {
-		return nil, rateRefusal(key, err)
+		return nil, rateRefusal(key, err, lower)
 	}
 	if !common.IsHexAddress(key.Owner) {
 		return nil, fmt.Errorf("key %s: owner is not an address", key.ID)
 	}
-	call := &creditCall{q: q, key: key, payer: common.HexToAddress(key.Owner), encoding: q.model.Encoding}
+	call := &creditCall{q: q, key: key, payer: common.HexToAddress(key.Owner), encoding: q.model.Encoding, lower: lower}
 	if call.encoding == "" {
 		call.encoding = pricing.EncodingFor(model)
 	}
@@ -202,7 +205,7 @@ func (s *Server) holdCredit(ctx context.Context, call *creditCall, key store.API
 		s.metrics.ledgerLatency("hold", s.now().Sub(start))
 	}
 	if ie, ok := errors.AsType[*store.InsufficientError](err); ok {
-		return s.shortfall(ie)
+		return s.shortfall(ie, call.lower)
 	}
 	if err != nil {
 		// The store may have committed the hold before failing to answer:
@@ -278,15 +281,15 @@ func keyRefusal(key store.APIKey, model string, err error) error {
 // rateRefusal maps a refusal of credits.Keys.TakeRate: past a limit is 429
 // with Retry-After (when the minute ends); a call that needs more tokens
 // than the key's limit never fits, a 400; and a store that cannot count
-// fails closed.
-func rateRefusal(key store.APIKey, err error) error {
+// fails closed. lower is what the buyer can do about a call too large.
+func rateRefusal(key store.APIKey, err error, lower string) error {
 	rl, ok := errors.AsType[*store.RateLimitedError](err)
 	switch {
 	case !ok:
 		return creditStoreUnavailable(fmt.Errorf("rate limit of key %s: %w", key.ID, err))
 	case rl.TooLarge:
 		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "rate_limit_too_small",
-			Message: fmt.Sprintf("this request may use %d tokens (its prompt plus max_tokens), more than this API key's %d per minute; lower max_tokens; nothing was charged", rl.Need, rl.Limit), Err: err}
+			Message: fmt.Sprintf("this request may use %d tokens, more than this API key's %d per minute; %s; nothing was charged", rl.Need, rl.Limit, lower), Err: err}
 	}
 	h := http.Header{}
 	h.Set("Retry-After", strconv.FormatInt(max(1, int64((rl.RetryAfter+time.Second-1)/time.Second)), 10))
@@ -339,7 +342,9 @@ type creditShortfall struct {
 	TopUpURL         string `json:"topup_url"` // its absolute URL
 }
 
-func (s *Server) shortfall(ie *store.InsufficientError) error {
+// shortfall is the 402 for a hold that ie refused; lower is what the
+// buyer can do about it besides a top-up.
+func (s *Server) shortfall(ie *store.InsufficientError, lower string) error {
 	maxCost, avail := big.NewInt(ie.Requested), big.NewInt(ie.Available)
 	var msg string
 	switch ie.Limit {
@@ -349,10 +354,10 @@ func (s *Server) shortfall(ie *store.InsufficientError) error {
 			what = "cap for this period"
 		}
 		msg = fmt.Sprintf("this request may cost up to %s and this API key's %s allows %s more; a top-up (%s) does not raise a key's cap: "+
-			"lower max_tokens or ask the key's owner for another key; nothing was charged", s.display(maxCost), what, s.display(avail), topUpRoute)
+			"%s or ask the key's owner for another key; nothing was charged", s.display(maxCost), what, s.display(avail), topUpRoute, lower)
 	default:
 		msg = fmt.Sprintf("insufficient credit: this request may cost up to %s and the balance is %s; top up with %s "+
-			"or lower max_tokens; nothing was charged", s.display(maxCost), s.display(avail), topUpRoute)
+			"or %s; nothing was charged", s.display(maxCost), s.display(avail), topUpRoute, lower)
 	}
 	h := http.Header{}
 	h.Set("Cache-Control", "no-store")

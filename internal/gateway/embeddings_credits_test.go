@@ -159,6 +159,7 @@ func TestCreditEmbeddingsNothingCharged(t *testing.T) {
 		limited, _ := e.newKey(t, alice, func(k *store.APIKey) { k.Models = []string{"demo"} })
 		// Rate limits count an embeddings call's input tokens.
 		fewTokens, _ := e.newKey(t, alice, func(k *store.APIKey) { k.TokensPerMinute = 3 })
+		capped, _ := e.newKey(t, alice, func(k *store.APIKey) { k.TotalCap = 1 })
 		tests := []struct {
 			name   string
 			secret string
@@ -172,6 +173,7 @@ func TestCreditEmbeddingsNothingCharged(t *testing.T) {
 			{"chat model", secret, `{"model":"demo","input":"a"}`, upstreamtest.Fault{}, 400, "model_not_supported"},
 			{"model not allowed", limited, `{"model":"embed","input":"a"}`, upstreamtest.Fault{}, 403, "model_not_allowed"},
 			{"above the key's tokens per minute", fewTokens, `{"model":"embed","input":"one two three four five six seven"}`, upstreamtest.Fault{}, 400, "rate_limit_too_small"},
+			{"above the key's cap", capped, `{"model":"embed","input":"a"}`, upstreamtest.Fault{}, 402, "insufficient_credit"},
 			{"unknown key", "sk-l4a-unknown", `{"model":"embed","input":"a"}`, upstreamtest.Fault{}, 401, "invalid_api_key"},
 			{"upstream 500", secret, `{"model":"embed","input":"a"}`, upstreamtest.Fault{Status: 500}, 502, "upstream_error"},
 			{"wrong shape", secret, `{"model":"embed","input":["a","b"]}`,
@@ -185,6 +187,10 @@ func TestCreditEmbeddingsNothingCharged(t *testing.T) {
 				body := readAll(t, resp)
 				if resp.StatusCode != tc.status || errorCode(t, body) != tc.code {
 					t.Errorf("%d %s, want %d %s", resp.StatusCode, body, tc.status, tc.code)
+				}
+				// An embeddings request has no max_tokens to lower.
+				if strings.Contains(string(body), "max_tokens") {
+					t.Errorf("the refusal names max_tokens: %s", body)
 				}
 			})
 		}

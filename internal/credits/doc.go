@@ -5,8 +5,15 @@
 // sign-in grants, the gateway's receipt signer, and the http.Handler for the
 // account routes (/v1/auth/*, /v1/keys).
 //
-// Keys, nonces and sessions live in a store.Keys; spending through a key is
-// the ledger's business (store.Ledger, with APIKey.Limits).
+// Calls is the life of a call paid through a key, with no HTTP in it, as
+// internal/paywall is for an x402 payment: Admit runs every step before the
+// upstream (the key, its scope, the quote, its rate limits, the hold of the
+// maximum cost) and returns the admitted *Call, whose Charge or Release ends
+// it; a refusal is a *RefusalError naming its CallReason, which the gateway
+// maps to an HTTP answer in one table.
+//
+// Keys, nonces and sessions live in a store.Keys; the holds and captures of
+// a key's calls are the ledger's (internal/ledger, with APIKey.Limits).
 //
 // Secrets handled here (API keys, session tokens, sign-in messages and their
 // signatures, the receipt key) never appear in logs or error messages.

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,20 +49,21 @@ type Credits struct {
 	Confirmations uint64
 }
 
-// A credit-paid call, in the order creditChat runs it:
+// A credit-paid call, in the order creditChat runs it (the steps before the
+// upstream are credits.Calls.Admit):
 //
 //	Authorization: Bearer sk-l4a-...  -> the key (401 unknown, revoked, expired)
 //	the key's scope and rate          -> 403, 429
 //	the quote of the x402 path        -> prompt tokens and the output bound (D13)
-//	ledger.Reserve of the maximum     -> 402 with the numbers on a shortfall (D12), 503 if the store fails
+//	the hold of the maximum cost      -> 402 with the numbers on a shortfall (D12), 503 if the store fails
 //	the upstream                      -> an error releases the hold: nothing charged
-//	ledger.Charge of the usage        -> a cut stream: what was delivered, counted (D16)
+//	the charge of the usage           -> a cut stream: what was delivered, counted (D16)
 //	a signed receipt (D18)            -> stored, and delivered in a header or the final usage chunk
 //
 // Nothing before the hold calls the upstream, and every refusal before it
 // holds nothing.
 
-// creditStoreTimeout bounds each store call of the credit path.
+// creditStoreTimeout bounds each store call of the credit routes.
 const creditStoreTimeout = 5 * time.Second
 
 // topUpRoute is where a buyer short of credit is sent.
@@ -74,23 +73,14 @@ const topUpRoute = "POST /v1/credits/topup"
 // id at GET /v1/receipts/{id}.
 const HeaderRequestID = "X-Llm4agents-Request-Id"
 
-// creditCall is one credit-paid call from its hold to its receipt.
+// creditCall is one credit-paid call from its admission to its receipt: the
+// call credits.Calls admitted, and the gateway's quote of it.
 type creditCall struct {
-	q     *quote
-	key   store.APIKey
-	payer common.Address
-	// id is the request id: "0x" and 64 hex digits of crypto/rand, the
-	// hold's id and the receipt's bytes32 requestId.
-	id string
+	*credits.Call
+	q *quote
 	// encoding counts delivered output tokens as the quote counted the
 	// prompt's.
 	encoding string
-	// ticket is the call's admission against a lease; nil when the call
-	// holds its own maximum in the store.
-	ticket *ledger.Ticket
-	// lower names what the buyer can do about a cost or a size too large:
-	// "lower max_tokens" for a chat call.
-	lower string
 }
 
 // creditInfo annotates a credit-paid answer: the x_llm4agents field of the
@@ -121,13 +111,12 @@ func (s *Server) creditChat(w http.ResponseWriter, r *http.Request, req *chat.Re
 	}
 	call, err := s.admitCredit(r, req)
 	if err != nil {
-		s.metrics.credit(admitOutcome(err))
 		return err
 	}
-	w.Header().Set(HeaderRequestID, call.id)
+	w.Header().Set(HeaderRequestID, call.ID)
 	up, err := req.Upstream(call.q.model.UpstreamModel, call.q.model.MaxOutputTokens)
 	if err != nil {
-		s.releaseCredit(r.Context(), call)
+		call.Release(r.Context())
 		return fmt.Errorf("rewrite request: %w", err)
 	}
 	if req.Stream {
@@ -142,99 +131,37 @@ func (s *Server) admitCredit(r *http.Request, req *chat.Request) (*creditCall, e
 	return s.admitKeyCall(r, req.Model, func() (*quote, error) { return s.price(r, req) }, "lower max_tokens")
 }
 
-// admitKeyCall runs everything before the upstream for a call of model paid
-// from credits through an API key, whatever its route: the key, its scope,
-// the quote (from price), its rate limits, and the hold of its maximum
-// cost; lower names what the buyer can do about a cost too large to hold.
-// Every error it returns left nothing held.
-func (s *Server) admitKeyCall(r *http.Request, model string, price func() (*quote, error), lower string) (*creditCall, error) {
-	key, err := s.authenticateKey(r.Context(), bearer(r))
+// admitKeyCall admits a call of model paid from credits through an API key,
+// whatever its route (credits.Calls.Admit), priced by price; remedy names
+// what the buyer can do about a call too large to hold. Every error it
+// returns left nothing held.
+func (s *Server) admitKeyCall(r *http.Request, model string, price func() (*quote, error), remedy string) (*creditCall, error) {
+	var q *quote
+	c, err := s.calls.Admit(r.Context(), credits.Request{Secret: bearer(r), Model: model, Remedy: remedy,
+		Quote: func() (credits.Quote, error) {
+			var err error
+			if q, err = price(); err != nil {
+				s.metrics.credit(quoteOutcome(err))
+				return credits.Quote{}, err
+			}
+			return credits.Quote{PromptTokens: q.promptTokens, OutputBound: q.outputBound, Price: q.model.Price}, nil
+		}})
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Credits.Keys.Authorize(key, model); err != nil {
-		return nil, keyRefusal(key, model, err)
-	}
-	q, err := price()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.cfg.Credits.Keys.TakeRate(r.Context(), key, q.promptTokens+q.outputBound); err != nil {
-		return nil, rateRefusal(key, err, lower)
-	}
-	if !common.IsHexAddress(key.Owner) {
-		return nil, fmt.Errorf("key %s: owner is not an address", key.ID)
-	}
-	call := &creditCall{q: q, key: key, payer: common.HexToAddress(key.Owner), encoding: q.model.Encoding, lower: lower}
+	call := &creditCall{Call: c, q: q, encoding: q.model.Encoding}
 	if call.encoding == "" {
 		call.encoding = pricing.EncodingFor(model)
-	}
-	if call.id, err = newRequestID(); err != nil {
-		return nil, err
-	}
-	maxCost := ledger.MaxCost(q.promptTokens, q.outputBound, q.model.Price)
-	if !maxCost.IsInt64() || maxCost.Int64() > store.MaxAmount {
-		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "max_cost_too_large",
-			Message: fmt.Sprintf("this request may cost up to %s, more than one call may hold; %s; nothing was charged", s.display(maxCost), lower)}
-	}
-	if err := s.holdCredit(r.Context(), call, key); err != nil {
-		return nil, err
 	}
 	return call, nil
 }
 
-// holdCredit reserves the maximum cost of call: against this replica's
-// lease of the key when leases are on, else as a hold of its own in the
-// store. A shortfall is the 402 with the numbers.
-func (s *Server) holdCredit(ctx context.Context, call *creditCall, key store.APIKey) error {
-	c := ledger.Call{
-		RequestID: call.id, Payer: call.payer, Key: keyLimits(key),
-		PromptTokens: call.q.promptTokens, OutputBound: call.q.outputBound, Price: call.q.model.Price,
+// quoteOutcome names a quote's refusal of a credit-paid call for the metrics.
+func quoteOutcome(err error) string {
+	if ae, ok := errors.AsType[*apiError](err); ok && ae.Status < http.StatusInternalServerError {
+		return "invalid_request"
 	}
-	start := s.now()
-	var err error
-	if ls := s.cfg.Credits.Leases; ls != nil {
-		call.ticket, err = ls.Reserve(ctx, c)
-		s.metrics.ledgerLatency("lease", s.now().Sub(start))
-	} else {
-		// The hold must not depend on the client staying: a hold committed
-		// as the client leaves would otherwise wait for the sweep.
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
-		defer cancel()
-		_, err = s.cfg.Credits.Ledger.Reserve(hctx, c)
-		s.metrics.ledgerLatency("hold", s.now().Sub(start))
-	}
-	if ie, ok := errors.AsType[*store.InsufficientError](err); ok {
-		return s.shortfall(ie, call.lower)
-	}
-	if err != nil {
-		// The store may have committed the hold before failing to answer:
-		// release whatever is there (an unknown hold is fine), fail closed.
-		s.releaseHold(ctx, call)
-		return creditStoreUnavailable(err)
-	}
-	return nil
-}
-
-// admitOutcome names a refusal of admitCredit for the metrics.
-func admitOutcome(err error) string {
-	ae, ok := errors.AsType[*apiError](err)
-	if !ok {
-		return "error" // a 500: a bug, never a refusal of the buyer's
-	}
-	switch ae.Code {
-	case "invalid_api_key":
-		return "invalid_key"
-	case "model_not_allowed":
-		return "not_allowed"
-	case "rate_limited":
-		return "rate_limited"
-	case "insufficient_credit":
-		return "insufficient"
-	case "store_unavailable":
-		return "store_down"
-	}
-	return "invalid_request"
+	return "error" // a 500: a bug, never a refusal of the buyer's
 }
 
 // bearer returns the request's bearer token, "" without one.
@@ -246,75 +173,49 @@ func bearer(r *http.Request) string {
 	return strings.TrimSpace(v)
 }
 
-// authenticateKey returns the API key of secret. Refusals never carry the
-// secret, in the answer or in the log.
-func (s *Server) authenticateKey(ctx context.Context, secret string) (store.APIKey, error) {
-	ctx, cancel := context.WithTimeout(ctx, creditStoreTimeout)
-	defer cancel()
-	key, err := s.cfg.Credits.Keys.Authenticate(ctx, secret)
-	refuse := func(msg string) (store.APIKey, error) {
-		return store.APIKey{}, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-			Message: msg + "; nothing was charged", Err: err}
-	}
-	switch {
-	case errors.Is(err, credits.ErrUnknownKey):
-		return refuse("the API key is not known here")
-	case errors.Is(err, credits.ErrRevokedKey):
-		return refuse("the API key was revoked by its owner")
-	case errors.Is(err, credits.ErrExpiredKey):
-		return refuse("the API key has expired")
-	case err != nil:
-		return store.APIKey{}, creditStoreUnavailable(err)
-	}
-	return key, nil
+// creditRefusalAnswer is how each refusal of a credit-paid call is
+// answered: status and OpenAI error type. Its code is the reason.
+var creditRefusalAnswer = map[credits.CallReason]struct {
+	status int
+	typ    string
+}{
+	credits.InvalidKey:         {http.StatusUnauthorized, "invalid_request_error"},
+	credits.ModelNotAllowed:    {http.StatusForbidden, "invalid_request_error"},
+	credits.RateLimited:        {http.StatusTooManyRequests, "rate_limit_error"},
+	credits.RateLimitTooSmall:  {http.StatusBadRequest, "invalid_request_error"},
+	credits.MaxCostTooLarge:    {http.StatusBadRequest, "invalid_request_error"},
+	credits.InsufficientCredit: {http.StatusPaymentRequired, "insufficient_credit"},
+	credits.StoreUnavailable:   {http.StatusServiceUnavailable, "server_error"},
 }
 
-// keyRefusal maps a refusal of credits.Keys.Authorize.
-func keyRefusal(key store.APIKey, model string, err error) error {
-	if errors.Is(err, credits.ErrModelNotAllowed) {
-		return &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed",
-			Message: fmt.Sprintf("this API key may not call the model %q; nothing was charged", truncate(model, 100)), Err: err}
+// creditRefused is the HTTP answer of a refused credit-paid call. A rate
+// limit says when to retry (when the key's minute ends); a shortfall carries
+// the numbers and the way to more credit (D12), and no PAYMENT-REQUIRED: a
+// key holder is never switched to per-call payment silently.
+func (s *Server) creditRefused(rf *credits.RefusalError) *apiError {
+	a, ok := creditRefusalAnswer[rf.Reason]
+	if !ok {
+		a.status, a.typ = http.StatusInternalServerError, "server_error"
 	}
-	return fmt.Errorf("authorize key %s: %w", key.ID, err)
-}
-
-// rateRefusal maps a refusal of credits.Keys.TakeRate: past a limit is 429
-// with Retry-After (when the minute ends); a call that needs more tokens
-// than the key's limit never fits, a 400; and a store that cannot count
-// fails closed. lower is what the buyer can do about a call too large.
-func rateRefusal(key store.APIKey, err error, lower string) error {
-	rl, ok := errors.AsType[*store.RateLimitedError](err)
-	switch {
-	case !ok:
-		return creditStoreUnavailable(fmt.Errorf("rate limit of key %s: %w", key.ID, err))
-	case rl.TooLarge:
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "rate_limit_too_small",
-			Message: fmt.Sprintf("this request may use %d tokens, more than this API key's %d per minute; %s; nothing was charged", rl.Need, rl.Limit, lower), Err: err}
+	ae := &apiError{Status: a.status, Type: a.typ, Code: string(rf.Reason), Message: rf.Message, Err: rf.Err}
+	switch ie := rf.Shortfall; {
+	case rf.Reason == credits.RateLimited:
+		ae.Header = http.Header{}
+		ae.Header.Set("Retry-After", strconv.FormatInt(max(1, int64((rf.RetryAfter+time.Second-1)/time.Second)), 10))
+	case ie != nil:
+		maxCost, avail := big.NewInt(ie.Requested), big.NewInt(ie.Available)
+		ae.Header = http.Header{}
+		ae.Header.Set("Cache-Control", "no-store")
+		ae.Header.Set("X-Should-Retry", "false")
+		ae.Detail = creditShortfall{
+			ErrorDetail: chat.ErrorDetail{Message: rf.Message, Type: a.typ, Code: string(rf.Reason)},
+			Limit:       ie.Limit, MaxCost: maxCost.String(), MaxCostDisplay: s.display(maxCost),
+			Available: avail.String(), AvailableDisplay: s.display(avail),
+			Asset: s.cfg.Asset, Network: s.cfg.Network, Decimals: s.cfg.Decimals,
+			TopUp: topUpRoute, TopUpURL: s.cfg.PublicURL + "/v1/credits/topup",
+		}
 	}
-	h := http.Header{}
-	h.Set("Retry-After", strconv.FormatInt(max(1, int64((rl.RetryAfter+time.Second-1)/time.Second)), 10))
-	return &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limited",
-		Message: fmt.Sprintf("this API key is limited to %d %s per minute; nothing was charged", rl.Limit, rl.What), Header: h, Err: err}
-}
-
-// keyLimits are key's caps as the ledger takes them: nil for no cap.
-func keyLimits(key store.APIKey) *ledger.Key {
-	k := &ledger.Key{ID: key.ID, Period: key.Period}
-	if key.TotalCap != store.NoCap {
-		k.TotalCap = big.NewInt(key.TotalCap)
-	}
-	if key.PeriodCap != store.NoCap {
-		k.PeriodCap = big.NewInt(key.PeriodCap)
-	}
-	return k
-}
-
-func newRequestID() (string, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("request id: %w", err)
-	}
-	return "0x" + hex.EncodeToString(b[:]), nil
+	return ae
 }
 
 func creditStoreUnavailable(err error) error {
@@ -342,38 +243,6 @@ type creditShortfall struct {
 	TopUpURL         string `json:"topup_url"` // its absolute URL
 }
 
-// shortfall is the 402 for a hold that ie refused; lower is what the
-// buyer can do about it besides a top-up.
-func (s *Server) shortfall(ie *store.InsufficientError, lower string) error {
-	maxCost, avail := big.NewInt(ie.Requested), big.NewInt(ie.Available)
-	var msg string
-	switch ie.Limit {
-	case store.LimitKeyTotal, store.LimitKeyPeriod:
-		what := "total cap"
-		if ie.Limit == store.LimitKeyPeriod {
-			what = "cap for this period"
-		}
-		msg = fmt.Sprintf("this request may cost up to %s and this API key's %s allows %s more; a top-up (%s) does not raise a key's cap: "+
-			"%s or ask the key's owner for another key; nothing was charged", s.display(maxCost), what, s.display(avail), topUpRoute, lower)
-	default:
-		msg = fmt.Sprintf("insufficient credit: this request may cost up to %s and the balance is %s; top up with %s "+
-			"or %s; nothing was charged", s.display(maxCost), s.display(avail), topUpRoute, lower)
-	}
-	h := http.Header{}
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Should-Retry", "false")
-	return &apiError{
-		Status: http.StatusPaymentRequired, Type: "insufficient_credit", Code: "insufficient_credit", Message: msg, Header: h,
-		Detail: creditShortfall{
-			ErrorDetail: chat.ErrorDetail{Message: msg, Type: "insufficient_credit", Code: "insufficient_credit"},
-			Limit:       ie.Limit, MaxCost: maxCost.String(), MaxCostDisplay: s.display(maxCost),
-			Available: avail.String(), AvailableDisplay: s.display(avail),
-			Asset: s.cfg.Asset, Network: s.cfg.Network, Decimals: s.cfg.Decimals,
-			TopUp: topUpRoute, TopUpURL: s.cfg.PublicURL + "/v1/credits/topup",
-		},
-	}
-}
-
 // creditComplete runs a non-streaming credit-paid call: the upstream, the
 // capture of its usage, the answer with its receipt.
 func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *creditCall, body []byte) error {
@@ -383,13 +252,13 @@ func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *cr
 	comp, err := s.callUpstream(ctx, call.q, body)
 	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
 	if err != nil {
-		s.releaseCredit(r.Context(), call)
+		call.Release(r.Context())
 		return s.upstreamError(err, r.Context())
 	}
 	if r.Context().Err() != nil {
 		// Gone before a byte of the answer: nothing delivered, nothing
 		// charged (D16).
-		s.releaseCredit(r.Context(), call)
+		call.Release(r.Context())
 		return &apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
 	}
 	u := comp.Usage
@@ -397,7 +266,7 @@ func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *cr
 		// Unknown usage is not zero usage: count what the answer holds.
 		u = chat.Usage{PromptTokens: call.q.promptTokens, CompletionTokens: s.countOutput(call, completionText(comp.Body))}
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
-		s.log.Warn("upstream reported no usage; charging the counted answer", "request_id", call.id, "model", call.q.model.ID)
+		s.log.Warn("upstream reported no usage; charging the counted answer", "request_id", call.ID, "model", call.q.model.ID)
 	}
 	out := s.captureCredit(r.Context(), call, u)
 	h := w.Header()
@@ -415,91 +284,32 @@ func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *cr
 	return nil
 }
 
-// captureCredit charges call for u (capped at its hold by the ledger, D16),
-// signs the receipt (D18) and stores it. It always returns what to annotate
-// the answer with: without a capture, only the request id.
+// captureCredit charges call for u (capped at its hold, D16) with its signed
+// receipt (D18), and returns what to annotate the answer with: without a
+// charge, only the request id.
 func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usage) creditOutcome {
-	out := creditOutcome{info: creditInfo{RequestID: call.id}}
-	// The answer was produced and is being delivered: the capture must not
-	// depend on the client staying.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
-	defer cancel()
+	out := creditOutcome{info: creditInfo{RequestID: call.ID}}
 	u.PromptTokens, u.CompletionTokens = max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
-	if call.ticket != nil {
-		return s.chargeLease(call, u)
-	}
-	start := s.now()
-	ch, err := s.cfg.Credits.Ledger.Charge(ctx, call.id, u, call.q.model.Price)
-	s.metrics.ledgerLatency("capture", s.now().Sub(start))
-	if err != nil {
-		s.metrics.credit("unbilled")
-		// The answer goes out unbilled: the hold stays open until the sweep
-		// (ledger.SweepExpired) releases it to the buyer. That is the
-		// operator's loss, never the buyer's: nothing is billed later.
-		s.log.Error("credit capture failed; the hold stays until the sweep releases it",
-			"request_id", call.id, "key_id", call.key.ID, "err", err)
-		return out
-	}
-	s.chargedInfo(&out, call, u, ch)
-	env, r, err := s.creditReceipt(call, u, ch)
-	if err != nil {
-		s.metrics.credit("charged_no_receipt")
-		s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
-		return out
-	}
-	out.info.Receipt, out.header = env, receiptHeader(env)
-	outcome := "charged"
-	rec := store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Seq: ch.Seq, Envelope: env}
-	if _, err := s.keepReceipt(ctx, r, rec); err != nil {
-		// The buyer still gets the signed receipt with the answer; only
-		// GET /v1/receipts/{id} (and the log) will not find it.
-		outcome = "charged_no_receipt"
-		s.log.Error("store receipt", "request_id", call.id, "err", err)
-	}
-	s.metrics.credit(outcome)
-	return out
-}
-
-// chargeLease charges a leased call in memory and queues its draw with its
-// receipt: the answer carries the signed receipt at once, and the draw is
-// written within the flush interval (docs/DESIGN.md D28).
-func (s *Server) chargeLease(call *creditCall, u chat.Usage) creditOutcome {
-	out := creditOutcome{info: creditInfo{RequestID: call.id}}
-	outcome := "charged"
-	ch := s.cfg.Credits.Leases.Charge(call.ticket, u, call.q.model.Price, func(ch ledger.Charge) *store.StoredReceipt {
-		s.chargedInfo(&out, call, u, ch)
+	call.Charge(ctx, u, func(ch ledger.Charge) *store.StoredReceipt {
+		out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
+		out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
+		out.info.Usage = &u
+		s.log.Debug("credit call charged", "request_id", call.ID, "key_id", call.Key.ID, "model", call.q.model.ID,
+			"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq, "ref", ch.Ref)
 		env, r, err := s.creditReceipt(call, u, ch)
 		if err != nil {
-			outcome = "charged_no_receipt"
-			s.log.Error("credit call charged without a receipt", "request_id", call.id, "err", err)
+			s.log.Error("credit call charged without a receipt", "request_id", call.ID, "err", err)
 			return nil
 		}
 		out.info.Receipt, out.header = env, receiptHeader(env)
-		rec, err := s.receiptRecord(r, store.StoredReceipt{RequestID: call.id, Owner: call.key.Owner, KeyID: call.key.ID, Envelope: env})
+		rec, err := s.receiptRecord(r, store.StoredReceipt{RequestID: call.ID, Owner: call.Key.Owner, KeyID: call.Key.ID, Seq: ch.Seq, Envelope: env})
 		if err != nil {
-			outcome = "charged_no_receipt"
-			s.log.Error("receipt leaf", "request_id", call.id, "err", err)
+			s.log.Error("receipt leaf", "request_id", call.ID, "err", err)
 			return nil
 		}
 		return &rec
 	})
-	if ch.Loss.Sign() > 0 {
-		s.metrics.credit("loss")
-	}
-	s.metrics.credit(outcome)
 	return out
-}
-
-// chargedInfo fills out's annotation with what ch charged.
-func (s *Server) chargedInfo(out *creditOutcome, call *creditCall, u chat.Usage, ch ledger.Charge) {
-	out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
-	out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
-	out.info.Usage = &u
-	if ch.Loss.Sign() > 0 && call.ticket == nil {
-		s.metrics.credit("loss")
-	}
-	s.log.Debug("credit call charged", "request_id", call.id, "key_id", call.key.ID, "model", call.q.model.ID,
-		"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq, "ref", ch.Ref)
 }
 
 // creditReceipt signs the receipt of a charged call and encodes it.
@@ -520,16 +330,16 @@ func (s *Server) signReceipt(call *creditCall, u chat.Usage, ch ledger.Charge) (
 	if s.cfg.Credits.Signer == nil {
 		return nil, nil, errors.New("no receipt signer configured")
 	}
-	keyID, err := credits.KeyIDBytes32(call.key.ID)
+	keyID, err := credits.KeyIDBytes32(call.Key.ID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("key %s: %w", call.key.ID, err)
+		return nil, nil, fmt.Errorf("key %s: %w", call.Key.ID, err)
 	}
 	issued := ch.At
 	if issued.IsZero() {
 		issued = s.now()
 	}
 	return s.signed(receipt.Receipt{
-		RequestID: common.HexToHash(call.id), Account: call.payer, KeyID: keyID, Model: call.q.model.ID,
+		RequestID: common.HexToHash(call.ID), Account: call.Payer, KeyID: keyID, Model: call.q.model.ID,
 		InputTokens: big.NewInt(u.PromptTokens), OutputTokens: big.NewInt(u.CompletionTokens),
 		Amount: ch.Charged, BalanceAfter: ch.BalanceAfter, LedgerSeq: ledgerRef(ch),
 		IssuedAt: uint64(max(issued.Unix(), 0)), // #nosec G115 -- clamped at zero
@@ -546,32 +356,6 @@ func ledgerRef(ch ledger.Charge) *big.Int {
 	return big.NewInt(ch.Seq)
 }
 
-// releaseCredit ends call with nothing charged: nothing was delivered.
-func (s *Server) releaseCredit(ctx context.Context, call *creditCall) {
-	s.metrics.credit("released")
-	s.releaseHold(ctx, call)
-}
-
-// releaseHold releases call's hold, if there is one.
-func (s *Server) releaseHold(ctx context.Context, call *creditCall) {
-	if s.cfg.Credits.Leases != nil {
-		if call.ticket != nil {
-			s.cfg.Credits.Leases.Release(call.ticket)
-		}
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), creditStoreTimeout)
-	defer cancel()
-	start := s.now()
-	_, err := s.cfg.Credits.Ledger.Release(ctx, call.id)
-	s.metrics.ledgerLatency("release", s.now().Sub(start))
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		// The buyer's credit stays held, not lost, until the sweep
-		// releases the hold.
-		s.log.Error("credit release failed; the hold stays until the sweep releases it", "request_id", call.id, "err", err)
-	}
-}
-
 // countOutput counts output tokens of text with the call's encoding.
 func (s *Server) countOutput(call *creditCall, text string) int64 {
 	if text == "" {
@@ -581,7 +365,7 @@ func (s *Server) countOutput(call *creditCall, text string) int64 {
 	if err != nil {
 		// The encoding counted the prompt a moment ago; if it fails now,
 		// an estimate beats charging nothing or everything.
-		s.log.Warn("count output tokens", "request_id", call.id, "err", err)
+		s.log.Warn("count output tokens", "request_id", call.ID, "err", err)
 		return int64(upstream.ApproxTokenizer{}.Count(text))
 	}
 	return n

@@ -32,13 +32,13 @@ func (s *Server) creditStream(w http.ResponseWriter, r *http.Request, call *cred
 	start := s.now()
 	st, err := call.q.model.Provider.Stream(upCtx, body)
 	if err != nil {
-		s.releaseCredit(r.Context(), call)
+		call.Release(r.Context())
 		return s.upstreamError(err, r.Context())
 	}
 	defer func() { _ = st.Close() }()
 	held, err := firstContent(st)
 	if err != nil {
-		s.releaseCredit(r.Context(), call)
+		call.Release(r.Context())
 		if r.Context().Err() == nil && upCtx.Err() != nil {
 			// The first-content timer fired, not the client.
 			return &apiError{Status: http.StatusGatewayTimeout, Type: upstream.TypeUpstream, Code: upstream.CodeTimeout,
@@ -49,7 +49,7 @@ func (s *Server) creditStream(w http.ResponseWriter, r *http.Request, call *cred
 	firstTimer.Stop()
 	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
 	if r.Context().Err() != nil {
-		s.releaseCredit(r.Context(), call)
+		call.Release(r.Context())
 		return &apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
 	}
 
@@ -84,7 +84,7 @@ func (s *Server) creditStream(w http.ResponseWriter, r *http.Request, call *cred
 		// No usage from the upstream (it broke, or it does not report
 		// any): charge what was delivered, counted.
 		u = s.countedUsage(call, cs)
-		s.log.Warn("stream without usage; charging what was delivered, counted", "request_id", call.id, "model", call.q.model.ID)
+		s.log.Warn("stream without usage; charging what was delivered, counted", "request_id", call.ID, "model", call.q.model.ID)
 	}
 	out := s.captureCredit(r.Context(), call, u)
 	final := cs.usageEv
@@ -93,7 +93,7 @@ func (s *Server) creditStream(w http.ResponseWriter, r *http.Request, call *cred
 	}
 	cs.deliver(annotate(final, out.info))
 	if broken != nil && cs.usageEv == nil {
-		s.log.Error("upstream stream broke mid-way; charged what was delivered", "request_id", call.id, "err", broken)
+		s.log.Error("upstream stream broke mid-way; charged what was delivered", "request_id", call.ID, "err", broken)
 		cs.sw.event(mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
 			Message: "the upstream stream broke; you were charged for what was delivered", Type: "upstream_error", Code: "upstream_stream_broken"}}))
 	}
@@ -130,8 +130,8 @@ func firstContent(st upstream.Stream) ([][]byte, error) {
 // before it left (the usage chunk comes last).
 func (s *Server) clientLeft(ctx context.Context, call *creditCall, cs *creditSSE) {
 	if !cs.content {
-		s.releaseCredit(ctx, call)
-		s.log.Info("client left before any content was delivered; nothing charged", "request_id", call.id)
+		call.Release(ctx)
+		s.log.Info("client left before any content was delivered; nothing charged", "request_id", call.ID)
 		return
 	}
 	u, ok := cs.usage()
@@ -139,7 +139,7 @@ func (s *Server) clientLeft(ctx context.Context, call *creditCall, cs *creditSSE
 		u = s.countedUsage(call, cs)
 	}
 	out := s.captureCredit(ctx, call, u)
-	s.log.Info("client left mid-stream; charged what was delivered", "request_id", call.id,
+	s.log.Info("client left mid-stream; charged what was delivered", "request_id", call.ID,
 		"output_tokens", u.CompletionTokens, "charged", out.info.Charged)
 }
 

@@ -158,13 +158,12 @@ func (s *Server) creditEmbeddings(w http.ResponseWriter, r *http.Request, req *e
 	}
 	call, err := s.admitKeyCall(r, req.Model, func() (*quote, error) { return s.embeddingsQuote(r, req) }, "send fewer inputs")
 	if err != nil {
-		s.metrics.credit(admitOutcome(err))
 		return err
 	}
-	w.Header().Set(HeaderRequestID, call.id)
+	w.Header().Set(HeaderRequestID, call.ID)
 	up, err := req.Upstream(call.q.model.UpstreamModel)
 	if err != nil {
-		s.releaseCredit(r.Context(), call)
+		call.Release(r.Context())
 		return fmt.Errorf("rewrite embeddings request: %w", err)
 	}
 	return s.creditComplete(w, r, call, up)

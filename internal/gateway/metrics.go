@@ -134,6 +134,12 @@ type paymentMetrics struct{ m *Metrics }
 func (p paymentMetrics) Payment(outcome string)        { p.m.payment(outcome) }
 func (p paymentMetrics) SettleLatency(d time.Duration) { p.m.settleLatency(d) }
 
+// creditMetrics is what credits.Calls counts, on the gateway's metrics.
+type creditMetrics struct{ m *Metrics }
+
+func (c creditMetrics) Credit(outcome string)                    { c.m.credit(outcome) }
+func (c creditMetrics) LedgerLatency(op string, d time.Duration) { c.m.ledgerLatency(op, d) }
+
 // leaseCollector exports a replica's credit lease counters (D28), read
 // from the leases at each scrape.
 type leaseCollector struct {

@@ -56,7 +56,7 @@ func (s *Server) receiptReader(r *http.Request) (receiptReader, error) {
 	tok := bearer(r)
 	switch {
 	case credits.IsKey(tok) && s.cfg.Credits.Keys != nil:
-		key, err := s.authenticateKey(r.Context(), tok)
+		key, err := s.calls.Authenticate(r.Context(), tok)
 		if err != nil {
 			return receiptReader{}, err
 		}

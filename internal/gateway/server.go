@@ -161,7 +161,10 @@ type Server struct {
 	cfg Config
 	// pw runs the payment lifecycle (internal/paywall): admission,
 	// settlement, recovery.
-	pw      *paywall.Paywall
+	pw *paywall.Paywall
+	// calls runs the payment steps of credit-paid calls
+	// (internal/credits): nil when the gateway takes no API keys.
+	calls   *credits.Calls
 	counter *pricing.Counter
 	models  map[string]*Model
 	order   []string // model ids, sorted
@@ -242,6 +245,12 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds, UpstreamTimeout: cfg.UpstreamTimeout, SettleTimeout: cfg.SettleTimeout,
 		ClaimLease: cfg.ClaimLease, Owner: cfg.Owner, RecoveryTTL: cfg.RecoveryTTL, RecoveryReplays: cfg.RecoveryReplays,
 	}, fac, payments, paymentMetrics{s.metrics}, s.log)
+	if c := cfg.Credits; c != nil && c.Keys != nil {
+		s.calls = credits.NewCalls(credits.CallsConfig{
+			Keys: c.Keys, Ledger: c.Ledger, Leases: c.Leases, Receipts: c.Receipts,
+			Display: s.display, TopUp: topUpRoute, Metrics: creditMetrics{s.metrics}, Log: s.log,
+		})
+	}
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
 		if m.UpstreamModel == "" {
@@ -360,10 +369,14 @@ func (s *Server) handle(route string, h func(http.ResponseWriter, *http.Request)
 }
 
 // answerOf is the HTTP answer of a handler's error: a paywall refusal by the
-// refusal table (paywall.go), an apiError as it is, anything else a 500.
+// refusal table (paywall.go), a credit call's by its own (credits.go), an
+// apiError as it is, anything else a 500.
 func (s *Server) answerOf(err error) *apiError {
 	if rf, ok := errors.AsType[*paywall.RefusalError](err); ok {
 		return s.refused(rf)
+	}
+	if rf, ok := errors.AsType[*credits.RefusalError](err); ok {
+		return s.creditRefused(rf)
 	}
 	if ae, ok := errors.AsType[*apiError](err); ok {
 		return ae

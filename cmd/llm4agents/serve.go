@@ -152,14 +152,23 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			providers[u.Name] = p
 		}
 	}
+	metrics := gateway.NewMetrics()
+	health := map[string]*upstream.Health{}
+	for _, u := range cfg.Upstreams {
+		health[u.Name] = upstream.NewHealth(upstream.HealthConfig{FailuresToOpen: u.FailuresToOpen, OpenFor: u.OpenFor})
+	}
 	models := make([]gateway.Model, 0, len(cfg.Models))
 	for _, m := range cfg.Models {
 		price, err := m.Price.Parse()
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", m.ID, err)
 		}
+		provider, err := modelProvider(m, providers, health, metrics, log)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: %w", m.ID, err)
+		}
 		models = append(models, gateway.Model{
-			ID: m.ID, UpstreamModel: m.UpstreamModel, Provider: providers[m.Upstream], Price: price,
+			ID: m.ID, UpstreamModel: m.UpstreamModel, Provider: provider, Price: price,
 			MaxOutputTokens: m.MaxOutputTokens, Encoding: m.Encoding,
 			PaymentIDRequired: m.PaymentIdentifier == config.PaymentIDRequired,
 			Embeddings:        m.Kind == config.KindEmbeddings,
@@ -200,7 +209,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, UpstreamTimeout: cfg.Limits.UpstreamTimeout,
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
 		RecoveryTTL: cfg.Limits.RecoveryTTL, RecoveryReplays: cfg.Limits.RecoveryReplays,
-		ClaimLease: cfg.ClaimLease(), Owner: owner, Models: models,
+		ClaimLease: cfg.ClaimLease(), Owner: owner, Models: models, Metrics: metrics,
 		Credits: cred, Upto: upto, Log: receiptLog,
 		Unpaid: gateway.UnpaidLimits{PerMinute: cfg.Limits.UnpaidRate(), Burst: cfg.Limits.UnpaidBurst,
 			TrustedProxies: cfg.Limits.TrustedProxyPrefixes()},
@@ -427,4 +436,22 @@ func readCapped(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
 	}
 	return b, nil
+}
+
+// modelProvider is what serves m: its upstream, or, with fallbacks, its
+// upstream and then each fallback in order, under each provider's health.
+func modelProvider(m config.Model, providers map[string]gateway.Provider, health map[string]*upstream.Health,
+	metrics *gateway.Metrics, log *slog.Logger) (gateway.Provider, error) {
+	if len(m.Fallbacks) == 0 {
+		return providers[m.Upstream], nil
+	}
+	routes := []upstream.Route{{Name: m.Upstream, Provider: providers[m.Upstream], Health: health[m.Upstream]}}
+	for _, f := range m.Fallbacks {
+		r := upstream.Route{Name: f.Upstream, Provider: providers[f.Upstream], Health: health[f.Upstream]}
+		if f.UpstreamModel != m.UpstreamModel {
+			r.Model = f.UpstreamModel // the gateway writes the first route's name
+		}
+		routes = append(routes, r)
+	}
+	return upstream.NewFallback(routes, metrics, log.With("model", m.ID))
 }

@@ -782,3 +782,58 @@ func TestServeNodeURLNotLogged(t *testing.T) {
 	assertNoSecret(t, "stdout", proc.stdout.String(), secrets...)
 	assertNoSecret(t, "response", string(b), secrets...)
 }
+
+// TestServeFallback: `serve` from YAML with a model whose upstream is down
+// and whose fallback answers: the paid call is answered by the fallback,
+// under its own model name, and settles once, for the model's price; the
+// attempts show in /metrics by provider.
+func TestServeFallback(t *testing.T) {
+	tt := deployToken(t)
+	up := upstreamtest.NewServer(t, upstreamtest.Config{APIKey: upstreamAPIKey, Models: []string{"backup-model"}})
+	cfg := serveConfig{
+		RPC: "rpc_url: " + tt.node.URL, Asset: tt.addr.Hex(),
+		// Nothing listens on port 1: the first provider is unreachable.
+		Upstream: "    base_url: http://127.0.0.1:1/v1\n    timeout: 5s\n    failures_to_open: 2\n    open_for: 1m",
+	}
+	doc := strings.Replace(cfg.yaml(t), "models:\n", fmt.Sprintf("  - name: backup\n    base_url: %s\n    api_key_env: %s\n    timeout: 5s\nmodels:\n",
+		up.URL(), serveAPIKeyEnv), 1)
+	doc = strings.Replace(doc, "    upstream: up\n", "    upstream: up\n    fallbacks:\n      - upstream: backup\n        upstream_model: backup-model\n", 1)
+	proc := startCmd(t, []string{"serve", "--config", writeConfig(t, doc)}, serveEnv(), "gateway listening on ")
+	tr := &client.Transport{
+		Signer: exact.NewKeySigner(testchain.DevKey(serveBuyer)),
+		Policy: client.Policy{
+			MaxPerRequest: big.NewInt(100_000), Budget: big.NewInt(1_000_000),
+			Assets: []client.Asset{{Network: testNetwork, Address: tt.addr.Hex()}},
+		},
+	}
+	buyer := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	body := `{"model":"demo","messages":[{"role":"user","content":"Who answers?"}],"max_tokens":32}`
+	for i := range 3 {
+		q := quote(t, proc.url, body, tt)
+		before := tt.balance(t, testchain.DevAddress(testPayTo))
+		resp := postJSON(t, buyer, proc.url+"/v1/chat/completions", body)
+		b := readBody(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: status %d: %s", i, resp.StatusCode, b)
+		}
+		checkSettled(t, tt, resp, before, q.Amount)
+	}
+	if up.Calls() != 3 {
+		t.Errorf("the fallback answered %d calls, want 3", up.Calls())
+	}
+	resp, err := http.Get(proc.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := readBody(t, resp)
+	// Two failures open the first provider's circuit: the third call goes
+	// to the fallback first.
+	for _, want := range []string{
+		`llm4agents_upstream_attempts_total{outcome="failed",provider="up"} 2`,
+		`llm4agents_upstream_attempts_total{outcome="ok",provider="backup"} 3`,
+	} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
 )
 
@@ -267,7 +268,16 @@ type Upstream struct {
 	APIKeyEnv  string `yaml:"api_key_env"`
 	APIKeyFile string `yaml:"api_key_file"`
 	// Timeout bounds a call to this upstream. Default Limits.UpstreamTimeout.
+	// For a model with fallbacks, keep it below Limits.UpstreamTimeout, which
+	// bounds every attempt together: a timed-out attempt then leaves time for
+	// the next provider.
 	Timeout time.Duration `yaml:"timeout"`
+	// FailuresToOpen is how many failures in a row (unreachable, timed out,
+	// 5xx, a bad answer) open this upstream's circuit: models with fallbacks
+	// then try it last, for OpenFor. Defaults upstream.DefaultFailuresToOpen
+	// and upstream.DefaultOpenFor.
+	FailuresToOpen int           `yaml:"failures_to_open"`
+	OpenFor        time.Duration `yaml:"open_for"`
 }
 
 // Model is a model the gateway sells. How its calls settle is not configured
@@ -281,6 +291,11 @@ type Model struct {
 	Upstream string `yaml:"upstream"`
 	// UpstreamModel is the upstream's name for it. Default ID.
 	UpstreamModel string `yaml:"upstream_model"`
+	// Fallbacks are the providers tried, in order, when Upstream fails
+	// before the first byte of its answer (unreachable, timed out, 5xx, a
+	// bad answer, 429, 404). The buyer pays the model's price once, for the
+	// answer it gets, whichever provider gave it.
+	Fallbacks []Fallback `yaml:"fallbacks,omitempty"`
 	// Kind is what the model is sold for: KindChat (POST
 	// /v1/chat/completions, the default) or KindEmbeddings (POST
 	// /v1/embeddings, priced per input token: no output price, no output
@@ -300,6 +315,15 @@ type Model struct {
 	// carry the x402 payment-identifier extension (D14), specified in
 	// https://github.com/x402-foundation/x402/blob/main/specs/extensions/payment_identifier.md.
 	PaymentIdentifier string `yaml:"payment_identifier"`
+}
+
+// Fallback is one more provider of a model.
+type Fallback struct {
+	// Upstream names the Upstream; each at most once per model.
+	Upstream string `yaml:"upstream"`
+	// UpstreamModel is that upstream's name for the model. Default the
+	// model's UpstreamModel.
+	UpstreamModel string `yaml:"upstream_model"`
 }
 
 // Price is a model's price as written in the file: whole atomic units of the
@@ -481,6 +505,11 @@ func (c *Config) SetDefaults() {
 		m := &c.Models[i]
 		if m.UpstreamModel == "" {
 			m.UpstreamModel = m.ID
+		}
+		for j := range m.Fallbacks {
+			if m.Fallbacks[j].UpstreamModel == "" {
+				m.Fallbacks[j].UpstreamModel = m.UpstreamModel
+			}
 		}
 		if m.Kind == "" {
 			m.Kind = KindChat
@@ -874,6 +903,12 @@ func (c *Config) validateUpstreams(p *problems) {
 		default:
 			p.add(at+".type", "%q is not %s or %s", truncate(u.Type), UpstreamOpenAI, UpstreamDemo)
 		}
+		if u.FailuresToOpen < 0 || u.FailuresToOpen > 1000 {
+			p.add(at+".failures_to_open", "%d must be between 1 and 1000 (0: the default, %d)", u.FailuresToOpen, upstream.DefaultFailuresToOpen)
+		}
+		if u.OpenFor < 0 || u.OpenFor > time.Hour {
+			p.add(at+".open_for", "%s must be positive and at most 1h (0: the default, %s)", u.OpenFor, upstream.DefaultOpenFor)
+		}
 		switch settle := c.Facilitator.SettleTimeout; {
 		case u.Timeout <= 0:
 			p.add(at+".timeout", "%s must be positive", u.Timeout)
@@ -915,6 +950,7 @@ func (c *Config) validateModels(p *problems) {
 		if !printableName(m.UpstreamModel) {
 			p.add(at+".upstream_model", "%q must be printable, without spaces, at most 256 bytes", truncate(m.UpstreamModel))
 		}
+		validateFallbacks(p, at, m, upstreams)
 		checkPrice(p, at+".price.input", m.Price.Input, c.Network.Decimals)
 		switch m.Kind {
 		case KindChat:
@@ -940,6 +976,34 @@ func (c *Config) validateModels(p *problems) {
 		}
 		if m.PaymentIdentifier != PaymentIDOptional && m.PaymentIdentifier != PaymentIDRequired {
 			p.add(at+".payment_identifier", "%q is not %s or %s", truncate(m.PaymentIdentifier), PaymentIDOptional, PaymentIDRequired)
+		}
+	}
+}
+
+// maxFallbacks bounds a model's fallbacks: each is one more wait for a
+// client whose first providers are down.
+const maxFallbacks = 8
+
+func validateFallbacks(p *problems, at string, m Model, upstreams map[string]bool) {
+	if len(m.Fallbacks) > maxFallbacks {
+		p.add(at+".fallbacks", "%d fallbacks: at most %d", len(m.Fallbacks), maxFallbacks)
+		return
+	}
+	used := map[string]string{m.Upstream: at + ".upstream"}
+	for j, f := range m.Fallbacks {
+		fat := fmt.Sprintf("%s.fallbacks[%d]", at, j)
+		switch first, dup := used[f.Upstream]; {
+		case f.Upstream == "":
+			p.add(fat+".upstream", "is required: the name of one of upstreams")
+		case !upstreams[f.Upstream]:
+			p.add(fat+".upstream", "%q is not the name of any of upstreams", truncate(f.Upstream))
+		case dup:
+			p.add(fat+".upstream", "%q is already %s of this model: a provider is tried once per call", f.Upstream, first)
+		default:
+			used[f.Upstream] = fat
+		}
+		if !printableName(f.UpstreamModel) {
+			p.add(fat+".upstream_model", "%q must be printable, without spaces, at most 256 bytes", truncate(f.UpstreamModel))
 		}
 	}
 }

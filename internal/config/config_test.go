@@ -430,6 +430,19 @@ func TestParseErrors(t *testing.T) {
 			"models:\n  - id: gpt-4o-mini\n    upstream: openai\n    " + price0 + "\n  - id: demo\n    upstream: demo\n    price: { input: 1000000, output: 2_000_000 }\n", "models: []\n",
 		}, path: "models", msg: "at least one model"},
 		{name: "duplicate model", edits: []string{"  - id: demo", "  - id: gpt-4o-mini"}, path: "models[1].id", msg: `already the id of models[0]`},
+		{name: "fallback upstream unknown", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream: azure}]\n"}, path: "models[0].fallbacks[0].upstream", msg: `"azure" is not the name of any of upstreams`},
+		{name: "fallback upstream missing", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream_model: x}]\n"}, path: "models[0].fallbacks[0].upstream", msg: "is required"},
+		{name: "fallback is the model's own upstream", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream: openai}]\n"}, path: "models[0].fallbacks[0].upstream", msg: "already models[0].upstream of this model"},
+		{name: "fallback twice", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream: demo}, {upstream: demo}]\n"}, path: "models[0].fallbacks[1].upstream", msg: "already models[0].fallbacks[0]"},
+		{name: "fallback model with a space", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream: demo, upstream_model: \"a b\"}]\n"}, path: "models[0].fallbacks[0].upstream_model", msg: "printable, without spaces"},
+		{name: "fallback unknown key", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream: demo, weight: 2}]\n"}, path: "models[0].fallbacks[0].weight", msg: "unknown key"},
+		{name: "fallbacks not a list", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: demo\n"}, path: "models[0].fallbacks", msg: "!!str"},
+		{name: "too many fallbacks", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [" + strings.Repeat("{upstream: demo},", 9) + "]\n"}, path: "models[0].fallbacks", msg: "at most 8"},
+		{name: "failures_to_open negative", edits: []string{demoType, demoType + "\n    failures_to_open: -1"}, path: "upstreams[1].failures_to_open", msg: "between 1 and 1000"},
+		{name: "failures_to_open huge", edits: []string{demoType, demoType + "\n    failures_to_open: 99999999999999999999"}, path: "upstreams[1].failures_to_open", msg: ""},
+		{name: "open_for negative", edits: []string{demoType, demoType + "\n    open_for: -1s"}, path: "upstreams[1].open_for", msg: "at most 1h"},
+		{name: "open_for a day", edits: []string{demoType, demoType + "\n    open_for: 24h"}, path: "upstreams[1].open_for", msg: "at most 1h"},
+		{name: "open_for a number", edits: []string{demoType, demoType + "\n    open_for: 30"}, path: "upstreams[1].open_for", msg: ""},
 		{name: "model without id", edits: []string{"  - id: demo\n    upstream: demo", "  - upstream: demo"}, path: "models[1].id", msg: "is required"},
 		{name: "model id with space", edits: []string{"  - id: demo", "  - id: my model"}, path: "models[1].id", msg: "without spaces"},
 		{name: "model without upstream", edits: []string{"    upstream: demo\n", ""}, path: "models[1].upstream", msg: "is required"},
@@ -703,5 +716,24 @@ func TestUnpaidLimits(t *testing.T) {
 	}
 	if (&Limits{}).UnpaidRate() != 0 {
 		t.Error("an unset rate without defaults is not off")
+	}
+}
+
+// TestFallbacks: a fallback's model name defaults to the model's upstream
+// name, and a circuit's knobs are read per upstream.
+func TestFallbacks(t *testing.T) {
+	doc := edit(t, base,
+		"    upstream: openai\n", "    upstream: openai\n    upstream_model: gpt-4o-mini-2024\n    fallbacks:\n      - upstream: demo\n      - upstream: backup\n        upstream_model: openai/gpt-4o-mini\n",
+		"  - name: demo\n", "  - name: backup\n    base_url: https://openrouter.ai/api/v1\n    failures_to_open: 5\n    open_for: 10s\n  - name: demo\n")
+	c, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Fallback{{Upstream: "demo", UpstreamModel: "gpt-4o-mini-2024"}, {Upstream: "backup", UpstreamModel: "openai/gpt-4o-mini"}}
+	if diff := cmp.Diff(want, c.Models[0].Fallbacks); diff != "" {
+		t.Errorf("fallbacks (-want +got):\n%s", diff)
+	}
+	if u := c.Upstreams[1]; u.FailuresToOpen != 5 || u.OpenFor != 10*time.Second {
+		t.Errorf("backup: failures_to_open %d, open_for %s", u.FailuresToOpen, u.OpenFor)
 	}
 }

@@ -143,6 +143,9 @@ type creditOpts struct {
 	// receipts, when set, wraps the store the gateway keeps receipts in, to
 	// inject faults.
 	receipts func(db creditStore) creditStore
+	// provider, when set, is what serves the model in place of the fake
+	// upstream's provider, given it.
+	provider func(up gateway.Provider) gateway.Provider
 }
 
 func newCreditEnv(t *testing.T, o creditOpts) *creditEnv {
@@ -168,11 +171,15 @@ func newCreditEnv(t *testing.T, o creditOpts) *creditEnv {
 	if o.receiptLog != nil {
 		rl = o.receiptLog(db)
 	}
+	var gwProv gateway.Provider = prov
+	if o.provider != nil {
+		gwProv = o.provider(prov)
+	}
 	gwdb := db
 	if o.receipts != nil {
 		gwdb = o.receipts(db)
 	}
-	srv, led, signer, leases := newCreditGateway(t, gwdb, ls, prov, rl, log, o.backend.leased)
+	srv, led, signer, leases := newCreditGateway(t, gwdb, ls, gwProv, rl, log, o.backend.leased)
 	return &creditEnv{db: db, leases: leases, up: up, srv: srv, led: led, signer: signer}
 }
 

@@ -23,6 +23,7 @@ type Metrics struct {
 	payments  *prometheus.CounterVec
 	settle    prometheus.Histogram
 	upstreamT *prometheus.HistogramVec
+	attempts  *prometheus.CounterVec
 	credits   *prometheus.CounterVec
 	ledgerT   *prometheus.HistogramVec
 	topUps    *prometheus.CounterVec
@@ -60,6 +61,13 @@ func NewMetrics() *Metrics {
 			Name: "llm4agents_upstream_duration_seconds", Help: "Upstream latency by model (to the whole answer, or to the first content chunk of a stream).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"model"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm4agents_upstream_attempts_total",
+			Help: "Calls to each upstream provider of a model with fallbacks, by outcome: ok (it answered), refused (it refused the request " +
+				"itself, 4xx: returned to the client, no other provider tried), not_served (404: it lacks the model as configured; the next is tried), " +
+				"rate_limited (429: paused for its Retry-After; the next is tried), failed (unreachable, timed out, 5xx or a bad answer; the next is " +
+				"tried, and failures in a row open its circuit), canceled (the client left), skipped (paused by an earlier 429; not called).",
+		}, []string{"provider", "outcome"}),
 		credits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm4agents_credit_calls_total",
 			Help: "Credit-paid call outcomes (API key). Refused before the upstream, nothing held: invalid_key (401: unknown, revoked, expired), " +
@@ -83,7 +91,7 @@ func NewMetrics() *Metrics {
 				"if it was not yet, never twice), not_final (settled, waiting for confirmations: 409). The background sweep logs what it credits.",
 		}, []string{"outcome"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.payments, m.settle, m.upstreamT, m.credits, m.ledgerT, m.topUps,
+	m.reg.MustRegister(m.requests, m.duration, m.payments, m.settle, m.upstreamT, m.attempts, m.credits, m.ledgerT, m.topUps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -108,6 +116,12 @@ func (m *Metrics) settleLatency(d time.Duration) { m.settle.Observe(d.Seconds())
 
 func (m *Metrics) upstreamLatency(model string, d time.Duration) {
 	m.upstreamT.WithLabelValues(model).Observe(d.Seconds())
+}
+
+// Attempt counts one call to an upstream provider of a model with
+// fallbacks (upstream.AttemptMetrics).
+func (m *Metrics) Attempt(provider, outcome string) {
+	m.attempts.WithLabelValues(provider, outcome).Inc()
 }
 
 func (m *Metrics) credit(outcome string) { m.credits.WithLabelValues(outcome).Inc() }

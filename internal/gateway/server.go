@@ -96,6 +96,9 @@ type Config struct {
 	RecoveryTTL     time.Duration
 	RecoveryReplays int
 	Models          []Model
+	// Metrics is where the gateway counts; nil makes its own. Given, it can
+	// also count what the providers do (upstream.NewFallback).
+	Metrics *Metrics
 	// Credits turns on prepaid credits (credits.go, topup.go); nil serves
 	// x402 payments only.
 	Credits *Credits
@@ -233,8 +236,11 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	s := &Server{
 		cfg: cfg, counter: pricing.NewCounter(),
 		models: make(map[string]*Model, len(cfg.Models)),
-		log:    log.With("component", "gateway"), metrics: NewMetrics(), now: time.Now,
+		log:    log.With("component", "gateway"), metrics: cfg.Metrics, now: time.Now,
 		asset: asset, unpaid: newUnpaidLimiter(cfg.Unpaid),
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
 	}
 	if cfg.Credits != nil && cfg.Credits.Leases != nil {
 		s.metrics.reg.MustRegister(newLeaseCollector(cfg.Credits.Leases))

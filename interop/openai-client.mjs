@@ -12,8 +12,10 @@
 //   EMBED_MODEL  an embeddings model (kind: embeddings); when set, two more
 //              calls: embeddings.create with it, and with MODEL (refused)
 //
-// It makes four calls, one after the other, and prints one JSON line on stdout:
-//   {"nonStreaming": call, "streaming": call, "unknownModel": call, "maxTokensAboveCap": call}
+// It makes seven calls, one after the other, and prints one JSON line on stdout:
+//   {"nonStreaming": call, "streaming": call, "unknownModel": call, "maxTokensAboveCap": call,
+//    "responses": call, "responsesStreaming": call, "responsesBuiltinTool": call}
+// (the Responses API calls report their usage as chat usage)
 // (with EMBED_MODEL also "embeddings": call and "embeddingsChatModel": call,
 // where an embeddings call has "vectors" and "dimensions" instead of content)
 // where a call is
@@ -143,6 +145,51 @@ async function streaming() {
   };
 }
 
+// responses pays for a Responses API call (responses.create), its usage
+// read as chat usage so the Go side checks it as a chat call's.
+async function responses() {
+  const { data, response } = await openai.responses
+    .create({ model, input: messages[0].content, max_output_tokens: 64 })
+    .withResponse();
+  return {
+    wire: takeWire(),
+    status: response.status,
+    content: data.output_text ?? "",
+    usage: chatUsage(data.usage),
+    cost: data.x_llm4agents ?? null,
+    paymentResponse: paymentResponse(response),
+  };
+}
+
+// responsesStreaming pays for a streamed Responses API call and reads its
+// events as the SDK yields them: text deltas, and the final response.
+async function responsesStreaming() {
+  const { data: stream, response } = await openai.responses
+    .create({ model, input: messages[0].content, max_output_tokens: 64, stream: true })
+    .withResponse();
+  let content = "";
+  let chunks = 0;
+  let usageChunks = 0;
+  let usage = null;
+  let cost = null;
+  for await (const event of stream) {
+    chunks++;
+    if (event.type === "response.output_text.delta") content += event.delta;
+    if (event.type === "response.completed" || event.type === "response.incomplete") {
+      if (event.response.usage) {
+        usageChunks++;
+        usage = chatUsage(event.response.usage);
+      }
+      cost = event.response.x_llm4agents ?? null;
+    }
+  }
+  return { wire: takeWire(), status: response.status, content, chunks, usageChunks, usage, cost, paymentResponse: paymentResponse(response) };
+}
+
+function chatUsage(u) {
+  return u ? { prompt_tokens: u.input_tokens, completion_tokens: u.output_tokens, total_tokens: u.total_tokens } : null;
+}
+
 // embeddings pays for two vectors. The client asks for base64 and decodes
 // it itself unless encoding_format is given: the vectors it returns are
 // what the gateway relayed, decoded.
@@ -177,6 +224,9 @@ try {
     streaming: await streaming(),
     unknownModel: await refused({ model: "no-such-model", messages }),
     maxTokensAboveCap: await refused({ model, messages, max_tokens: 100000 }),
+    responses: await responses(),
+    responsesStreaming: await responsesStreaming(),
+    responsesBuiltinTool: await refused({ model, input: "search", tools: [{ type: "web_search_preview" }] }, (p) => openai.responses.create(p)),
   };
   if (embedModel !== "") {
     out.embeddings = await embeddings();

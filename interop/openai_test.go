@@ -261,6 +261,9 @@ func TestOpenAINodeClient(t *testing.T) {
 		MaxTokensAboveCap   callResult `json:"maxTokensAboveCap"`
 		Embeddings          callResult `json:"embeddings"`
 		EmbeddingsChatModel callResult `json:"embeddingsChatModel"`
+		Responses           callResult `json:"responses"`
+		ResponsesStreaming  callResult `json:"responsesStreaming"`
+		ResponsesBuiltin    callResult `json:"responsesBuiltinTool"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("openai-client.mjs output %q: %v", out, err)
@@ -278,6 +281,17 @@ func TestOpenAINodeClient(t *testing.T) {
 	})
 	t.Run("max_tokens above the cap", func(t *testing.T) {
 		checkRefusedCall(t, got.MaxTokensAboveCap, http.StatusBadRequest, "max_tokens_too_large")
+	})
+	// The Responses API: its input is the chat messages' one user message,
+	// so it is quoted as the chat call with max_tokens 64 is.
+	t.Run("responses", func(t *testing.T) {
+		paid = append(paid, checkPaidCallAt(t, "/v1/responses", got.Responses, quoteMaxTokens64, 64, false))
+	})
+	t.Run("responses streaming", func(t *testing.T) {
+		paid = append(paid, checkPaidCallAt(t, "/v1/responses", got.ResponsesStreaming, quoteMaxTokens64, 64, true))
+	})
+	t.Run("responses with a built-in tool", func(t *testing.T) {
+		checkRefusedCall(t, got.ResponsesBuiltin, http.StatusBadRequest, "invalid_request")
 	})
 	t.Run("embeddings", func(t *testing.T) {
 		paid = append(paid, checkEmbeddingsCall(t, got.Embeddings))
@@ -390,6 +404,12 @@ type paidCall struct {
 // SDK's first attempt), and answered with content, usage and the settlement.
 func checkPaidCall(t *testing.T, r callResult, wantQuote string, outputCap int64, streaming bool) paidCall {
 	t.Helper()
+	return checkPaidCallAt(t, "/v1/chat/completions", r, wantQuote, outputCap, streaming)
+}
+
+// checkPaidCallAt is checkPaidCall for a call to path.
+func checkPaidCallAt(t *testing.T, path string, r callResult, wantQuote string, outputCap int64, streaming bool) paidCall {
+	t.Helper()
 	type step struct {
 		Path       string
 		Paid       bool
@@ -401,7 +421,7 @@ func checkPaidCall(t *testing.T, r callResult, wantQuote string, outputCap int64
 	for _, e := range r.Wire {
 		steps = append(steps, step{e.Path, e.Paid, e.Bearer, e.RetryCount, e.Status})
 	}
-	first := step{"/v1/chat/completions", false, "Bearer " + sdkAPIKey, "0", http.StatusPaymentRequired}
+	first := step{path, false, "Bearer " + sdkAPIKey, "0", http.StatusPaymentRequired}
 	second := first
 	second.Paid, second.Status = true, http.StatusOK
 	if diff := cmp.Diff([]step{first, second}, steps); diff != "" {

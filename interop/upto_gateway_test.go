@@ -40,7 +40,8 @@ type uptoCost struct {
 
 // TestOpenAINodeClientUpto: the official openai npm client, paying with
 // @x402/fetch and the official upto client (UptoEvmScheme), buys a
-// completion and a stream from our gateway on anvil; each is quoted its
+// completion and a stream, and a Responses API call streamed and not, from
+// our gateway on anvil; each is quoted its
 // maximum and settles what its usage cost, and the payTo receives exactly
 // the sum of those charges.
 func TestOpenAINodeClientUpto(t *testing.T) {
@@ -61,13 +62,16 @@ func TestOpenAINodeClientUpto(t *testing.T) {
 		"SCHEME=upto",
 	)
 	var got struct {
-		NonStreaming, Streaming json.RawMessage
+		NonStreaming, Streaming, Responses, ResponsesStreaming json.RawMessage
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("openai-client.mjs output %q: %v", out, err)
 	}
 	total := new(big.Int)
-	for name, raw := range map[string]json.RawMessage{"non-streaming": got.NonStreaming, "streaming": got.Streaming} {
+	for name, raw := range map[string]json.RawMessage{
+		"non-streaming": got.NonStreaming, "streaming": got.Streaming,
+		"responses": got.Responses, "responses streaming": got.ResponsesStreaming,
+	} {
 		var r struct {
 			Status          int                  `json:"status"`
 			Content         string               `json:"content"`
@@ -92,7 +96,7 @@ func TestOpenAINodeClientUpto(t *testing.T) {
 		}
 		// A non-streaming answer carries the settlement in PAYMENT-RESPONSE;
 		// a stream, delivered before it settles, in its last chunk alone.
-		if name == "non-streaming" && (r.PaymentResponse == nil || !r.PaymentResponse.Success || r.PaymentResponse.Amount != r.Cost.Charged) {
+		if (name == "non-streaming" || name == "responses") && (r.PaymentResponse == nil || !r.PaymentResponse.Success || r.PaymentResponse.Amount != r.Cost.Charged) {
 			t.Errorf("%s: PAYMENT-RESPONSE %+v, want success for %s", name, r.PaymentResponse, r.Cost.Charged)
 		}
 		total.Add(total, charged)

@@ -115,6 +115,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	return s.serveChat(w, r, body)
+}
+
+// serveChat serves the chat completion body: priced, paid (x402 or an API
+// key) and forwarded, whichever route it came in on.
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, body []byte) error {
 	req, err := chat.ParseRequest(body)
 	if err != nil {
 		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: err.Error()}

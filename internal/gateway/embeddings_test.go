@@ -54,17 +54,7 @@ func embedQuote(t *testing.T, texts ...string) (tokens int64, amount *big.Int) {
 // postEmbed posts body to /v1/embeddings with hdr.
 func postEmbed(t *testing.T, c *http.Client, url, body string, hdr http.Header) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/embeddings", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	maps.Copy(req.Header, hdr)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
+	return postJSON(t, c, url+"/v1/embeddings", body, hdr)
 }
 
 // signedEmbed answers the 402 of an embeddings body with an exact payment of

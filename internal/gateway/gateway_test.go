@@ -158,9 +158,16 @@ func (e *env) payer(i int) (*http.Client, *client.Transport) {
 
 const chatBody = `{"model":"demo","messages":[{"role":"user","content":"Say hello"}],"max_tokens":32}`
 
+// post posts a chat completion body with c and hdr.
 func (e *env) post(t *testing.T, c *http.Client, body string, hdr http.Header) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	return postJSON(t, c, e.srv.URL+"/v1/chat/completions", body, hdr)
+}
+
+// postJSON posts a JSON body to url with c and hdr.
+func postJSON(t *testing.T, c *http.Client, url, body string, hdr http.Header) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -278,6 +278,7 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	s.mux = http.NewServeMux()
 	s.mux.Handle("POST /v1/chat/completions", s.handle("chat", s.limitUnpaid(s.chat)))
 	s.mux.Handle("POST /v1/embeddings", s.handle("embeddings", s.limitUnpaid(s.embeddings)))
+	s.mux.Handle("POST /v1/responses", s.handle("responses", s.limitUnpaid(s.responses)))
 	s.mux.Handle("GET /v1/models", s.handle("models", s.listModels))
 	s.mux.Handle("GET /v1/models/{id}", s.handle("model", s.getModel))
 	if c := cfg.Credits; c != nil {

@@ -46,6 +46,9 @@ type Config struct {
 	Limits      Limits      `yaml:"limits"`
 	Upstreams   []Upstream  `yaml:"upstreams"`
 	Models      []Model     `yaml:"models"`
+	// Pricing sets the price of models that have none of their own from
+	// their provider's cost (markup.go).
+	Pricing Pricing `yaml:"pricing"`
 	// Credits turns on prepaid credits (credits.go); off by default.
 	Credits Credits `yaml:"credits"`
 	// Log turns on the public receipt log (receiptlog.go); off by default.
@@ -278,6 +281,11 @@ type Upstream struct {
 	// and upstream.DefaultOpenFor.
 	FailuresToOpen int           `yaml:"failures_to_open"`
 	OpenFor        time.Duration `yaml:"open_for"`
+	// Prices is what this provider charges, by its name for a model
+	// (upstream_model), in atomic units per million tokens: a model served
+	// here without a price of its own sells at that cost plus
+	// Pricing.Markup.
+	Prices map[string]Price `yaml:"prices,omitempty"`
 }
 
 // Model is a model the gateway sells. How its calls settle is not configured
@@ -523,6 +531,9 @@ func (c *Config) SetDefaults() {
 		if m.PaymentIdentifier == "" {
 			m.PaymentIdentifier = PaymentIDOptional
 		}
+		if m.Price == (Price{}) {
+			m.Price, _ = c.costPrice(*m)
+		}
 	}
 	c.setCreditDefaults()
 	c.setLogDefaults()
@@ -599,6 +610,7 @@ func (c *Config) validate() problems {
 	c.validateStore(&p)
 	c.validateLimits(&p)
 	c.validateUpstreams(&p)
+	c.validatePricing(&p)
 	c.validateModels(&p)
 	c.validateCredits(&p)
 	c.validateLog(&p)
@@ -951,10 +963,16 @@ func (c *Config) validateModels(p *problems) {
 			p.add(at+".upstream_model", "%q must be printable, without spaces, at most 256 bytes", truncate(m.UpstreamModel))
 		}
 		validateFallbacks(p, at, m, upstreams)
-		checkPrice(p, at+".price.input", m.Price.Input, c.Network.Decimals)
+		if m.Price == (Price{}) {
+			p.add(at+".price", "%s", c.missingPrice(m))
+		} else {
+			checkPrice(p, at+".price.input", m.Price.Input, c.Network.Decimals)
+		}
 		switch m.Kind {
 		case KindChat:
-			checkPrice(p, at+".price.output", m.Price.Output, c.Network.Decimals)
+			if m.Price != (Price{}) {
+				checkPrice(p, at+".price.output", m.Price.Output, c.Network.Decimals)
+			}
 			if m.MaxOutputTokens <= 0 {
 				p.add(at+".max_output_tokens", "%d must be positive", m.MaxOutputTokens)
 			}

@@ -430,6 +430,17 @@ func TestParseErrors(t *testing.T) {
 			"models:\n  - id: gpt-4o-mini\n    upstream: openai\n    " + price0 + "\n  - id: demo\n    upstream: demo\n    price: { input: 1000000, output: 2_000_000 }\n", "models: []\n",
 		}, path: "models", msg: "at least one model"},
 		{name: "duplicate model", edits: []string{"  - id: demo", "  - id: gpt-4o-mini"}, path: "models[1].id", msg: `already the id of models[0]`},
+		{name: "markup negative", edits: []string{dsn, dsn + "\npricing:\n  markup: -1"}, path: "pricing.markup", msg: "from 0 to 100000"},
+		{name: "markup too large", edits: []string{dsn, dsn + "\npricing:\n  markup: 100001"}, path: "pricing.markup", msg: "from 0 to 100000"},
+		{name: "markup a float", edits: []string{dsn, dsn + "\npricing:\n  markup: 12.5"}, path: "pricing.markup", msg: "whole number of basis points"},
+		{name: "markup a percent", edits: []string{dsn, dsn + "\npricing:\n  markup: 20%"}, path: "pricing.markup", msg: "whole number of basis points"},
+		{name: "markup huge", edits: []string{dsn, dsn + "\npricing:\n  markup: 99999999999999999999999"}, path: "pricing.markup", msg: "basis points"},
+		{name: "pricing unknown key", edits: []string{dsn, dsn + "\npricing:\n  margin: 5"}, path: "pricing.margin", msg: "unknown key"},
+		{name: "cost a decimal", edits: []string{openaiKey, openaiKey + "\n    prices:\n      gpt-4o-mini: {input: \"0.15\", output: \"600000\"}"}, path: "upstreams[0].prices.gpt-4o-mini.input", msg: "not a decimal"},
+		{name: "cost negative output", edits: []string{openaiKey, openaiKey + "\n    prices:\n      gpt-4o-mini: {input: \"1\", output: -5}"}, path: "upstreams[0].prices.gpt-4o-mini.output", msg: "whole, non-negative"},
+		{name: "cost model name with a space", edits: []string{openaiKey, openaiKey + "\n    prices:\n      \"a b\": {input: \"1\"}"}, path: "upstreams[0].prices", msg: "not a model name"},
+		{name: "no price and no cost", edits: []string{"    " + price0 + "\n", ""}, path: "models[0].price", msg: "or list upstream openai's cost for \"gpt-4o-mini\""},
+		{name: "cost with markup past uint64", edits: []string{"    " + price0 + "\n", "", openaiKey, openaiKey + "\n    prices:\n      gpt-4o-mini: {input: \"18446744073709551615\", output: \"1\"}", dsn, dsn + "\npricing:\n  markup: 1"}, path: "models[0].price", msg: "more than 2^64-1"},
 		{name: "fallback upstream unknown", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream: azure}]\n"}, path: "models[0].fallbacks[0].upstream", msg: `"azure" is not the name of any of upstreams`},
 		{name: "fallback upstream missing", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream_model: x}]\n"}, path: "models[0].fallbacks[0].upstream", msg: "is required"},
 		{name: "fallback is the model's own upstream", edits: []string{"    upstream: openai\n", "    upstream: openai\n    fallbacks: [{upstream: openai}]\n"}, path: "models[0].fallbacks[0].upstream", msg: "already models[0].upstream of this model"},
@@ -735,5 +746,24 @@ func TestFallbacks(t *testing.T) {
 	}
 	if u := c.Upstreams[1]; u.FailuresToOpen != 5 || u.OpenFor != 10*time.Second {
 		t.Errorf("backup: failures_to_open %d, open_for %s", u.FailuresToOpen, u.OpenFor)
+	}
+}
+
+// TestMarkup: a model without a price sells at its provider's cost for it
+// plus the markup, rounded up; a model with a price keeps it.
+func TestMarkup(t *testing.T) {
+	doc := edit(t, base,
+		"    api_key_env: OPENAI_API_KEY\n", "    api_key_env: OPENAI_API_KEY\n    prices:\n      gpt-4o-mini: {input: \"150000\", output: \"600001\"}\n      demo: {input: \"1\", output: \"1\"}\n",
+		`    price: { input: "150000", output: "600000" }`+"\n", "",
+		"  dsn: sqlite:///tmp/llm4agents.db\n", "  dsn: sqlite:///tmp/llm4agents.db\npricing:\n  markup: 2000\n")
+	c, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Models[0].Price, (Price{Input: "180000", Output: "720002"}); got != want {
+		t.Errorf("gpt-4o-mini at cost + 20%%: %+v, want %+v", got, want)
+	}
+	if got := c.Models[1].Price; got != (Price{Input: "1000000", Output: "2_000_000"}) {
+		t.Errorf("demo keeps its own price: %+v", got)
 	}
 }

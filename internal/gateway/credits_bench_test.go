@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -73,9 +74,37 @@ func BenchmarkCreditPath(b *testing.B) {
 		b.ReportMetric(float64(len(lat))/wall.Seconds(), "req/s")
 		b.ReportMetric(0, "ns/op") // a round's duration says nothing
 	})
+	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p })
+}
+
+// embedBody is an embeddings request of two inputs.
+const embedBody = `{"model":"embed","input":["The quick brown fox jumps over the lazy dog","and a second input for the batch"]}`
+
+// BenchmarkCreditEmbeddings is BenchmarkCreditPath for an embeddings call
+// (embedBody), the cheapest call sold: its x-proxy-16 is the credit path's
+// calls/s at 16 clients over a bare reverse proxy's in front of the same
+// fixed upstream, in the same rounds (target >= 0.5).
+//
+//	go test -run '^$' -bench CreditEmbeddings -benchtime=5x ./internal/gateway/
+func BenchmarkCreditEmbeddings(b *testing.B) {
+	up := newFixedUpstream(b)
+	hc := benchHTTPClient(b)
+	embed := func(p creditBenchPath) creditBenchPath {
+		p.url, p.body = strings.Replace(p.url, "/chat/completions", "/embeddings", 1), embedBody
+		return p
+	}
+	proxy := embed(creditBenchPath{url: newBareProxy(b, up.URL) + "/v1/chat/completions"})
+	benchCreditVsProxy(b, up.URL, hc, proxy, embed)
+}
+
+// benchCreditVsProxy runs, for each credit backend, rounds of the credit
+// path (a key's call, reshaped by reshape from the chat path) and of proxy,
+// taking turns, and reports what the credit path adds (BenchmarkCreditPath).
+func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy creditBenchPath, reshape func(creditBenchPath) creditBenchPath) {
 	for _, be := range creditBackends {
 		b.Run(be.name, func(b *testing.B) {
-			credit, timed := newCreditBenchPath(b, be, up.URL, hc, false)
+			credit, timed := newCreditBenchPath(b, be, upstreamURL, hc, false)
+			credit = reshape(credit)
 			paths := []creditBenchPath{proxy, credit}
 			for _, p := range paths {
 				creditLoad(b, hc, p, 2*creditClients, creditClients) // warm pools, tokenizer, statements
@@ -152,25 +181,33 @@ func newBareProxy(b *testing.B, upstreamURL string) string {
 	return srv.URL
 }
 
-// creditBenchPath is one way to send chatBody: to url, with bearer as the
-// API key when set.
+// creditBenchPath is one way to send a body (chatBody when empty): to url,
+// with bearer as the API key when set.
 type creditBenchPath struct {
 	url    string
 	bearer string
+	body   string
 }
 
+// fixedEmbeddings is the fixed upstream's answer to an embeddings call of
+// two inputs: two vectors, as OpenAI sends them.
+const fixedEmbeddings = `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,0.2,0.3,0.4]},` +
+	`{"object":"embedding","index":1,"embedding":[0.5,0.6,0.7,0.8]}],"model":"text-embedding-3-small",` +
+	`"usage":{"prompt_tokens":16,"total_tokens":16}}` + "\n"
+
 // newFixedUpstream starts an upstream that answers every chat completion with
-// fixedCompletion at once.
+// fixedCompletion, and every embeddings call with fixedEmbeddings, at once.
 func newFixedUpstream(b *testing.B) *httptest.Server {
 	b.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+		answer := map[string]string{"/v1/chat/completions": fixedCompletion, "/v1/embeddings": fixedEmbeddings}[r.URL.Path]
+		if r.Method != http.MethodPost || answer == "" {
 			http.NotFound(w, r)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, fixedCompletion)
+		_, _ = io.WriteString(w, answer)
 	}))
 	b.Cleanup(srv.Close)
 	return srv
@@ -266,10 +303,10 @@ func creditLoad(b *testing.B, hc *http.Client, p creditBenchPath, n, clients int
 	return lat, wall
 }
 
-// creditDo sends chatBody on p and reads the whole answer. status is 0 on a
+// creditDo sends p's body on p and reads the whole answer. status is 0 on a
 // transport error, with the error as body.
 func creditDo(ctx context.Context, hc *http.Client, p creditBenchPath) (int, []byte, http.Header) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, strings.NewReader(chatBody))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, strings.NewReader(cmp.Or(p.body, chatBody)))
 	if err != nil {
 		return 0, []byte(err.Error()), nil
 	}

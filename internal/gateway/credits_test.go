@@ -192,7 +192,8 @@ func (e *creditEnv) sync(t *testing.T) {
 	}
 }
 
-// newCreditGateway starts a gateway serving the model "demo" from prov, with
+// newCreditGateway starts a gateway serving the model "demo" from prov (and
+// "embed", embedModel, when prov serves embeddings), with
 // credits on db (its ledger on ls, which may wrap db) and a fresh receipt
 // key, and rl as its receipt log when not nil, and returns the running
 // server, its ledger, its receipt signer and, when leased, its leases
@@ -222,10 +223,14 @@ func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gatew
 	if err != nil {
 		tb.Fatal(err)
 	}
+	models := []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}}
+	if _, ok := prov.(upstream.Embedder); ok {
+		models = append(models, embedModel(prov))
+	}
 	gw, err := gateway.New(gateway.Config{
 		PublicURL: origin, Network: network, Asset: creditToken.Hex(), AssetName: "USD Coin", AssetVersion: "2", Decimals: 6,
 		PayTo: bob.Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second,
-		Models: []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}},
+		Models: models,
 		Credits: &gateway.Credits{
 			Ledger: led, Keys: credits.NewKeys(db, log), Auth: auth, Account: credits.NewHandler(auth, db, log),
 			Signer: signer, Receipts: db, Leases: leases,

@@ -25,6 +25,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/respjson"
+	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chain"
@@ -206,6 +207,61 @@ func TestOpenAIGoSDK(t *testing.T) {
 		r.Usage = sdkUsage(acc.Usage) // zero unless the usage chunk was accumulated
 		r.PaymentResponse = settleResponse(t, raw)
 		paid = append(paid, checkPaidCall(t, r, quoteMaxTokens100, 100, true))
+	})
+
+	// The Responses API: its input is the prompt alone, so it is quoted as
+	// the chat call with max_tokens 64 is.
+	respParams := responses.ResponseNewParams{
+		Model: sdkModel, Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(sdkPrompt)}, MaxOutputTokens: openai.Int(64),
+	}
+	t.Run("responses", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), sdkCallTimeout)
+		defer cancel()
+		var raw *http.Response
+		n := wire.len()
+		resp, err := sdk.Responses.New(ctx, respParams, option.WithResponseInto(&raw))
+		if err != nil {
+			t.Fatalf("Responses.New: %v%s", err, describeAPIError(err))
+		}
+		r := callResult{Wire: wire.since(n), Status: raw.StatusCode, Content: resp.OutputText(), Usage: responsesUsage(resp.Usage)}
+		r.Cost = extraCost(t, resp.JSON.ExtraFields)
+		r.PaymentResponse = settleResponse(t, raw)
+		paid = append(paid, checkPaidCallAt(t, "/v1/responses", r, quoteMaxTokens64, 64, false))
+	})
+
+	t.Run("responses streaming", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), sdkCallTimeout)
+		defer cancel()
+		var raw *http.Response
+		n := wire.len()
+		stream := sdk.Responses.NewStreaming(ctx, respParams, option.WithResponseInto(&raw))
+		defer func() { _ = stream.Close() }()
+		r := callResult{}
+		var text strings.Builder
+		for stream.Next() {
+			ev := stream.Current()
+			r.Chunks++
+			switch ev.Type {
+			case "response.output_text.delta":
+				text.WriteString(ev.Delta)
+			case "response.completed", "response.incomplete":
+				r.UsageChunks++
+				r.Usage = responsesUsage(ev.Response.Usage)
+				r.Cost = extraCost(t, ev.Response.JSON.ExtraFields)
+				if got := ev.Response.OutputText(); got != text.String() {
+					t.Errorf("the final response's text %q is not the deltas' %q", got, text.String())
+				}
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatalf("stream: %v%s", err, describeAPIError(err))
+		}
+		if raw == nil {
+			t.Fatal("the SDK gave no *http.Response for the stream")
+		}
+		r.Wire, r.Status, r.Content = wire.since(n), raw.StatusCode, text.String()
+		r.PaymentResponse = settleResponse(t, raw)
+		paid = append(paid, checkPaidCallAt(t, "/v1/responses", r, quoteMaxTokens64, 64, true))
 	})
 
 	t.Run("unknown model", func(t *testing.T) {
@@ -502,6 +558,12 @@ func describeAPIError(err error) string {
 		return fmt.Sprintf(" (status %d, body %s)", apiErr.StatusCode, apiErr.RawJSON())
 	}
 	return ""
+}
+
+// responsesUsage is a Responses usage as chat usage, to check it as a chat
+// call's.
+func responsesUsage(u responses.ResponseUsage) *usage {
+	return &usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.TotalTokens}
 }
 
 func sdkUsage(u openai.CompletionUsage) *usage {

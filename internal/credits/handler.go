@@ -558,8 +558,13 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, id string) e
 // no message between replicas: each call reads its key from the store, a
 // replica's credit lease is retired when its limits differ from the key's
 // (ledger.Leases, usable) and a rate slice is dropped when the key's limit
-// changed (rates.go). Two changes racing for one key: the last one written
-// wins whole, as the store replaces every mutable field.
+// changed (rates.go). Two changes racing for one key both apply: the store
+// writes a change only over the key it was made to (a compare-and-set), and
+// the loser reads the key again and applies its change to that.
+// maxUpdateAttempts bounds how often a key change is applied again to a key
+// that changed under it.
+const maxUpdateAttempts = 5
+
 func (h *Handler) updateKey(w http.ResponseWriter, r *http.Request, id string) error {
 	owner, err := h.session(r)
 	if err != nil {
@@ -581,29 +586,39 @@ func (h *Handler) updateKey(w http.ResponseWriter, r *http.Request, id string) e
 	}
 	notFound := &httpError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "key_not_found", Message: "this account has no key with this id"}
 	revoked := &httpError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "key_revoked", Message: "this key is revoked: its limits can no longer change"}
-	keys, err := h.st.KeysByOwner(r.Context(), owner)
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == id })
-	switch {
-	case i < 0:
-		return notFound
-	case keys[i].Revoked():
-		return revoked
-	}
-	k := keys[i]
-	if err := h.applyKey(&k, c); err != nil {
-		return err
-	}
-	k, err = h.st.UpdateKey(r.Context(), owner, id, k)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return notFound
-	case errors.Is(err, store.ErrConflict):
-		return revoked // revoked since it was read
-	case err != nil:
-		return err
+	var k store.APIKey
+	// The change applies to the key as it is when written: a change that
+	// raced it in is read again and kept, not overwritten.
+	for attempt := 0; ; attempt++ {
+		keys, err := h.st.KeysByOwner(r.Context(), owner)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == id })
+		switch {
+		case i < 0:
+			return notFound
+		case keys[i].Revoked():
+			return revoked
+		}
+		from := keys[i]
+		k = from
+		if err := h.applyKey(&k, c); err != nil {
+			return err
+		}
+		k, err = h.st.UpdateKey(r.Context(), owner, id, from, k)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return notFound
+		case errors.Is(err, store.ErrConflict) && attempt < maxUpdateAttempts-1:
+			continue // revoked or changed since it was read: read it again
+		case errors.Is(err, store.ErrConflict):
+			return &httpError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "key_busy",
+				Message: "this key kept changing while this change was applied; nothing was changed, retry"}
+		case err != nil:
+			return err
+		}
+		break
 	}
 	h.log.InfoContext(r.Context(), "updated API key", "account", owner, "key_id", id)
 	writeJSON(w, http.StatusOK, viewOf(k))

@@ -4,10 +4,12 @@ import (
 	"crypto/ecdsa"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -524,4 +526,38 @@ func listOf(t *testing.T, body string) keyList {
 		t.Fatalf("decode %s: %v", body, err)
 	}
 	return l
+}
+
+// TestHandlerUpdateKeyRace: two owners' tabs change different limits of one
+// key at the same time, many times over; every change is kept, none is
+// overwritten by the other's stale copy of the key.
+func TestHandlerUpdateKeyRace(t *testing.T) {
+	s := newServer(t)
+	token := s.signIn(newWallet(t))
+	status, _, body := s.do(http.MethodPost, PathKeys, "application/json", `{"name":"agent"}`, bearer(token))
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	var created keyView
+	if err := json.Unmarshal([]byte(body), &created); err != nil {
+		t.Fatal(err)
+	}
+	path := PathKeys + "/" + created.ID
+	for round := range 30 {
+		name, rate := fmt.Sprintf("agent-%d", round), round+1
+		var wg sync.WaitGroup
+		for _, change := range []string{fmt.Sprintf(`{"name":%q}`, name), fmt.Sprintf(`{"ratePerMinute":%d}`, rate)} {
+			wg.Go(func() {
+				if status, _, body := s.do(http.MethodPatch, path, "application/json", change, bearer(token)); status != http.StatusOK {
+					t.Errorf("PATCH %s = %d %s", change, status, body)
+				}
+			})
+		}
+		wg.Wait()
+		_, _, body := s.do(http.MethodGet, PathKeys, "", "", bearer(token))
+		got := listOf(t, body).Data[0]
+		if got.Name != name || got.RatePerMinute != rate {
+			t.Fatalf("round %d: name %q, rate %d; want %q and %d: a change was lost", round, got.Name, got.RatePerMinute, name, rate)
+		}
+	}
 }

@@ -1259,8 +1259,9 @@ func TestCreditLoweredCapStops(t *testing.T) {
 			t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
 		}
 		before := e.up.Calls()
-		key.TotalCap = maxCost - 1 // below one more call, whatever the first spent
-		if _, err := e.db.UpdateKey(t.Context(), key.Owner, key.ID, key); err != nil {
+		lowered := key
+		lowered.TotalCap = maxCost - 1 // below one more call, whatever the first spent
+		if _, err := e.db.UpdateKey(t.Context(), key.Owner, key.ID, key, lowered); err != nil {
 			t.Fatal(err)
 		}
 		resp := e.chat(t, secret, chatBody)

@@ -116,6 +116,14 @@ func ValidateUpdate(owner, id string, k APIKey) error {
 	return k.Validate()
 }
 
+// SameLimits reports whether a and b have the same mutable fields, as the
+// store keeps them (ExpiresAt to the millisecond): what UpdateKey compares.
+func SameLimits(a, b APIKey) bool {
+	return a.Name == b.Name && a.TotalCap == b.TotalCap && a.PeriodCap == b.PeriodCap &&
+		a.Period.Milliseconds() == b.Period.Milliseconds() && a.ExpiresAt.UnixMilli() == b.ExpiresAt.UnixMilli() &&
+		slices.Equal(a.Models, b.Models) && a.RatePerMinute == b.RatePerMinute && a.TokensPerMinute == b.TokensPerMinute
+}
+
 // Session is a signed-in owner's session: what lets it manage its keys. The
 // token is never stored: Hash is its SHA-256 as 64 lower-case hex digits.
 type Session struct {
@@ -145,11 +153,14 @@ type Keys interface {
 	RevokeKey(ctx context.Context, owner, id string) (APIKey, error)
 	// UpdateKey replaces the mutable fields of owner's key id (Name, the
 	// caps and Period, ExpiresAt, Models, RatePerMinute, TokensPerMinute)
-	// with k's and returns the key as stored. k must pass ValidateUpdate;
-	// its Hash, CreatedAt and RevokedAt are not stored. ErrNotFound if owner
-	// has no key id, whoever else may have one; ErrConflict if it is
-	// revoked (a revoked key stays as it was revoked).
-	UpdateKey(ctx context.Context, owner, id string, k APIKey) (APIKey, error)
+	// with to's, if they are still from's (the key as the caller read it),
+	// and returns the key as stored: a compare-and-set, so that two changes
+	// racing for one key cannot lose one of them. to must pass
+	// ValidateUpdate; its Hash, CreatedAt and RevokedAt are not stored.
+	// ErrNotFound if owner has no key id, whoever else may have one;
+	// ErrConflict if it is revoked (a revoked key stays as it was revoked)
+	// or its mutable fields are no longer from's (read it again).
+	UpdateKey(ctx context.Context, owner, id string, from, to APIKey) (APIKey, error)
 
 	// PutNonce stores a sign-in nonce for ttl (0 < ttl <= MaxAuthTTL).
 	// ErrConflict if it exists.

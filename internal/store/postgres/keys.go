@@ -197,12 +197,16 @@ u AS (
     UPDATE api_keys SET name = $3, total_cap = $4, period_cap = $5, period_ms = $6, expires_at_ms = $7,
         models = $8, rate_per_minute = $9, tokens_per_minute = $10
     WHERE key_id = $1 AND owner = $2 AND revoked_at_ms = 0
+        AND name = $11 AND total_cap = $12 AND period_cap = $13 AND period_ms = $14 AND expires_at_ms = $15
+        AND models = $16 AND rate_per_minute = $17 AND tokens_per_minute = $18
     RETURNING ` + keyColumns + `)
 SELECT c.revoked_at_ms, u.* FROM c LEFT JOIN u ON true`
 
 // UpdateKey implements store.Keys: one statement, which updates the key
-// only while it is not revoked and says why it did not.
-func (db *DB) UpdateKey(ctx context.Context, owner, id string, k store.APIKey) (_ store.APIKey, err error) {
+// only while it is not revoked and its limits are still from's (the row
+// lock makes the comparison and the write one step), and says why it did
+// not.
+func (db *DB) UpdateKey(ctx context.Context, owner, id string, from, k store.APIKey) (_ store.APIKey, err error) {
 	defer store.Wrap(&err, "postgres", "update key %q", id)
 	if err := store.ValidateUpdate(owner, id, k); err != nil {
 		return store.APIKey{}, err
@@ -213,21 +217,29 @@ func (db *DB) UpdateKey(ctx context.Context, owner, id string, k store.APIKey) (
 	}
 	defer cancel()
 
-	var expires int64 // 0 is "never"
-	if !k.ExpiresAt.IsZero() {
-		expires = max(k.ExpiresAt.UnixMilli(), 1)
-	}
 	var revoked int64
 	got, found, err := scanKey(db.pool.QueryRow(ctx, updateKey, id, owner, k.Name, k.TotalCap, k.PeriodCap,
-		k.Period.Milliseconds(), expires, strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute), &revoked)
+		k.Period.Milliseconds(), expiresMs(k), strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute,
+		from.Name, from.TotalCap, from.PeriodCap, from.Period.Milliseconds(), expiresMs(from), strings.Join(from.Models, " "),
+		from.RatePerMinute, from.TokensPerMinute), &revoked)
 	switch {
 	case err != nil:
 		// No row (ErrNotFound): another owner's key is not disclosed.
 		return store.APIKey{}, db.mapErr(ctx, err)
-	case !found:
+	case !found && revoked != 0:
 		return store.APIKey{}, fmt.Errorf("key is revoked: %w", store.ErrConflict)
+	case !found:
+		return store.APIKey{}, fmt.Errorf("key changed since it was read: %w", store.ErrConflict)
 	}
 	return got, nil
+}
+
+// expiresMs is how k's expiry is stored: milliseconds, 0 for never.
+func expiresMs(k store.APIKey) int64 {
+	if k.ExpiresAt.IsZero() {
+		return 0
+	}
+	return max(k.ExpiresAt.UnixMilli(), 1)
 }
 
 // PutNonce implements store.Keys. A nonce of the same text that has

@@ -154,7 +154,7 @@ RETURNING `+keyColumns, max(db.nowMs(), 1), id))
 }
 
 // UpdateKey implements store.Keys.
-func (db *DB) UpdateKey(ctx context.Context, owner, id string, k store.APIKey) (_ store.APIKey, err error) {
+func (db *DB) UpdateKey(ctx context.Context, owner, id string, from, k store.APIKey) (_ store.APIKey, err error) {
 	defer store.Wrap(&err, "sqlite", "update key %q", id)
 	if err := store.ValidateUpdate(owner, id, k); err != nil {
 		return store.APIKey{}, err
@@ -178,6 +178,8 @@ func (db *DB) UpdateKey(ctx context.Context, owner, id string, k store.APIKey) (
 			return err
 		case cur.Revoked():
 			return fmt.Errorf("key is revoked: %w", store.ErrConflict)
+		case !store.SameLimits(cur, from):
+			return fmt.Errorf("key changed since it was read: %w", store.ErrConflict)
 		}
 		out, err = scanKey(tx.QueryRowContext(ctx, `UPDATE api_keys SET name = ?, total_cap = ?, period_cap = ?, period_ms = ?,
     expires_at_ms = ?, models = ?, rate_per_minute = ?, tokens_per_minute = ?

@@ -212,15 +212,25 @@ func testKeyUpdate(e *keysEnv) {
 
 	bobs := u
 	bobs.Owner = bob
-	if _, err := e.a.UpdateKey(e.ctx, bob, "key1", bobs); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.a.UpdateKey(e.ctx, bob, "key1", k, bobs); !errors.Is(err, store.ErrNotFound) {
 		e.t.Errorf("UpdateKey(another owner) = %v, want ErrNotFound", err)
 	}
 	unknown := u
 	unknown.ID = "nokey"
-	if _, err := e.a.UpdateKey(e.ctx, alice, "nokey", unknown); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.a.UpdateKey(e.ctx, alice, "nokey", k, unknown); !errors.Is(err, store.ErrNotFound) {
 		e.t.Errorf("UpdateKey(unknown) = %v, want ErrNotFound", err)
 	}
-	got, err := e.a.UpdateKey(e.ctx, alice, "key1", u)
+	// A change made to a key that changed since it was read is refused,
+	// and changes nothing: two racing changes cannot lose one.
+	stale := k
+	stale.Name = "read before another change"
+	if _, err := e.a.UpdateKey(e.ctx, alice, "key1", stale, u); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("UpdateKey(from a stale read) = %v, want ErrConflict", err)
+	}
+	if got, err := e.b.KeyByHash(e.ctx, k.Hash); err != nil || !cmp.Equal(k, got) {
+		e.t.Errorf("KeyByHash() after a stale update = %+v, %v, want it unchanged %+v", got, err, k)
+	}
+	got, err := e.a.UpdateKey(e.ctx, alice, "key1", k, u)
 	if err != nil {
 		e.t.Fatalf("UpdateKey(): %v", err)
 	}
@@ -233,17 +243,20 @@ func testKeyUpdate(e *keysEnv) {
 	// And back: caps, expiry, models and rates set again.
 	back := k
 	back.Name = "restored"
-	got, err = e.a.UpdateKey(e.ctx, alice, "key1", back)
+	if _, err := e.a.UpdateKey(e.ctx, alice, "key1", k, back); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("UpdateKey(from the key before the update) = %v, want ErrConflict", err)
+	}
+	got, err = e.a.UpdateKey(e.ctx, alice, "key1", want, back)
 	if err != nil || !cmp.Equal(back, got) {
 		e.t.Errorf("UpdateKey(caps again) = %+v, %v, want %+v", got, err, back)
 	}
 
 	bad := back
 	bad.TotalCap = -1
-	if _, err := e.a.UpdateKey(e.ctx, alice, "key1", bad); err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
+	if _, err := e.a.UpdateKey(e.ctx, alice, "key1", back, bad); err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
 		e.t.Errorf("UpdateKey(negative cap) = %v, want an error that is no sentinel", err)
 	}
-	if _, err := e.a.UpdateKey(e.ctx, alice, "key2", back); err == nil || errors.Is(err, store.ErrNotFound) {
+	if _, err := e.a.UpdateKey(e.ctx, alice, "key2", back, back); err == nil || errors.Is(err, store.ErrNotFound) {
 		e.t.Errorf("UpdateKey(k.ID is not id) = %v, want an error that is no sentinel", err)
 	}
 
@@ -251,7 +264,7 @@ func testKeyUpdate(e *keysEnv) {
 	if _, err := e.a.RevokeKey(e.ctx, alice, "key1"); err != nil {
 		e.t.Fatalf("RevokeKey(): %v", err)
 	}
-	if _, err := e.a.UpdateKey(e.ctx, alice, "key1", u); !errors.Is(err, store.ErrConflict) {
+	if _, err := e.a.UpdateKey(e.ctx, alice, "key1", back, u); !errors.Is(err, store.ErrConflict) {
 		e.t.Errorf("UpdateKey(revoked) = %v, want ErrConflict", err)
 	}
 	revoked := back

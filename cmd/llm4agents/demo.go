@@ -373,7 +373,7 @@ func demoCredits(ctx context.Context, out io.Writer, base string, token common.A
 	// The credit call's receipt is written with its charge, within a flush
 	// interval of the answer (leased credits): asking for it by id waits
 	// for it. Then, signed in, the buyer reads every receipt of its account:
-	// the x402 payments' and the credit call's.
+	// the x402 payments', the top-up's and the credit call's.
 	if _, err := acct.Receipt(ctx, r.RequestID.Hex()); err != nil {
 		return fmt.Errorf("the credit call's receipt: %w", err)
 	}
@@ -392,12 +392,16 @@ func demoCredits(ctx context.Context, out io.Writer, base string, token common.A
 		if c, err = demoVerify(ctx, lg, r); err != nil {
 			return fmt.Errorf("the receipt log, receipt %s: %w", r.RequestID.Hex(), err)
 		}
+		if r.Model == receipt.ModelTopUp {
+			rails["topup"]++
+			continue
+		}
 		rails[r.Rail]++
 	}
-	printf(out, "8. receipt log: all %d receipts of the buyer (exact %d, upto %d, credits %d) are in the public log\n"+
+	printf(out, "8. receipt log: all %d receipts of the buyer (exact %d, upto %d, credits %d, top-up %d) are in the public log\n"+
 		"   %s (%d receipts), each inclusion proof checked against the checkpoint key the gateway\n"+
 		"   publishes; a leaf shows no payer or key\n",
-		len(envelopes), rails[receipt.RailExact], rails[receipt.RailUpto], rails[receipt.RailCredits], c.Origin, c.Size)
+		len(envelopes), rails[receipt.RailExact], rails[receipt.RailUpto], rails[receipt.RailCredits], rails["topup"], c.Origin, c.Size)
 	return demoAnchor(ctx, out, lg, c, node)
 }
 

@@ -33,9 +33,9 @@ var demoLines = []*regexp.Regexp{
 	regexp.MustCompile(`(?m)^   the call used fewer and paid 0\.000[1-9][0-9]{2} USDC \(the client counts 0\.000[1-9][0-9]{2}\), settled in transaction (0x[0-9a-f]{64})$`),
 	regexp.MustCompile(`(?m)^7\. credits: the buyer topped up 0\.100000 USDC \(transaction 0x[0-9a-f]{64}\), signed in with the wallet and made an API key;$`),
 	regexp.MustCompile(`(?m)^   a call paid from credit was charged 0\.0[0-9]{5} USDC, with a signed receipt \(request 0x[0-9a-f]{64}\)$`),
-	regexp.MustCompile(`(?m)^8\. receipt log: all 4 receipts of the buyer \(exact 2, upto 1, credits 1\) are in the public log$`),
-	regexp.MustCompile(`(?m)^   127\.0\.0\.1:[0-9]+/receipts \(4 receipts\), each inclusion proof checked against the checkpoint key the gateway$`),
-	regexp.MustCompile(`(?m)^   anchored on chain: size 4, root 0x[0-9a-f]{64}, transaction 0x[0-9a-f]{64}$`),
+	regexp.MustCompile(`(?m)^8\. receipt log: all 5 receipts of the buyer \(exact 2, upto 1, credits 1, top-up 1\) are in the public log$`),
+	regexp.MustCompile(`(?m)^   127\.0\.0\.1:[0-9]+/receipts \(5 receipts\), each inclusion proof checked against the checkpoint key the gateway$`),
+	regexp.MustCompile(`(?m)^   anchored on chain: size 5, root 0x[0-9a-f]{64}, transaction 0x[0-9a-f]{64}$`),
 	regexp.MustCompile(`(?m)^9\. the buyer paid 0\.120[1-9][0-9]{2} USDC in all; the seller holds 0\.120[1-9][0-9]{2} USDC\. done\.$`),
 }
 

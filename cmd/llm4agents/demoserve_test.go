@@ -57,7 +57,7 @@ func TestDemoServe(t *testing.T) {
 	// logBy passed), and an audit of the whole log checks.
 	url := "http://" + addr
 	vout, verr, err := runBounded(t, time.Minute, []string{"receipts", "verify", "--url", url, "--key-file", keyFile, "--all"}, envMap(nil))
-	if err != nil || strings.Count(vout, "included  0x") != 5 || !strings.Contains(vout, "consistent with every checkpoint seen") {
+	if err != nil || strings.Count(vout, "included  0x") != 6 || !strings.Contains(vout, "consistent with every checkpoint seen") {
 		t.Errorf("receipts verify --all: err %v\nstdout:\n%s\nstderr:\n%s", err, vout, verr)
 	}
 	aout, aerr, err := runBounded(t, time.Minute, []string{"log", "audit", "--url", url, "--json"}, envMap(nil))
@@ -69,7 +69,7 @@ func TestDemoServe(t *testing.T) {
 			Receipts int64  `json:"receipts"`
 		} `json:"totals"`
 	}
-	if err != nil || json.Unmarshal([]byte(aout), &audit) != nil || audit.Size != 5 || len(audit.Totals) != 3 {
+	if err != nil || json.Unmarshal([]byte(aout), &audit) != nil || audit.Size != 6 || len(audit.Totals) != 4 {
 		t.Errorf("log audit: err %v %+v\nstdout:\n%s\nstderr:\n%s", err, audit, aout, aerr)
 	}
 	since := strings.ReplaceAll(audit.Checkpoint, "\n", `\n`)

@@ -102,10 +102,9 @@ func (s *Server) x402Receipt(ctx context.Context, q *quote, u *chat.Usage, ci co
 	if c == nil || c.Signer == nil || q.payKey == "" {
 		return nil
 	}
-	network, _, payer, nonce, err := exact.ParseKey(q.payKey) // upto's keys have the same shape
 	amount, ok := new(big.Int).SetString(ci.Charged, 10)
-	if err != nil || !ok || network != s.cfg.Network {
-		s.log.Error("x402 receipt: unreadable payment", "key", q.payKey, "err", err)
+	if !ok {
+		s.log.Error("x402 receipt: unreadable charge", "key", q.payKey, "charged", ci.Charged)
 		return nil
 	}
 	var in, out int64
@@ -116,28 +115,54 @@ func (s *Server) x402Receipt(ctx context.Context, q *quote, u *chat.Usage, ci co
 	if q.payUpto {
 		rail = receipt.RailUpto
 	}
-	id := x402ReceiptID(q.payKey)
+	return s.paymentReceipt(ctx, q.payKey, receipt.Receipt{
+		Model: q.model.ID, InputTokens: big.NewInt(in), OutputTokens: big.NewInt(out), Amount: amount,
+		BalanceAfter: new(big.Int), LedgerSeq: new(big.Int), Rail: rail,
+	})
+}
+
+// topUpReceipt returns the envelope of the receipt of the top-up paid with
+// the payment whose claim key is key: amount credited to the account, whose
+// balance was then balance, at ledger entry seq. The receipt names the
+// model receipt.ModelTopUp and no tokens. nil as x402Receipt's.
+func (s *Server) topUpReceipt(ctx context.Context, key string, amount *big.Int, balance, seq int64) json.RawMessage {
+	c := s.cfg.Credits
+	if c == nil || c.Signer == nil {
+		return nil
+	}
+	return s.paymentReceipt(ctx, key, receipt.Receipt{
+		Model: receipt.ModelTopUp, InputTokens: new(big.Int), OutputTokens: new(big.Int), Amount: amount,
+		BalanceAfter: big.NewInt(balance), LedgerSeq: big.NewInt(seq), Rail: receipt.RailExact,
+	})
+}
+
+// paymentReceipt signs r, the receipt of the x402 payment whose claim key
+// is key (its request id, account, network and payment are the key's), and
+// keeps it: one receipt per payment, whichever presentation of it asks.
+func (s *Server) paymentReceipt(ctx context.Context, key string, r receipt.Receipt) json.RawMessage {
+	network, _, payer, nonce, err := exact.ParseKey(key) // upto's keys have the same shape
+	if err != nil || network != s.cfg.Network {
+		s.log.Error("payment receipt: unreadable payment", "key", key, "err", err)
+		return nil
+	}
+	id := x402ReceiptID(key)
 	issued := s.now()
-	r, sig, err := s.signed(receipt.Receipt{
-		RequestID: common.HexToHash(id), Account: payer, Model: q.model.ID,
-		InputTokens: big.NewInt(in), OutputTokens: big.NewInt(out), Amount: amount,
-		BalanceAfter: new(big.Int), LedgerSeq: new(big.Int),
-		IssuedAt: uint64(max(issued.Unix(), 0)), // #nosec G115 -- clamped at zero
-		Rail:     rail, Network: network, Payment: nonce,
-	}, issued)
+	r.RequestID, r.Account, r.Network, r.Payment = common.HexToHash(id), payer, network, nonce
+	r.IssuedAt = uint64(max(issued.Unix(), 0)) // #nosec G115 -- clamped at zero
+	signed, sig, err := s.signed(r, issued)
 	if err != nil {
-		s.log.Error("x402 receipt: sign", "key", q.payKey, "err", err)
+		s.log.Error("payment receipt: sign", "key", key, "err", err)
 		return nil
 	}
-	env, err := receipt.EncodeEnvelope(r, sig)
+	env, err := receipt.EncodeEnvelope(signed, sig)
 	if err != nil {
-		s.log.Error("x402 receipt: encode", "key", q.payKey, "err", err)
+		s.log.Error("payment receipt: encode", "key", key, "err", err)
 		return nil
 	}
-	kept, err := s.keepReceipt(ctx, r, store.StoredReceipt{RequestID: id, Owner: strings.ToLower(payer.Hex()), Envelope: env})
+	kept, err := s.keepReceipt(ctx, signed, store.StoredReceipt{RequestID: id, Owner: strings.ToLower(payer.Hex()), Envelope: env})
 	if err != nil {
 		s.metrics.payment("receipt_not_kept")
-		s.log.Error("x402 receipt: keep", "key", q.payKey, "err", err)
+		s.log.Error("payment receipt: keep", "key", key, "err", err)
 	}
 	return kept
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // Top-ups (D17). POST
@@ -88,6 +89,9 @@ type topUpAnswer struct {
 	Balance     string `json:"balance"`  // the account's spendable balance right after this credit
 	Transaction string `json:"transaction"`
 	LedgerSeq   int64  `json:"ledger_seq"`
+	// Receipt is the top-up's signed receipt envelope (D18), also in
+	// X-Llm4agents-Receipt; absent when the gateway signs no receipts.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // topUp serves POST /v1/credits/topup.
@@ -253,10 +257,16 @@ func (s *Server) creditTopUp(ctx context.Context, w http.ResponseWriter, q *payw
 	}
 	owner := strings.ToLower(t.Authorization().From.Hex())
 	ans := topUpAnswer{Account: owner, Credited: q.Amount.String(), Transaction: tx, LedgerSeq: e.Seq, Balance: "0"}
+	var balance int64
 	for _, p := range e.Postings {
 		if p.Account == store.UserAccount(owner) {
-			ans.Balance = fmt.Sprint(p.BalanceAfter)
+			balance = p.BalanceAfter
+			ans.Balance = fmt.Sprint(balance)
 		}
+	}
+	// One receipt per top-up: a second presentation gets the first one's.
+	if ans.Receipt = s.topUpReceipt(ctx, t.Key(), q.Amount, balance, e.Seq); ans.Receipt != nil {
+		w.Header().Set(receipt.Header, receiptHeader(ans.Receipt))
 	}
 	sr := &x402.SettleResponse{Success: true, Transaction: tx, Network: s.cfg.Network, Payer: t.Payer()}
 	if err := paidHeaders(w.Header(), sr); err != nil {

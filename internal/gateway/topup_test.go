@@ -28,6 +28,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // Top-up bounds of the tests: the minimum is a chat's one-cent quote, so a
@@ -44,6 +45,8 @@ type topUpEnv struct {
 	ledger *ledger.Ledger
 	// log is the gateway's receipt log, when the rig asked for one.
 	log *receiptlog.Log
+	// signer signs the gateway's receipts.
+	signer *credits.Signer
 }
 
 // newTopUpEnv builds a topUpEnv; wrap wraps the gateway's facilitator and
@@ -159,7 +162,7 @@ func newTopUpRig(t *testing.T, o topUpRig) (*topUpEnv, *facilitator.Facilitator,
 	e.srv.Config.Handler = gw
 	e.srv.Start()
 	t.Cleanup(e.srv.Close)
-	return &topUpEnv{env: e, ledger: led, log: rl}, fac, cr
+	return &topUpEnv{env: e, ledger: led, log: rl, signer: signer}, fac, cr
 }
 
 func receiptKey(t *testing.T) *ecdsa.PrivateKey {
@@ -259,6 +262,16 @@ type topUpResult struct {
 	Balance     string `json:"balance"`
 	Transaction string `json:"transaction"`
 	LedgerSeq   int64  `json:"ledger_seq"`
+	// Receipt is the envelope, as a string so that results compare.
+	Receipt receiptText `json:"receipt"`
+}
+
+// receiptText is a JSON value kept as its text.
+type receiptText string
+
+func (r *receiptText) UnmarshalJSON(b []byte) error {
+	*r = receiptText(b)
+	return nil
 }
 
 func decodeTopUp(t *testing.T, b []byte) topUpResult {
@@ -305,6 +318,19 @@ func TestTopUpCredits(t *testing.T) {
 	sr, err := x402.DecodeSettleResponse(resp.Header.Get(x402.HeaderPaymentResponse))
 	if err != nil || !sr.Success || sr.Transaction != got.Transaction {
 		t.Errorf("PAYMENT-RESPONSE %+v, %v", sr, err)
+	}
+	// Its receipt: signed, the credit bought, the balance and entry after it.
+	r, sig, err := receipt.DecodeHeader(resp.Header.Get(receipt.Header))
+	if err != nil {
+		t.Fatalf("receipt header: %v", err)
+	}
+	wk := e.signer.WellKnown()
+	if addr, err := receipt.Verify(r, sig, wk.Receipts.Domain); err != nil || addr != wk.Receipts.Signer {
+		t.Fatalf("receipt signed by %s (%v), want %s", addr, err, wk.Receipts.Signer)
+	}
+	if r.Model != receipt.ModelTopUp || r.Rail != receipt.RailExact || r.Amount.Int64() != 2_500_000 || r.BalanceAfter.Int64() != 2_500_000 ||
+		r.LedgerSeq.Int64() != got.LedgerSeq || r.Account != e.chain.Addr(buyerIdx) || r.Network != network || got.Receipt == "" {
+		t.Errorf("top-up receipt %+v", r)
 	}
 	if avail, held := e.credit(t, buyerIdx); avail != 2_500_000 || held != 0 {
 		t.Errorf("ledger: %d available, %d held", avail, held)

@@ -42,6 +42,12 @@ const (
 	RailUpto    = "upto"    // an x402 upto payment of the tokens used
 )
 
+// ModelTopUp is the model a top-up's receipt names: it bought credit, not a
+// call. Its rail is the payment's (RailExact), its tokens are zero, its
+// amount is the credit bought, its balanceAfter and ledgerSeq are the
+// account's balance and the ledger entry right after the credit.
+const ModelTopUp = "llm4agents.topup"
+
 // PrimaryType is the EIP-712 primary type of a receipt.
 const PrimaryType = "Receipt"
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -211,9 +212,44 @@ func (f *Fallback) Complete(ctx context.Context, body []byte) (*Completion, erro
 }
 
 // Stream implements Provider: a provider is replaced only while its stream
-// has not started.
+// has not started. A stream has started once its first event arrived: one
+// that answers 200 and then breaks, or ends, before any event is a failure
+// before the first byte, like a refused connection.
 func (f *Fallback) Stream(ctx context.Context, body []byte) (Stream, error) {
-	return try(ctx, f, body, func(p Provider, b []byte) (Stream, error) { return p.Stream(ctx, b) })
+	return try(ctx, f, body, func(p Provider, b []byte) (Stream, error) { return startStream(ctx, p, b) })
+}
+
+// startStream starts p's stream and reads its first event, which the
+// returned stream gives again first.
+func startStream(ctx context.Context, p Provider, body []byte) (Stream, error) {
+	st, err := p.Stream(ctx, body)
+	if err != nil {
+		return nil, err
+	}
+	first, err := st.Next()
+	if err != nil {
+		_ = st.Close()
+		if errors.Is(err, io.EOF) {
+			err = badResponse(errors.New("the stream ended before its first event"))
+		}
+		return nil, err
+	}
+	return &startedStream{Stream: st, first: first}, nil
+}
+
+// startedStream is a stream whose first event was read to know it started.
+type startedStream struct {
+	Stream
+	first []byte
+	given bool
+}
+
+func (s *startedStream) Next() ([]byte, error) {
+	if !s.given {
+		s.given = true
+		return s.first, nil
+	}
+	return s.Stream.Next()
 }
 
 // try calls each route in turn with call until one answers, the request is

@@ -288,6 +288,20 @@ func TestFallbackStream(t *testing.T) {
 	if n == 0 || f.calls() != [3]int64{1, 1, 0} {
 		t.Fatalf("%d events, calls %v: want b's stream after a's 503", n, f.calls())
 	}
+	// A stream that answered 200 and dropped before its first event has
+	// not started: the next provider answers.
+	f = newFallbackFixture(t)
+	f.srv["a"].SetFault(upstreamtest.Fault{Drop: true})
+	st, err = f.provider.Stream(t.Context(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := drain(t, st); n == 0 || f.calls() != [3]int64{1, 1, 0} {
+		t.Fatalf("%d events, calls %v: want b's stream after a's drop before the first event", n, f.calls())
+	}
+	if got := f.attempts.take(); !equal(got, []string{"a failed", "b ok"}) {
+		t.Errorf("attempts %q", got)
+	}
 	f = newFallbackFixture(t)
 	f.srv["a"].SetFault(upstreamtest.Fault{DropAfter: 1})
 	st, err = f.provider.Stream(t.Context(), body)

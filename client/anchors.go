@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"slices"
 	"strconv"
 
@@ -173,4 +175,82 @@ func checkAnchorChain(ctx context.Context, node ChainReceipts, a receipt.Anchor,
 		return true, r.BlockNumber.Uint64(), nil
 	}
 	return false, 0, fmt.Errorf("%w: the transaction emitted no Anchored(%s, %d, %x) at %s", ErrBadAnchor, wk.AnchorSender.Hex(), a.Size, a.Root[:8], wk.AnchorContract.Hex())
+}
+
+// ChainLogs reads a node's head and its event logs: *ethclient.Client is
+// one.
+type ChainLogs interface {
+	BlockNumber(ctx context.Context) (uint64, error)
+	FilterLogs(ctx context.Context, q ethereum.FilterQuery) ([]types.Log, error)
+}
+
+// ChainScanBlocks is the block range of one log query of
+// CheckChainAnchors: public nodes refuse much larger ones.
+const ChainScanBlocks = 10_000
+
+// CheckChainAnchors checks every anchor the chain holds for the log, not
+// only the latest ones the gateway lists: each Anchored event the published
+// contract emitted for the published sender, from block from to the node's
+// head, against the log of the checkpoint read after them, as CheckAnchors
+// checks a listed anchor (its root must be the log's own at its size, else
+// receipt.ErrFork). An event from anyone else is not the gateway's word and
+// is left out. It returns the checkpoint, one check per event, oldest first
+// (OnChain and Block set), the head it scanned to, and the first failure.
+func (l *ReceiptLog) CheckChainAnchors(ctx context.Context, node ChainLogs, from uint64) (receipt.Checkpoint, []AnchorCheck, uint64, error) {
+	wk, _, err := l.setup(ctx)
+	if err != nil {
+		return receipt.Checkpoint{}, nil, 0, err
+	}
+	if !wk.Log.Anchored() {
+		return receipt.Checkpoint{}, nil, 0, ErrNotAnchored
+	}
+	head, err := node.BlockNumber(ctx)
+	if err != nil {
+		return receipt.Checkpoint{}, nil, 0, fmt.Errorf("the node's head: %w", err)
+	}
+	var found []receipt.Anchor
+	sender := common.BytesToHash(wk.Log.AnchorSender.Bytes())
+	for start := from; start <= head; start += ChainScanBlocks {
+		end := min(start+ChainScanBlocks-1, head)
+		logs, err := node.FilterLogs(ctx, ethereum.FilterQuery{
+			FromBlock: new(big.Int).SetUint64(start), ToBlock: new(big.Int).SetUint64(end),
+			Addresses: []common.Address{wk.Log.AnchorContract},
+			Topics:    [][]common.Hash{{receipt.AnchoredTopic}, {sender}},
+		})
+		if err != nil {
+			return receipt.Checkpoint{}, nil, 0, fmt.Errorf("the node's logs of blocks %d-%d: %w", start, end, err)
+		}
+		for i := range logs {
+			lg := &logs[i]
+			ev, err := receipt.ParseAnchored(lg)
+			// A node that ignores the filter gives other events: not ours.
+			if lg.Removed || err != nil || ev.Contract != wk.Log.AnchorContract || ev.By != wk.Log.AnchorSender {
+				continue
+			}
+			size := int64(min(ev.Size, math.MaxInt64)) // #nosec G115 -- clamped; past the checkpoint either way, a fork
+			found = append(found, receipt.Anchor{Size: size, Root: ev.Root, Network: wk.Log.Network, Contract: ev.Contract,
+				Sender: ev.By, Transaction: lg.TxHash, Block: lg.BlockNumber})
+		}
+		if end == head {
+			break // end+1 would wrap past the largest block number
+		}
+	}
+	// The checkpoint is read after the events: every anchored size is at
+	// most its size, unless the gateway anchored a tree it does not serve.
+	c, err := l.Checkpoint(ctx)
+	if err != nil {
+		return receipt.Checkpoint{}, nil, 0, err
+	}
+	hashes := tlog.TileHashReader(c.Tree(), l.tiles(ctx))
+	checks := make([]AnchorCheck, len(found))
+	var first error
+	for i, a := range found {
+		checks[i] = AnchorCheck{Anchor: a, Err: checkAnchorLog(a, c, hashes, *wk.Log)}
+		if checks[i].Err == nil {
+			checks[i].OnChain, checks[i].Block = true, a.Block
+		} else if first == nil {
+			first = fmt.Errorf("anchor of size %d on chain (transaction %s, block %d): %w", a.Size, a.Transaction.Hex(), a.Block, checks[i].Err)
+		}
+	}
+	return c, checks, head, first
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
 
@@ -218,4 +219,61 @@ type failingNode struct{}
 
 func (failingNode) TransactionReceipt(context.Context, common.Hash) (*types.Receipt, error) {
 	return nil, errors.New("connection refused")
+}
+
+// TestCheckChainAnchors: every anchor the published sender wrote on chain
+// is checked against the log, listed by the gateway or not; another
+// sender's events are not the gateway's; a root the log does not have is a
+// fork, wherever it is in the chain's history.
+func TestCheckChainAnchors(t *testing.T) {
+	h := newAnchorHarness(t)
+	c := h.client()
+	if _, checks, _, err := c.CheckChainAnchors(t.Context(), h.sim.Client, 0); err != nil || len(checks) != 0 {
+		t.Fatalf("no anchors yet: %v, %v", checks, err)
+	}
+	h.add(t, 5, 1<<30)
+	first := h.anchorNow(t, anchorSenderIdx)
+	h.add(t, 3, 1<<30)
+	h.anchorNow(t, strangerIdx) // anyone may call the contract; not the gateway's word
+	second := h.anchorNow(t, anchorSenderIdx)
+	h.list() // the gateway lists none of them: the chain is read anyway
+
+	cp, checks, head, err := c.CheckChainAnchors(t.Context(), h.sim.Client, 0)
+	if err != nil || cp.Size != 8 || len(checks) != 2 || head < second.Block {
+		t.Fatalf("CheckChainAnchors = size %d, %d checks, head %d, %v", cp.Size, len(checks), head, err)
+	}
+	for i, want := range []receipt.Anchor{first, second} {
+		if ch := checks[i]; ch.Err != nil || !ch.OnChain || ch.Block != want.Block || ch.Anchor.Size != want.Size || ch.Anchor.Root != want.Root ||
+			ch.Anchor.Transaction != want.Transaction {
+			t.Errorf("check %d: %+v, want %+v on chain", i, ch, want)
+		}
+	}
+	if _, checks, _, err := c.CheckChainAnchors(t.Context(), h.sim.Client, second.Block); err != nil || len(checks) != 1 || checks[0].Anchor.Size != second.Size {
+		t.Errorf("from the second anchor's block: %+v, %v", checks, err)
+	}
+
+	// The sender anchors a root the log does not have: a fork on chain,
+	// found though the gateway never lists it.
+	bad := second.Root
+	bad[0] ^= 1
+	tx, err := h.anchor.Anchor(h.sim.Transactor(t, anchorSenderIdx), uint64(second.Size), bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sim.Mine(t, tx)
+	_, checks, _, err = c.CheckChainAnchors(t.Context(), h.sim.Client, 0)
+	if !errors.Is(err, receipt.ErrFork) || len(checks) != 3 || !errors.Is(checks[2].Err, receipt.ErrFork) || checks[0].Err != nil {
+		t.Fatalf("a forked root on chain: %+v, %v; want ErrFork on the third", checks, err)
+	}
+	if _, _, _, err := c.CheckChainAnchors(t.Context(), failingLogs{}, 0); err == nil || errors.Is(err, receipt.ErrFork) {
+		t.Errorf("a node that fails: %v, want its error", err)
+	}
+}
+
+// failingLogs is a node whose every log query fails.
+type failingLogs struct{}
+
+func (failingLogs) BlockNumber(context.Context) (uint64, error) { return 100, nil }
+func (failingLogs) FilterLogs(context.Context, ethereum.FilterQuery) ([]types.Log, error) {
+	return nil, errors.New("node down")
 }

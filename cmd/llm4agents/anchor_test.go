@@ -84,6 +84,7 @@ func TestLogAuditAnchors(t *testing.T) {
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`log gw\.test/receipts: [12] receipts, every leaf checked against the signed tree\n`),
 		regexp.MustCompile(`anchors, newest first:\n`),
+		regexp.MustCompile(`anchors on chain from the published sender, blocks 0 to [1-9][0-9]*: [1-9][0-9]*, 0 not the log's own root\n`),
 	} {
 		if !want.MatchString(stdout) {
 			t.Errorf("log audit --rpc lacks %s:\n%s", want, stdout)
@@ -111,11 +112,17 @@ func TestLogAuditAnchors(t *testing.T) {
 			OnChain bool   `json:"onChain"`
 			Error   string `json:"error"`
 		} `json:"anchors"`
+		ChainAnchors struct {
+			To      uint64 `json:"toBlock"`
+			Anchors int    `json:"anchors"`
+			Failed  []any  `json:"failed"`
+		} `json:"chainAnchors"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatalf("log audit --json: %v\n%s", err, stdout)
 	}
-	if !got.Anchored || !got.ChainConsulted || len(got.Anchors) == 0 || !got.Anchors[len(got.Anchors)-1].OnChain || got.Anchors[0].Error != "" {
+	if !got.Anchored || !got.ChainConsulted || len(got.Anchors) == 0 || !got.Anchors[len(got.Anchors)-1].OnChain || got.Anchors[0].Error != "" ||
+		got.ChainAnchors.Anchors == 0 || got.ChainAnchors.To == 0 || len(got.ChainAnchors.Failed) != 0 {
 		t.Errorf("log audit --json = %+v", got)
 	}
 

@@ -218,8 +218,9 @@ func logAudit(ctx context.Context, args []string, e env) error {
 			"the one of an earlier audit (--since), and prints the totals the leaves show per rail and model.\n"+
 			"A leaf shows no payer, key or request id. If the gateway anchors its log on chain, each anchor it\n"+
 			"lists must be the log's own root at its size, and with --rpc its transaction must carry the\n"+
-			"Anchored event from the published sender at the published contract. Exits 0 only if everything\n"+
-			"checks.\n\nflags:\n")
+			"Anchored event from the published sender at the published contract; with --rpc, every anchor\n"+
+			"the sender wrote on chain (from --from-block on), listed or not, must be the log's own root too.\n"+
+			"Exits 0 only if everything checks.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var f accountFlags
@@ -228,6 +229,8 @@ func logAudit(ctx context.Context, args []string, e env) error {
 	var since, rpcURL string
 	fs.StringVar(&since, "since", "", "a checkpoint an earlier audit printed (its three lines, \\n-separated, or a file with them): the log must extend it")
 	fs.StringVar(&rpcURL, "rpc", "", "JSON-RPC URL of a node of the anchors' network, to check each anchor's transaction on chain (without it the chain is not consulted)")
+	var fromBlock uint64
+	fs.Uint64Var(&fromBlock, "from-block", 0, "with --rpc: the first block to read the anchor contract's events from (its deployment block saves queries)")
 	pos, err := parseSub(fs, args)
 	if err != nil {
 		return err
@@ -295,12 +298,15 @@ func logAudit(ctx context.Context, args []string, e env) error {
 		}
 		return list[i].Model < list[j].Model
 	})
-	anchors, anchorErr := auditAnchors(ctx, lg, rpcURL)
+	anchors, anchorErr := auditAnchors(ctx, lg, rpcURL, fromBlock)
 	if f.json {
 		out := map[string]any{"origin": cp.Origin, "size": cp.Size, "checkpoint": cp.Text(),
 			"totals": list, "unreadable": unreadable, "anchored": anchors != nil}
 		if anchors != nil {
-			out["anchors"], out["chainConsulted"] = anchors, rpcURL != ""
+			out["anchors"], out["chainConsulted"] = anchors.Listed, rpcURL != ""
+			if anchors.Chain != nil {
+				out["chainAnchors"] = anchors.Chain
+			}
 		}
 		writeJSON(e.stdout, out)
 	} else {
@@ -332,11 +338,31 @@ type auditedAnchor struct {
 	Error   string `json:"error,omitempty"`
 }
 
+// anchorAudit is what log audit found of the log's anchors: the ones the
+// gateway lists and, with a node, every one on chain.
+type anchorAudit struct {
+	Listed []auditedAnchor
+	Chain  *chainAudit
+}
+
+// chainAudit is every anchor the chain holds from the published sender, in
+// blocks From to To, checked against the log (client.CheckChainAnchors).
+type chainAudit struct {
+	From    uint64          `json:"fromBlock"`
+	To      uint64          `json:"toBlock"`
+	Anchors int             `json:"anchors"`
+	Failed  []auditedAnchor `json:"failed,omitempty"`
+}
+
 // auditAnchors checks the anchors the gateway lists (client.CheckAnchors),
-// against the chain when rpcURL is set. A gateway that does not anchor its
-// log gives nil and no error.
-func auditAnchors(ctx context.Context, lg *client.ReceiptLog, rpcURL string) ([]auditedAnchor, error) {
-	var node client.ChainReceipts
+// and with rpcURL set, against the chain, together with every anchor the
+// chain holds from block from on (client.CheckChainAnchors). A gateway that
+// does not anchor its log gives nil and no error.
+func auditAnchors(ctx context.Context, lg *client.ReceiptLog, rpcURL string, from uint64) (*anchorAudit, error) {
+	var node interface {
+		client.ChainReceipts
+		client.ChainLogs
+	}
 	if rpcURL != "" {
 		wk, err := lg.WellKnown(ctx)
 		if err != nil {
@@ -359,19 +385,42 @@ func auditAnchors(ctx context.Context, lg *client.ReceiptLog, rpcURL string) ([]
 		}
 		node = ec
 	}
-	_, checks, err := lg.CheckAnchors(ctx, node)
+	var listedNode client.ChainReceipts
+	if node != nil {
+		listedNode = node
+	}
+	_, checks, err := lg.CheckAnchors(ctx, listedNode)
 	if errors.Is(err, client.ErrNotAnchored) {
 		return nil, nil
 	}
 	if err != nil && checks == nil {
 		return nil, fmt.Errorf("the log's anchors: %w", err)
 	}
-	out := make([]auditedAnchor, len(checks))
-	for i, c := range checks {
-		out[i] = auditedAnchor{Size: c.Anchor.Size, Root: fmt.Sprintf("0x%x", c.Anchor.Root[:]), Transaction: c.Anchor.Transaction.Hex(),
+	audited := func(c client.AnchorCheck) auditedAnchor {
+		a := auditedAnchor{Size: c.Anchor.Size, Root: fmt.Sprintf("0x%x", c.Anchor.Root[:]), Transaction: c.Anchor.Transaction.Hex(),
 			Block: c.Block, OnChain: c.OnChain}
 		if c.Err != nil {
-			out[i].Error = redactURL(c.Err, rpcURL).Error()
+			a.Error = redactURL(c.Err, rpcURL).Error()
+		}
+		return a
+	}
+	out := &anchorAudit{Listed: make([]auditedAnchor, len(checks))}
+	for i, c := range checks {
+		out.Listed[i] = audited(c)
+	}
+	if node != nil {
+		_, chainChecks, head, chainErr := lg.CheckChainAnchors(ctx, node, from)
+		if chainErr != nil && chainChecks == nil {
+			return out, fmt.Errorf("the anchors on chain: %w", redactURL(chainErr, rpcURL))
+		}
+		out.Chain = &chainAudit{From: from, To: head, Anchors: len(chainChecks)}
+		for _, c := range chainChecks {
+			if c.Err != nil {
+				out.Chain.Failed = append(out.Chain.Failed, audited(c))
+			}
+		}
+		if err == nil && chainErr != nil {
+			err = chainErr
 		}
 	}
 	if err != nil {
@@ -381,13 +430,20 @@ func auditAnchors(ctx context.Context, lg *client.ReceiptLog, rpcURL string) ([]
 }
 
 // printAnchors prints what auditAnchors found: nil is a log not anchored.
-func printAnchors(e env, anchors []auditedAnchor, chainConsulted bool) {
-	switch {
-	case anchors == nil:
+func printAnchors(e env, audit *anchorAudit, chainConsulted bool) {
+	if audit == nil {
 		printf(e.stdout, "the log is not anchored on chain\n")
 		return
-	case len(anchors) == 0:
-		printf(e.stdout, "anchors: none yet\n")
+	}
+	if c := audit.Chain; c != nil {
+		printf(e.stdout, "anchors on chain from the published sender, blocks %d to %d: %d, %d not the log's own root\n", c.From, c.To, c.Anchors, len(c.Failed))
+		for _, a := range c.Failed {
+			printf(e.stdout, "  size %d  root %s  transaction %s  block %d  FAILED: %s\n", a.Size, a.Root, a.Transaction, a.Block, oneLine(a.Error, 300))
+		}
+	}
+	anchors := audit.Listed
+	if len(anchors) == 0 {
+		printf(e.stdout, "anchors listed: none yet\n")
 		return
 	}
 	printf(e.stdout, "anchors, newest first:\n")

@@ -82,6 +82,9 @@ func TestReceiptsVerifyFlags(t *testing.T) {
 		{"--url", "http://127.0.0.1:1", "--since", "not a checkpoint\\n"},
 		{"--url", "http://127.0.0.1:1", "--since", "/nonexistent/file"},
 		{"--url", "http://127.0.0.1:1", "x"},
+		{"--url", "http://127.0.0.1:1", "--from-block", "-1"},
+		{"--url", "http://127.0.0.1:1", "--from-block", "1e6"},
+		{"--url", "http://127.0.0.1:1", "--from-block", "18446744073709551616"},
 	} {
 		if _, _, err := runBounded(t, 10*time.Second, append([]string{"log", "audit"}, args...), envMap(nil)); err == nil {
 			t.Errorf("log audit %q: accepted", args)

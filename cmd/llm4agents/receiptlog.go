@@ -34,12 +34,13 @@ func runReceipts(ctx context.Context, args []string, e env) error {
 	})
 }
 
-// runLog is `llm4agents log audit|keygen`.
+// runLog is `llm4agents log audit|keygen|reconcile|deploy-anchor`.
 func runLog(ctx context.Context, args []string, e env) error {
 	return runSubcommand(ctx, "log", args, e, []subcommand{
 		{"audit", "walk a gateway's whole receipt log, check it, and print the totals it shows", logAudit},
 		{"keygen", "write a new checkpoint key for a gateway's receipt log (log.key_file)", logKeygen},
 		{"reconcile", "check from the store that each account's credit receipts, ledger and log agree", logReconcile},
+		{"deploy-anchor", "deploy the ReceiptLogAnchor contract log.anchor.contract names, on any network", logDeployAnchor},
 	})
 }
 

@@ -76,7 +76,7 @@ func logAnchoring(ctx context.Context, cfg *config.Config, db backend, sender *c
 	case err != nil:
 		return nil, fmt.Errorf("log.anchor.contract: read the code at %s: %w", contract.Hex(), err)
 	case len(code) == 0:
-		return nil, fmt.Errorf("log.anchor.contract: %s holds no contract on %s: deploy ReceiptLogAnchor there (`llm4agents devnet` does on a dev node)", contract.Hex(), cfg.Network.ID)
+		return nil, fmt.Errorf("log.anchor.contract: %s holds no contract on %s: deploy ReceiptLogAnchor there (llm4agents log deploy-anchor)", contract.Hex(), cfg.Network.ID)
 	case !bytes.Equal(code, common.FromHex(contracts.ReceiptLogAnchorRuntimeBin)):
 		log.Warn("log.anchor.contract holds code other than this release's ReceiptLogAnchor; anchors are checked by their Anchored events",
 			"contract", contract.Hex())

@@ -136,8 +136,8 @@ func checkAnchorLog(a receipt.Anchor, c receipt.Checkpoint, hashes tlog.HashRead
 	switch {
 	case a.Network != wk.Network || a.Contract != wk.AnchorContract:
 		return fmt.Errorf("%w: at %s on %s, not the published %s on %s", ErrBadAnchor, a.Contract.Hex(), a.Network, wk.AnchorContract.Hex(), wk.Network)
-	case a.Sender != wk.AnchorSender:
-		return fmt.Errorf("%w: sent by %s, not the published sender %s", ErrBadAnchor, a.Sender.Hex(), wk.AnchorSender.Hex())
+	case !wk.IsAnchorSender(a.Sender):
+		return fmt.Errorf("%w: sent by %s, not a published sender (%s)", ErrBadAnchor, a.Sender.Hex(), wk.AnchorSender.Hex())
 	case a.Size > c.Size:
 		return fmt.Errorf("%w: anchored size %d is past the log's checkpoint of %d", receipt.ErrFork, a.Size, c.Size)
 	}
@@ -170,11 +170,12 @@ func checkAnchorChain(ctx context.Context, node ChainReceipts, a receipt.Anchor,
 	case r.Status != types.ReceiptStatusSuccessful:
 		return false, 0, fmt.Errorf("%w: the transaction reverted", ErrBadAnchor)
 	}
-	want := receipt.Anchored{Contract: wk.AnchorContract, By: wk.AnchorSender, Size: uint64(a.Size), Root: a.Root} // #nosec G115 -- ParseAnchors checked it positive
+	// checkAnchorLog checked that a.Sender is a published sender.
+	want := receipt.Anchored{Contract: wk.AnchorContract, By: a.Sender, Size: uint64(a.Size), Root: a.Root} // #nosec G115 -- ParseAnchors checked it positive
 	if slices.Contains(receipt.AnchoredEvents(r), want) {
 		return true, r.BlockNumber.Uint64(), nil
 	}
-	return false, 0, fmt.Errorf("%w: the transaction emitted no Anchored(%s, %d, %x) at %s", ErrBadAnchor, wk.AnchorSender.Hex(), a.Size, a.Root[:8], wk.AnchorContract.Hex())
+	return false, 0, fmt.Errorf("%w: the transaction emitted no Anchored(%s, %d, %x) at %s", ErrBadAnchor, a.Sender.Hex(), a.Size, a.Root[:8], wk.AnchorContract.Hex())
 }
 
 // ChainLogs reads a node's head and its event logs: *ethclient.Client is
@@ -190,7 +191,7 @@ const ChainScanBlocks = 10_000
 
 // CheckChainAnchors checks every anchor the chain holds for the log, not
 // only the latest ones the gateway lists: each Anchored event the published
-// contract emitted for the published sender, from block from to the node's
+// contract emitted for a published sender, from block from to the node's
 // head, against the log of the checkpoint read after them, as CheckAnchors
 // checks a listed anchor (its root must be the log's own at its size, else
 // receipt.ErrFork). An event from anyone else is not the gateway's word and
@@ -209,13 +210,16 @@ func (l *ReceiptLog) CheckChainAnchors(ctx context.Context, node ChainLogs, from
 		return receipt.Checkpoint{}, nil, 0, fmt.Errorf("the node's head: %w", err)
 	}
 	var found []receipt.Anchor
-	sender := common.BytesToHash(wk.Log.AnchorSender.Bytes())
+	var senders []common.Hash
+	for _, a := range wk.Log.Senders() {
+		senders = append(senders, common.BytesToHash(a.Bytes()))
+	}
 	for start := from; start <= head; start += ChainScanBlocks {
 		end := min(start+ChainScanBlocks-1, head)
 		logs, err := node.FilterLogs(ctx, ethereum.FilterQuery{
 			FromBlock: new(big.Int).SetUint64(start), ToBlock: new(big.Int).SetUint64(end),
 			Addresses: []common.Address{wk.Log.AnchorContract},
-			Topics:    [][]common.Hash{{receipt.AnchoredTopic}, {sender}},
+			Topics:    [][]common.Hash{{receipt.AnchoredTopic}, senders},
 		})
 		if err != nil {
 			return receipt.Checkpoint{}, nil, 0, fmt.Errorf("the node's logs of blocks %d-%d: %w", start, end, err)
@@ -224,7 +228,7 @@ func (l *ReceiptLog) CheckChainAnchors(ctx context.Context, node ChainLogs, from
 			lg := &logs[i]
 			ev, err := receipt.ParseAnchored(lg)
 			// A node that ignores the filter gives other events: not ours.
-			if lg.Removed || err != nil || ev.Contract != wk.Log.AnchorContract || ev.By != wk.Log.AnchorSender {
+			if lg.Removed || err != nil || ev.Contract != wk.Log.AnchorContract || !wk.Log.IsAnchorSender(ev.By) {
 				continue
 			}
 			size := int64(min(ev.Size, math.MaxInt64)) // #nosec G115 -- clamped; past the checkpoint either way, a fork

@@ -38,7 +38,9 @@ type anchorHarness struct {
 	contract common.Address
 	anchor   *contracts.ReceiptLogAnchor
 	listed   atomic.Pointer[[]receipt.Anchor]
-	srv      *httptest.Server
+	// senders, when set, is the published anchorSenders list.
+	senders atomic.Pointer[[]common.Address]
+	srv     *httptest.Server
 }
 
 func newAnchorHarness(t *testing.T) *anchorHarness {
@@ -49,10 +51,13 @@ func newAnchorHarness(t *testing.T) *anchorHarness {
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case receipt.WellKnownPath:
+			wl := &receipt.WellKnownLog{Origin: "gw.test/receipts", Key: h.vkey, MaxMergeDelayMs: 1000,
+				Network: "eip155:1337", AnchorContract: h.contract, AnchorSender: h.sim.Addr(anchorSenderIdx)}
+			if ss := h.senders.Load(); ss != nil {
+				wl.AnchorSenders = *ss
+			}
 			b, _ := x402.Marshal(receipt.WellKnown{
-				Receipts: receipt.WellKnownReceipts{Signer: common.HexToAddress("0x01"), Domain: h.domain},
-				Log: &receipt.WellKnownLog{Origin: "gw.test/receipts", Key: h.vkey, MaxMergeDelayMs: 1000,
-					Network: "eip155:1337", AnchorContract: h.contract, AnchorSender: h.sim.Addr(anchorSenderIdx)}})
+				Receipts: receipt.WellKnownReceipts{Signer: common.HexToAddress("0x01"), Domain: h.domain}, Log: wl})
 			_, _ = w.Write(b)
 		case client.PathLogAnchors:
 			b, _ := receipt.MarshalAnchors(*h.listed.Load())
@@ -276,4 +281,31 @@ type failingLogs struct{}
 func (failingLogs) BlockNumber(context.Context) (uint64, error) { return 100, nil }
 func (failingLogs) FilterLogs(context.Context, ethereum.FilterQuery) ([]types.Log, error) {
 	return nil, errors.New("node down")
+}
+
+// TestAnchorsOfSeveralSenders: with several replicas anchoring, each with its
+// own signer, the well-known document lists every sender, and each one's
+// anchors check, listed or found on chain; a sender not listed still fails.
+func TestAnchorsOfSeveralSenders(t *testing.T) {
+	h := newAnchorHarness(t)
+	h.senders.Store(&[]common.Address{h.sim.Addr(anchorSenderIdx), h.sim.Addr(strangerIdx)})
+	h.add(t, 4, 1<<30)
+	first := h.anchorNow(t, anchorSenderIdx)
+	h.add(t, 2, 1<<30)
+	other := h.anchorNow(t, strangerIdx) // the other replica's
+	other.Sender = h.sim.Addr(strangerIdx)
+	h.list(other, first)
+	_, checks, err := h.client().CheckAnchors(t.Context(), h.sim.Client)
+	if err != nil || len(checks) != 2 || !checks[0].OnChain || !checks[1].OnChain {
+		t.Fatalf("listed anchors of two published senders: %+v, %v", checks, err)
+	}
+	_, checks, _, err = h.client().CheckChainAnchors(t.Context(), h.sim.Client, 0)
+	if err != nil || len(checks) != 2 || checks[1].Anchor.Sender != h.sim.Addr(strangerIdx) {
+		t.Fatalf("anchors on chain of two published senders: %+v, %v", checks, err)
+	}
+	h.senders.Store(nil)
+	h.list(other, first)
+	if _, _, err := h.client().CheckAnchors(t.Context(), h.sim.Client); !errors.Is(err, client.ErrBadAnchor) {
+		t.Errorf("an anchor of a sender no longer published: %v, want ErrBadAnchor", err)
+	}
 }

@@ -46,8 +46,11 @@ func TestLogAuditAnchors(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := serveConfig{RPC: "rpc_url: " + tt.node.URL, Asset: tt.addr.Hex(), Credits: creditsOn}
+	// Another replica's signer: its anchors are the gateway's too.
+	otherReplica := testchain.DevAddress(7).Hex()
 	yaml := cfg.yaml(t) + "log:\n  enabled: true\n  key_env: " + serveLogKeyEnv + "\n  max_merge_delay: 500ms\n" +
-		"  anchor:\n    enabled: true\n    contract: " + anchor.Hex() + "\n    every: 1s\n"
+		"  anchor:\n    enabled: true\n    contract: " + anchor.Hex() + "\n    every: 1s\n" +
+		"    senders: [" + otherReplica + "]\n"
 	getenv := envMap(map[string]string{serveKeyEnv: signerKeyHex, serveReceiptKeyEnv: fmt.Sprintf("%x", crypto.FromECDSA(rk)), serveLogKeyEnv: logKey})
 	proc := startCmd(t, []string{"serve", "--config", writeConfig(t, yaml)}, getenv, "gateway listening on ")
 	wallet := envMap(map[string]string{walletKeyEnv: fmt.Sprintf("%x", crypto.FromECDSA(testchain.DevKey(serveBuyer)))})
@@ -129,10 +132,12 @@ func TestLogAuditAnchors(t *testing.T) {
 	if _, _, err := runBuyer(t, []string{"log", "audit", "--url", proc.url, "--rpc", "http://127.0.0.1:1"}, envMap(nil), ""); err == nil {
 		t.Error("log audit with a node that is down succeeded")
 	}
-	// The well-known document names the facilitator's signer as the sender.
+	// The well-known document names the facilitator's signer as the sender,
+	// and every replica's (log.anchor.senders).
 	doc := getWellKnown(t, proc.url)
-	if !strings.Contains(doc, `"anchorSender":"`+signer+`"`) || !strings.Contains(doc, `"anchorContract":"`+anchor.Hex()+`"`) {
-		t.Errorf("well-known = %s, want the signer %s and the contract %s", doc, signer, anchor.Hex())
+	if !strings.Contains(doc, `"anchorSender":"`+signer+`"`) || !strings.Contains(doc, `"anchorContract":"`+anchor.Hex()+`"`) ||
+		!strings.Contains(doc, `"anchorSenders":["`+signer+`","`+otherReplica+`"]`) {
+		t.Errorf("well-known = %s, want the signer %s, the other replica's %s and the contract %s", doc, signer, otherReplica, anchor.Hex())
 	}
 	assertNoSecret(t, "serve's stderr", proc.stderr.String(), signerKeyHex, logKey, key)
 }

@@ -82,5 +82,5 @@ func logAnchoring(ctx context.Context, cfg *config.Config, db backend, sender *c
 			"contract", contract.Hex())
 	}
 	return &receiptlog.Anchoring{Network: cfg.Network.ID, Contract: contract, Every: cfg.Log.Anchor.Every,
-		Sender: sender, Node: chainNode, Store: anchors}, nil
+		Sender: sender, OtherSenders: cfg.Log.Anchor.SenderAddresses(), Node: chainNode, Store: anchors}, nil
 }

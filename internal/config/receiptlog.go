@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // ReceiptLog turns on the public receipt log (docs/DESIGN.md D30): every
@@ -53,6 +54,23 @@ type Anchor struct {
 	// Every is how often the latest checkpoint is anchored, if the log grew
 	// since the last anchor. Default DefaultAnchorEvery.
 	Every time.Duration `yaml:"every"`
+	// Senders are the other replicas' anchor senders (each replica's
+	// in-process facilitator signer anchors whenever that replica holds the
+	// log's lease): the well-known document publishes them with this
+	// replica's own, so a buyer checking anchors through any replica takes
+	// every replica's as the gateway's. Empty with one replica.
+	Senders []string `yaml:"senders,omitempty"`
+}
+
+// SenderAddresses returns Senders, which Validate checked.
+func (a Anchor) SenderAddresses() []common.Address {
+	out := make([]common.Address, 0, len(a.Senders))
+	for _, s := range a.Senders {
+		if addr, err := exact.ParseAddress(s); err == nil {
+			out = append(out, addr)
+		}
+	}
+	return out
 }
 
 // Defaults and bounds of Anchor.Every. Each anchor costs a transaction's gas;
@@ -133,6 +151,22 @@ func (c *Config) validateAnchor(p *problems) {
 	}
 	if a.Every < MinAnchorEvery || a.Every > MaxAnchorEvery {
 		p.add("log.anchor.every", "%s is not between %s and %s", a.Every, MinAnchorEvery, MaxAnchorEvery)
+	}
+	if len(a.Senders) >= receipt.MaxAnchorSenders {
+		p.add("log.anchor.senders", "lists %d senders; at most %d besides this replica's own", len(a.Senders), receipt.MaxAnchorSenders-1)
+		return
+	}
+	seen := map[common.Address]int{}
+	for i, s := range a.Senders {
+		at := fmt.Sprintf("log.anchor.senders[%d]", i)
+		addr := checkAddress(p, at, s, "another replica's anchor sender (its facilitator signer's address)")
+		if addr == (common.Address{}) {
+			continue
+		}
+		if j, dup := seen[addr]; dup {
+			p.add(at, "%s is already log.anchor.senders[%d]", addr.Hex(), j)
+		}
+		seen[addr] = i
 	}
 }
 

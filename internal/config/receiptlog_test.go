@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -22,14 +23,14 @@ func TestLogDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (ReceiptLog{Enabled: true, KeyEnv: "LLM4AGENTS_LOG_KEY", MaxMergeDelay: DefaultMaxMergeDelay}); c.Log != want {
+	if want := (ReceiptLog{Enabled: true, KeyEnv: "LLM4AGENTS_LOG_KEY", MaxMergeDelay: DefaultMaxMergeDelay}); !cmp.Equal(c.Log, want) {
 		t.Errorf("log = %+v, want %+v", c.Log, want)
 	}
 	off, err := Parse([]byte(base))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if off.Log != (ReceiptLog{}) {
+	if !cmp.Equal(off.Log, ReceiptLog{}) {
 		t.Errorf("log without the section: %+v", off.Log)
 	}
 	if d := Demo(); !d.Log.Enabled || d.Log.MaxMergeDelay != DefaultMaxMergeDelay {
@@ -144,8 +145,16 @@ func TestAnchorDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Anchor{Enabled: true, Contract: "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512", Every: DefaultAnchorEvery}
-	if c.Log.Anchor != want {
+	if !cmp.Equal(c.Log.Anchor, want) {
 		t.Errorf("anchor = %+v, want %+v", c.Log.Anchor, want)
+	}
+	// Other replicas' senders are read as listed.
+	c, err = Parse([]byte(withAnchor + "    senders: [0x976EA74026E726554dB657fA54763abd0C3a0aa9]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Log.Anchor.SenderAddresses(); len(got) != 1 || got[0].Hex() != "0x976EA74026E726554dB657fA54763abd0C3a0aa9" {
+		t.Errorf("senders %v", got)
 	}
 	if a, err := c.Log.Anchor.ContractAddress(); err != nil || a.Hex() != want.Contract {
 		t.Errorf("ContractAddress() = %s, %v", a.Hex(), err)
@@ -171,7 +180,7 @@ func TestAnchorDefaults(t *testing.T) {
 		}
 	}
 	d := Demo()
-	if want := (Anchor{Enabled: true, Every: DemoAnchorEvery}); d.Log.Anchor != want {
+	if want := (Anchor{Enabled: true, Every: DemoAnchorEvery}); !cmp.Equal(d.Log.Anchor, want) {
 		t.Errorf("demo anchor = %+v, want %+v", d.Log.Anchor, want)
 	}
 }
@@ -201,6 +210,11 @@ func TestAnchorErrors(t *testing.T) {
 		{"log off", strings.Replace(withAnchor, "  enabled: true\n  key_env", "  enabled: false\n  key_env", 1), "log.anchor.enabled", "needs the receipt log"},
 		{"unknown key", withAnchor + "    sender: 0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512\n", "log.anchor.sender", `unknown key "sender"`},
 		{"enabled a string", strings.Replace(withAnchor, "    enabled: true\n", "    enabled: \"yes please\"\n", 1), "log.anchor.enabled", ""},
+		{"a sender not hex", withAnchor + "    senders: [0xnothex]\n", "log.anchor.senders[0]", "not a valid address"},
+		{"a zero sender", withAnchor + "    senders: [\"0x0000000000000000000000000000000000000000\"]\n", "log.anchor.senders[0]", "zero address"},
+		{"a sender twice", withAnchor + "    senders: [0x976EA74026E726554dB657fA54763abd0C3a0aa9, 0x976EA74026E726554dB657fA54763abd0C3a0aa9]\n", "log.anchor.senders[1]", "already log.anchor.senders[0]"},
+		{"senders not a list", withAnchor + "    senders: 0x976EA74026E726554dB657fA54763abd0C3a0aa9\n", "log.anchor.senders", ""},
+		{"too many senders", withAnchor + "    senders: [" + strings.Repeat("0x976EA74026E726554dB657fA54763abd0C3a0aa9,", 31) + "0x976EA74026E726554dB657fA54763abd0C3a0aa9]\n", "log.anchor.senders", "at most 31"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.doc))

@@ -62,6 +62,9 @@ type Anchoring struct {
 	Every time.Duration
 	// Sender sends the anchors; the gateway publishes its address as theirs.
 	Sender AnchorSender
+	// OtherSenders are the other replicas' senders, published with Sender's
+	// address: their anchors are the gateway's too.
+	OtherSenders []common.Address
 	// Node reads receipts; Store records the anchors.
 	Node  AnchorNode
 	Store store.LogAnchors
@@ -178,6 +181,10 @@ func (l *Log) WellKnown() receipt.WellKnownLog {
 		MaxMergeDelayMs: uint64(l.MaxMergeDelay().Milliseconds())} // #nosec G115 -- New bounds it to a positive duration
 	if a := l.anchor; a != nil {
 		wk.Network, wk.AnchorContract, wk.AnchorSender = a.cfg.Network, a.cfg.Contract, a.sender
+		if len(a.cfg.OtherSenders) > 0 {
+			wk.AnchorSenders = append([]common.Address{a.sender}, a.cfg.OtherSenders...)
+			wk.AnchorSenders = wk.Senders() // without this replica's twice
+		}
 	}
 	return wk
 }

@@ -138,6 +138,8 @@ func TestWellKnownLog(t *testing.T) {
 	const receipts = `"receipts":{"signer":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","domain":{"name":"llm4agents","version":"1","chainId":1337}}`
 	plain := `{"origin":"gw.example/receipts","key":"` + vkey + `","maxMergeDelayMs":2000}`
 	anchored := strings.TrimSuffix(plain, "}") + `,"network":"eip155:8453","anchorContract":"` + anchorContract.Hex() + `","anchorSender":"` + anchorSender.Hex() + `"}`
+	otherSender := common.HexToAddress("0x976EA74026E726554dB657fA54763abd0C3a0aa9")
+	several := strings.TrimSuffix(anchored, "}") + `,"anchorSenders":["` + anchorSender.Hex() + `","` + otherSender.Hex() + `"]}`
 	doc := func(log string) string { return `{` + receipts + `,"log":` + log + `}` }
 	for _, tc := range []struct {
 		name, log string
@@ -146,6 +148,8 @@ func TestWellKnownLog(t *testing.T) {
 		{"not anchored", plain, receipt.WellKnownLog{Origin: "gw.example/receipts", Key: vkey, MaxMergeDelayMs: 2000}},
 		{"anchored", anchored, receipt.WellKnownLog{Origin: "gw.example/receipts", Key: vkey, MaxMergeDelayMs: 2000,
 			Network: "eip155:8453", AnchorContract: anchorContract, AnchorSender: anchorSender}},
+		{"anchored by several replicas", several, receipt.WellKnownLog{Origin: "gw.example/receipts", Key: vkey, MaxMergeDelayMs: 2000,
+			Network: "eip155:8453", AnchorContract: anchorContract, AnchorSender: anchorSender, AnchorSenders: []common.Address{anchorSender, otherSender}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wk, err := receipt.ParseWellKnown([]byte(doc(tc.log)))
@@ -158,6 +162,14 @@ func TestWellKnownLog(t *testing.T) {
 			if wk.Log.Anchored() != (tc.want.Network != "") {
 				t.Errorf("Anchored() = %t", wk.Log.Anchored())
 			}
+			for _, a := range tc.want.Senders() {
+				if tc.want.Anchored() && !wk.Log.IsAnchorSender(a) {
+					t.Errorf("IsAnchorSender(%s) = false", a.Hex())
+				}
+			}
+			if wk.Log.IsAnchorSender(anchorContract) {
+				t.Error("IsAnchorSender(a stranger) = true")
+			}
 			b, err := json.Marshal(wk)
 			if err != nil {
 				t.Fatal(err)
@@ -168,20 +180,26 @@ func TestWellKnownLog(t *testing.T) {
 		})
 	}
 	hostile := map[string]string{
-		"unknown field":         strings.Replace(anchored, `"network"`, `"anchorBlock":1,"network"`, 1),
-		"network alone":         strings.TrimSuffix(plain, "}") + `,"network":"eip155:8453"}`,
-		"no sender":             strings.Replace(anchored, `,"anchorSender":"`+anchorSender.Hex()+`"`, ``, 1),
-		"no contract":           strings.Replace(anchored, `,"anchorContract":"`+anchorContract.Hex()+`"`, ``, 1),
-		"empty network":         strings.Replace(anchored, `"eip155:8453"`, `""`, 1),
-		"network not eip155":    strings.Replace(anchored, `eip155:8453`, `eip155:0`, 1),
-		"contract zero":         strings.Replace(anchored, anchorContract.Hex(), "0x0000000000000000000000000000000000000000", 1),
-		"sender bad checksum":   strings.Replace(anchored, anchorSender.Hex(), "0x23618e81E3f5cdF7f54C3d65f7FBc0aBf5B21E8F", 1),
-		"contract not hex":      strings.Replace(anchored, anchorContract.Hex(), "0xg7f1725E7734CE288F8367e1Bb143E90bb3F0512", 1),
-		"sender a number":       strings.Replace(anchored, `"`+anchorSender.Hex()+`"`, `1`, 1),
-		"duplicate sender":      strings.Replace(anchored, `"anchorSender"`, `"anchorSender":"`+anchorContract.Hex()+`","anchorSender"`, 1),
-		"no delay":              strings.Replace(anchored, `"maxMergeDelayMs":2000`, `"maxMergeDelayMs":0`, 1),
-		"key of another origin": strings.Replace(anchored, `"origin":"gw.example/receipts"`, `"origin":"other.example/receipts"`, 1),
-		"log not an object":     `[]`,
+		"unknown field":              strings.Replace(anchored, `"network"`, `"anchorBlock":1,"network"`, 1),
+		"network alone":              strings.TrimSuffix(plain, "}") + `,"network":"eip155:8453"}`,
+		"no sender":                  strings.Replace(anchored, `,"anchorSender":"`+anchorSender.Hex()+`"`, ``, 1),
+		"no contract":                strings.Replace(anchored, `,"anchorContract":"`+anchorContract.Hex()+`"`, ``, 1),
+		"empty network":              strings.Replace(anchored, `"eip155:8453"`, `""`, 1),
+		"network not eip155":         strings.Replace(anchored, `eip155:8453`, `eip155:0`, 1),
+		"contract zero":              strings.Replace(anchored, anchorContract.Hex(), "0x0000000000000000000000000000000000000000", 1),
+		"sender bad checksum":        strings.Replace(anchored, anchorSender.Hex(), "0x23618e81E3f5cdF7f54C3d65f7FBc0aBf5B21E8F", 1),
+		"contract not hex":           strings.Replace(anchored, anchorContract.Hex(), "0xg7f1725E7734CE288F8367e1Bb143E90bb3F0512", 1),
+		"sender a number":            strings.Replace(anchored, `"`+anchorSender.Hex()+`"`, `1`, 1),
+		"duplicate sender":           strings.Replace(anchored, `"anchorSender"`, `"anchorSender":"`+anchorContract.Hex()+`","anchorSender"`, 1),
+		"no delay":                   strings.Replace(anchored, `"maxMergeDelayMs":2000`, `"maxMergeDelayMs":0`, 1),
+		"key of another origin":      strings.Replace(anchored, `"origin":"gw.example/receipts"`, `"origin":"other.example/receipts"`, 1),
+		"log not an object":          `[]`,
+		"senders without the sender": strings.Replace(several, `["`+anchorSender.Hex()+`",`, `[`, 1),
+		"a sender twice":             strings.Replace(several, `"`+otherSender.Hex()+`"]`, `"`+otherSender.Hex()+`","`+otherSender.Hex()+`"]`, 1),
+		"a zero sender":              strings.Replace(several, otherSender.Hex(), "0x0000000000000000000000000000000000000000", 1),
+		"a sender not hex":           strings.Replace(several, otherSender.Hex(), "0xnothex", 1),
+		"senders not a list":         strings.Replace(several, `["`+anchorSender.Hex()+`","`+otherSender.Hex()+`"]`, `"`+otherSender.Hex()+`"`, 1),
+		"too many senders":           strings.Replace(several, `"`+otherSender.Hex()+`"]`, strings.Repeat(`"`+otherSender.Hex()+`",`, 40)+`"`+otherSender.Hex()+`"]`, 1),
 	}
 	for name, log := range hostile {
 		t.Run(name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ethereum/go-ethereum/common"
 	"golang.org/x/mod/sumdb/note"
@@ -44,8 +45,10 @@ type WellKnown struct {
 //
 // A gateway that anchors its checkpoints on chain also names where: the
 // network (CAIP-2), the anchor contract and the address that sends the
-// anchors ({"network", "anchorContract", "anchorSender"}: all three or none).
-// Only anchors from that sender at that contract are the gateway's.
+// anchors ({"network", "anchorContract", "anchorSender"}: all three or none),
+// and, when several replicas anchor with signers of their own, every sender
+// ("anchorSenders", anchorSender included). Only anchors from those senders
+// at that contract are the gateway's.
 type WellKnownLog struct {
 	Origin          string
 	Key             string
@@ -56,6 +59,30 @@ type WellKnownLog struct {
 	Network        string
 	AnchorContract common.Address
 	AnchorSender   common.Address
+	// AnchorSenders are the other addresses whose anchors are the gateway's
+	// too: every replica anchors with its own signer. Empty when the
+	// gateway anchors from AnchorSender alone.
+	AnchorSenders []common.Address
+}
+
+// MaxAnchorSenders bounds the senders a well-known document publishes.
+const MaxAnchorSenders = 32
+
+// IsAnchorSender reports whether an anchor sent by a is the gateway's.
+func (l WellKnownLog) IsAnchorSender(a common.Address) bool {
+	return l.Anchored() && (a == l.AnchorSender || slices.Contains(l.AnchorSenders, a))
+}
+
+// Senders returns every address whose anchors are the gateway's:
+// AnchorSender first.
+func (l WellKnownLog) Senders() []common.Address {
+	out := []common.Address{l.AnchorSender}
+	for _, a := range l.AnchorSenders {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // wellKnownLogJSON is the wire form of a WellKnownLog.
@@ -66,6 +93,9 @@ type wellKnownLogJSON struct {
 	Network         string `json:"network,omitempty"`
 	AnchorContract  string `json:"anchorContract,omitempty"`
 	AnchorSender    string `json:"anchorSender,omitempty"`
+	// AnchorSenders lists every sender, anchorSender included; omitted when
+	// there is no other.
+	AnchorSenders []string `json:"anchorSenders,omitempty"`
 }
 
 // Anchored reports whether the log is anchored on chain.
@@ -76,6 +106,11 @@ func (l WellKnownLog) MarshalJSON() ([]byte, error) {
 	w := wellKnownLogJSON{Origin: l.Origin, Key: l.Key, MaxMergeDelayMs: l.MaxMergeDelayMs}
 	if l.Anchored() {
 		w.Network, w.AnchorContract, w.AnchorSender = l.Network, l.AnchorContract.Hex(), l.AnchorSender.Hex()
+		if senders := l.Senders(); len(senders) > 1 {
+			for _, a := range senders {
+				w.AnchorSenders = append(w.AnchorSenders, a.Hex())
+			}
+		}
 	}
 	return json.Marshal(w)
 }
@@ -86,7 +121,7 @@ func parseWellKnownLog(raw json.RawMessage) (*WellKnownLog, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return nil, fmt.Errorf("%w: log is not {origin, key, maxMergeDelayMs[, network, anchorContract, anchorSender]}", ErrBadWellKnown)
+		return nil, fmt.Errorf("%w: log is not {origin, key, maxMergeDelayMs[, network, anchorContract, anchorSender[, anchorSenders]]}", ErrBadWellKnown)
 	}
 	l := &WellKnownLog{Origin: w.Origin, Key: w.Key, MaxMergeDelayMs: w.MaxMergeDelayMs}
 	if _, err := l.Verifier(); err != nil {
@@ -110,6 +145,22 @@ func parseWellKnownLog(raw json.RawMessage) (*WellKnownLog, error) {
 	}
 	if l.AnchorSender, err = nonZeroAddress(w.AnchorSender); err != nil {
 		return nil, fmt.Errorf("%w: log.anchorSender: %w", ErrBadWellKnown, err)
+	}
+	if len(w.AnchorSenders) > MaxAnchorSenders {
+		return nil, fmt.Errorf("%w: log.anchorSenders lists %d senders, more than %d", ErrBadWellKnown, len(w.AnchorSenders), MaxAnchorSenders)
+	}
+	for i, text := range w.AnchorSenders {
+		a, err := nonZeroAddress(text)
+		if err != nil {
+			return nil, fmt.Errorf("%w: log.anchorSenders[%d]: %w", ErrBadWellKnown, i, err)
+		}
+		if slices.Contains(l.AnchorSenders, a) {
+			return nil, fmt.Errorf("%w: log.anchorSenders lists %s twice", ErrBadWellKnown, a.Hex())
+		}
+		l.AnchorSenders = append(l.AnchorSenders, a)
+	}
+	if len(l.AnchorSenders) > 0 && !slices.Contains(l.AnchorSenders, l.AnchorSender) {
+		return nil, fmt.Errorf("%w: log.anchorSenders does not list anchorSender", ErrBadWellKnown)
 	}
 	l.Network = w.Network
 	return l, nil

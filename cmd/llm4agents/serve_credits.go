@@ -79,8 +79,12 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	keys := credits.NewKeys(cs, log)
+	keys.CacheTTL = cfg.Credits.KeyCache
+	account := credits.NewHandler(auth, cs, log)
+	account.KeyChanged = keys.Forget
 	c := &gateway.Credits{
-		Ledger: led, Keys: credits.NewKeys(cs, log), Auth: auth, Account: credits.NewHandler(auth, cs, log),
+		Ledger: led, Keys: keys, Auth: auth, Account: account,
 		Signer: signer, Receipts: cs, TopUpMin: lo, TopUpMax: hi, Chain: chain, Confirmations: cfg.Credits.Confirmations,
 	}
 	stopLeases := func() {}

@@ -67,6 +67,11 @@ type Credits struct {
 	// whose maximum cost is larger gets a lease of its own size). Default
 	// one token (1 USDC).
 	LeaseMax string `yaml:"lease_max"`
+	// KeyCache, when set, keeps each API key a replica looked up for that
+	// long (at most 1s), so that a call costs no store read: a key revoked
+	// or changed through another replica then binds here within KeyCache
+	// (through this one, at once). Default 0: every call reads its key.
+	KeyCache time.Duration `yaml:"key_cache"`
 }
 
 // Durability modes of Credits.Durability.
@@ -189,6 +194,9 @@ func (c *Config) validateCredits(p *problems) {
 	}
 	if _, err := cr.LeaseMaxAmount(); err != nil {
 		p.add("credits.lease_max", "%q: %v", truncate(cr.LeaseMax), err)
+	}
+	if cr.KeyCache < 0 || cr.KeyCache > time.Second {
+		p.add("credits.key_cache", "%s is not between 0 (every call reads its key) and 1s", cr.KeyCache)
 	}
 }
 

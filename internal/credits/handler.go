@@ -62,6 +62,10 @@ type Handler struct {
 	// NoncesPerMinute bounds the nonces issued per minute by this replica;
 	// NewHandler sets DefaultNoncesPerMinute.
 	NoncesPerMinute int
+	// KeyChanged, when set, is told the hash of each key this handler
+	// revoked or changed (Keys.Forget, so this replica's cache of it goes
+	// at once).
+	KeyChanged func(hash string)
 
 	nonces limiter
 }
@@ -547,6 +551,7 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, id string) e
 	case err != nil:
 		return err
 	}
+	h.keyChanged(k.Hash)
 	h.log.InfoContext(r.Context(), "revoked API key", "account", owner, "key_id", id)
 	writeJSON(w, http.StatusOK, viewOf(k))
 	return nil
@@ -620,9 +625,16 @@ func (h *Handler) updateKey(w http.ResponseWriter, r *http.Request, id string) e
 		}
 		break
 	}
+	h.keyChanged(k.Hash)
 	h.log.InfoContext(r.Context(), "updated API key", "account", owner, "key_id", id)
 	writeJSON(w, http.StatusOK, viewOf(k))
 	return nil
+}
+
+func (h *Handler) keyChanged(hash string) {
+	if h.KeyChanged != nil {
+		h.KeyChanged(hash)
+	}
 }
 
 // readBody reads r's body, at most limit bytes; with wantJSON the request

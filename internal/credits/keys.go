@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -127,8 +128,65 @@ type Keys struct {
 	// Now is the clock key expiry and rate limits are judged by; NewKeys
 	// sets it to time.Now. Set it before the first call.
 	Now func() time.Time
+	// CacheTTL, when positive, keeps each key Authenticate found for that
+	// long, so that a call costs no store read: a revocation or a change
+	// made through another replica then binds here within CacheTTL (through
+	// this one's account routes, at once: Forget). Zero, the default, reads
+	// the key on every call. At most MaxKeyCacheTTL. Set it before the
+	// first call.
+	CacheTTL time.Duration
 
-	rates *rates
+	rates   *rates
+	cacheMu sync.Mutex
+	cache   map[string]cachedKey // by hash
+}
+
+// MaxKeyCacheTTL bounds Keys.CacheTTL: how late a revocation may bind.
+const MaxKeyCacheTTL = time.Second
+
+// maxCachedKeys bounds the cache; past it, it starts over.
+const maxCachedKeys = 10_000
+
+// cachedKey is a key as the store had it at at.
+type cachedKey struct {
+	key store.APIKey
+	at  time.Time
+}
+
+// Forget drops the key whose hash is hash from the cache: it was revoked or
+// changed.
+func (k *Keys) Forget(hash string) {
+	k.cacheMu.Lock()
+	defer k.cacheMu.Unlock()
+	delete(k.cache, hash)
+}
+
+// cached returns the key of hash if it was read within CacheTTL.
+func (k *Keys) cached(hash string) (store.APIKey, bool) {
+	ttl := min(k.CacheTTL, MaxKeyCacheTTL)
+	if ttl <= 0 {
+		return store.APIKey{}, false
+	}
+	k.cacheMu.Lock()
+	defer k.cacheMu.Unlock()
+	c, ok := k.cache[hash]
+	if !ok || k.Now().Sub(c.at) >= ttl {
+		return store.APIKey{}, false
+	}
+	return c.key, true
+}
+
+// remember caches key, read at at.
+func (k *Keys) remember(key store.APIKey, at time.Time) {
+	if k.CacheTTL <= 0 {
+		return
+	}
+	k.cacheMu.Lock()
+	defer k.cacheMu.Unlock()
+	if k.cache == nil || len(k.cache) >= maxCachedKeys {
+		k.cache = make(map[string]cachedKey)
+	}
+	k.cache[key.Hash] = cachedKey{key: key, at: at}
 }
 
 // KeyStore is what Keys needs of the store: the keys, and the shared
@@ -156,6 +214,10 @@ func (k *Keys) Authenticate(ctx context.Context, bearer string) (store.APIKey, e
 		return store.APIKey{}, ErrUnknownKey
 	}
 	hash := HashSecret(bearer)
+	if key, ok := k.cached(hash); ok {
+		return k.usable(key)
+	}
+	read := k.Now()
 	key, err := k.store.KeyByHash(ctx, hash)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -168,6 +230,12 @@ func (k *Keys) Authenticate(ctx context.Context, bearer string) (store.APIKey, e
 	if subtle.ConstantTimeCompare([]byte(key.Hash), []byte(hash)) != 1 {
 		return store.APIKey{}, ErrUnknownKey
 	}
+	k.remember(key, read)
+	return k.usable(key)
+}
+
+// usable returns key unless it is revoked or expired.
+func (k *Keys) usable(key store.APIKey) (store.APIKey, error) {
 	switch {
 	case key.Revoked():
 		return store.APIKey{}, fmt.Errorf("%w: key %s", ErrRevokedKey, key.ID)

@@ -1,9 +1,13 @@
 package credits
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +149,106 @@ func TestLimiterBounded(t *testing.T) {
 	l.take("new", 1, now)
 	if len(l.buckets) != 1 {
 		t.Errorf("%d buckets after the idle ones were dropped, want 1", len(l.buckets))
+	}
+}
+
+// countingKeys counts the key lookups that reach the store.
+type countingKeys struct {
+	KeyStore
+	reads atomic.Int64
+}
+
+func (c *countingKeys) KeyByHash(ctx context.Context, hash string) (store.APIKey, error) {
+	c.reads.Add(1)
+	return c.KeyStore.KeyByHash(ctx, hash)
+}
+
+// TestKeyCache: with CacheTTL a key is read from the store once per TTL; a
+// revocation in the store binds when the TTL ends, at once through Forget;
+// expiry is judged on every call; the TTL is bounded by MaxKeyCacheTTL.
+func TestKeyCache(t *testing.T) {
+	clk := &testClock{now: t0}
+	st := &countingKeys{KeyStore: openStore(t, clk)}
+	keys := NewKeys(st, nil)
+	keys.Now, keys.CacheTTL = clk.Now, 10*time.Second // bounded to 1s
+	secret, k := storeKey(t, st, owner, func(k *store.APIKey) { k.ExpiresAt = t0.Add(5 * time.Second) })
+	for range 5 {
+		if _, err := keys.Authenticate(t.Context(), secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := st.reads.Load(); n != 1 {
+		t.Fatalf("%d store reads for 5 calls within the TTL, want 1", n)
+	}
+	if _, err := st.RevokeKey(t.Context(), owner, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(999 * time.Millisecond)
+	if _, err := keys.Authenticate(t.Context(), secret); err != nil {
+		t.Fatalf("within the TTL the cached key serves: %v", err)
+	}
+	clk.Advance(time.Millisecond) // MaxKeyCacheTTL after the read
+	if _, err := keys.Authenticate(t.Context(), secret); !errors.Is(err, ErrRevokedKey) {
+		t.Fatalf("after the TTL: %v, want ErrRevokedKey", err)
+	}
+
+	// Forget drops a key at once; an unknown key is never cached.
+	secret2, k2 := storeKey(t, st, owner, nil)
+	if _, err := keys.Authenticate(t.Context(), secret2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RevokeKey(t.Context(), owner, k2.ID); err != nil {
+		t.Fatal(err)
+	}
+	keys.Forget(k2.Hash)
+	if _, err := keys.Authenticate(t.Context(), secret2); !errors.Is(err, ErrRevokedKey) {
+		t.Fatalf("after Forget: %v, want ErrRevokedKey", err)
+	}
+	before := st.reads.Load()
+	unknown := "sk-l4a-" + strings.Repeat("a", 52)
+	for range 3 {
+		if _, err := keys.Authenticate(t.Context(), unknown); !errors.Is(err, ErrUnknownKey) {
+			t.Fatalf("unknown key: %v", err)
+		}
+	}
+	if st.reads.Load()-before != 3 {
+		t.Error("an unknown key was cached")
+	}
+
+	// Expiry is judged at each call, cached or not.
+	secret3, _ := storeKey(t, st, owner, func(k *store.APIKey) { k.ExpiresAt = clk.Now().Add(500 * time.Millisecond) })
+	if _, err := keys.Authenticate(t.Context(), secret3); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(500 * time.Millisecond)
+	if _, err := keys.Authenticate(t.Context(), secret3); !errors.Is(err, ErrExpiredKey) {
+		t.Fatalf("an expired cached key: %v, want ErrExpiredKey", err)
+	}
+}
+
+// TestKeyCacheForgottenOnRevoke: a key revoked through this replica's
+// account routes is refused by its next call, cache or not.
+func TestKeyCacheForgottenOnRevoke(t *testing.T) {
+	s := newServer(t)
+	keys := NewKeys(s.h.st.(KeyStore), nil)
+	keys.Now, keys.CacheTTL = s.clk.Now, time.Second
+	s.h.KeyChanged = keys.Forget
+	token := s.signIn(newWallet(t))
+	status, _, body := s.do(http.MethodPost, PathKeys, "application/json", `{"name":"agent"}`, bearer(token))
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	var created keyView
+	if err := json.Unmarshal([]byte(body), &created); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Authenticate(t.Context(), created.Key); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := s.do(http.MethodDelete, PathKeys+"/"+created.ID, "", "", bearer(token)); status != http.StatusOK {
+		t.Fatalf("revoke: %d %s", status, body)
+	}
+	if _, err := keys.Authenticate(t.Context(), created.Key); !errors.Is(err, ErrRevokedKey) {
+		t.Fatalf("the next call after a revocation here: %v, want ErrRevokedKey", err)
 	}
 }

@@ -67,16 +67,18 @@ type creditBackend struct {
 	// leased serves credit calls from leases (credits.durability: leased);
 	// otherwise every hold and capture is written before the answer.
 	leased bool
+	// keyCache is credits.key_cache: how long a key looked up is kept.
+	keyCache time.Duration
 }
 
 // creditBackends are the stores the credit tests run on (SQLite and
 // PostgreSQL). PostgreSQL is skipped when LLM4AGENTS_TEST_POSTGRES_DSN is
 // unset, unless LLM4AGENTS_TEST_REQUIRE_BACKENDS=1.
 var creditBackends = []creditBackend{
-	{"sqlite", openCreditSQLite, false},
-	{"postgres", openCreditPostgres, false},
-	{"sqlite-leased", openCreditSQLite, true},
-	{"postgres-leased", openCreditPostgres, true},
+	{name: "sqlite", open: openCreditSQLite},
+	{name: "postgres", open: openCreditPostgres},
+	{name: "sqlite-leased", open: openCreditSQLite, leased: true},
+	{name: "postgres-leased", open: openCreditPostgres, leased: true},
 }
 
 // eachCreditBackend runs f once per backend, as subtests named after it.
@@ -179,7 +181,7 @@ func newCreditEnv(t *testing.T, o creditOpts) *creditEnv {
 	if o.receipts != nil {
 		gwdb = o.receipts(db)
 	}
-	srv, led, signer, leases := newCreditGateway(t, gwdb, ls, gwProv, rl, log, o.backend.leased)
+	srv, led, signer, leases := newCreditGateway(t, gwdb, ls, gwProv, rl, log, o.backend)
 	return &creditEnv{db: db, leases: leases, up: up, srv: srv, led: led, signer: signer}
 }
 
@@ -199,14 +201,14 @@ func (e *creditEnv) sync(t *testing.T) {
 // server, its ledger, its receipt signer and, when leased, its leases
 // (running until the test ends).
 func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gateway.Provider, rl *receiptlog.Log, log *slog.Logger,
-	leased bool) (*httptest.Server, *ledger.Ledger, *credits.Signer, *ledger.Leases) {
+	be creditBackend) (*httptest.Server, *ledger.Ledger, *credits.Signer, *ledger.Leases) {
 	tb.Helper()
 	led, err := ledger.New(ls, ledger.Config{Asset: ledger.AssetID(network, creditToken)}, log)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var leases *ledger.Leases
-	if leased {
+	if be.leased {
 		leases = startTestLeases(tb, led, leaseStore{Ledger: ls, Leases: db})
 	}
 	key, err := crypto.GenerateKey()
@@ -223,6 +225,10 @@ func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gatew
 	if err != nil {
 		tb.Fatal(err)
 	}
+	keys := credits.NewKeys(db, log)
+	keys.CacheTTL = be.keyCache
+	account := credits.NewHandler(auth, db, log)
+	account.KeyChanged = keys.Forget
 	models := []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}}
 	if _, ok := prov.(upstream.Embedder); ok {
 		models = append(models, embedModel(prov))
@@ -232,7 +238,7 @@ func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gatew
 		PayTo: bob.Hex(), UpstreamTimeout: 5 * time.Second, SettleTimeout: 10 * time.Second,
 		Models: models,
 		Credits: &gateway.Credits{
-			Ledger: led, Keys: credits.NewKeys(db, log), Auth: auth, Account: credits.NewHandler(auth, db, log),
+			Ledger: led, Keys: keys, Auth: auth, Account: account,
 			Signer: signer, Receipts: db, Leases: leases,
 		},
 		Log: rl,
@@ -1278,4 +1284,49 @@ func TestCreditLoweredCapStops(t *testing.T) {
 			t.Errorf("%v held after the refusal", bal.Held)
 		}
 	})
+}
+
+// TestCreditKeyCache: with credits.key_cache a key revoked elsewhere (in the
+// store, as another replica would) stops within the cache's TTL, and one
+// revoked through this gateway's account routes at its next call.
+func TestCreditKeyCache(t *testing.T) {
+	for _, b := range []creditBackend{
+		{name: "sqlite-leased", open: openCreditSQLite, leased: true, keyCache: time.Second},
+		{name: "postgres-leased", open: openCreditPostgres, leased: true, keyCache: time.Second},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			e := newCreditEnv(t, creditOpts{backend: b})
+			e.topUp(t, alice, 1_000_000)
+			secret, key := e.newKey(t, alice, nil)
+			if resp := e.chat(t, secret, chatBody); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
+			}
+			if _, err := e.db.RevokeKey(t.Context(), key.Owner, key.ID); err != nil {
+				t.Fatal(err)
+			}
+			revoked := time.Now()
+			for {
+				resp := e.chat(t, secret, chatBody)
+				body := readAll(t, resp)
+				if resp.StatusCode == http.StatusUnauthorized {
+					break
+				}
+				if time.Since(revoked) > time.Second+500*time.Millisecond {
+					t.Fatalf("still served %s after a revocation elsewhere: %d %s", time.Since(revoked), resp.StatusCode, body)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+
+			secret, key = e.newKey(t, alice, nil)
+			if resp := e.chat(t, secret, chatBody); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
+			}
+			if resp := e.do(t, t.Context(), http.MethodDelete, "/v1/keys/"+key.ID, e.newSession(t, alice), "", nil); resp.StatusCode != http.StatusOK {
+				t.Fatalf("revoke: %d %s", resp.StatusCode, readAll(t, resp))
+			}
+			if resp := e.chat(t, secret, chatBody); resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("the next call after a revocation through this gateway: %d %s", resp.StatusCode, readAll(t, resp))
+			}
+		})
+	}
 }

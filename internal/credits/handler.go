@@ -349,7 +349,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		return &httpError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "too_many_keys",
-			Message: fmt.Sprintf("an account may have at most %d keys, revoked ones included", store.MaxKeysPerOwner)}
+			Message: fmt.Sprintf("an account may have at most %d keys that are not revoked, and %d in all: revoke one it no longer uses", store.MaxKeysPerOwner, store.MaxStoredKeysPerOwner)}
 	case err != nil:
 		return err
 	}

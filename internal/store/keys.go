@@ -20,9 +20,15 @@ const MaxKeyModels = 64
 // MaxKeyName bounds a key's name, in bytes.
 const MaxKeyName = 64
 
-// MaxKeysPerOwner bounds the keys, revoked ones included, one owner may have:
-// CreateKey refuses the next one with ErrConflict.
-const MaxKeysPerOwner = 100
+// MaxKeysPerOwner bounds the live (not revoked) keys one owner may have,
+// and MaxStoredKeysPerOwner all of them, revoked ones included (they stay,
+// for the receipts that name them): CreateKey refuses the next one past
+// either with ErrConflict. An owner who rotates keys revokes the old one
+// and creates the next, many times over, before the second bound.
+const (
+	MaxKeysPerOwner       = 100
+	MaxStoredKeysPerOwner = 1000
+)
 
 // MaxAuthTTL bounds the lifetime of a nonce or a session.
 const MaxAuthTTL = 24 * time.Hour
@@ -140,7 +146,8 @@ type Session struct {
 type Keys interface {
 	// CreateKey stores k (see APIKey.Validate) with CreatedAt set and
 	// RevokedAt zero, and returns it as stored. ErrConflict if a key with
-	// k.ID or k.Hash exists, or the owner has MaxKeysPerOwner keys.
+	// k.ID or k.Hash exists, or the owner has MaxKeysPerOwner live keys or
+	// MaxStoredKeysPerOwner keys in all.
 	CreateKey(ctx context.Context, k APIKey) (APIKey, error)
 	// KeysByOwner returns owner's keys, revoked ones included, oldest first.
 	KeysByOwner(ctx context.Context, owner string) ([]APIKey, error)

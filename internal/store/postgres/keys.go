@@ -29,18 +29,19 @@ const keyColumns = `key_id, key_hash, owner, name, total_cap, period_cap, period
 // collision of two owners' hashes only makes them wait for each other.
 const ownerKeysLock = `SELECT pg_advisory_xact_lock(hashtextextended('llm4agents/store/postgres keys ' || current_schema() || ' ' || $1, 0))`
 
-// createKey inserts the key unless the owner has $13 keys or a key with its
-// id or hash exists, and always returns one row: the owner's key count
-// before, then the key if inserted, else NULLs.
-const createKey = withNow + `, c AS (SELECT count(*) AS keys FROM api_keys WHERE owner = $4),
+// createKey inserts the key unless the owner has $13 live keys or $14 keys
+// in all, or a key with its id or hash exists, and always returns one row:
+// the owner's live and total key counts before, then the key if inserted,
+// else NULLs.
+const createKey = withNow + `, c AS (SELECT count(*) FILTER (WHERE revoked_at_ms = 0) AS live, count(*) AS keys FROM api_keys WHERE owner = $4),
 i AS (
     INSERT INTO api_keys (` + keyColumns + `)
     SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, n.ms, 0
     FROM n, c
-    WHERE c.keys < $13
+    WHERE c.live < $13 AND c.keys < $14
     ON CONFLICT DO NOTHING
     RETURNING ` + keyColumns + `)
-SELECT c.keys, i.* FROM c LEFT JOIN i ON true`
+SELECT c.live, c.keys, i.* FROM c LEFT JOIN i ON true`
 
 // CreateKey implements store.Keys.
 func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, err error) {
@@ -63,18 +64,20 @@ func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, er
 		if _, err := tx.Exec(ctx, ownerKeysLock, k.Owner); err != nil {
 			return err
 		}
-		var count int64
+		var live, all int64
 		got, found, err := scanKey(tx.QueryRow(ctx, createKey, db.nowArg(),
 			k.ID, k.Hash, k.Owner, k.Name, k.TotalCap, k.PeriodCap, k.Period.Milliseconds(), expires,
-			strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute, store.MaxKeysPerOwner), &count)
+			strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute, store.MaxKeysPerOwner, store.MaxStoredKeysPerOwner), &live, &all)
 		switch {
 		case err != nil:
 			return err
 		case found:
 			out = got
 			return nil
-		case count >= store.MaxKeysPerOwner:
-			return fmt.Errorf("owner has %d keys: %w", count, store.ErrConflict)
+		case live >= store.MaxKeysPerOwner:
+			return fmt.Errorf("owner has %d live keys: %w", live, store.ErrConflict)
+		case all >= store.MaxStoredKeysPerOwner:
+			return fmt.Errorf("owner has %d keys, revoked ones included: %w", all, store.ErrConflict)
 		default:
 			return fmt.Errorf("a key with this id or hash exists: %w", store.ErrConflict)
 		}

@@ -33,12 +33,16 @@ func (db *DB) CreateKey(ctx context.Context, k store.APIKey) (_ store.APIKey, er
 
 	var out store.APIKey
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE owner = ?`, k.Owner).Scan(&n); err != nil {
+		var all, live int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE revoked_at_ms = 0) FROM api_keys WHERE owner = ?`,
+			k.Owner).Scan(&all, &live); err != nil {
 			return err
 		}
-		if n >= store.MaxKeysPerOwner {
-			return fmt.Errorf("owner has %d keys: %w", n, store.ErrConflict)
+		switch {
+		case live >= store.MaxKeysPerOwner:
+			return fmt.Errorf("owner has %d live keys: %w", live, store.ErrConflict)
+		case all >= store.MaxStoredKeysPerOwner:
+			return fmt.Errorf("owner has %d keys, revoked ones included: %w", all, store.ErrConflict)
 		}
 		var expires int64
 		if !k.ExpiresAt.IsZero() {

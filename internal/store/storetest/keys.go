@@ -39,6 +39,7 @@ func RunKeys(t *testing.T, open OpenKeys) {
 		{"Key/CreateAndRead", testKeyCreate},
 		{"Key/Conflicts", testKeyConflicts},
 		{"Key/PerOwnerLimit", testKeyPerOwnerLimit},
+		{"Key/StoredLimit", testKeyStoredLimit},
 		{"Key/Revoke", testKeyRevoke},
 		{"Key/Update", testKeyUpdate},
 		{"Key/InvalidArguments", testKeyInvalid},
@@ -164,6 +165,30 @@ func testKeyPerOwnerLimit(e *keysEnv) {
 		e.t.Errorf("CreateKey() past MaxKeysPerOwner = %v, want ErrConflict", err)
 	}
 	e.create(testKey("bobs", bob)) // other owners are not affected
+	// A revoked key no longer counts against the live bound: an owner who
+	// rotates keys revokes one and creates the next.
+	if _, err := e.a.RevokeKey(e.ctx, alice, "key0"); err != nil {
+		e.t.Fatalf("RevokeKey(): %v", err)
+	}
+	e.create(testKey("rotated", alice))
+	if _, err := e.a.CreateKey(e.ctx, testKey("one-too-many-again", alice)); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("CreateKey() past MaxKeysPerOwner after a rotation = %v, want ErrConflict", err)
+	}
+}
+
+// testKeyStoredLimit: revoked keys stay (receipts name them) and count
+// against MaxStoredKeysPerOwner, which bounds an owner's rows.
+func testKeyStoredLimit(e *keysEnv) {
+	for i := range store.MaxStoredKeysPerOwner {
+		id := fmt.Sprintf("k%d", i)
+		e.create(testKey(id, alice))
+		if _, err := e.a.RevokeKey(e.ctx, alice, id); err != nil {
+			e.t.Fatalf("RevokeKey(%s): %v", id, err)
+		}
+	}
+	if _, err := e.a.CreateKey(e.ctx, testKey("past-the-rows", alice)); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("CreateKey() past MaxStoredKeysPerOwner = %v, want ErrConflict", err)
+	}
 }
 
 func testKeyRevoke(e *keysEnv) {

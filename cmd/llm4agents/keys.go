@@ -125,14 +125,16 @@ type subcommand struct {
 // short.
 func runSubcommand(ctx context.Context, cmd string, args []string, e env, subs []subcommand) error {
 	names := make([]string, len(subs))
+	width := 10
 	for i, sc := range subs {
 		names[i] = sc.name
+		width = max(width, len(sc.name))
 	}
 	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 	usage := func() {
 		printf(e.stderr, "usage: llm4agents %s %s [flags]\n\nsubcommands:\n", cmd, strings.Join(names, "|"))
 		for _, sc := range subs {
-			printf(e.stderr, "  %-10s %s\n", sc.name, sc.summary)
+			printf(e.stderr, "  %-*s %s\n", width, sc.name, sc.summary)
 		}
 		printf(e.stderr, "\nRun 'llm4agents %s <subcommand> -h' for the flags of a subcommand.\n", cmd)
 	}

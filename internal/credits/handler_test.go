@@ -534,14 +534,7 @@ func listOf(t *testing.T, body string) keyList {
 func TestHandlerUpdateKeyRace(t *testing.T) {
 	s := newServer(t)
 	token := s.signIn(newWallet(t))
-	status, _, body := s.do(http.MethodPost, PathKeys, "application/json", `{"name":"agent"}`, bearer(token))
-	if status != http.StatusCreated {
-		t.Fatalf("create: %d %s", status, body)
-	}
-	var created keyView
-	if err := json.Unmarshal([]byte(body), &created); err != nil {
-		t.Fatal(err)
-	}
+	created := s.createKey(token, `{"name":"agent"}`)
 	path := PathKeys + "/" + created.ID
 	for round := range 30 {
 		name, rate := fmt.Sprintf("agent-%d", round), round+1
@@ -560,4 +553,19 @@ func TestHandlerUpdateKeyRace(t *testing.T) {
 			t.Fatalf("round %d: name %q, rate %d; want %q and %d: a change was lost", round, got.Name, got.RatePerMinute, name, rate)
 		}
 	}
+}
+
+// createKey creates a key with body through the account routes, signed in
+// with token, and returns it as created (its secret included).
+func (s *server) createKey(token, body string) keyView {
+	s.t.Helper()
+	status, _, out := s.do(http.MethodPost, PathKeys, "application/json", body, bearer(token))
+	if status != http.StatusCreated {
+		s.t.Fatalf("create: %d %s", status, out)
+	}
+	var created keyView
+	if err := json.Unmarshal([]byte(out), &created); err != nil {
+		s.t.Fatal(err)
+	}
+	return created
 }

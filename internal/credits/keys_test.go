@@ -2,7 +2,6 @@ package credits
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -234,14 +233,7 @@ func TestKeyCacheForgottenOnRevoke(t *testing.T) {
 	keys.Now, keys.CacheTTL = s.clk.Now, time.Second
 	s.h.KeyChanged = keys.Forget
 	token := s.signIn(newWallet(t))
-	status, _, body := s.do(http.MethodPost, PathKeys, "application/json", `{"name":"agent"}`, bearer(token))
-	if status != http.StatusCreated {
-		t.Fatalf("create: %d %s", status, body)
-	}
-	var created keyView
-	if err := json.Unmarshal([]byte(body), &created); err != nil {
-		t.Fatal(err)
-	}
+	created := s.createKey(token, `{"name":"agent"}`)
 	if _, err := keys.Authenticate(t.Context(), created.Key); err != nil {
 		t.Fatal(err)
 	}

@@ -532,7 +532,7 @@ func (c *Config) SetDefaults() {
 			m.PaymentIdentifier = PaymentIDOptional
 		}
 		if m.Price == (Price{}) {
-			m.Price, _ = c.costPrice(*m)
+			m.Price, _ = c.markedUp(*m) // an invalid cost or markup: validate says which
 		}
 	}
 	c.setCreditDefaults()

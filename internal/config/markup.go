@@ -35,14 +35,6 @@ func (b *BasisPoints) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// costPrice is the price of m from its upstream's cost and the markup; ok is
-// false when the upstream lists no cost for it, or the cost or the markup
-// is invalid (validate says which).
-func (c *Config) costPrice(m Model) (Price, bool) {
-	p, err := c.markedUp(m)
-	return p, err == nil && p != (Price{})
-}
-
 // markedUp is the price of m at cost + markup; the zero Price when its
 // upstream lists no cost for it.
 func (c *Config) markedUp(m Model) (Price, error) {

@@ -185,7 +185,7 @@ func (c *Calls) admit(ctx context.Context, req Request) (*Call, error) {
 // the key when leases are on, else as a hold of its own in the store.
 func (c *Calls) hold(ctx context.Context, call *Call, remedy string) error {
 	lc := ledger.Call{
-		RequestID: call.ID, Payer: call.Payer, Key: keyLimits(call.Key),
+		RequestID: call.ID, Payer: call.Payer, Key: ledger.KeyOf(call.Key),
 		PromptTokens: call.Quote.PromptTokens, OutputBound: call.Quote.OutputBound, Price: call.Quote.Price,
 	}
 	start := c.now()
@@ -353,18 +353,6 @@ func (call *Call) release(ctx context.Context) {
 		// releases the hold.
 		c.cfg.Log.Error("credit release failed; the hold stays until the sweep releases it", "request_id", call.ID, "err", err)
 	}
-}
-
-// keyLimits are key's caps as the ledger takes them: nil for no cap.
-func keyLimits(key store.APIKey) *ledger.Key {
-	k := &ledger.Key{ID: key.ID, Period: key.Period}
-	if key.TotalCap != store.NoCap {
-		k.TotalCap = big.NewInt(key.TotalCap)
-	}
-	if key.PeriodCap != store.NoCap {
-		k.PeriodCap = big.NewInt(key.PeriodCap)
-	}
-	return k
 }
 
 func newRequestID() (string, error) {

@@ -137,7 +137,7 @@ type Keys struct {
 	CacheTTL time.Duration
 
 	rates   *rates
-	cacheMu sync.Mutex
+	cacheMu sync.RWMutex         // every call reads; a lookup writes once per TTL
 	cache   map[string]cachedKey // by hash
 }
 
@@ -167,8 +167,8 @@ func (k *Keys) cached(hash string) (store.APIKey, bool) {
 	if ttl <= 0 {
 		return store.APIKey{}, false
 	}
-	k.cacheMu.Lock()
-	defer k.cacheMu.Unlock()
+	k.cacheMu.RLock()
+	defer k.cacheMu.RUnlock()
 	c, ok := k.cache[hash]
 	if !ok || k.Now().Sub(c.at) >= ttl {
 		return store.APIKey{}, false

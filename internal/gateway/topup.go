@@ -443,13 +443,7 @@ func ledgerUnavailable(err error) error {
 
 // keyUsage reports what k spent and may still spend.
 func (s *Server) keyUsage(ctx context.Context, k store.APIKey) (*keyAnswer, error) {
-	lk := ledger.Key{ID: k.ID}
-	if k.TotalCap != store.NoCap {
-		lk.TotalCap = big.NewInt(k.TotalCap)
-	}
-	if k.PeriodCap != store.NoCap {
-		lk.PeriodCap, lk.Period = big.NewInt(k.PeriodCap), k.Period
-	}
+	lk := *ledger.KeyOf(k)
 	var u store.KeyUsage
 	var err error
 	if ls := s.cfg.Credits.Leases; ls != nil && common.IsHexAddress(k.Owner) {

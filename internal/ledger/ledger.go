@@ -152,6 +152,18 @@ type Key struct {
 	Period    time.Duration
 }
 
+// KeyOf is key's caps as the ledger takes them: nil for no cap.
+func KeyOf(key store.APIKey) *Key {
+	k := &Key{ID: key.ID}
+	if key.TotalCap != store.NoCap {
+		k.TotalCap = big.NewInt(key.TotalCap)
+	}
+	if key.PeriodCap != store.NoCap {
+		k.PeriodCap, k.Period = big.NewInt(key.PeriodCap), key.Period
+	}
+	return k
+}
+
 func (k *Key) limits() (*store.KeyLimits, error) {
 	if k == nil {
 		return nil, nil

@@ -518,8 +518,11 @@ func (s *Sender) resync(ctx context.Context) error {
 // reverted call is mined too: check Status). tx must come from Send or an
 // earlier Wait's *PendingError.
 //
-// It polls at once, so a receipt already there is returned without waiting,
-// then every PollInterval. Before the first tick it also looks for the
+// It looks for the receipt at once, so a receipt already there is returned
+// without waiting, then polls every PollInterval. The first look asks for the
+// receipt alone: the account's nonce and the repairs below wait for the
+// first tick, since a transaction just sent has had no time to be consumed
+// or dropped, and the node is spared a read per settlement. Before that tick it also looks for the
 // receipt alone 5ms, 10ms, 20ms and so on after it started, while below
 // PollInterval: a node that mines on arrival (anvil's automine, the simulated
 // backend) serves the receipt a few milliseconds after it took the
@@ -563,8 +566,17 @@ func (s *Sender) WaitRecorded(ctx context.Context, tx *types.Transaction, before
 		lastErr  error
 		consumed int // polls in a row that saw the nonce used without our receipt
 	)
-	for {
-		r, used, err := s.poll(ctx, f)
+	for first := true; ; first = false {
+		var (
+			r    *types.Receipt
+			used bool
+			err  error
+		)
+		if first {
+			r, err = s.receipt(ctx, f)
+		} else {
+			r, used, err = s.poll(ctx, f)
+		}
 		switch {
 		case r != nil:
 			return r, nil

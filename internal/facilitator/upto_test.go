@@ -201,6 +201,57 @@ func TestUptoRefusals(t *testing.T) {
 	}
 }
 
+// TestUptoNonceUsedBeforeSettle: a permit whose Permit2 nonce the payer
+// invalidated between verify and settle is refused with the official reason,
+// nothing is sent from the facilitator's account and no record is left held:
+// the settle reads no nonce bitmap of its own, the gas estimation's revert
+// is the verdict.
+func TestUptoNonceUsedBeforeSettle(t *testing.T) {
+	e := newUptoEnv(t)
+	ctx := context.Background()
+	e.chain.ApprovePermit2(t, 1)
+	req := e.uptoRequirements("50000")
+	p := e.payUpto(t, 1, req)
+	if vr, err := e.fac.Verify(ctx, p, req); err != nil || !vr.IsValid {
+		t.Fatalf("verify = %+v, %v", vr, err)
+	}
+	pl, err := upto.ParsePayload(p.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := pl.Authorization.Nonce
+	wordPos := new(big.Int).Rsh(nonce, 8)
+	mask := new(big.Int).Lsh(big.NewInt(1), uint(new(big.Int).And(nonce, big.NewInt(255)).Uint64()))
+	tx, err := e.chain.Permit2.InvalidateUnorderedNonces(e.chain.Transactor(t, 1), wordPos, mask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.chain.Mine(t, tx)
+	payTo := e.chain.Addr(payToIdx)
+	before := e.chain.BalanceOf(t, payTo)
+	sent, err := e.chain.Client.NonceAt(ctx, e.sender.Address(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for range 2 { // and again: the refusal holds, nothing was claimed
+		sr, err := e.fac.Settle(ctx, p, charged(req, "100"))
+		if err != nil || sr.Success || sr.ErrorReason != x402.ReasonPermit2InvalidNonce {
+			t.Fatalf("settle of an invalidated permit = %+v, %v; want %s", sr, err, x402.ReasonPermit2InvalidNonce)
+		}
+	}
+	if got, err := e.chain.Client.NonceAt(ctx, e.sender.Address(), nil); err != nil || got != sent {
+		t.Errorf("facilitator nonce %d (%v), want %d: a transaction was sent", got, err, sent)
+	}
+	if got := e.chain.BalanceOf(t, payTo); got.Cmp(before) != 0 {
+		t.Errorf("payTo balance moved from %s to %s", before, got)
+	}
+	key := upto.Key(network, pl.Authorization.From, nonce)
+	if rec, err := e.store.Settlement(ctx, key); err == nil {
+		t.Errorf("settlement record left behind: %+v", rec)
+	}
+}
+
 // TestUptoConcurrentSettles: many settles of one permit at once, with
 // different charges: exactly one succeeds, and the chain moves its charge
 // alone.

@@ -18,6 +18,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/internal/codecache"
 )
 
 // Chain is what verification needs from a node. *ethclient.Client and
@@ -75,6 +76,7 @@ type Verifier struct {
 	deployed   sync.Map // common.Address -> struct{}: assets known to have code
 	separators sync.Map // domainKey -> common.Hash
 	cache      reqCache
+	payers     codecache.Cache
 }
 
 // domainKey identifies a Domain by value, for the separator cache.
@@ -253,12 +255,22 @@ func (v *Verifier) VerifyForSettle(ctx context.Context, vd *Verified, recovered 
 func (v *Verifier) verifySignature(ctx context.Context, vd *Verified, recovered bool) error {
 	a := &vd.Payload.Authorization
 	payer := a.From.Hex()
-	code, err := v.Chain.CodeAt(ctx, a.From, nil)
+	sig := vd.Payload.Signature
+	inner, wrapped, werr := unwrap6492(sig)
+	// A payer seen without code moments ago is not asked again (codecache):
+	// the simulation or gas estimation that follows every verification runs
+	// the token's own signature check. A counterfactual wallet's signature
+	// is always judged on fresh code: its wallet may just have been deployed.
+	var code []byte
+	var err error
+	if wrapped || werr != nil {
+		code, err = v.Chain.CodeAt(ctx, a.From, nil)
+	} else {
+		code, err = v.payers.CodeAt(ctx, v.Chain, a.From)
+	}
 	if err != nil {
 		return fmt.Errorf("read code at payer: %w", err)
 	}
-	sig := vd.Payload.Signature
-	inner, wrapped, werr := unwrap6492(sig)
 	if len(code) == 0 {
 		switch {
 		case wrapped || werr != nil:

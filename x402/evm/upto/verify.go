@@ -20,6 +20,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/internal/codecache"
 )
 
 // Chain is what verification needs from a node. *ethclient.Client and
@@ -64,6 +65,7 @@ type Verifier struct {
 	Now func() time.Time
 
 	deployed sync.Map // common.Address -> struct{}: contracts known to have code
+	payers   codecache.Cache
 }
 
 func (v *Verifier) now() time.Time {
@@ -240,26 +242,17 @@ func (v *Verifier) VerifySettle(ctx context.Context, p *x402.PaymentPayload, req
 
 // VerifyForSettle finishes, for a payment that passed CheckSettle, what
 // VerifySettle does except the simulation, for a caller about to send the
-// settle: gas estimation simulates it anyway, and a revert there is
-// diagnosed with Simulate. It still reads Permit2's nonce bitmap, so a permit
-// already used on chain is refused (permit2_invalid_nonce) before anything is
-// sent. recovered is CheckSettle's second result; vd is completed in place.
+// settle: the asset deployed and the signature, which also fixes the bytes
+// the settle carries. Nothing else is read: gas estimation simulates the
+// settle against the chain as it is, so a permit already used (or revoked,
+// or short of allowance) reverts there before anything is sent, and a caller
+// diagnoses that revert with Simulate. recovered is CheckSettle's second
+// result; vd is completed in place.
 func (v *Verifier) VerifyForSettle(ctx context.Context, vd *Verified, recovered bool) error {
-	a := &vd.Payload.Authorization
-	if err := v.checkDeployed(ctx, vd.Asset, x402.ReasonAssetNotDeployed, a.From); err != nil {
+	if err := v.checkDeployed(ctx, vd.Asset, x402.ReasonAssetNotDeployed, vd.Payer()); err != nil {
 		return err
 	}
-	if err := v.verifySignature(ctx, vd, recovered); err != nil {
-		return err
-	}
-	used, err := NonceUsed(ctx, v.Chain, a.From, a.Nonce)
-	if err != nil {
-		return err
-	}
-	if used {
-		return fail(x402.ReasonPermit2InvalidNonce, a.From.Hex(), "the permit's Permit2 nonce is used")
-	}
-	return nil
+	return v.verifySignature(ctx, vd, recovered)
 }
 
 func (v *Verifier) finish(ctx context.Context, vd *Verified, recovered bool) error {
@@ -275,11 +268,13 @@ func (v *Verifier) finish(ctx context.Context, vd *Verified, recovered bool) err
 // verifySignature checks the signature the way Permit2's SignatureVerification
 // will: by EIP-1271 when the owner has code (a contract wallet, or an EOA
 // delegated under EIP-7702), by ecrecover otherwise. ERC-6492 wrappers of
-// wallets not yet deployed are not unwrapped, so they fail here.
+// wallets not yet deployed are not unwrapped, so they fail here. A payer seen
+// without code moments ago is not asked again (codecache): the simulation or
+// gas estimation that follows every verification runs Permit2's own check.
 func (v *Verifier) verifySignature(ctx context.Context, vd *Verified, recovered bool) error {
 	a := &vd.Payload.Authorization
 	payer := a.From.Hex()
-	code, err := v.Chain.CodeAt(ctx, a.From, nil)
+	code, err := v.payers.CodeAt(ctx, v.Chain, a.From)
 	if err != nil {
 		return fmt.Errorf("read code at payer: %w", err)
 	}

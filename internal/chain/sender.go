@@ -522,12 +522,12 @@ func (s *Sender) resync(ctx context.Context) error {
 // without waiting, then polls every PollInterval. The first look asks for the
 // receipt alone: the account's nonce and the repairs below wait for the
 // first tick, since a transaction just sent has had no time to be consumed
-// or dropped, and the node is spared a read per settlement. Before that tick it also looks for the
-// receipt alone 5ms, 10ms, 20ms and so on after it started, while below
-// PollInterval: a node that mines on arrival (anvil's automine, the simulated
-// backend) serves the receipt a few milliseconds after it took the
-// transaction, often just after the first poll, and Wait would otherwise
-// wait a whole interval for it. Once a transaction of this or a lower nonce
+// or dropped, and the node is spared a read per settlement. Before that tick
+// it also looks for the receipt alone 5ms, 10ms, 20ms and so on after it
+// started, while below PollInterval: a node that mines on arrival (anvil's
+// automine, the simulated backend) serves the receipt a few milliseconds
+// after it took the transaction, often just after the first look, and Wait
+// would otherwise wait a whole interval for it. Once a transaction of this or a lower nonce
 // has waited ReplaceAfter it re-broadcasts it if the node no longer knows it,
 // or replaces it with the same call at FeeBumpPercent higher fees if it is
 // the account's next nonce and so priced too low.

@@ -114,7 +114,7 @@ func Open(ctx context.Context, rawURL string, log *slog.Logger) (_ *DB, err erro
 	if err := db.client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("ping: %w", db.mapErr(ctx, err))
 	}
-	for _, s := range scripts {
+	for _, s := range allScripts {
 		if err := s.Load(ctx, db.client).Err(); err != nil {
 			return nil, fmt.Errorf("load scripts: %w", db.mapErr(ctx, err))
 		}

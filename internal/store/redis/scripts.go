@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"slices"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -557,3 +558,8 @@ var scripts = []*goredis.Script{
 	beginRecoveryScript, stageRecoveryScript, promoteRecoveryScript, abandonRecoveryScript, recoveryScript,
 	takeReplayScript,
 }
+
+// allScripts lists every script of the backend, for Open to load: those
+// above, and those of the files that keep their own (receipts and the
+// receipt log, the log's anchors).
+var allScripts = slices.Concat(scripts, receiptLogScripts, logAnchorScripts)

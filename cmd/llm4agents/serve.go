@@ -172,6 +172,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			MaxOutputTokens: m.MaxOutputTokens, Encoding: m.Encoding,
 			PaymentIDRequired: m.PaymentIdentifier == config.PaymentIDRequired,
 			Embeddings:        m.Kind == config.KindEmbeddings,
+			MaxInputTokens:    m.MaxInputTokens,
 		})
 	}
 	var cred *gateway.Credits

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/llm4agents/llm4agents/internal/embeddings"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
@@ -315,6 +316,12 @@ type Model struct {
 	// gives none, and the most a client may ask for (D13). Default
 	// DefaultMaxOutputTokens for a chat model; an embeddings model has none.
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// MaxInputTokens bounds each input of an embeddings call (a text or a
+	// token array), as the upstream model does: an input longer than this is
+	// refused before any quote, so nobody pays for a call the upstream would
+	// refuse. Default DefaultMaxInputTokens for an embeddings model
+	// (OpenAI's text-embedding models); a chat model has none.
+	MaxInputTokens int64 `yaml:"max_input_tokens"`
 	// Encoding is the tiktoken encoding prompts are counted with. Default
 	// pricing.EncodingFor(UpstreamModel).
 	Encoding string `yaml:"encoding"`
@@ -354,6 +361,9 @@ const (
 	DefaultUpstreamTimeout   = 120 * time.Second
 	DefaultMaxStreamDuration = 10 * time.Minute
 	DefaultMaxOutputTokens   = 4096
+	// DefaultMaxInputTokens is OpenAI's limit on one input of its
+	// text-embedding models.
+	DefaultMaxInputTokens = 8192
 	DefaultReconcileInterval = 30 * time.Second
 	// MinClaimLeaseMargin is what Limits.ClaimLease must leave beyond the
 	// longest upstream timeout plus the settle timeout.
@@ -524,6 +534,9 @@ func (c *Config) SetDefaults() {
 		}
 		if m.MaxOutputTokens == 0 && m.Kind == KindChat {
 			m.MaxOutputTokens = DefaultMaxOutputTokens
+		}
+		if m.MaxInputTokens == 0 && m.Kind == KindEmbeddings {
+			m.MaxInputTokens = DefaultMaxInputTokens
 		}
 		if m.Encoding == "" {
 			m.Encoding = pricing.EncodingFor(m.UpstreamModel)
@@ -976,7 +989,13 @@ func (c *Config) validateModels(p *problems) {
 			if m.MaxOutputTokens <= 0 {
 				p.add(at+".max_output_tokens", "%d must be positive", m.MaxOutputTokens)
 			}
+			if m.MaxInputTokens != 0 {
+				p.add(at+".max_input_tokens", "%d is not read: it bounds each input of an embeddings model; remove it", m.MaxInputTokens)
+			}
 		case KindEmbeddings:
+			if m.MaxInputTokens <= 0 || m.MaxInputTokens > embeddings.MaxTokens {
+				p.add(at+".max_input_tokens", "%d is not between 1 and %d (the most one embeddings request may carry)", m.MaxInputTokens, embeddings.MaxTokens)
+			}
 			// An embeddings call has no output: a price or cap for one would
 			// read as if it were charged or enforced.
 			if m.Price.Output != "" {

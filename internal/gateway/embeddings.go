@@ -100,21 +100,39 @@ func (s *Server) inputTokens(m *Model, in embeddings.Input) (int64, error) {
 	if total > embeddings.MaxTokens {
 		return 0, tooMany
 	}
+	for i, t := range in.Tokens {
+		if err := inputTooLong(m, i, int64(len(t))); err != nil {
+			return 0, err
+		}
+	}
 	enc := m.Encoding
 	if enc == "" {
 		enc = pricing.EncodingFor(m.UpstreamModel)
 	}
-	for _, t := range in.Texts {
+	for i, t := range in.Texts {
 		n, err := s.counter.Tokens(enc, t)
 		if err != nil {
 			return 0, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
 				Message: "the input could not be tokenized", Err: err}
+		}
+		if err := inputTooLong(m, i, n); err != nil {
+			return 0, err
 		}
 		if total += n; total > embeddings.MaxTokens {
 			return 0, tooMany
 		}
 	}
 	return total, nil
+}
+
+// inputTooLong refuses input i of n tokens when it is longer than m takes
+// in one input: the upstream would refuse the call after it was paid.
+func inputTooLong(m *Model, i int, n int64) error {
+	if m.MaxInputTokens <= 0 || n <= m.MaxInputTokens {
+		return nil
+	}
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "input_too_long",
+		Message: fmt.Sprintf("input[%d] has %d tokens; %s takes at most %d per input; split it; nothing was charged", i, n, m.ID, m.MaxInputTokens)}
 }
 
 // wrongRoute refuses a request for m on the route that does not sell it.

@@ -27,8 +27,11 @@ var embedPrice = pricing.Price{Input: 100_000_000}
 // by prov; its encoding is the one OpenAI's embedding models use.
 func embedModel(prov gateway.Provider) gateway.Model {
 	return gateway.Model{ID: "embed", UpstreamModel: "text-embedding-3-small", Provider: prov, Price: embedPrice,
-		Encoding: pricing.Cl100kBase, Embeddings: true}
+		Encoding: pricing.Cl100kBase, Embeddings: true, MaxInputTokens: embedMaxInput}
 }
+
+// embedMaxInput is embedModel's bound on one input: OpenAI's.
+const embedMaxInput = 8192
 
 // withEmbed adds embedModel, served by the chat model's upstream, to a
 // gateway's config.
@@ -238,7 +241,9 @@ func TestEmbeddingsBadInput(t *testing.T) {
 		{"bad dimensions", "", `{"model":"embed","input":"a","dimensions":0}`, nil, 400, "invalid_request"},
 		{"2049 inputs", "", `{"model":"embed","input":` + many(`"a"`, 2049) + `}`, nil, 400, "invalid_request"},
 		{"300001 token ids", "", `{"model":"embed","input":` + many("1", 300_001) + `}`, nil, 400, "invalid_request"},
-		{"over 300000 tokens of text", "", `{"model":"embed","input":["` + strings.Repeat(" a", 150_001) + `","` + strings.Repeat(" a", 150_000) + `"]}`, nil, 400, "too_many_tokens"},
+		{"over 300000 tokens of text", "", `{"model":"embed","input":` + many(`"`+strings.Repeat(" a", 8000)+`"`, 38) + `}`, nil, 400, "too_many_tokens"},
+		{"a text over the model's input bound", "", `{"model":"embed","input":["a","` + strings.Repeat(" a", embedMaxInput+1) + `"]}`, nil, 400, "input_too_long"},
+		{"a token array over the model's input bound", "", `{"model":"embed","input":[[1],` + many("1", embedMaxInput+1) + `]}`, nil, 400, "input_too_long"},
 		{"unknown model", "", `{"model":"nope","input":"a"}`, nil, 404, "model_not_found"},
 		{"chat model", "", `{"model":"demo","input":"a"}`, nil, 400, "model_not_supported"},
 		{"embeddings model on chat", "/v1/chat/completions", `{"model":"embed","messages":[{"role":"user","content":"a"}]}`, nil, 400, "model_not_supported"},
@@ -373,5 +378,26 @@ func TestEmbeddingsListed(t *testing.T) {
 	if m.Kind != "embeddings" || m.Pricing.Input != "100000000" || m.Pricing.Output != "0" ||
 		m.Pricing.Display != "100.00 USDC per million input tokens, rounded up to the cent" {
 		t.Errorf("listed as %s", b)
+	}
+}
+
+// TestEmbeddingsInputBound: an input of exactly the model's bound is quoted;
+// one token more is refused before any quote, naming the input and the
+// bound.
+func TestEmbeddingsInputBound(t *testing.T) {
+	e := newEnvConfig(t, 10*time.Second, nil, withEmbed)
+	at := strings.Repeat(" a", embedMaxInput)
+	resp := postEmbed(t, http.DefaultClient, e.srv.URL, `{"model":"embed","input":["`+at+`"]}`, nil)
+	if b := readAll(t, resp); resp.StatusCode != http.StatusPaymentRequired {
+		t.Fatalf("an input of %d tokens: %d %s", embedMaxInput, resp.StatusCode, b)
+	}
+	resp = postEmbed(t, http.DefaultClient, e.srv.URL, `{"model":"embed","input":["x","`+at+` a"]}`, nil)
+	b := readAll(t, resp)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), fmt.Sprintf("input[1] has %d tokens", embedMaxInput+1)) ||
+		!strings.Contains(string(b), fmt.Sprintf("at most %d per input", embedMaxInput)) {
+		t.Errorf("an input of %d tokens: %d %s", embedMaxInput+1, resp.StatusCode, b)
+	}
+	if e.up.Calls() != 0 {
+		t.Errorf("upstream calls = %d, want 0", e.up.Calls())
 	}
 }

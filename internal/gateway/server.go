@@ -62,6 +62,10 @@ type Model struct {
 	// (embeddings.go): priced per input token at Price.Input, its Provider
 	// must be an upstream.Embedder. A chat model is not sold there.
 	Embeddings bool
+	// MaxInputTokens bounds each input of an embeddings call, as the
+	// upstream model does; 0 bounds only the request's total
+	// (embeddings.MaxTokens).
+	MaxInputTokens int64
 }
 
 // Config is what a Server needs besides its collaborators.

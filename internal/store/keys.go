@@ -12,7 +12,7 @@ import (
 // `Authorization: Bearer sk-l4a-...` and behind the sign-in that lets an
 // account owner manage its keys. The store keeps only hashes of secrets: the
 // key itself, the session token. Nonces are not secret (they are part of the
-// message the wallet signs) and are stored as issued.
+// message the wallet signs): a backend may store them as issued.
 
 // MaxKeyModels bounds the models a key may be scoped to.
 const MaxKeyModels = 64
@@ -139,11 +139,13 @@ type Session struct {
 	ExpiresAt time.Time // by the store's clock
 }
 
-// Keys stores API keys, sign-in nonces and sessions.
+// Keys stores API keys, and the sign-in nonces and sessions (SignIns)
+// that let an account owner manage them.
 //
-// Expiry of nonces and sessions is judged by the store's clock; a key's
-// ExpiresAt is the owner's choice and is judged by the caller.
+// A key's ExpiresAt is the owner's choice and is judged by the caller.
 type Keys interface {
+	SignIns
+
 	// CreateKey stores k (see APIKey.Validate) with CreatedAt set and
 	// RevokedAt zero, and returns it as stored. ErrConflict if a key with
 	// k.ID or k.Hash exists, or the owner has MaxKeysPerOwner live keys or
@@ -168,7 +170,14 @@ type Keys interface {
 	// ErrConflict if it is revoked (a revoked key stays as it was revoked)
 	// or its mutable fields are no longer from's (read it again).
 	UpdateKey(ctx context.Context, owner, id string, from, to APIKey) (APIKey, error)
+}
 
+// SignIns stores wallet sign-in (EIP-4361) nonces and the sessions a
+// sign-in grants: what a gateway needs to let an account owner sign in,
+// whether or not it keeps API keys.
+//
+// Expiry of nonces and sessions is judged by the store's clock.
+type SignIns interface {
 	// PutNonce stores a sign-in nonce for ttl (0 < ttl <= MaxAuthTTL).
 	// ErrConflict if it exists.
 	PutNonce(ctx context.Context, nonce string, ttl time.Duration) error
@@ -199,7 +208,7 @@ func ValidNonce(s string) bool {
 	})
 }
 
-// ValidateNonce checks the arguments of Keys.PutNonce.
+// ValidateNonce checks the arguments of SignIns.PutNonce.
 func ValidateNonce(nonce string, ttl time.Duration) error {
 	if !ValidNonce(nonce) {
 		return errors.New("invalid nonce")
@@ -207,7 +216,7 @@ func ValidateNonce(nonce string, ttl time.Duration) error {
 	return ValidateAuthTTL(ttl)
 }
 
-// ValidateSession checks the arguments of Keys.CreateSession.
+// ValidateSession checks the arguments of SignIns.CreateSession.
 func ValidateSession(hash, owner string, ttl time.Duration) error {
 	switch {
 	case !ValidHash(hash):

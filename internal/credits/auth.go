@@ -67,7 +67,7 @@ var ErrNoSession = errors.New("credits: no valid session")
 // Auth issues sign-in nonces, verifies EIP-4361 sign-ins and manages the
 // sessions they grant. Create it with NewAuth.
 type Auth struct {
-	store   store.Keys
+	store   store.SignIns
 	log     *slog.Logger
 	scheme  string // of the configured origin
 	host    string // host[:port] of the configured origin
@@ -79,8 +79,9 @@ type Auth struct {
 
 // NewAuth returns an Auth on st for the public origin (scheme://host[:port],
 // what buyers reach the gateway at) and the chain id sign-in messages must
-// name. A nil log discards log output.
-func NewAuth(st store.Keys, origin string, chainID uint64, log *slog.Logger) (*Auth, error) {
+// name. st need not keep API keys: a gateway that sells no credits signs
+// payers in to read their receipts. A nil log discards log output.
+func NewAuth(st store.SignIns, origin string, chainID uint64, log *slog.Logger) (*Auth, error) {
 	u, err := url.Parse(origin)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || !validAuthority(u.Host) ||
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {

@@ -12,8 +12,9 @@
 // it; a refusal is a *RefusalError naming its CallReason, which the gateway
 // maps to an HTTP answer in one table.
 //
-// Keys, nonces and sessions live in a store.Keys; the holds and captures of
-// a key's calls are the ledger's (internal/ledger, with APIKey.Limits).
+// Keys live in a store.Keys, sign-in nonces and sessions in a
+// store.SignIns (which every store.Keys is); the holds and captures of a
+// key's calls are the ledger's (internal/ledger, with APIKey.Limits).
 //
 // Secrets handled here (API keys, session tokens, sign-in messages and their
 // signatures, the receipt key) never appear in logs or error messages.

@@ -119,16 +119,30 @@ func testRecoveriesClosed(e *recEnv) {
 
 func testKeysClosed(e *keysEnv) {
 	k := e.create(testKey("key1", alice))
+	checkClosed(e.t, e.a, []closedCall{
+		{"CreateKey", func() error { _, err := e.a.CreateKey(e.ctx, testKey("key2", alice)); return err }},
+		{"KeysByOwner", func() error { _, err := e.a.KeysByOwner(e.ctx, alice); return err }},
+		{"KeyByHash", func() error { _, err := e.a.KeyByHash(e.ctx, k.Hash); return err }},
+		{"RevokeKey", func() error { _, err := e.a.RevokeKey(e.ctx, alice, k.ID); return err }},
+		{"UpdateKey", func() error {
+			to := k
+			to.Name = "renamed"
+			_, err := e.a.UpdateKey(e.ctx, alice, k.ID, k, to)
+			return err
+		}},
+	})
+	if got, err := e.b.KeyByHash(e.ctx, k.Hash); err != nil || !cmp.Equal(k, got) {
+		e.t.Errorf("other handle: KeyByHash() = %+v, %v; want %+v", got, err, k)
+	}
+}
+
+func testSignInsClosed(e *signInEnv) {
 	const nonce = "abcdefgh12345678"
 	if err := e.a.PutNonce(e.ctx, nonce, time.Minute); err != nil {
 		e.t.Fatalf("PutNonce: %v", err)
 	}
 	session := hashOf("session")
 	checkClosed(e.t, e.a, []closedCall{
-		{"CreateKey", func() error { _, err := e.a.CreateKey(e.ctx, testKey("key2", alice)); return err }},
-		{"KeysByOwner", func() error { _, err := e.a.KeysByOwner(e.ctx, alice); return err }},
-		{"KeyByHash", func() error { _, err := e.a.KeyByHash(e.ctx, k.Hash); return err }},
-		{"RevokeKey", func() error { _, err := e.a.RevokeKey(e.ctx, alice, k.ID); return err }},
 		{"PutNonce", func() error { return e.a.PutNonce(e.ctx, "zyxwvuts87654321", time.Minute) }},
 		{"ConsumeNonce", func() error { return e.a.ConsumeNonce(e.ctx, nonce) }},
 		{"CreateSession", func() error { _, err := e.a.CreateSession(e.ctx, session, alice, time.Minute); return err }},

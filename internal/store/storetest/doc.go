@@ -3,9 +3,11 @@
 // subtests, so that SQLite, PostgreSQL and Redis cannot drift apart.
 //
 // A backend's test calls RunSettlements, RunPayments and RunRecoveries, and
-// the SQL backends also RunLedger, RunKeys, RunReceipts, RunReceiptLog,
-// RunLogAnchors and RunStagedPayments, each with a function that opens two independent handles
-// (separate connection pools or clients) on one new, empty database. Most subtests use the first handle and read back through
+// the SQL backends also RunLedger, RunKeys (which runs RunSignIns too),
+// RunReceipts, RunReceiptLog, RunLogAnchors and RunStagedPayments; Redis,
+// which keeps no API keys, calls RunSignIns. Each gets a function that opens
+// two independent handles (separate connection pools or clients) on one new,
+// empty database. Most subtests use the first handle and read back through
 // the second; the race subtests split concurrent callers between both, the
 // way two gateway processes share one database.
 //

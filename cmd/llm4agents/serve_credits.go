@@ -42,30 +42,9 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 	if chain == nil {
 		return nil, nil, nil, errors.New("credits: no node to read top-up settlements from (set network.rpc_url)")
 	}
-	hexKey, err := cfg.ReceiptKey(getenv)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("credits: receipt key: %w", err)
-	}
-	key, err := parseKey(hexKey, "receipt")
+	signer, auth, err := receiptSigning(cfg, cs, getenv, log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("credits: %w", err)
-	}
-	receiptChain, err := cfg.ReceiptChainID()
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("credits: %w", err)
-	}
-	signer, err := credits.NewSigner(key, receiptChain)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	network, err := cfg.Network.ChainID()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	// Sign-in messages name the chain the wallets pay on.
-	auth, err := credits.NewAuth(cs, cfg.SignInOrigin(), network.Uint64(), log)
-	if err != nil {
-		return nil, nil, nil, err
 	}
 	asset, err := cfg.Network.AssetAddress()
 	if err != nil {

@@ -57,6 +57,7 @@ type serveConfig struct {
 	Model     string // default demo
 	UpModel   string // upstream_model; omitted when empty
 	Credits   string // the keys of a credits: section, indented 2; omitted when empty
+	Receipts  string // the keys of a receipts: section, indented 2; omitted when empty
 	Log       string // the keys of a log: section, indented 2; omitted when empty
 }
 
@@ -90,6 +91,9 @@ func (c serveConfig) yaml(tb testing.TB) string {
 	b.WriteString("    price: { input: \"1000000\", output: \"2000000\" }   # $1 / $2 per Mtok\n    max_output_tokens: 256\n")
 	if c.Credits != "" {
 		fmt.Fprintf(&b, "credits:\n%s\n", c.Credits)
+	}
+	if c.Receipts != "" {
+		fmt.Fprintf(&b, "receipts:\n%s\n", c.Receipts)
 	}
 	if c.Log != "" {
 		fmt.Fprintf(&b, "log:\n%s\n", c.Log)

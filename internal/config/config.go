@@ -52,6 +52,9 @@ type Config struct {
 	Pricing Pricing `yaml:"pricing"`
 	// Credits turns on prepaid credits (credits.go); off by default.
 	Credits Credits `yaml:"credits"`
+	// Receipts turns on signed receipts without credits (receipts.go); off
+	// by default, on with credits.
+	Receipts Receipts `yaml:"receipts"`
 	// Log turns on the public receipt log (receiptlog.go); off by default.
 	Log ReceiptLog `yaml:"log"`
 
@@ -626,6 +629,7 @@ func (c *Config) validate() problems {
 	c.validatePricing(&p)
 	c.validateModels(&p)
 	c.validateCredits(&p)
+	c.validateReceipts(&p)
 	c.validateLog(&p)
 	c.validateAnchor(&p)
 	return p

@@ -143,8 +143,8 @@ func (c *Config) validateCredits(p *problems) {
 	}
 	if !c.demo {
 		switch {
-		case cr.ReceiptKeyFile == "" && cr.ReceiptKeyEnv == "":
-			p.add("credits.receipt_key_file", "is required with credits: the receipt signing key's file (or set receipt_key_env)")
+		case cr.ReceiptKeyFile == "" && cr.ReceiptKeyEnv == "" && c.Receipts.KeyFile == "" && c.Receipts.KeyEnv == "":
+			p.add("credits.receipt_key_file", "is required with credits: the receipt signing key's file (or set receipt_key_env, or receipts.key_file)")
 		case cr.ReceiptKeyFile != "" && cr.ReceiptKeyEnv != "":
 			p.add("credits.receipt_key_env", "set receipt_key_file or receipt_key_env, not both")
 		case cr.ReceiptKeyEnv != "":
@@ -255,20 +255,20 @@ func (cr Credits) TopUpBounds() (lo, hi *big.Int, err error) {
 	return new(big.Int).SetUint64(a), new(big.Int).SetUint64(b), nil
 }
 
-// ReceiptChainID returns Credits.ReceiptChainID, or the payment network's
-// chain id when unset.
+// ReceiptChainID returns the receipts' chain id (receipts.chain_id or
+// credits.receipt_chain_id), or the payment network's chain id when unset.
 func (c *Config) ReceiptChainID() (*big.Int, error) {
-	if c.Credits.ReceiptChainID != 0 {
-		return new(big.Int).SetUint64(c.Credits.ReceiptChainID), nil
+	if id := c.receiptChainID(); id != nil {
+		return id, nil
 	}
 	return c.Network.ChainID()
 }
 
-// SignInOrigin returns Credits.SignInOrigin, or the origin of PublicURL
-// when unset.
+// SignInOrigin returns the sign-in origin (receipts.sign_in_origin or
+// credits.sign_in_origin), or the origin of PublicURL when unset.
 func (c *Config) SignInOrigin() string {
-	if c.Credits.SignInOrigin != "" {
-		return strings.TrimRight(c.Credits.SignInOrigin, "/")
+	if o := c.signInOrigin(); o != "" {
+		return strings.TrimRight(o, "/")
 	}
 	u, err := url.Parse(c.PublicURL)
 	if err != nil {
@@ -278,16 +278,17 @@ func (c *Config) SignInOrigin() string {
 }
 
 // ReceiptKey returns the receipt signing key as hex, from its file or
-// variable. The demo, which names neither, gets a new random key: its
-// receipts are verifiable against the address it publishes while it runs.
+// variable (receipts.key_file or credits.receipt_key_file, or their _env).
+// The demo, which names neither, gets a new random key: its receipts are
+// verifiable against the address it publishes while it runs.
 func (c *Config) ReceiptKey(getenv func(string) string) (string, error) {
-	cr := c.Credits
-	if c.demo && cr.ReceiptKeyFile == "" && cr.ReceiptKeyEnv == "" {
+	file, env := c.receiptKeySource()
+	if c.demo && file == "" && env == "" {
 		k, err := crypto.GenerateKey()
 		if err != nil {
 			return "", fmt.Errorf("generate a receipt key: %w", err)
 		}
 		return fmt.Sprintf("%x", crypto.FromECDSA(k)), nil
 	}
-	return ReadSecret(cr.ReceiptKeyFile, cr.ReceiptKeyEnv, getenv)
+	return ReadSecret(file, env, getenv)
 }

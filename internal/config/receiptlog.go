@@ -120,8 +120,8 @@ func (c *Config) validateLog(p *problems) {
 			checkEnvName(p, "log.key_env", lg.KeyEnv)
 		}
 	}
-	if !c.Credits.Enabled {
-		p.add("log.enabled", "needs credits.enabled: receipts are signed with credits.receipt_key and kept with the credits")
+	if !c.ReceiptsOn() {
+		p.add("log.enabled", "needs receipts (receipts.enabled, or credits.enabled): the log's leaves are the receipts the gateway signs")
 	}
 	if backend, msg := checkDSN(c.Store.DSN); c.Store.DSN != "" && msg == "" && backend == StoreRedis {
 		p.add("log.enabled", "needs a store that holds the log (sqlite:// or postgres://); Redis does not yet")

@@ -53,7 +53,7 @@ func TestLogErrors(t *testing.T) {
 		{"delay a number", withLog + "  max_merge_delay: 2\n", "log.max_merge_delay", "", ""},
 		{"redis store", strings.Replace(withLog, "dsn: sqlite:///tmp/llm4agents.db", "dsn: redis://127.0.0.1:6379/0", 1), "log.enabled", "Redis does not", ""},
 		{"unknown key", withLog + "  anchors: yes\n", "log.anchors", `unknown key "anchors"`, ""},
-		{"no credits", strings.Replace(withLog, "credits:\n  enabled: true\n", "credits:\n  enabled: false\n", 1), "log.enabled", "needs credits.enabled", ""},
+		{"no receipts", strings.Replace(withLog, "credits:\n  enabled: true\n", "credits:\n  enabled: false\n", 1), "log.enabled", "needs receipts", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.doc))

@@ -79,6 +79,12 @@ func NewHandler(auth *Auth, st store.Keys, log *slog.Logger) *Handler {
 	return &Handler{auth: auth, st: st, log: log.With("component", "credits"), Now: time.Now, NoncesPerMinute: DefaultNoncesPerMinute}
 }
 
+// NewSignInHandler returns a handler of the sign-in routes alone
+// (PathNonce, PathVerify), for a gateway that sells no credits and so
+// issues no API keys: every other path is answered 404. A nil log discards
+// log output.
+func NewSignInHandler(auth *Auth, log *slog.Logger) *Handler { return NewHandler(auth, nil, log) }
+
 // httpError is an error answered to the client: status, type and code, and a
 // message safe to show. Err is logged for a 5xx and never sent.
 type httpError struct {
@@ -132,6 +138,8 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) (string, error) 
 			return path, errMethod
 		}
 		return path, h.verify(w, r)
+	case h.st == nil:
+		// A sign-in handler (NewSignInHandler) issues no keys.
 	case path == PathKeys:
 		switch r.Method {
 		case http.MethodPost:

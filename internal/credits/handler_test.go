@@ -569,3 +569,26 @@ func (s *server) createKey(token, body string) keyView {
 	}
 	return created
 }
+
+// TestSignInHandler: a handler of the sign-in routes alone (a gateway that
+// sells no credits) signs a wallet in, and answers every key route 404,
+// a session token included.
+func TestSignInHandler(t *testing.T) {
+	s := newServer(t)
+	h := NewSignInHandler(s.h.auth, s.logs.logger())
+	s.srv.Config.Handler = h
+	token := s.signIn(newWallet(t))
+	if token == "" {
+		t.Fatal("no session token")
+	}
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodGet, PathKeys}, {http.MethodPost, PathKeys}, {http.MethodDelete, PathKeys + "/k1"},
+		{http.MethodPatch, PathKeys + "/k1"}, {http.MethodGet, "/v1/auth/other"},
+	} {
+		status, _, body := s.do(tc.method, tc.path, "application/json", `{}`, bearer(token))
+		if status != http.StatusNotFound || errorCode(t, body) != "not_found" {
+			t.Errorf("%s %s: %d %s", tc.method, tc.path, status, body)
+		}
+	}
+	assertNoSecret(t, "log", s.logs.String(), token)
+}

@@ -22,7 +22,12 @@ import (
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
-// Credits is what prepaid credits need (D12, D16-D18).
+// Credits is what prepaid credits need (D12, D16-D18), and receipts.
+//
+// A Credits with a nil Ledger sells no credits: it signs and keeps the
+// receipts of x402 payments (Signer, Receipts) and serves the sign-in
+// (Auth, Account) their payers read them with; the top-up, balance and
+// key routes are not served, and a call with an API key is refused.
 type Credits struct {
 	Ledger *ledger.Ledger
 	// Leases, when set, serves credit calls from this replica's leases

@@ -92,6 +92,25 @@ func sweepCredits(base context.Context, topUps TopUpSweeper, holds HoldSweeper, 
 	if _, err := holds.SweepExpired(ctx); err != nil {
 		log.Warn("sweep expired holds", "err", err)
 	}
+	sweepSignIns(ctx, auth, log)
+}
+
+// StartSignInSweeper deletes expired sign-in nonces and sessions at start
+// and then every period, for a gateway that sells no credits but lets
+// payers sign in to read their receipts (with credits, StartCreditSweeper
+// does it). Errors are logged, never fatal.
+func StartSignInSweeper(auth AuthSweeper, every time.Duration, log *slog.Logger) *CreditSweeper {
+	s := &CreditSweeper{}
+	s.start(every, true, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, housekeepingTimeout)
+		defer cancel()
+		sweepSignIns(ctx, auth, log)
+	})
+	return s
+}
+
+// sweepSignIns deletes expired sign-in nonces and sessions in batches.
+func sweepSignIns(ctx context.Context, auth AuthSweeper, log *slog.Logger) {
 	for {
 		n, err := auth.SweepAuth(ctx, housekeepingBatch)
 		if err != nil {

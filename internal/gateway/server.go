@@ -286,14 +286,18 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	s.mux.Handle("GET /v1/models", s.handle("models", s.listModels))
 	s.mux.Handle("GET /v1/models/{id}", s.handle("model", s.getModel))
 	if c := cfg.Credits; c != nil {
-		s.mux.Handle("POST /v1/credits/topup", s.handle("topup", s.limitUnpaid(s.topUp)))
-		s.mux.Handle("GET /v1/credits/balance", s.handle("balance", s.balance))
+		if c.Ledger != nil {
+			s.mux.Handle("POST /v1/credits/topup", s.handle("topup", s.limitUnpaid(s.topUp)))
+			s.mux.Handle("GET /v1/credits/balance", s.handle("balance", s.balance))
+		}
 		s.mux.Handle("GET /v1/receipts", s.handle("receipts", s.listReceipts))
 		s.mux.Handle("GET /v1/receipts/{id}", s.handle("receipt", s.getReceipt))
 		if c.Account != nil {
 			s.mux.Handle("/v1/auth/", c.Account)
-			s.mux.Handle("/v1/keys", c.Account)
-			s.mux.Handle("/v1/keys/", c.Account)
+			if c.Ledger != nil {
+				s.mux.Handle("/v1/keys", c.Account)
+				s.mux.Handle("/v1/keys/", c.Account)
+			}
 		}
 		if c.Signer != nil {
 			doc := c.Signer.WellKnown()

@@ -562,4 +562,4 @@ var scripts = []*goredis.Script{
 // allScripts lists every script of the backend, for Open to load: those
 // above, and those of the files that keep their own (receipts and the
 // receipt log, the log's anchors).
-var allScripts = slices.Concat(scripts, receiptLogScripts, logAnchorScripts)
+var allScripts = slices.Concat(scripts, receiptLogScripts, logAnchorScripts, signInScripts)

@@ -366,7 +366,7 @@ const (
 	DefaultMaxOutputTokens   = 4096
 	// DefaultMaxInputTokens is OpenAI's limit on one input of its
 	// text-embedding models.
-	DefaultMaxInputTokens = 8192
+	DefaultMaxInputTokens    = 8192
 	DefaultReconcileInterval = 30 * time.Second
 	// MinClaimLeaseMargin is what Limits.ClaimLease must leave beyond the
 	// longest upstream timeout plus the settle timeout.

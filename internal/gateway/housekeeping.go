@@ -24,7 +24,7 @@ type HoldSweeper interface {
 }
 
 // AuthSweeper deletes expired sign-in nonces and sessions, up to limit at a
-// time; store.Keys is one.
+// time; store.SignIns is one.
 type AuthSweeper interface {
 	SweepAuth(ctx context.Context, limit int) (int, error)
 }

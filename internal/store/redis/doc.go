@@ -1,6 +1,9 @@
 // Package redis is the Redis store backend (github.com/redis/go-redis/v9):
-// store.Settlements, store.Payments and store.Recoveries with the semantics
-// their interfaces give, pinned down by the conformance suite (storetest).
+// store.Settlements, store.Payments, store.Recoveries, store.SignIns
+// (wallet sign-in), store.Receipts, store.ReceiptLog and store.LogAnchors
+// with the semantics their interfaces give, pinned down by the conformance
+// suites (storetest). It holds no credits ledger and no API keys: a gateway
+// on Redis sells x402 calls, with their receipts and the receipt log.
 //
 // # Atomicity
 //
@@ -49,7 +52,15 @@
 // Recovery records are "{l4a:}recovery:<key>", found for promotion through
 // "{l4a:}recovery-op:<operation id>", with fences from
 // "{l4a:}recovery-fence" (no TTL, like the other counters); a record and its
-// index carry a TTL ending at the record's ExpiresAt.
+// index carry a TTL ending at the record's ExpiresAt. Sign-in nonces are
+// "{l4a:}signin-nonce:<SHA-256 of the nonce>" and sessions
+// "{l4a:}signin-session:<hash>", each with a TTL ending at its expiry,
+// indexed for SweepAuth by the sorted sets "{l4a:}signin-nonces" and
+// "{l4a:}signin-sessions". The receipt log's anchors are
+// "{l4a:}log-anchor:<tx hash>", listed newest first by the lexicographic
+// sorted set "{l4a:}log-anchors"; receipts and the log itself are laid out
+// in receipts.go and receiptlog.go. None of those three has a TTL: they are
+// evidence, kept as the SQL stores keep them.
 //
 // # Errors
 //
@@ -99,6 +110,11 @@
 // proof of control (D15). A lost write to "{l4a:}recovery-fence" may hand a
 // fence out twice for one record key; both holders are requests under that
 // key, so of one payer, and neither can promote the other's operation id.
+//
+// A lost sign-in write costs a payer a new sign-in; a consumed nonce lost in
+// a failover could be used once more within its life, but only by whoever
+// holds the message already signed with it, for a second session of the
+// same account.
 //
 // For the settlement store, run Redis with appendonly yes and appendfsync
 // always, and maxmemory-policy noeviction; Open logs a warning when it can

@@ -36,9 +36,10 @@ import (
 //   - A script answers with an array whose first element is a status word;
 //     expected outcomes (not found, fenced) are statuses, and only foreign
 //     data raises a Redis error.
-//   - Every key a script touches is in KEYS, except the records
-//     unresolvedScript and recentScript read by the names in their sets:
-//     those share the set's hash tag, so they live in its cluster slot.
+//   - Every key a script touches is in KEYS, except the records a listing
+//     reads by the names in its set (unresolvedScript, recentScript,
+//     logAnchorsScript, the sign-in sweep): those share the set's hash tag,
+//     so they live in its cluster slot.
 
 // The fields of a settlement record, in the order the scripts read them. The
 // first 14 are always there; raw_tx only once RecordBroadcast wrote it, and
@@ -561,5 +562,5 @@ var scripts = []*goredis.Script{
 
 // allScripts lists every script of the backend, for Open to load: those
 // above, and those of the files that keep their own (receipts and the
-// receipt log, the log's anchors).
+// receipt log, the log's anchors, sign-ins).
 var allScripts = slices.Concat(scripts, receiptLogScripts, logAnchorScripts, signInScripts)

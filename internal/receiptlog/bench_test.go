@@ -18,7 +18,7 @@ import (
 //	go test -run '^$' -bench BenchmarkProof -benchtime 2000x ./internal/receiptlog/
 func BenchmarkProof(b *testing.B) {
 	const size = 100_000
-	for _, name := range []string{"sqlite", "postgres"} {
+	for _, name := range []string{"sqlite", "postgres", "redis"} {
 		b.Run(name, func(b *testing.B) {
 			a, _ := backends[name](b)
 			key, vkey := newKey(b)

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -75,6 +76,14 @@ var (
 	ErrPending = errors.New("receiptlog: the receipt is not in the log yet")
 	// ErrNotFound: no such receipt, tile or entry in the log.
 	ErrNotFound = errors.New("receiptlog: not in the log")
+	// ErrRolledBack: the store's log is shorter than one this replica saw
+	// integrated, so the store lost leaves it had acknowledged (a Redis
+	// failover or a crash without appendfsync always, a database restored
+	// from an old backup). Integrating on it would sign a second checkpoint
+	// of a size already signed, with another root: a fork every buyer and
+	// auditor would catch. The integrator stops instead, until an operator
+	// restores the log.
+	ErrRolledBack = errors.New("receiptlog: the store lost integrated leaves; not signing a fork")
 )
 
 // Log integrates and reads the receipt log. It is safe for concurrent use.
@@ -90,6 +99,9 @@ type Log struct {
 	// anchor anchors checkpoints on chain; nil when the log is not
 	// anchored.
 	anchor *anchorer
+	// seen is the largest size this replica saw integrated: the store's
+	// log never gets shorter than that unless it lost writes.
+	seen atomic.Int64
 }
 
 // maxCachedHashes bounds Log.hashes; past it the cache starts over, since
@@ -178,6 +190,9 @@ func (l *Log) Run(ctx context.Context) {
 	for {
 		st, ok, _, err := l.round(ctx)
 		switch {
+		case errors.Is(err, ErrRolledBack):
+			l.cfg.Log.Error("receipt log: not integrating: the store lost part of the log; "+
+				"restore it from a backup that holds every signed checkpoint", "err", err)
 		case err != nil && ctx.Err() == nil:
 			l.cfg.Log.Warn("receipt log: integration round failed", "err", err)
 		case ok:
@@ -243,6 +258,9 @@ func (l *Log) integrate(ctx context.Context, fence int64) (int, error) {
 	if st.Fence != fence {
 		return 0, fmt.Errorf("receiptlog: lost the lease: %w", store.ErrFenced)
 	}
+	if err := l.observe(st.Size); err != nil {
+		return 0, err
+	}
 	pending, err := l.cfg.Store.PendingLog(ctx, store.MaxLogBatch)
 	if err != nil || len(pending) == 0 {
 		return 0, err
@@ -276,8 +294,23 @@ func (l *Log) integrate(ctx context.Context, fence int64) (int, error) {
 		return 0, fmt.Errorf("receiptlog: integrate %d leaves at %d: %w", len(ids), st.Size, err)
 	}
 	l.remember(r.batch) // stored now, so never to change
+	_ = l.observe(size)
 	l.cfg.Log.Debug("receipt log: integrated", "from", st.Size, "size", size)
 	return len(pending), nil
+}
+
+// observe records that the log had size leaves, and returns
+// ErrRolledBack if it once had more.
+func (l *Log) observe(size int64) error {
+	for {
+		seen := l.seen.Load()
+		if size < seen {
+			return fmt.Errorf("%w: the store holds %d leaves, this replica saw %d", ErrRolledBack, size, seen)
+		}
+		if size == seen || l.seen.CompareAndSwap(seen, size) {
+			return nil
+		}
+	}
 }
 
 // remember adds stored hashes to the cache.

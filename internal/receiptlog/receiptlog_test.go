@@ -19,6 +19,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/store/postgres"
+	"github.com/llm4agents/llm4agents/internal/store/redis"
 	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testdb"
 	"github.com/llm4agents/llm4agents/x402/receipt"
@@ -32,7 +33,7 @@ type logStore interface {
 
 // backends open two handles on one new, empty database of each backend
 // that keeps the log, as two replicas share it.
-var backends = map[string]func(tb testing.TB) (logStore, logStore){"sqlite": openSQLite, "postgres": openPostgres}
+var backends = map[string]func(tb testing.TB) (logStore, logStore){"sqlite": openSQLite, "postgres": openPostgres, "redis": openRedis}
 
 // eachBackend runs f on every backend.
 func eachBackend(t *testing.T, f func(t *testing.T, a, b logStore)) {
@@ -50,6 +51,23 @@ func openPostgres(t testing.TB) (logStore, logStore) {
 	var out [2]logStore
 	for i := range out {
 		db, err := postgres.Open(t.Context(), dsn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		out[i] = db
+	}
+	return out[0], out[1]
+}
+
+// openRedis opens two clients on one new key prefix of the Redis test
+// server.
+func openRedis(t testing.TB) (logStore, logStore) {
+	t.Helper()
+	url := testdb.RedisURL(t, "receiptlog")
+	var out [2]logStore
+	for i := range out {
+		db, err := redis.Open(t.Context(), url, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -429,5 +447,80 @@ func TestFullBatches(t *testing.T) {
 	}
 	if c := checkpoint(t, l); c.Size != n {
 		t.Fatalf("size %d, want %d", c.Size, n)
+	}
+}
+
+// swapStore is a log store whose backing store the test replaces: a store
+// that lost writes, as a Redis failover or a restored backup would leave it.
+type swapStore struct {
+	mu sync.Mutex
+	logStore
+}
+
+func (s *swapStore) set(st logStore) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.logStore = st
+}
+
+func (s *swapStore) cur() logStore {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logStore
+}
+
+func (s *swapStore) TakeLogLease(ctx context.Context, holder string, ttl time.Duration) (store.LogState, bool, error) {
+	return s.cur().TakeLogLease(ctx, holder, ttl)
+}
+
+func (s *swapStore) LogState(ctx context.Context) (store.LogState, error) { return s.cur().LogState(ctx) }
+
+func (s *swapStore) PendingLog(ctx context.Context, limit int) ([]store.LogEntry, error) {
+	return s.cur().PendingLog(ctx, limit)
+}
+
+func (s *swapStore) IntegrateLog(ctx context.Context, fence, from int64, ids []string, hashes []store.LogHash, checkpoint []byte) error {
+	return s.cur().IntegrateLog(ctx, fence, from, ids, hashes, checkpoint)
+}
+
+// TestRolledBackStore: an integrator that finds the store's log shorter than
+// one it integrated (the store lost acknowledged writes) signs nothing on
+// it, since a checkpoint of a size it already signed, with other leaves,
+// is a fork; the store is left as it was.
+func TestRolledBackStore(t *testing.T) {
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			before, _ := open(t)
+			lost, _ := open(t)
+			key, vkey := newKey(t)
+			sw := &swapStore{logStore: before}
+			l := newLog(t, sw, "replica", key, vkey)
+			appendReceipts(t, before, 0, 3)
+			if n, err := l.Integrate(t.Context()); err != nil || n != 3 {
+				t.Fatalf("Integrate = %d, %v", n, err)
+			}
+			// What the store kept of the log: its first leaf, and leaves
+			// that came after.
+			appendReceipts(t, lost, 0, 1)
+			if n, err := newLog(t, lost, "earlier", key, vkey).Integrate(t.Context()); err != nil || n != 1 {
+				t.Fatalf("Integrate the kept leaf = %d, %v", n, err)
+			}
+			st, err := lost.LogState(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lost.ReleaseLogLease(t.Context(), "earlier", st.Fence); err != nil {
+				t.Fatal(err)
+			}
+			appendReceipts(t, lost, 3, 2)
+			sw.set(lost)
+			n, err := l.Integrate(t.Context())
+			if !errors.Is(err, receiptlog.ErrRolledBack) || n != 0 {
+				t.Fatalf("Integrate on a store that lost leaves = %d, %v; want ErrRolledBack", n, err)
+			}
+			if st, err := lost.LogState(t.Context()); err != nil || st.Size != 1 {
+				t.Errorf("the store's log: size %d, %v; want 1, untouched", st.Size, err)
+			}
+		})
 	}
 }

@@ -27,7 +27,7 @@ func buildLog(ctx context.Context, cfg *config.Config, db backend, holder string
 	st, ok := db.(receiptlog.Store)
 	if !ok {
 		kind, _, _ := cfg.Store.StoreDSN(getenv)
-		return nil, nil, fmt.Errorf("log: the %s store does not hold the receipt log; use sqlite:// or postgres://", kind)
+		return nil, nil, fmt.Errorf("log: the %s store does not hold the receipt log", kind)
 	}
 	key, vkey, err := cfg.LogKey(getenv)
 	if err != nil {
@@ -63,7 +63,7 @@ func logAnchoring(ctx context.Context, cfg *config.Config, db backend, sender *c
 	case sender == nil || chainNode == nil:
 		return nil, errors.New("log.anchor: anchors are sent by the in-process facilitator's signer, and there is none")
 	case !ok:
-		return nil, errors.New("log.anchor: the store does not keep anchors; use sqlite:// or postgres://")
+		return nil, errors.New("log.anchor: the store does not keep anchors")
 	}
 	contract, err := cfg.Log.Anchor.ContractAddress()
 	if err != nil || contract == (common.Address{}) {

@@ -35,6 +35,9 @@ func TestServeReceiptsWithoutCredits(t *testing.T) {
 		_, dsn := testdb.PostgresSchema(t, "servereceipts")
 		stores = append(stores, struct{ name, dsn string }{"postgres", dsn})
 	}
+	if os.Getenv(testdb.RedisEnv) != "" {
+		stores = append(stores, struct{ name, dsn string }{"redis", testdb.RedisURL(t, "servereceipts")})
+	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) { testServeReceipts(t, tt, st.dsn) })
 	}

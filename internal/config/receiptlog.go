@@ -123,9 +123,6 @@ func (c *Config) validateLog(p *problems) {
 	if !c.ReceiptsOn() {
 		p.add("log.enabled", "needs receipts (receipts.enabled, or credits.enabled): the log's leaves are the receipts the gateway signs")
 	}
-	if backend, msg := checkDSN(c.Store.DSN); c.Store.DSN != "" && msg == "" && backend == StoreRedis {
-		p.add("log.enabled", "needs a store that holds the log (sqlite:// or postgres://); Redis does not yet")
-	}
 	if lg.MaxMergeDelay < MinMaxMergeDelay || lg.MaxMergeDelay > MaxMaxMergeDelay {
 		p.add("log.max_merge_delay", "%s is not between %s and %s", lg.MaxMergeDelay, MinMaxMergeDelay, MaxMaxMergeDelay)
 	}

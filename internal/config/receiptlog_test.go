@@ -51,7 +51,6 @@ func TestLogErrors(t *testing.T) {
 		{"delay too long", withLog + "  max_merge_delay: 2h\n", "log.max_merge_delay", "not between", ""},
 		{"delay negative", withLog + "  max_merge_delay: -1s\n", "log.max_merge_delay", "not between", ""},
 		{"delay a number", withLog + "  max_merge_delay: 2\n", "log.max_merge_delay", "", ""},
-		{"redis store", strings.Replace(withLog, "dsn: sqlite:///tmp/llm4agents.db", "dsn: redis://127.0.0.1:6379/0", 1), "log.enabled", "Redis does not", ""},
 		{"unknown key", withLog + "  anchors: yes\n", "log.anchors", `unknown key "anchors"`, ""},
 		{"no receipts", strings.Replace(withLog, "credits:\n  enabled: true\n", "credits:\n  enabled: false\n", 1), "log.enabled", "needs receipts", ""},
 	} {

@@ -38,9 +38,17 @@ func TestReceiptsWithoutCredits(t *testing.T) {
 		t.Errorf("ReceiptKey = %v", err)
 	}
 
-	// The log may be kept on receipts alone.
-	if _, err := Parse([]byte(withReceipts + "log:\n  enabled: true\n  key_env: LLM4AGENTS_LOG_KEY\n")); err != nil {
+	// The log may be kept on receipts alone, on any store.
+	withLog := withReceipts + "log:\n  enabled: true\n  key_env: LLM4AGENTS_LOG_KEY\n"
+	if _, err := Parse([]byte(withLog)); err != nil {
 		t.Errorf("log with receipts and no credits: %v", err)
+	}
+	onRedis := strings.Replace(withLog, "dsn: sqlite:///tmp/llm4agents.db", "dsn: redis://127.0.0.1:6379/0", 1)
+	if onRedis == withLog {
+		t.Fatal("base has no sqlite dsn to replace")
+	}
+	if _, err := Parse([]byte(onRedis)); err != nil {
+		t.Errorf("receipts and the log on Redis: %v", err)
 	}
 
 	// With credits, the key may live in either section, and the

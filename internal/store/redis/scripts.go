@@ -38,7 +38,7 @@ import (
 //     data raises a Redis error.
 //   - Every key a script touches is in KEYS, except the records a listing
 //     reads by the names in its set (unresolvedScript, recentScript,
-//     logAnchorsScript, the sign-in sweep): those share the set's hash tag,
+//     receiptsOfScript, logAnchorsScript, the sign-in sweep): those share the set's hash tag,
 //     so they live in its cluster slot.
 
 // The fields of a settlement record, in the order the scripts read them. The

@@ -473,7 +473,9 @@ func (s *swapStore) TakeLogLease(ctx context.Context, holder string, ttl time.Du
 	return s.cur().TakeLogLease(ctx, holder, ttl)
 }
 
-func (s *swapStore) LogState(ctx context.Context) (store.LogState, error) { return s.cur().LogState(ctx) }
+func (s *swapStore) LogState(ctx context.Context) (store.LogState, error) {
+	return s.cur().LogState(ctx)
+}
 
 func (s *swapStore) PendingLog(ctx context.Context, limit int) ([]store.LogEntry, error) {
 	return s.cur().PendingLog(ctx, limit)

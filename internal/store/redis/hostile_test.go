@@ -301,14 +301,7 @@ func TestForeignValues(t *testing.T) {
 			before := tp.snapshot(t)
 			for _, o := range tc.ops {
 				won, err := o.call(t.Context(), tp.db)
-				switch {
-				case err == nil:
-					t.Errorf("%s = nil error, want an error", o.name)
-				case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrFenced):
-					t.Errorf("%s = %v, a store sentinel; want an error saying the data is foreign", o.name, err)
-				case !strings.Contains(err.Error(), "redis: "):
-					t.Errorf("%s = %v, want an error naming the package", o.name, err)
-				}
+				wantForeign(t, o.name, err)
 				if won {
 					t.Errorf("%s won a claim on foreign data", o.name)
 				}
@@ -672,5 +665,20 @@ func checkNoLeak(t *testing.T, raw, pw, rest string, err error) {
 	}
 	if letter && digit && strings.Contains(err.Error(), pw) {
 		t.Errorf("ParseURL(%q) = %v, which shows the password", raw, err)
+	}
+}
+
+// wantForeign checks the error of operation op on data the store did not
+// write: an error, no store sentinel (the data is neither absent nor
+// another caller's), naming the package.
+func wantForeign(t *testing.T, op string, err error) {
+	t.Helper()
+	switch {
+	case err == nil:
+		t.Errorf("%s = nil error, want an error", op)
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrFenced):
+		t.Errorf("%s = %v, a store sentinel; want an error saying the data is foreign", op, err)
+	case !strings.Contains(err.Error(), "redis: "):
+		t.Errorf("%s = %v, want an error naming the package", op, err)
 	}
 }

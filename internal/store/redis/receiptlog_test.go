@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -323,14 +322,7 @@ func TestReceiptLogForeignValues(t *testing.T) {
 			before := tp.contents(t)
 			for _, o := range tc.ops {
 				err := o.call(t.Context(), tp.db)
-				switch {
-				case err == nil:
-					t.Errorf("%s = nil error, want an error", o.name)
-				case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrFenced):
-					t.Errorf("%s = %v, a store sentinel; want an error saying the data is foreign", o.name, err)
-				case !strings.Contains(err.Error(), "redis: "):
-					t.Errorf("%s = %v, want an error naming the package", o.name, err)
-				}
+				wantForeign(t, o.name, err)
 			}
 			if diff := cmp.Diff(before, tp.contents(t)); diff != "" {
 				t.Errorf("keys changed (-before +after):\n%s", diff)

@@ -165,9 +165,22 @@ func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err e
 	return k, nil
 }
 
+// revokeKey revokes owner's ($3) key $2 unless it is revoked already, and
+// then notifies its hash on the schema's key channel (see WatchKeys): the
+// notification is part of the statement's transaction, so it is sent when
+// the revocation commits and never for one that did not. It returns the
+// number of notifications (1) and the key, or no row.
+const revokeKey = withNow + `, u AS (
+    UPDATE api_keys SET revoked_at_ms = greatest(n.ms, 1)
+    FROM n WHERE key_id = $2 AND owner = $3 AND revoked_at_ms = 0
+    RETURNING ` + keyColumns + `),
+` + notifyChanged + `
+SELECT (SELECT count(*) FROM notified), u.* FROM u`
+
 // RevokeKey implements store.Keys: one UPDATE revokes a key not yet
-// revoked; when it changes nothing, the key is read, revoked with its first
-// RevokedAt (a revocation is never undone) or not the owner's.
+// revoked and notifies the change (WatchKeys); when it changes nothing, the
+// key is read, revoked with its first RevokedAt (a revocation is never
+// undone) or not the owner's, and nothing is notified.
 func (db *DB) RevokeKey(ctx context.Context, owner, id string) (_ store.APIKey, err error) {
 	defer store.Wrap(&err, "postgres", "revoke key %q", id)
 	if !store.ValidOwner(owner) || !store.ValidID(id) {
@@ -179,9 +192,8 @@ func (db *DB) RevokeKey(ctx context.Context, owner, id string) (_ store.APIKey, 
 	}
 	defer cancel()
 
-	k, _, err := scanKey(db.pool.QueryRow(ctx, withNow+`UPDATE api_keys SET revoked_at_ms = greatest(n.ms, 1)
-FROM n WHERE key_id = $2 AND owner = $3 AND revoked_at_ms = 0
-RETURNING `+keyColumns, db.nowArg(), id, owner))
+	var notified int64
+	k, _, err := scanKey(db.pool.QueryRow(ctx, revokeKey, db.nowArg(), id, owner), &notified)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another owner's key is not found: its existence is not disclosed.
 		k, _, err = scanKey(db.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE key_id = $1 AND owner = $2`, id, owner))
@@ -192,9 +204,11 @@ RETURNING `+keyColumns, db.nowArg(), id, owner))
 	return k, nil
 }
 
-// updateKey updates owner's ($2) unrevoked key $1 and always returns one
-// row if owner has key $1: its revocation time before, then the key if
-// updated, else NULLs. No row: not the owner's key, or no such key.
+// updateKey updates owner's ($2) unrevoked key $1, notifying its hash on
+// the schema's key channel when it does (as revokeKey), and always returns
+// one row if owner has key $1: its revocation time before, the number of
+// notifications, then the key if updated, else NULLs. No row: not the
+// owner's key, or no such key.
 const updateKey = `WITH c AS (SELECT revoked_at_ms FROM api_keys WHERE key_id = $1 AND owner = $2),
 u AS (
     UPDATE api_keys SET name = $3, total_cap = $4, period_cap = $5, period_ms = $6, expires_at_ms = $7,
@@ -202,13 +216,14 @@ u AS (
     WHERE key_id = $1 AND owner = $2 AND revoked_at_ms = 0
         AND name = $11 AND total_cap = $12 AND period_cap = $13 AND period_ms = $14 AND expires_at_ms = $15
         AND models = $16 AND rate_per_minute = $17 AND tokens_per_minute = $18
-    RETURNING ` + keyColumns + `)
-SELECT c.revoked_at_ms, u.* FROM c LEFT JOIN u ON true`
+    RETURNING ` + keyColumns + `),
+` + notifyChanged + `
+SELECT c.revoked_at_ms, (SELECT count(*) FROM notified), u.* FROM c LEFT JOIN u ON true`
 
 // UpdateKey implements store.Keys: one statement, which updates the key
 // only while it is not revoked and its limits are still from's (the row
-// lock makes the comparison and the write one step), and says why it did
-// not.
+// lock makes the comparison and the write one step) and then notifies the
+// change (WatchKeys), and says why it did not.
 func (db *DB) UpdateKey(ctx context.Context, owner, id string, from, k store.APIKey) (_ store.APIKey, err error) {
 	defer store.Wrap(&err, "postgres", "update key %q", id)
 	if err := store.ValidateUpdate(owner, id, k); err != nil {
@@ -220,11 +235,11 @@ func (db *DB) UpdateKey(ctx context.Context, owner, id string, from, k store.API
 	}
 	defer cancel()
 
-	var revoked int64
+	var revoked, notified int64
 	got, found, err := scanKey(db.pool.QueryRow(ctx, updateKey, id, owner, k.Name, k.TotalCap, k.PeriodCap,
 		k.Period.Milliseconds(), expiresMs(k), strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute,
 		from.Name, from.TotalCap, from.PeriodCap, from.Period.Milliseconds(), expiresMs(from), strings.Join(from.Models, " "),
-		from.RatePerMinute, from.TokensPerMinute), &revoked)
+		from.RatePerMinute, from.TokensPerMinute), &revoked, &notified)
 	switch {
 	case err != nil:
 		// No row (ErrNotFound): another owner's key is not disclosed.

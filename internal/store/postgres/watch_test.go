@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -186,17 +187,21 @@ func TestWatchKeys(t *testing.T) {
 	}
 	stale := lowered
 	stale.TotalCap = 5
-	if _, err := a.UpdateKey(ctx, k2.Owner, k2.ID, k2, stale); err == nil { // from k2: stale
-		t.Fatal("UpdateKey() from stale limits succeeded")
+	if _, err := a.UpdateKey(ctx, k2.Owner, k2.ID, k2, stale); !errors.Is(err, store.ErrConflict) { // from k2: stale
+		t.Fatalf("UpdateKey() from stale limits = %v, want ErrConflict", err)
 	}
-	if _, err := a.UpdateKey(ctx, k1.Owner, k1.ID, k1, stale); err == nil {
-		t.Fatal("UpdateKey() of a revoked key succeeded")
+	capped := k1
+	capped.TotalCap = 5
+	if _, err := a.UpdateKey(ctx, k1.Owner, k1.ID, k1, capped); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("UpdateKey() of a revoked key = %v, want ErrConflict", err)
 	}
-	if _, err := a.UpdateKey(ctx, "0xother", k2.ID, lowered, stale); err == nil {
-		t.Fatal("UpdateKey() of another owner's key succeeded")
+	theirs, theirsNow := lowered, stale
+	theirs.Owner, theirsNow.Owner = "0xother", "0xother"
+	if _, err := a.UpdateKey(ctx, "0xother", k2.ID, theirs, theirsNow); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("UpdateKey() of another owner's key = %v, want ErrNotFound", err)
 	}
-	if _, err := a.RevokeKey(ctx, "0xother", k2.ID); err == nil {
-		t.Fatal("RevokeKey() of another owner's key succeeded")
+	if _, err := a.RevokeKey(ctx, "0xother", k2.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RevokeKey() of another owner's key = %v, want ErrNotFound", err)
 	}
 	marker := newWatchKey(t, a, "marker")
 	revoke(t, a, marker)

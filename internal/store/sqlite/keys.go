@@ -127,7 +127,8 @@ func (db *DB) KeyByHash(ctx context.Context, hash string) (_ store.APIKey, err e
 	return k, nil
 }
 
-// RevokeKey implements store.Keys.
+// RevokeKey implements store.Keys. A key it revokes is told to this DB's
+// WatchKeys once the revocation commits; a key already revoked is not.
 func (db *DB) RevokeKey(ctx context.Context, owner, id string) (_ store.APIKey, err error) {
 	defer store.Wrap(&err, "sqlite", "revoke key %q", id)
 	if !store.ValidOwner(owner) || !store.ValidID(id) {
@@ -140,7 +141,8 @@ func (db *DB) RevokeKey(ctx context.Context, owner, id string) (_ store.APIKey, 
 	defer cancel()
 
 	var out store.APIKey
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	var revoked string // the hash of the key revoked now, for keyChanged
+	err = db.writeThen(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// Another owner's key is not found: its existence is not disclosed.
 		cur, err := scanKey(tx.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE key_id = ? AND owner = ?`, id, owner))
 		if err != nil || cur.Revoked() {
@@ -149,7 +151,12 @@ func (db *DB) RevokeKey(ctx context.Context, owner, id string) (_ store.APIKey, 
 		}
 		out, err = scanKey(tx.QueryRowContext(ctx, `UPDATE api_keys SET revoked_at_ms = ? WHERE key_id = ?
 RETURNING `+keyColumns, max(db.nowMs(), 1), id))
+		revoked = out.Hash
 		return err
+	}, func() {
+		if revoked != "" {
+			db.keyChanged(revoked)
+		}
 	})
 	if err != nil {
 		return store.APIKey{}, mapErr(ctx, err)
@@ -157,7 +164,8 @@ RETURNING `+keyColumns, max(db.nowMs(), 1), id))
 	return out, nil
 }
 
-// UpdateKey implements store.Keys.
+// UpdateKey implements store.Keys. A key it changes is told to this DB's
+// WatchKeys once the change commits; a refused update tells nothing.
 func (db *DB) UpdateKey(ctx context.Context, owner, id string, from, k store.APIKey) (_ store.APIKey, err error) {
 	defer store.Wrap(&err, "sqlite", "update key %q", id)
 	if err := store.ValidateUpdate(owner, id, k); err != nil {
@@ -174,7 +182,7 @@ func (db *DB) UpdateKey(ctx context.Context, owner, id string, from, k store.API
 		expires = max(k.ExpiresAt.UnixMilli(), 1)
 	}
 	var out store.APIKey
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = db.writeThen(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// Another owner's key is not found: its existence is not disclosed.
 		cur, err := scanKey(tx.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE key_id = ? AND owner = ?`, id, owner))
 		switch {
@@ -191,7 +199,7 @@ WHERE key_id = ?
 RETURNING `+keyColumns, k.Name, k.TotalCap, k.PeriodCap, k.Period.Milliseconds(), expires,
 			strings.Join(k.Models, " "), k.RatePerMinute, k.TokensPerMinute, id))
 		return err
-	})
+	}, func() { db.keyChanged(out.Hash) }) // only after the op succeeded
 	if err != nil {
 		return store.APIKey{}, mapErr(ctx, err)
 	}

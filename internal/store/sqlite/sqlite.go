@@ -74,6 +74,9 @@ type DB struct {
 	// ops in a batch just before its COMMIT. Tests set it before the first
 	// write, to count batches or to hold one open.
 	beforeCommit func(ops int)
+
+	// watches are the running WatchKeys (watch.go).
+	watches keyWatches
 }
 
 // Open opens the SQLite database file at path, creating it if needed, and

@@ -67,9 +67,13 @@ const (
 
 // writeOp is one queued write.
 type writeOp struct {
-	fn    writeFunc
-	state atomic.Int32
-	done  chan error // buffered, so the writer never waits for a caller that left
+	fn writeFunc
+	// committed, if not nil, is called by the writer once the batch of an
+	// op that succeeded has committed, before the op is answered (and also
+	// when its caller gave up waiting). It must not block.
+	committed func()
+	state     atomic.Int32
+	done      chan error // buffered, so the writer never waits for a caller that left
 }
 
 // write runs fn in the writer's next batch and returns fn's outcome once that
@@ -82,7 +86,13 @@ type writeOp struct {
 // even that passes does it give up, with an error saying the write may or may
 // not be durable. It never returns nil unless the batch's COMMIT succeeded.
 func (db *DB) write(ctx context.Context, fn writeFunc) error {
-	op := &writeOp{fn: fn, done: make(chan error, 1)}
+	return db.writeThen(ctx, fn, nil)
+}
+
+// writeThen is write, and has the writer call committed (if not nil) once
+// fn's writes are committed, whether or not the caller still waits.
+func (db *DB) writeThen(ctx context.Context, fn writeFunc, committed func()) error {
+	op := &writeOp{fn: fn, committed: committed, done: make(chan error, 1)}
 	db.mu.Lock()
 	if db.closing {
 		db.mu.Unlock()
@@ -189,6 +199,9 @@ func (db *DB) runBatch() {
 		return
 	}
 	for i, op := range ops {
+		if results[i] == nil && op.committed != nil {
+			op.committed()
+		}
 		op.done <- results[i]
 	}
 }

@@ -47,13 +47,18 @@ func newLogKey(t testing.TB) (note.Signer, string) {
 
 // withLog gives a credit env a receipt log on its store, and hands it back.
 func withLog(t testing.TB, out **receiptlog.Log) func(db creditStore) *receiptlog.Log {
+	return withLogDelay(t, out, time.Second)
+}
+
+// withLogDelay is withLog with a merge delay of its own.
+func withLogDelay(t testing.TB, out **receiptlog.Log, delay time.Duration) func(db creditStore) *receiptlog.Log {
 	return func(db creditStore) *receiptlog.Log {
 		key, vkey := newLogKey(t)
 		st, ok := db.(receiptlog.Store)
 		if !ok {
 			t.Fatalf("%T keeps no receipt log", db)
 		}
-		l, err := receiptlog.New(receiptlog.Config{Store: st, Key: key, VerifierKey: vkey, Holder: t.Name(), MaxMergeDelay: time.Second})
+		l, err := receiptlog.New(receiptlog.Config{Store: st, Key: key, VerifierKey: vkey, Holder: t.Name(), MaxMergeDelay: delay})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -130,15 +130,20 @@ type Keys struct {
 	Now func() time.Time
 	// CacheTTL, when positive, keeps each key Authenticate found for that
 	// long, so that a call costs no store read: a revocation or a change
-	// made through another replica then binds here within CacheTTL (through
-	// this one's account routes, at once: Forget). Zero, the default, reads
-	// the key on every call. At most MaxKeyCacheTTL. Set it before the
-	// first call.
+	// made through another replica then binds here within CacheTTL, or as
+	// soon as the store tells of it (Forget, fed by the store's WatchKeys
+	// where it has one); through this one's account routes, at once
+	// (Forget). Zero, the default, reads the key on every call. At most
+	// MaxKeyCacheTTL. Set it before the first call.
 	CacheTTL time.Duration
 
 	rates   *rates
 	cacheMu sync.RWMutex         // every call reads; a lookup writes once per TTL
 	cache   map[string]cachedKey // by hash
+	// forgets counts Forget and ForgetAll calls, under cacheMu: a key read
+	// from the store while one ran may predate the change it was told of,
+	// so it is not cached (remember).
+	forgets uint64
 }
 
 // MaxKeyCacheTTL bounds Keys.CacheTTL: how late a revocation may bind.
@@ -154,11 +159,29 @@ type cachedKey struct {
 }
 
 // Forget drops the key whose hash is hash from the cache: it was revoked or
-// changed.
+// changed. A lookup of any key in flight meanwhile is not cached.
 func (k *Keys) Forget(hash string) {
 	k.cacheMu.Lock()
 	defer k.cacheMu.Unlock()
 	delete(k.cache, hash)
+	k.forgets++
+}
+
+// ForgetAll drops every key from the cache: changes to keys may have been
+// missed (a store's notifications were lost). A lookup in flight meanwhile
+// is not cached.
+func (k *Keys) ForgetAll() {
+	k.cacheMu.Lock()
+	defer k.cacheMu.Unlock()
+	k.cache = nil
+	k.forgets++
+}
+
+// forgetCount returns how often keys were forgotten so far, for remember.
+func (k *Keys) forgetCount() uint64 {
+	k.cacheMu.RLock()
+	defer k.cacheMu.RUnlock()
+	return k.forgets
 }
 
 // cached returns the key of hash if it was read within CacheTTL.
@@ -176,13 +199,19 @@ func (k *Keys) cached(hash string) (store.APIKey, bool) {
 	return c.key, true
 }
 
-// remember caches key, read at at.
-func (k *Keys) remember(key store.APIKey, at time.Time) {
+// remember caches key, read at at, unless a key was forgotten since the
+// read began (forgets was then the count): the change Forget was told of
+// may have committed after the read, which would then cache the key as it
+// was before the change.
+func (k *Keys) remember(key store.APIKey, at time.Time, forgets uint64) {
 	if k.CacheTTL <= 0 {
 		return
 	}
 	k.cacheMu.Lock()
 	defer k.cacheMu.Unlock()
+	if k.forgets != forgets {
+		return
+	}
 	if k.cache == nil || len(k.cache) >= maxCachedKeys {
 		k.cache = make(map[string]cachedKey)
 	}
@@ -217,7 +246,7 @@ func (k *Keys) Authenticate(ctx context.Context, bearer string) (store.APIKey, e
 	if key, ok := k.cached(hash); ok {
 		return k.usable(key)
 	}
-	read := k.Now()
+	read, forgets := k.Now(), k.forgetCount()
 	key, err := k.store.KeyByHash(ctx, hash)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -230,7 +259,7 @@ func (k *Keys) Authenticate(ctx context.Context, bearer string) (store.APIKey, e
 	if subtle.ConstantTimeCompare([]byte(key.Hash), []byte(hash)) != 1 {
 		return store.APIKey{}, ErrUnknownKey
 	}
-	k.remember(key, read)
+	k.remember(key, read, forgets)
 	return k.usable(key)
 }
 

@@ -225,6 +225,92 @@ func TestKeyCache(t *testing.T) {
 	}
 }
 
+// TestKeyCacheForgetAll: ForgetAll drops every cached key, so each is
+// read again at its next call.
+func TestKeyCacheForgetAll(t *testing.T) {
+	clk := &testClock{now: t0}
+	st := &countingKeys{KeyStore: openStore(t, clk)}
+	keys := NewKeys(st, nil)
+	keys.Now, keys.CacheTTL = clk.Now, time.Second
+	s1, _ := storeKey(t, st, owner, nil)
+	s2, k2 := storeKey(t, st, owner, nil)
+	for _, s := range []string{s1, s2, s1, s2} {
+		if _, err := keys.Authenticate(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := st.reads.Load(); n != 2 {
+		t.Fatalf("%d store reads for two keys cached, want 2", n)
+	}
+	if _, err := st.RevokeKey(t.Context(), owner, k2.ID); err != nil {
+		t.Fatal(err)
+	}
+	keys.ForgetAll()
+	if _, err := keys.Authenticate(t.Context(), s2); !errors.Is(err, ErrRevokedKey) {
+		t.Fatalf("after ForgetAll: %v, want ErrRevokedKey", err)
+	}
+	if _, err := keys.Authenticate(t.Context(), s1); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.reads.Load(); n != 4 {
+		t.Errorf("%d store reads, want 4: both keys read again after ForgetAll", n)
+	}
+}
+
+// blockingKeys holds KeyByHash after its read until release is closed,
+// telling read (buffered) that it read.
+type blockingKeys struct {
+	KeyStore
+	read, release chan struct{}
+}
+
+func (b *blockingKeys) KeyByHash(ctx context.Context, hash string) (store.APIKey, error) {
+	k, err := b.KeyStore.KeyByHash(ctx, hash)
+	b.read <- struct{}{}
+	<-b.release
+	return k, err
+}
+
+// TestKeyCacheForgetDuringLookup: a lookup that read the key before a
+// change that Forget (or ForgetAll) was told of while it ran does not cache
+// what it read, which would serve the key as it was before the change for
+// a whole TTL.
+func TestKeyCacheForgetDuringLookup(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		forget func(k *Keys, hash string)
+	}{
+		{"Forget", func(k *Keys, hash string) { k.Forget(hash) }},
+		{"ForgetAll", func(k *Keys, _ string) { k.ForgetAll() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &testClock{now: t0}
+			db := openStore(t, clk)
+			st := &blockingKeys{KeyStore: db, read: make(chan struct{}, 1), release: make(chan struct{})}
+			keys := NewKeys(st, nil)
+			keys.Now, keys.CacheTTL = clk.Now, time.Second
+			secret, k := storeKey(t, db, owner, nil)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := keys.Authenticate(context.Background(), secret)
+				errc <- err
+			}()
+			<-st.read // the key as it was, before the revocation
+			if _, err := db.RevokeKey(t.Context(), owner, k.ID); err != nil {
+				t.Fatal(err)
+			}
+			tc.forget(keys, k.Hash)
+			close(st.release)
+			if err := <-errc; err != nil {
+				t.Fatalf("the lookup that read before the revocation: %v", err)
+			}
+			if _, err := keys.Authenticate(t.Context(), secret); !errors.Is(err, ErrRevokedKey) {
+				t.Fatalf("after a revocation told during a lookup: %v, want ErrRevokedKey (the stale key was cached)", err)
+			}
+		})
+	}
+}
+
 // TestKeyCacheForgottenOnRevoke: a key revoked through this replica's
 // account routes is refused by its next call, cache or not.
 func TestKeyCacheForgottenOnRevoke(t *testing.T) {

@@ -80,10 +80,40 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("credits: %w", err)
 	}
+	stopWatch := func() {}
+	if w, ok := db.(keyWatcher); ok && keys.CacheTTL > 0 {
+		stopWatch = watchKeys(w, keys, log)
+	}
 	log.Info("credits on", "receipt_signer", signer.Address().Hex(), "sign_in_origin", auth.Origin(),
 		"topup_min", lo.String(), "topup_max", hi.String(), "durability", cfg.Credits.Durability)
 	sweeper := gateway.StartCreditSweeper(topUps, led, cs, creditSweepEvery, log)
-	return c, topUps, func() { stopLeases(); sweeper.Close() }, nil
+	return c, topUps, func() { stopLeases(); sweeper.Close(); stopWatch() }, nil
+}
+
+// keyWatcher is a store that tells of the API keys changed: PostgreSQL
+// through any replica, SQLite through this process.
+type keyWatcher interface {
+	WatchKeys(ctx context.Context, changed func(hash string), lost func()) error
+}
+
+// watchKeys drops each key w tells of from the key cache of keys (every
+// key when notifications were lost), so that a change made through another
+// replica binds as soon as it is told instead of when the cache's TTL ends,
+// and returns the stop of the watch, which waits for it to return.
+func watchKeys(w keyWatcher, keys *credits.Keys, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := w.WatchKeys(ctx, keys.Forget, keys.ForgetAll); err != nil {
+			log.Warn("key changes no longer watched; cached keys bind within their TTL", "err", err)
+		}
+	}()
+	log.Info("key changes watched: a key changed elsewhere leaves the key cache when the store tells of it", "key_cache", keys.CacheTTL)
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // leaseCloseTimeout bounds the wait at shutdown for the calls still drawing

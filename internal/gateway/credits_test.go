@@ -69,6 +69,9 @@ type creditBackend struct {
 	leased bool
 	// keyCache is credits.key_cache: how long a key looked up is kept.
 	keyCache time.Duration
+	// watchKeys drops a key from the cache when the store tells of its
+	// change (WatchKeys), as serve does with a key cache.
+	watchKeys bool
 }
 
 // creditBackends are the stores the credit tests run on (SQLite and
@@ -229,6 +232,9 @@ func newCreditGateway(tb testing.TB, db creditStore, ls store.Ledger, prov gatew
 	keys.CacheTTL = be.keyCache
 	account := credits.NewHandler(auth, db, log)
 	account.KeyChanged = keys.Forget
+	if be.watchKeys {
+		watchTestKeys(tb, db, keys)
+	}
 	models := []gateway.Model{{ID: "demo", UpstreamModel: "demo-upstream", Provider: prov, Price: price, MaxOutputTokens: 256}}
 	if _, ok := prov.(upstream.Embedder); ok {
 		models = append(models, embedModel(prov))

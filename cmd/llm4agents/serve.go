@@ -191,13 +191,11 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		g.closers = append(g.closers, stop)
 		cred, gate = c, topUps
 	} else if cfg.Receipts.Enabled {
-		c, err := buildReceipts(cfg, db, getenv, log)
+		c, stop, err := buildReceipts(cfg, db, getenv, log)
 		if err != nil {
 			return nil, err
 		}
-		if sweep, ok := db.(gateway.AuthSweeper); ok {
-			g.closers = append(g.closers, gateway.StartSignInSweeper(sweep, creditSweepEvery, log).Close)
-		}
+		g.closers = append(g.closers, stop)
 		cred = c
 	}
 	g.closers = append(g.closers, gateway.StartPurger(db, gate, time.Hour, log).Close)

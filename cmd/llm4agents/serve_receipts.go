@@ -52,17 +52,19 @@ func receiptSigning(cfg *config.Config, st store.SignIns, getenv func(string) st
 // buildReceipts wires the receipts of a gateway that sells no credits
 // (receipts.enabled): x402 payments get signed receipts, kept in db, which
 // their payers read after a wallet sign-in. The gateway serves the sign-in
-// routes and the receipt routes, not the credit ones.
-func buildReceipts(cfg *config.Config, db backend, getenv func(string) string, log *slog.Logger) (*gateway.Credits, error) {
+// routes and the receipt routes, not the credit ones. It returns them and
+// the stop of the sweep of expired sign-ins.
+func buildReceipts(cfg *config.Config, db backend, getenv func(string) string, log *slog.Logger) (_ *gateway.Credits, stop func(), err error) {
 	rs, ok := db.(receiptStore)
 	if !ok {
 		kind, _, _ := cfg.Store.StoreDSN(getenv)
-		return nil, fmt.Errorf("receipts: the %s store does not keep receipts and sign-in sessions", kind)
+		return nil, nil, fmt.Errorf("receipts: the %s store does not keep receipts and sign-in sessions", kind)
 	}
 	signer, auth, err := receiptSigning(cfg, rs, getenv, log)
 	if err != nil {
-		return nil, fmt.Errorf("receipts: %w", err)
+		return nil, nil, fmt.Errorf("receipts: %w", err)
 	}
 	log.Info("receipts on", "receipt_signer", signer.Address().Hex(), "sign_in_origin", auth.Origin())
-	return &gateway.Credits{Auth: auth, Account: credits.NewSignInHandler(auth, log), Signer: signer, Receipts: rs}, nil
+	sweeper := gateway.StartSignInSweeper(rs, creditSweepEvery, log)
+	return &gateway.Credits{Auth: auth, Account: credits.NewSignInHandler(auth, log), Signer: signer, Receipts: rs}, sweeper.Close, nil
 }

@@ -30,18 +30,7 @@ func TestServeReceiptLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	skey, _, err := note.GenerateKey(rand.Reader, "gw.test/receipts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logKey := filepath.Join(dir, "log.key")
-	if err := os.WriteFile(logKey, []byte(skey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	wallet := filepath.Join(dir, "buyer.key")
-	if err := os.WriteFile(wallet, []byte(fmt.Sprintf("0x%x\n", crypto.FromECDSA(testchain.DevKey(serveBuyer)))), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	logKey, wallet := logKeyAndWallet(t, dir, "gw.test/receipts")
 	cfg := serveConfig{RPC: "rpc_url: " + tt.node.URL, Asset: tt.addr.Hex(), Credits: creditsOn, DSN: "sqlite://" + filepath.Join(dir, "gw.db"),
 		Log: "  enabled: true\n  key_file: " + logKey + "\n  max_merge_delay: 500ms"}
 	path := cfg.write(t)
@@ -79,4 +68,24 @@ func TestServeReceiptLog(t *testing.T) {
 			t.Errorf("%q: accepted", args)
 		}
 	}
+}
+
+// logKeyAndWallet writes, in dir, a new checkpoint key of a log named
+// origin and the serve buyer's wallet key, as a gateway operator and a
+// buyer keep them, and returns their paths.
+func logKeyAndWallet(t *testing.T, dir, origin string) (logKey, wallet string) {
+	t.Helper()
+	skey, _, err := note.GenerateKey(rand.Reader, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logKey = filepath.Join(dir, "log.key")
+	if err := os.WriteFile(logKey, []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wallet = filepath.Join(dir, "buyer.key")
+	if err := os.WriteFile(wallet, []byte(fmt.Sprintf("0x%x\n", crypto.FromECDSA(testchain.DevKey(serveBuyer)))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return logKey, wallet
 }

@@ -1,20 +1,17 @@
 package main
 
 import (
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math/big"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ethereum/go-ethereum/crypto"
-	"golang.org/x/mod/sumdb/note"
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/testchain"
@@ -49,19 +46,7 @@ func testServeReceipts(t *testing.T, tt *testToken, dsn string) {
 		t.Fatal(err)
 	}
 	receiptHex := fmt.Sprintf("%x", crypto.FromECDSA(rk))
-	dir := t.TempDir()
-	skey, _, err := note.GenerateKey(rand.Reader, "gw.test/x402-receipts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logKey := filepath.Join(dir, "log.key")
-	if err := os.WriteFile(logKey, []byte(skey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	wallet := filepath.Join(dir, "buyer.key")
-	if err := os.WriteFile(wallet, []byte(fmt.Sprintf("0x%x\n", crypto.FromECDSA(testchain.DevKey(serveBuyer)))), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	logKey, wallet := logKeyAndWallet(t, t.TempDir(), "gw.test/x402-receipts")
 	cfg := serveConfig{RPC: "rpc_url: " + tt.node.URL, Asset: tt.addr.Hex(), DSN: dsn,
 		Receipts: "  enabled: true\n  key_env: " + serveReceiptKeyEnv,
 		Log:      "  enabled: true\n  key_file: " + logKey + "\n  max_merge_delay: 500ms"}

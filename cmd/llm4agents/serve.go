@@ -191,7 +191,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		g.closers = append(g.closers, stop)
 		cred, gate = c, topUps
 	} else if cfg.Receipts.Enabled {
-		c, stop, err := buildReceipts(cfg, db, getenv, log)
+		c, stop, err := buildReceipts(cfg, db, backend, getenv, log)
 		if err != nil {
 			return nil, err
 		}

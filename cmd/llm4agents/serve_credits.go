@@ -42,7 +42,7 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 	if chain == nil {
 		return nil, nil, nil, errors.New("credits: no node to read top-up settlements from (set network.rpc_url)")
 	}
-	signer, auth, err := receiptSigning(cfg, cs, getenv, log)
+	signer, auth, err := receiptSigning(cfg, cs, chain, getenv, log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("credits: %w", err)
 	}

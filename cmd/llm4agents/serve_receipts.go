@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/ethereum/go-ethereum"
+
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/gateway"
@@ -19,8 +21,9 @@ type receiptStore interface {
 }
 
 // receiptSigning returns the receipt signer and the sign-in of a validated
-// config, on the store st.
-func receiptSigning(cfg *config.Config, st store.SignIns, getenv func(string) string, log *slog.Logger) (*credits.Signer, *credits.Auth, error) {
+// config, on the store st. With a node of the network (chain not nil),
+// contract wallets sign in too (EIP-1271).
+func receiptSigning(cfg *config.Config, st store.SignIns, chain ethereum.ContractCaller, getenv func(string) string, log *slog.Logger) (*credits.Signer, *credits.Auth, error) {
 	hexKey, err := cfg.ReceiptKey(getenv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("receipt key: %w", err)
@@ -46,21 +49,25 @@ func receiptSigning(cfg *config.Config, st store.SignIns, getenv func(string) st
 	if err != nil {
 		return nil, nil, err
 	}
+	if chain != nil {
+		auth.Contracts = credits.NewEIP1271(chain)
+	}
 	return signer, auth, nil
 }
 
 // buildReceipts wires the receipts of a gateway that sells no credits
 // (receipts.enabled): x402 payments get signed receipts, kept in db, which
 // their payers read after a wallet sign-in. The gateway serves the sign-in
-// routes and the receipt routes, not the credit ones. It returns them and
-// the stop of the sweep of expired sign-ins.
-func buildReceipts(cfg *config.Config, db backend, getenv func(string) string, log *slog.Logger) (_ *gateway.Credits, stop func(), err error) {
+// routes and the receipt routes, not the credit ones; contract wallets sign
+// in through chain, if not nil. It returns them and the stop of the sweep
+// of expired sign-ins.
+func buildReceipts(cfg *config.Config, db backend, chain ethereum.ContractCaller, getenv func(string) string, log *slog.Logger) (_ *gateway.Credits, stop func(), err error) {
 	rs, ok := db.(receiptStore)
 	if !ok {
 		kind, _, _ := cfg.Store.StoreDSN(getenv)
 		return nil, nil, fmt.Errorf("receipts: the %s store does not keep receipts and sign-in sessions", kind)
 	}
-	signer, auth, err := receiptSigning(cfg, rs, getenv, log)
+	signer, auth, err := receiptSigning(cfg, rs, chain, getenv, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("receipts: %w", err)
 	}

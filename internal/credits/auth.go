@@ -30,7 +30,15 @@ const (
 	MaxClockSkew = 30 * time.Second
 	// SessionTTL is how long a session lasts.
 	SessionTTL = 15 * time.Minute
+	// contractCheckTimeout bounds the call that asks a contract wallet
+	// whether it signed: a slow node must not hold a sign-in open for long.
+	contractCheckTimeout = 5 * time.Second
 )
+
+// maxSignatureBytes bounds a sign-in signature. An externally owned
+// account's is 65 bytes; a contract wallet's is whatever the wallet reads,
+// such as several owners' signatures, and 2 KiB holds 31 of those.
+const maxSignatureBytes = 2048
 
 // SessionPrefix starts every session token, so that it is never taken for an
 // API key or sent where one is expected.
@@ -64,6 +72,14 @@ func (e *SignInError) Error() string {
 // ErrNoSession: the session token is malformed, unknown or expired.
 var ErrNoSession = errors.New("credits: no valid session")
 
+// ContractSigs asks the chain whether a contract wallet accepts a signature
+// of hash (EIP-1271). A wallet that refuses, reverts or has no code answers
+// false with a nil error; an error means the chain could not be asked.
+// EIP1271 implements it.
+type ContractSigs interface {
+	IsValidSignature(ctx context.Context, wallet common.Address, hash common.Hash, sig []byte) (bool, error)
+}
+
 // Auth issues sign-in nonces, verifies EIP-4361 sign-ins and manages the
 // sessions they grant. Create it with NewAuth.
 type Auth struct {
@@ -75,6 +91,11 @@ type Auth struct {
 	// Now is the clock messages are judged by; NewAuth sets it to
 	// time.Now. Set it before the first call.
 	Now func() time.Time
+	// Contracts, if set, is asked about a signature that is not the
+	// message's address's own: a contract wallet at that address signs in
+	// if it accepts the signature. Nil, as NewAuth leaves it, signs in
+	// externally owned accounts only. Set it before the first call.
+	Contracts ContractSigs
 }
 
 // NewAuth returns an Auth on st for the public origin (scheme://host[:port],
@@ -121,8 +142,10 @@ func (a *Auth) IssueNonce(ctx context.Context) (string, time.Time, error) {
 // is the configured one; it was issued at most MaxMessageAge ago and at most
 // MaxClockSkew ahead; it has not expired and its not-before has come; the
 // signature is an EIP-191 personal_sign of the text by the message's address
-// (externally owned accounts only: EIP-1271 contract wallets are not
-// supported); and last, the nonce is one we issued, unexpired, consumed now
+// or, with Contracts set, one that the contract wallet at that address
+// accepts for the text's EIP-191 hash (EIP-1271, asked within
+// contractCheckTimeout; a chain that cannot be asked is an error, not a
+// refusal); and last, the nonce is one we issued, unexpired, consumed now
 // (so a failed attempt does not burn it, and of two sign-ins with one nonce
 // at most one succeeds).
 func (a *Auth) SignIn(ctx context.Context, text string, sig []byte) (string, store.Session, error) {
@@ -157,12 +180,27 @@ func (a *Auth) SignIn(ctx context.Context, text string, sig []byte) (string, sto
 	case !m.NotBefore.IsZero() && now.Before(m.NotBefore):
 		return refuse(ReasonExpired, "before its not-before time")
 	}
-	signer, err := recoverPersonal(text, sig)
-	if err != nil {
-		return refuse(ReasonMalformed, err.Error())
+	if len(sig) > maxSignatureBytes {
+		return refuse(ReasonMalformed, fmt.Sprintf("signature is over %d bytes", maxSignatureBytes))
 	}
-	if signer != m.Address {
+	signer, err := recoverPersonal(text, sig)
+	switch {
+	case err == nil && signer == m.Address:
+		// The externally owned account signed: no need to ask the chain.
+	case a.Contracts == nil && err != nil:
+		return refuse(ReasonMalformed, err.Error())
+	case a.Contracts == nil:
 		return refuse(ReasonSignature, "not signed by the message's address")
+	default:
+		// Any signature may be a contract wallet's, whatever it recovers
+		// to: only the wallet knows what it accepts.
+		ok, err := a.contractSigned(ctx, m.Address, text, sig)
+		if err != nil {
+			return "", store.Session{}, err
+		}
+		if !ok {
+			return refuse(ReasonSignature, "not signed by the message's address, nor accepted by a contract wallet there")
+		}
 	}
 	switch err := a.store.ConsumeNonce(ctx, m.Nonce); {
 	case errors.Is(err, store.ErrNotFound):
@@ -207,6 +245,18 @@ func (a *Auth) SignOut(ctx context.Context, token string) error {
 		return fmt.Errorf("credits: delete session: %w", err)
 	}
 	return nil
+}
+
+// contractSigned reports whether the contract wallet at wallet accepts sig
+// for text's EIP-191 hash, the digest a wallet's personal_sign shows it.
+func (a *Auth) contractSigned(ctx context.Context, wallet common.Address, text string, sig []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, contractCheckTimeout)
+	defer cancel()
+	ok, err := a.Contracts.IsValidSignature(ctx, wallet, common.BytesToHash(accounts.TextHash([]byte(text))), sig)
+	if err != nil {
+		return false, fmt.Errorf("credits: ask wallet %s for EIP-1271: %w", wallet.Hex(), err)
+	}
+	return ok, nil
 }
 
 // recoverPersonal returns the address whose EIP-191 personal_sign of text

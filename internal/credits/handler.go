@@ -29,7 +29,7 @@ const (
 
 // Body limits of the account routes.
 const (
-	maxVerifyBody = 2*MaxMessageBytes + 1024 // the message JSON-escaped, and the signature
+	maxVerifyBody = 2*MaxMessageBytes + 2*maxSignatureBytes + 1024 // the message JSON-escaped, and the signature in hex
 	maxKeyBody    = 8 << 10
 	maxNonceBody  = 64
 )
@@ -231,9 +231,9 @@ func (h *Handler) verify(w http.ResponseWriter, r *http.Request) error {
 	if req.Message == nil || req.Signature == nil {
 		return badRequest("invalid_request", "message and signature are required")
 	}
-	sig, ok := decodeHex(*req.Signature)
+	sig, ok := decodeSignature(*req.Signature)
 	if !ok {
-		return badRequest("invalid_signature", "signature is not 0x and 130 hex digits")
+		return badRequest("invalid_signature", fmt.Sprintf("signature is not 0x and hex of 1 to %d bytes", maxSignatureBytes))
 	}
 	token, s, err := h.auth.SignIn(r.Context(), *req.Message, sig)
 	se, refused := errors.AsType[*SignInError](err)
@@ -747,8 +747,11 @@ func parseAmount(s string) (int64, error) {
 	return n, nil
 }
 
-func decodeHex(s string) ([]byte, bool) {
-	if len(s) != 132 || !strings.HasPrefix(s, "0x") {
+// decodeSignature decodes 0x-prefixed hex of 1 to maxSignatureBytes bytes.
+// It does not insist on an externally owned account's 65 bytes: a contract
+// wallet's signature (EIP-1271) may be any length, and SignIn judges it.
+func decodeSignature(s string) ([]byte, bool) {
+	if len(s) < 4 || len(s) > 2+2*maxSignatureBytes || !strings.HasPrefix(s, "0x") {
 		return nil, false
 	}
 	b, err := hex.DecodeString(s[2:])

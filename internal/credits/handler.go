@@ -2,6 +2,7 @@ package credits
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -85,9 +86,9 @@ func NewHandler(auth *Auth, st store.Keys, log *slog.Logger) *Handler {
 // log output.
 func NewSignInHandler(auth *Auth, log *slog.Logger) *Handler { return NewHandler(auth, nil, log) }
 
-// httpError is an error answered to the client: status, type and code, and a
+// RequestError is an error answered to the client: status, type and code, and a
 // message safe to show. Err is logged for a 5xx and never sent.
-type httpError struct {
+type RequestError struct {
 	Status  int
 	Type    string
 	Code    string
@@ -95,12 +96,12 @@ type httpError struct {
 	Err     error
 }
 
-func (e *httpError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+func (e *RequestError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
 
-func (e *httpError) Unwrap() error { return e.Err }
+func (e *RequestError) Unwrap() error { return e.Err }
 
-func badRequest(code, msg string) *httpError {
-	return &httpError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Message: msg}
+func badRequest(code, msg string) *RequestError {
+	return &RequestError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Message: msg}
 }
 
 // ServeHTTP implements http.Handler.
@@ -109,9 +110,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		return
 	}
-	he, ok := errors.AsType[*httpError](err)
+	he, ok := errors.AsType[*RequestError](err)
 	if !ok {
-		he = &httpError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
+		he = &RequestError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
 	}
 	if he.Status >= 500 {
 		h.log.ErrorContext(r.Context(), "account request failed", "route", route, "status", he.Status, "code", he.Code, "err", he.Err)
@@ -159,10 +160,10 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) (string, error) 
 		}
 		return route, errMethod
 	}
-	return path, &httpError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no such route"}
+	return path, &RequestError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no such route"}
 }
 
-var errMethod = &httpError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: "method not allowed"}
+var errMethod = &RequestError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: "method not allowed"}
 
 func allowed(route string) string {
 	switch route {
@@ -196,7 +197,7 @@ func (h *Handler) nonce(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if !h.nonces.take("", h.NoncesPerMinute, h.Now()) {
-		return &httpError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limited", Message: "too many sign-in nonces requested; retry in a few seconds"}
+		return &RequestError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limited", Message: "too many sign-in nonces requested; retry in a few seconds"}
 	}
 	nonce, exp, err := h.auth.IssueNonce(r.Context())
 	if err != nil {
@@ -241,7 +242,7 @@ func (h *Handler) verify(w http.ResponseWriter, r *http.Request) error {
 	case refused && se.Reason == ReasonMalformed:
 		return badRequest("invalid_sign_in_message", "sign-in refused: "+se.Detail)
 	case refused:
-		return &httpError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: string(se.Reason), Message: "sign-in refused: " + se.Detail}
+		return &RequestError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: string(se.Reason), Message: "sign-in refused: " + se.Detail}
 	case err != nil:
 		return err
 	}
@@ -253,7 +254,7 @@ func (h *Handler) verify(w http.ResponseWriter, r *http.Request) error {
 // session returns the owner signed in by r's bearer session token.
 func (h *Handler) session(r *http.Request) (string, error) {
 	unauth := func(msg string) error {
-		return &httpError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "session_required", Message: msg}
+		return &RequestError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "session_required", Message: msg}
 	}
 	auth := r.Header.Values("Authorization")
 	if len(auth) != 1 {
@@ -273,9 +274,9 @@ func (h *Handler) session(r *http.Request) (string, error) {
 	return s.Owner, nil
 }
 
-// createKeyRequest is the body of POST /v1/keys. Amounts are decimal strings
+// KeyRequest is the body of POST /v1/keys. Amounts are decimal strings
 // of atomic units of the payment asset; absent caps do not bind.
-type createKeyRequest struct {
+type KeyRequest struct {
 	Name          string   `json:"name"`
 	TotalCap      *string  `json:"totalCap"`
 	PeriodCap     *string  `json:"periodCap"`
@@ -340,38 +341,49 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req createKeyRequest
+	var req KeyRequest
 	if err := decodeStrict(b, &req); err != nil {
 		return err
 	}
-	k, err := h.keyFrom(req)
+	secret, stored, err := h.CreateKey(r.Context(), owner, req)
 	if err != nil {
-		return err
-	}
-	secret, id, err := NewKey()
-	if err != nil {
-		return err
-	}
-	k.ID, k.Hash, k.Owner = id, HashSecret(secret), owner
-	stored, err := h.st.CreateKey(r.Context(), k)
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		return &httpError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "too_many_keys",
-			Message: fmt.Sprintf("an account may have at most %d keys that are not revoked, and %d in all: revoke one it no longer uses", store.MaxKeysPerOwner, store.MaxStoredKeysPerOwner)}
-	case err != nil:
 		return err
 	}
 	v := viewOf(stored)
 	v.Key = secret
-	h.log.InfoContext(r.Context(), "created API key", "account", owner, "key_id", id)
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, v)
 	return nil
 }
 
+// CreateKey creates the key req asks for, for owner (a signed-in account),
+// and returns its secret, to be shown once, and the key as stored. A refusal
+// is a *RequestError whose message is safe to show.
+func (h *Handler) CreateKey(ctx context.Context, owner string, req KeyRequest) (string, store.APIKey, error) {
+	k, err := h.keyFrom(req)
+	if err != nil {
+		return "", store.APIKey{}, err
+	}
+	secret, id, err := NewKey()
+	if err != nil {
+		return "", store.APIKey{}, err
+	}
+	k.ID, k.Hash, k.Owner = id, HashSecret(secret), owner
+	stored, err := h.st.CreateKey(ctx, k)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return "", store.APIKey{}, &RequestError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "too_many_keys",
+			Message: fmt.Sprintf("an account may have at most %d keys that are not revoked, and %d in all: revoke one it no longer uses", store.MaxKeysPerOwner, store.MaxStoredKeysPerOwner)}
+	case err != nil:
+		return "", store.APIKey{}, err
+	}
+	h.log.InfoContext(ctx, "created API key", "account", owner, "key_id", id)
+	return secret, stored, nil
+}
+
 // keyFrom checks a create request and returns the key it asks for, without
 // id, hash or owner.
-func (h *Handler) keyFrom(req createKeyRequest) (store.APIKey, error) {
+func (h *Handler) keyFrom(req KeyRequest) (store.APIKey, error) {
 	k := store.APIKey{TotalCap: store.NoCap, PeriodCap: store.NoCap}
 	err := h.applyKey(&k, req.change())
 	return k, err
@@ -381,12 +393,12 @@ func (h *Handler) keyFrom(req createKeyRequest) (store.APIKey, error) {
 // encoding/json leaves it zero when the member is absent and calls
 // UnmarshalJSON, with "null", when it is null. Set reports that the member
 // was present, Null that it was null; V is its value otherwise.
-type optional[T any] struct {
+type Optional[T any] struct {
 	Set, Null bool
 	V         T
 }
 
-func (o *optional[T]) UnmarshalJSON(b []byte) error {
+func (o *Optional[T]) UnmarshalJSON(b []byte) error {
 	o.Set = true
 	if string(b) == "null" {
 		o.Null = true
@@ -398,56 +410,56 @@ func (o *optional[T]) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// keyChange is the body of PATCH /v1/keys/{id}, with the members and JSON
-// types of createKeyRequest. An absent member keeps the key's value; a null
+// KeyChange is the body of PATCH /v1/keys/{id}, with the members and JSON
+// types of KeyRequest. An absent member keeps the key's value; a null
 // one sets what an absent member means at creation: no cap (totalCap, and
 // periodCap with periodSeconds), no expiry, every model, no rate limit, no
 // name.
-type keyChange struct {
-	Name            optional[string]   `json:"name"`
-	TotalCap        optional[string]   `json:"totalCap"`
-	PeriodCap       optional[string]   `json:"periodCap"`
-	PeriodSeconds   optional[int64]    `json:"periodSeconds"`
-	ExpiresAt       optional[string]   `json:"expiresAt"`
-	Models          optional[[]string] `json:"models"`
-	RatePerMinute   optional[int]      `json:"ratePerMinute"`
-	TokensPerMinute optional[int64]    `json:"tokensPerMinute"`
+type KeyChange struct {
+	Name            Optional[string]   `json:"name"`
+	TotalCap        Optional[string]   `json:"totalCap"`
+	PeriodCap       Optional[string]   `json:"periodCap"`
+	PeriodSeconds   Optional[int64]    `json:"periodSeconds"`
+	ExpiresAt       Optional[string]   `json:"expiresAt"`
+	Models          Optional[[]string] `json:"models"`
+	RatePerMinute   Optional[int]      `json:"ratePerMinute"`
+	TokensPerMinute Optional[int64]    `json:"tokensPerMinute"`
 }
 
 // change is the create request as a change of a key with no limits, so that
 // creation and PATCH share one check (applyKey). A nil pointer is an absent
 // member.
-func (req createKeyRequest) change() keyChange {
-	c := keyChange{
-		Name:            optional[string]{Set: true, V: req.Name},
-		Models:          optional[[]string]{Set: true, V: req.Models},
-		RatePerMinute:   optional[int]{Set: true, V: req.RatePerMinute},
-		TokensPerMinute: optional[int64]{Set: true, V: req.TokensPerMinute},
+func (req KeyRequest) change() KeyChange {
+	c := KeyChange{
+		Name:            Optional[string]{Set: true, V: req.Name},
+		Models:          Optional[[]string]{Set: true, V: req.Models},
+		RatePerMinute:   Optional[int]{Set: true, V: req.RatePerMinute},
+		TokensPerMinute: Optional[int64]{Set: true, V: req.TokensPerMinute},
 	}
 	if req.TotalCap != nil {
-		c.TotalCap = optional[string]{Set: true, V: *req.TotalCap}
+		c.TotalCap = Optional[string]{Set: true, V: *req.TotalCap}
 	}
 	if req.PeriodCap != nil {
-		c.PeriodCap = optional[string]{Set: true, V: *req.PeriodCap}
+		c.PeriodCap = Optional[string]{Set: true, V: *req.PeriodCap}
 	}
 	if req.PeriodSeconds != nil {
-		c.PeriodSeconds = optional[int64]{Set: true, V: *req.PeriodSeconds}
+		c.PeriodSeconds = Optional[int64]{Set: true, V: *req.PeriodSeconds}
 	}
 	if req.ExpiresAt != nil {
-		c.ExpiresAt = optional[string]{Set: true, V: *req.ExpiresAt}
+		c.ExpiresAt = Optional[string]{Set: true, V: *req.ExpiresAt}
 	}
 	return c
 }
 
 // empty reports whether c changes nothing.
-func (c keyChange) empty() bool {
+func (c KeyChange) empty() bool {
 	return !c.Name.Set && !c.TotalCap.Set && !c.PeriodCap.Set && !c.PeriodSeconds.Set && !c.ExpiresAt.Set &&
 		!c.Models.Set && !c.RatePerMinute.Set && !c.TokensPerMinute.Set
 }
 
 // applyKey checks c and applies it to k: the one check of a key's fields,
 // for creation and for PATCH. On error k may be partly changed.
-func (h *Handler) applyKey(k *store.APIKey, c keyChange) error {
+func (h *Handler) applyKey(k *store.APIKey, c KeyChange) error {
 	if c.Name.Set {
 		if len(c.Name.V) > store.MaxKeyName || !printableASCII(c.Name.V) {
 			return badRequest("invalid_name", fmt.Sprintf("name must be up to %d printable ASCII characters", store.MaxKeyName))
@@ -549,23 +561,41 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, id string) e
 	if err != nil {
 		return err
 	}
-	if !store.ValidID(id) {
-		return badRequest("invalid_key_id", "not a key id")
-	}
-	k, err := h.st.RevokeKey(r.Context(), owner, id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return &httpError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "key_not_found", Message: "this account has no key with this id"}
-	case err != nil:
+	k, err := h.RevokeKey(r.Context(), owner, id)
+	if err != nil {
 		return err
 	}
-	h.keyChanged(k.Hash)
-	h.log.InfoContext(r.Context(), "revoked API key", "account", owner, "key_id", id)
 	writeJSON(w, http.StatusOK, viewOf(k))
 	return nil
 }
 
-// updateKey changes the limits of the owner's key (keyChange says how).
+// RevokeKey revokes owner's key id. Another account's key, like a key that
+// does not exist, is a 404 *RequestError: an account cannot tell the two
+// apart.
+func (h *Handler) RevokeKey(ctx context.Context, owner, id string) (store.APIKey, error) {
+	if !store.ValidID(id) {
+		return store.APIKey{}, badRequest("invalid_key_id", "not a key id")
+	}
+	k, err := h.st.RevokeKey(ctx, owner, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.APIKey{}, errKeyNotFound
+	case err != nil:
+		return store.APIKey{}, err
+	}
+	h.keyChanged(k.Hash)
+	h.log.InfoContext(ctx, "revoked API key", "account", owner, "key_id", id)
+	return k, nil
+}
+
+// Keys returns owner's keys, revoked ones too.
+func (h *Handler) Keys(ctx context.Context, owner string) ([]store.APIKey, error) {
+	return h.st.KeysByOwner(ctx, owner)
+}
+
+var errKeyNotFound = &RequestError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "key_not_found", Message: "this account has no key with this id"}
+
+// updateKey changes the limits of the owner's key (KeyChange says how).
 //
 // A lowered cap or rate binds on every replica at the key's next call, with
 // no message between replicas: each call reads its key from the store, a
@@ -590,53 +620,65 @@ func (h *Handler) updateKey(w http.ResponseWriter, r *http.Request, id string) e
 	if err != nil {
 		return err
 	}
-	var c keyChange
+	var c KeyChange
 	if err := decodeStrict(b, &c); err != nil {
 		return err
 	}
-	if c.empty() {
-		return badRequest("nothing_to_change", "the body names no field to change")
+	k, err := h.ChangeKey(r.Context(), owner, id, c)
+	if err != nil {
+		return err
 	}
-	notFound := &httpError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "key_not_found", Message: "this account has no key with this id"}
-	revoked := &httpError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "key_revoked", Message: "this key is revoked: its limits can no longer change"}
+	writeJSON(w, http.StatusOK, viewOf(k))
+	return nil
+}
+
+// ChangeKey applies c to owner's key id (see updateKey) and returns the key
+// as stored. A refusal is a *RequestError whose message is safe to show.
+func (h *Handler) ChangeKey(ctx context.Context, owner, id string, c KeyChange) (store.APIKey, error) {
+	if !store.ValidID(id) {
+		return store.APIKey{}, badRequest("invalid_key_id", "not a key id")
+	}
+	if c.empty() {
+		return store.APIKey{}, badRequest("nothing_to_change", "the body names no field to change")
+	}
+	revoked := &RequestError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "key_revoked", Message: "this key is revoked: its limits can no longer change"}
 	var k store.APIKey
 	// The change applies to the key as it is when written: a change that
 	// raced it in is read again and kept, not overwritten.
 	for attempt := 0; ; attempt++ {
-		keys, err := h.st.KeysByOwner(r.Context(), owner)
+		keys, err := h.st.KeysByOwner(ctx, owner)
 		if err != nil {
-			return err
+			return store.APIKey{}, err
 		}
 		i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == id })
 		switch {
 		case i < 0:
-			return notFound
+			return store.APIKey{}, errKeyNotFound
 		case keys[i].Revoked():
-			return revoked
+			return store.APIKey{}, revoked
 		}
 		from := keys[i]
 		k = from
 		if err := h.applyKey(&k, c); err != nil {
-			return err
+			return store.APIKey{}, err
 		}
-		k, err = h.st.UpdateKey(r.Context(), owner, id, from, k)
+		k, err = h.st.UpdateKey(ctx, owner, id, from, k)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return notFound
+			return store.APIKey{}, errKeyNotFound
 		case errors.Is(err, store.ErrConflict) && attempt < maxUpdateAttempts-1:
 			continue // revoked or changed since it was read: read it again
 		case errors.Is(err, store.ErrConflict):
-			return &httpError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "key_busy",
+			return store.APIKey{}, &RequestError{Status: http.StatusConflict, Type: "invalid_request_error", Code: "key_busy",
 				Message: "this key kept changing while this change was applied; nothing was changed, retry"}
 		case err != nil:
-			return err
+			return store.APIKey{}, err
 		}
 		break
 	}
 	h.keyChanged(k.Hash)
-	h.log.InfoContext(r.Context(), "updated API key", "account", owner, "key_id", id)
-	writeJSON(w, http.StatusOK, viewOf(k))
-	return nil
+	h.log.InfoContext(ctx, "updated API key", "account", owner, "key_id", id)
+	return k, nil
 }
 
 func (h *Handler) keyChanged(hash string) {
@@ -652,14 +694,14 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, wantJSON bool
 	if wantJSON {
 		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || mt != "application/json" {
-			return nil, &httpError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+			return nil, &RequestError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
 				Message: "Content-Type must be application/json"}
 		}
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, &httpError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			return nil, &RequestError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 				Message: fmt.Sprintf("the body is over %d bytes", limit)}
 		}
 		return nil, badRequest("invalid_request", "the request body could not be read")

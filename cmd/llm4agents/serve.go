@@ -28,6 +28,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
+	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
@@ -210,6 +211,14 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		g.closers = append(g.closers, stop)
 		receiptLog = l
 	}
+	var settlements store.Settlements
+	if g.facilitator != nil {
+		settlements = db
+	}
+	dash, err := buildDashboard(cfg, cred, settlements, metrics, receiptLog, log)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
 	srv, err := gateway.New(gateway.Config{
 		PublicURL: cfg.PublicURL, Network: cfg.Network.ID, Asset: asset.Hex(),
 		AssetName: cfg.Network.AssetName, AssetVersion: cfg.Network.AssetVersion, Decimals: cfg.Network.Decimals,
@@ -218,7 +227,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
 		RecoveryTTL: cfg.Limits.RecoveryTTL, RecoveryReplays: cfg.Limits.RecoveryReplays,
 		ClaimLease: cfg.ClaimLease(), Owner: owner, Models: models, Metrics: metrics,
-		Credits: cred, Upto: upto, Log: receiptLog,
+		Credits: cred, Upto: upto, Log: receiptLog, Dashboard: dash,
 		Unpaid: gateway.UnpaidLimits{PerMinute: cfg.Limits.UnpaidRate(), Burst: cfg.Limits.UnpaidBurst,
 			TrustedProxies: cfg.Limits.TrustedProxyPrefixes()},
 	}, fac, db, log)

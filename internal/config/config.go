@@ -57,6 +57,8 @@ type Config struct {
 	Receipts Receipts `yaml:"receipts"`
 	// Log turns on the public receipt log (receiptlog.go); off by default.
 	Log ReceiptLog `yaml:"log"`
+	// Dashboard is the web dashboard (dashboard.go); on by default.
+	Dashboard Dashboard `yaml:"dashboard"`
 
 	// demo marks the embedded demo configuration, whose chain and facilitator
 	// signer are in-process: it needs no RPC URL and no key source.
@@ -630,6 +632,7 @@ func (c *Config) validate() problems {
 	c.validateModels(&p)
 	c.validateCredits(&p)
 	c.validateReceipts(&p)
+	c.validateDashboard(&p)
 	c.validateLog(&p)
 	c.validateAnchor(&p)
 	return p

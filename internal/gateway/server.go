@@ -115,6 +115,9 @@ type Config struct {
 	// Log is the public receipt log (D30): every receipt's leaf is queued in
 	// it with the receipt, and /log/ serves it. nil keeps no log.
 	Log *receiptlog.Log
+	// Dashboard, when set, serves /dashboard and the pages under it
+	// (internal/dashboard).
+	Dashboard http.Handler
 }
 
 // Upto is how the gateway sells with the upto scheme: the buyer authorizes
@@ -312,6 +315,10 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 		s.mux.Handle("GET /log/checkpoint", s.handle("log_checkpoint", s.getCheckpoint))
 		s.mux.Handle("GET /log/tile/{path...}", s.handle("log_tile", s.getTile))
 		s.mux.Handle("GET /log/anchors", s.handle("log_anchors", s.getAnchors))
+	}
+	if cfg.Dashboard != nil {
+		s.mux.Handle("/dashboard", cfg.Dashboard)
+		s.mux.Handle("/dashboard/", cfg.Dashboard)
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writePlain(w, "ok\n") })
 	s.mux.Handle("GET /readyz", s.handle("readyz", s.readyz))

@@ -1,0 +1,307 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// The operator's view reads only what the gateway already keeps: the
+// settlement records of its facilitator, its metrics registry and its
+// receipt log. It holds no numbers of its own.
+
+// settlementsRead bounds the settlement records one operator page reads.
+const settlementsRead = store.MaxRecentPage
+
+// settlementTx returns the transaction that settled an x402 payment, or ""
+// when it is not known here (a remote facilitator, or not settled yet).
+func (h *Handler) settlementTx(ctx context.Context, network string, payer common.Address, nonce common.Hash) string {
+	if h.cfg.Settlements == nil || network == "" {
+		return ""
+	}
+	s, err := h.cfg.Settlements.Settlement(ctx, exact.Key(network, h.cfg.Asset, payer, nonce))
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			h.log.WarnContext(ctx, "read settlement", "err", err)
+		}
+		return ""
+	}
+	if s.State != store.StateSettled {
+		return ""
+	}
+	return s.TxHash
+}
+
+func (h *Handler) txURL(hash string) string {
+	if hash == "" || h.cfg.TxURL == "" {
+		return ""
+	}
+	return strings.ReplaceAll(h.cfg.TxURL, "%s", hash)
+}
+
+type outcomeRow struct {
+	Outcome string
+	Count   int64
+	Kind    string // "paid", "refused" or "failed": how the page colours it
+}
+
+type settlementRow struct {
+	When    time.Time
+	Payer   string
+	Amount  string
+	State   string
+	Reorg   string
+	TxHash  string
+	TxURL   string
+	Problem string
+}
+
+type payerRow struct {
+	Payer    string
+	Payments int
+	Amount   string
+	amount   *big.Int
+}
+
+type modelRow struct {
+	Model string
+	Calls int64
+}
+
+type operatorBody struct {
+	Symbol string
+	// Settlements of the last day (in-process facilitator only).
+	HasSettlements bool
+	Revenue24h     string
+	Settled        int
+	Bars           []bar
+	ChartMax       string
+	ChartW, ChartH int
+	Pending        []settlementRow
+	Recent         []settlementRow
+	TopPayers      []payerRow
+	// From the metrics.
+	HasMetrics  bool
+	Payments    []outcomeRow
+	CreditCalls []outcomeRow
+	TopUps      []outcomeRow
+	Models      []modelRow
+	Signer      string
+	SignerGas   string
+	SignerLow   bool
+	// The receipt log.
+	HasLog        bool
+	LogSize       string
+	LogAnchor     string
+	LogAnchorTx   string
+	LogAnchorURL  string
+	LogAnchorWhen time.Time
+	LogProblem    string
+}
+
+// operator builds the operator's page: admins only; anyone else gets the
+// answer of a page that does not exist.
+func (h *Handler) operator(ctx context.Context, a account) (string, view, error) {
+	if !a.Admin {
+		return "", view{}, errNotFound
+	}
+	b := operatorBody{Symbol: h.cfg.AssetSymbol, ChartW: 560, ChartH: 140}
+	if err := h.settlements(ctx, &b); err != nil {
+		return "", view{}, err
+	}
+	if h.cfg.Metrics != nil {
+		if err := h.metrics(&b); err != nil {
+			return "", view{}, err
+		}
+	}
+	if h.cfg.ReceiptLog != nil {
+		h.logState(ctx, &b)
+	}
+	return "operator", view{Title: "Operator", Body: b}, nil
+}
+
+func (h *Handler) settlements(ctx context.Context, b *operatorBody) error {
+	if h.cfg.Settlements == nil {
+		return nil
+	}
+	b.HasSettlements = true
+	now := h.cfg.Now().UTC()
+	recent, err := h.cfg.Settlements.RecentSettlements(ctx, now.Add(-24*time.Hour), settlementsRead)
+	if err != nil {
+		return fmt.Errorf("read recent settlements: %w", err)
+	}
+	pending, err := h.cfg.Settlements.UnresolvedSettlements(ctx, 50)
+	if err != nil {
+		return fmt.Errorf("read pending settlements: %w", err)
+	}
+	hours := make([]*big.Int, 24)
+	for i := range hours {
+		hours[i] = new(big.Int)
+	}
+	total := new(big.Int)
+	payers := map[string]*payerRow{}
+	slices.SortFunc(recent, func(x, y store.Settlement) int { return y.UpdatedAt.Compare(x.UpdatedAt) })
+	for _, s := range recent {
+		amt, ok := new(big.Int).SetString(s.Amount, 10)
+		if !ok {
+			continue
+		}
+		if s.State == store.StateSettled && s.Reorg != store.ReorgLost {
+			b.Settled++
+			total.Add(total, amt)
+			if i := int(now.Sub(s.UpdatedAt) / time.Hour); i >= 0 && i < 24 {
+				hours[23-i].Add(hours[23-i], amt)
+			}
+			p := payers[s.Payer]
+			if p == nil {
+				p = &payerRow{Payer: s.Payer, amount: new(big.Int)}
+				payers[s.Payer] = p
+			}
+			p.Payments++
+			p.amount.Add(p.amount, amt)
+		}
+		if len(b.Recent) < 20 {
+			b.Recent = append(b.Recent, h.settlementRow(s, amt))
+		}
+	}
+	for _, s := range pending {
+		amt, _ := new(big.Int).SetString(s.Amount, 10)
+		b.Pending = append(b.Pending, h.settlementRow(s, amt))
+	}
+	b.Revenue24h = h.amount(total)
+	for _, p := range payers {
+		p.Amount = h.amount(p.amount)
+		b.TopPayers = append(b.TopPayers, *p)
+	}
+	slices.SortFunc(b.TopPayers, func(x, y payerRow) int { return y.amount.Cmp(x.amount) })
+	b.TopPayers = b.TopPayers[:min(len(b.TopPayers), 10)]
+	b.Bars, b.ChartMax = hourBars(hours, now, b.ChartW, b.ChartH, h.amount)
+	return nil
+}
+
+func (h *Handler) settlementRow(s store.Settlement, amt *big.Int) settlementRow {
+	return settlementRow{When: s.UpdatedAt, Payer: s.Payer, Amount: h.amount(amt), State: string(s.State), Reorg: string(s.Reorg),
+		TxHash: s.TxHash, TxURL: h.txURL(s.TxHash), Problem: s.Reason}
+}
+
+// hourBars is bars for the last 24 hours, labelled by hour.
+func hourBars(hours []*big.Int, now time.Time, width, height int, label func(*big.Int) string) ([]bar, string) {
+	bs, peak := bars(hours, now, width, height, label)
+	for i := range bs {
+		bs[i].Day = now.Add(time.Duration(i-len(hours)+1) * time.Hour).Format("15:00")
+		bs[i].ShowDayLabel = i%4 == 3
+	}
+	return bs, peak
+}
+
+// outcome kinds: how the operator should read an outcome of the payment
+// counters.
+var paidOutcomes = map[string]bool{"settled": true, "recovered": true, "replayed_promoted": true, "charged": true, "credited": true, "presented_again": true}
+var failedOutcomes = map[string]bool{"failed": true, "unresolved": true, "store_down": true, "delivered_unpaid": true, "error": true,
+	"unbilled": true, "loss": true, "charged_no_receipt": true, "pending": true}
+
+func kind(outcome string) string {
+	switch {
+	case paidOutcomes[outcome]:
+		return "paid"
+	case failedOutcomes[outcome]:
+		return "failed"
+	}
+	return "refused"
+}
+
+func (h *Handler) metrics(b *operatorBody) error {
+	fams, err := h.cfg.Metrics.Gather()
+	if err != nil {
+		return fmt.Errorf("gather metrics: %w", err)
+	}
+	b.HasMetrics = true
+	for _, f := range fams {
+		switch f.GetName() {
+		case "llm4agents_payments_total":
+			b.Payments = outcomes(f)
+		case "llm4agents_credit_calls_total":
+			b.CreditCalls = outcomes(f)
+		case "llm4agents_topups_total":
+			b.TopUps = outcomes(f)
+		case "llm4agents_upstream_duration_seconds":
+			for _, m := range f.GetMetric() {
+				b.Models = append(b.Models, modelRow{Model: label(m, "model"), Calls: int64(m.GetHistogram().GetSampleCount())}) // #nosec G115 -- a count
+			}
+			slices.SortFunc(b.Models, func(x, y modelRow) int { return int(y.Calls - x.Calls) })
+		case "llm4agents_signer_balance_gwei":
+			for _, m := range f.GetMetric() {
+				b.Signer = label(m, "signer")
+				gwei := int64(m.GetGauge().GetValue())
+				if gwei < 0 {
+					b.SignerGas, b.SignerLow = "unknown (the node did not answer)", true
+					continue
+				}
+				b.SignerGas = gweiAsETH(gwei)
+				b.SignerLow = gwei < h.cfg.SignerLowGwei
+			}
+		}
+	}
+	return nil
+}
+
+// gweiAsETH writes a gwei amount as ETH with nine decimals, trailing zeros
+// dropped.
+func gweiAsETH(gwei int64) string {
+	s := fmt.Sprintf("%d.%09d", gwei/1_000_000_000, gwei%1_000_000_000)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + " ETH"
+}
+
+func outcomes(f *dto.MetricFamily) []outcomeRow {
+	var out []outcomeRow
+	for _, m := range f.GetMetric() {
+		o := label(m, "outcome")
+		out = append(out, outcomeRow{Outcome: o, Count: int64(m.GetCounter().GetValue()), Kind: kind(o)})
+	}
+	slices.SortFunc(out, func(x, y outcomeRow) int { return int(y.Count - x.Count) })
+	return out
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func (h *Handler) logState(ctx context.Context, b *operatorBody) {
+	b.HasLog = true
+	cp, err := h.cfg.ReceiptLog.Checkpoint(ctx)
+	if err != nil {
+		h.log.WarnContext(ctx, "read log checkpoint", "err", err)
+		b.LogProblem = "the log's checkpoint could not be read"
+		return
+	}
+	// A checkpoint note starts origin, size, root hash, one per line.
+	if lines := strings.SplitN(string(cp), "\n", 3); len(lines) == 3 {
+		if n, err := strconv.ParseInt(lines[1], 10, 64); err == nil {
+			b.LogSize = strconv.FormatInt(n, 10)
+		}
+	}
+	as, err := h.cfg.ReceiptLog.Anchors(ctx, 1)
+	if err != nil || len(as) == 0 {
+		return // the log is not anchored, or not yet
+	}
+	a := as[0]
+	b.LogAnchor, b.LogAnchorTx, b.LogAnchorWhen = strconv.FormatInt(a.Size, 10), a.Transaction.Hex(), a.SentAt
+	b.LogAnchorURL = h.txURL(b.LogAnchorTx)
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/services.sh: make sure PostgreSQL (127.0.0.1:5432, trust, database
-# `test`) and Redis (127.0.0.1:6379) answer. Where they run, it only checks;
+# `test`) and Redis (127.0.0.1:6379) answer, and that Chromium is installed. Where they run, it only checks;
 # where they are stopped, it starts them; where they are missing, it installs
 # them from Debian and configures them (docs/DESIGN.md D25). Needs root for the last
 # two.
@@ -16,6 +16,14 @@ apt_install() {
 	if [ -z "$apt_updated" ]; then apt-get update -qq; apt_updated=1; fi
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
+
+# Headless Chromium for the dashboard's browser test (cmd/llm4agents
+# TestDashboardInBrowser), like the servers: installed from Debian when
+# missing.
+if ! command -v chromium >/dev/null 2>&1; then
+	log "installing Chromium (the dashboard's browser tests)"
+	apt_install chromium
+fi
 
 if ! command -v pg_ctlcluster >/dev/null 2>&1; then
 	log "installing PostgreSQL"

@@ -20,19 +20,7 @@ func TestDemoServe(t *testing.T) {
 	addr := freeLoopbackAddr(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	var out, errOut syncBuffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"demo", "--serve", addr}, envMap(nil), &out, &errOut) }()
-
-	for !strings.Contains(out.String(), "10. still serving") {
-		select {
-		case err := <-done:
-			t.Fatalf("demo --serve ended before serving: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
-		case <-ctx.Done():
-			t.Fatalf("demo --serve never said it was serving\nstdout:\n%s", out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	out, errOut, done := startDemo(t, ctx, addr)
 	keyFile := demoKeyFile()
 	for _, want := range []string{"http://" + addr, "pay --key-file " + keyFile, "chat --key-file " + keyFile} {
 		if !strings.Contains(out.String(), want) {
@@ -98,6 +86,25 @@ func TestDemoServe(t *testing.T) {
 	if _, err := os.Stat(keyFile); !os.IsNotExist(err) {
 		t.Errorf("key file %s still there after the demo stopped (%v)", keyFile, err)
 	}
+}
+
+// startDemo runs `demo --serve addr` until ctx ends and returns once it
+// serves: its stdout and stderr, and the channel its end is sent on.
+func startDemo(t *testing.T, ctx context.Context, addr string) (stdout, stderr *syncBuffer, done <-chan error) {
+	t.Helper()
+	var out, errOut syncBuffer
+	ended := make(chan error, 1)
+	go func() { ended <- run(ctx, []string{"demo", "--serve", addr}, envMap(nil), &out, &errOut) }()
+	for !strings.Contains(out.String(), "10. still serving") {
+		select {
+		case err := <-ended:
+			t.Fatalf("demo --serve ended before serving: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+		case <-ctx.Done():
+			t.Fatalf("demo --serve never said it was serving\nstdout:\n%s", out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return &out, &errOut, ended
 }
 
 func freeLoopbackAddr(t *testing.T) string {

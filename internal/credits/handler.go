@@ -221,6 +221,11 @@ type verifyResponse struct {
 }
 
 func (h *Handler) verify(w http.ResponseWriter, r *http.Request) error {
+	// A sign-in may cost an eth_call (a contract wallet's EIP-1271 check):
+	// attempts are bounded per replica as nonces are.
+	if !h.nonces.take("verify", h.NoncesPerMinute, h.Now()) {
+		return &RequestError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limited", Message: "too many sign-in attempts; retry in a few seconds"}
+	}
 	b, err := readBody(w, r, maxVerifyBody, true)
 	if err != nil {
 		return err

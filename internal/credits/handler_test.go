@@ -385,6 +385,16 @@ func TestHandlerNonceRate(t *testing.T) {
 	if status, _, body := s.do(http.MethodPost, PathNonce, "", "", nil); status != http.StatusTooManyRequests || errorCode(t, body) != "rate_limited" {
 		t.Errorf("4th nonce: %d %s", status, body)
 	}
+	// Sign-in attempts have their own bound: the nonces spent above do not
+	// count against them.
+	for i := range 3 {
+		if status, _, body := s.do(http.MethodPost, PathVerify, "application/json", `{"message":"x","signature":"0x00"}`, nil); status != http.StatusBadRequest {
+			t.Fatalf("verify %d: %d %s", i, status, body)
+		}
+	}
+	if status, _, body := s.do(http.MethodPost, PathVerify, "application/json", `{"message":"x","signature":"0x00"}`, nil); status != http.StatusTooManyRequests || errorCode(t, body) != "rate_limited" {
+		t.Errorf("4th sign-in attempt: %d %s", status, body)
+	}
 }
 
 func TestHandlerUpdateKey(t *testing.T) {

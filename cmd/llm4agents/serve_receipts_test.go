@@ -106,5 +106,11 @@ func testServeReceipts(t *testing.T, tt *testToken, dsn string) {
 	if out, errOut, err := runBounded(t, time.Minute, []string{"log", "audit", "--url", proc.url}, envMap(nil)); err != nil || !strings.Contains(out, "exact") {
 		t.Errorf("log audit: %v\n%s\n%s", err, out, errOut)
 	}
+	// The dashboard, from the same YAML: the payer signs in with the
+	// wallet and sees the call, checked; no key or credit section.
+	page := dashboardPage(t, proc.url, testchain.DevKey(serveBuyer))
+	if !strings.Contains(page, `data-request-id=`) || !strings.Contains(page, "signed · in log") || strings.Contains(page, `id="create-key"`) {
+		t.Errorf("the dashboard of a gateway with receipts and no credits:\n%s", page)
+	}
 	assertNoSecret(t, "stderr", proc.stderr.String(), receiptHex, signerKeyHex)
 }

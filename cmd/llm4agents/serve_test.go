@@ -439,6 +439,13 @@ func TestServeEndToEnd(t *testing.T) {
 				}
 			})
 
+			t.Run("dashboard without sign-in", func(t *testing.T) {
+				status, body := getURL(t, base+"/dashboard")
+				if status != http.StatusNotFound || !strings.Contains(string(body), "receipts.enabled") {
+					t.Errorf("GET /dashboard without receipts: %d %s, want a 404 that says how to turn it on", status, body)
+				}
+			})
+
 			t.Run("health and metrics", func(t *testing.T) {
 				for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 					resp, err := http.Get(base + p)

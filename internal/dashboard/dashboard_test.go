@@ -65,12 +65,7 @@ func TestSessionCookie(t *testing.T) {
 
 func TestKeysCreateShowOnceRevoke(t *testing.T) {
 	f := newFixture(t, nil)
-	buyer, _ := crypto.GenerateKey()
-	owner := strings.ToLower(crypto.PubkeyToAddress(buyer.PublicKey).Hex())
-	b := f.browser(t)
-	b.signIn(buyer)
-	_, page := b.get(Path)
-	token := csrfToken(t, page)
+	b, owner, token := f.signedIn(t)
 
 	status, page := b.postForm(Path+"/keys", url.Values{"csrf": {token}, "name": {"agent one"}, "total_cap": {"2.5"}, "daily_cap": {"0.5"},
 		"expires_days": {"30"}, "models": {"gpt-test, demo"}, "rate": {"60"}})
@@ -334,12 +329,7 @@ func TestSignInRefusals(t *testing.T) {
 
 func TestFormInputRefused(t *testing.T) {
 	f := newFixture(t, nil)
-	buyer, _ := crypto.GenerateKey()
-	owner := strings.ToLower(crypto.PubkeyToAddress(buyer.PublicKey).Hex())
-	b := f.browser(t)
-	b.signIn(buyer)
-	_, page := b.get(Path)
-	token := csrfToken(t, page)
+	b, owner, token := f.signedIn(t)
 	for _, tc := range []struct {
 		name string
 		form url.Values

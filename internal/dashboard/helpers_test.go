@@ -180,6 +180,17 @@ func (b *browser) signIn(key *ecdsa.PrivateKey) {
 	}
 }
 
+// signedIn returns a browser signed in as a new account, the account, and
+// the CSRF token of its session.
+func (f *fixture) signedIn(t *testing.T) (b *browser, owner, token string) {
+	t.Helper()
+	key, _ := crypto.GenerateKey()
+	b = f.browser(t)
+	b.signIn(key)
+	_, page := b.get(Path)
+	return b, strings.ToLower(crypto.PubkeyToAddress(key.PublicKey).Hex()), csrfToken(t, page)
+}
+
 // csrfToken reads the CSRF token from a page.
 func csrfToken(t *testing.T, page string) string {
 	t.Helper()

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,7 +48,6 @@ func chromium(t *testing.T) string {
 // signatures as it would ask a browser wallet, through a function the test
 // exposes to the page.
 type testWallet struct {
-	mu  sync.Mutex
 	key *ecdsa.PrivateKey
 }
 
@@ -64,18 +62,10 @@ type walletRequest struct {
 	Params []string `json:"params"`
 }
 
-func (w *testWallet) use(key *ecdsa.PrivateKey) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.key = key
-}
-
 // answer serves one request of the page: eth_requestAccounts and
 // personal_sign.
 func (w *testWallet) answer(_ context.Context, req walletRequest) (any, error) {
-	w.mu.Lock()
 	key := w.key
-	w.mu.Unlock()
 	addr := crypto.PubkeyToAddress(key.PublicKey)
 	switch req.Method {
 	case "eth_requestAccounts", "eth_accounts":
@@ -112,8 +102,8 @@ func (w *testWallet) install(ctx context.Context) error {
 // the demo's real gateway on the simulated chain: the buyer signs in with a
 // wallet (through the page's own script), sees the demo's paid calls,
 // creates a key, pays two calls with it, sees them appear, revokes the key
-// and sees the next call refused; then the operator signs in and sees the
-// operator view. Each view is saved as a screenshot.
+// and sees the next call refused; then the operator signs in with the
+// demo's no-wallet button and sees the operator view. Each view is saved as a screenshot.
 func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo and a browser")
@@ -223,16 +213,20 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("a call with the revoked key: %d %s, want 401", status, body)
 	}
 
-	wallet.use(devchain.Key(demoPayTo))
+	// The operator signs in with the demo's own button (the server holds the
+	// demo's dev keys), no wallet involved.
 	do("the operator",
 		chromedp.Click(chromedp.ID("logout")),
 		chromedp.WaitVisible(chromedp.ID("signin")),
-		chromedp.Click(chromedp.ID("signin")),
+		chromedp.Click(chromedp.ID("demo-signin-1")),
 		chromedp.WaitVisible(chromedp.ID("nav-operator")),
 		chromedp.Click(chromedp.ID("nav-operator")),
 		chromedp.WaitVisible(chromedp.ID("revenue")),
 		shot("dashboard-operator.png"),
 	)
+	if account := attr("#account", "title"); account != strings.ToLower(devchain.Address(demoPayTo).Hex()) {
+		t.Errorf("the demo's operator button signed in %q, want pay_to", account)
+	}
 	if revenue := text("#revenue"); !strings.HasSuffix(revenue, "USDC") || strings.HasPrefix(revenue, "0 ") {
 		t.Errorf("the operator's revenue reads %q, want the demo's payments", revenue)
 	}

@@ -474,7 +474,7 @@ func keepServing(ctx context.Context, out io.Writer, publicURL string, token com
 	printf(out, "10. still serving at %s until Ctrl-C; the buyer's wallet key (a dev key, worthless) is in %s. Try:\n", publicURL, path)
 	printf(out, "   llm4agents pay --key-file %s --asset %s -d '{\"model\":\"demo\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' %s/v1/chat/completions\n", path, asset, publicURL)
 	printf(out, "   llm4agents chat --key-file %s --asset %s --url %s\n", path, asset, publicURL)
-	printf(out, "   dashboard: %s/dashboard (sign in with a browser wallet that holds the buyer's dev key to see its calls, keys and receipts)\n", publicURL)
+	printf(out, "   dashboard: %s/dashboard (sign in as the demo buyer or operator, no browser wallet needed, to see the calls, keys and receipts)\n", publicURL)
 	select {
 	case <-ctx.Done():
 		return false, nil

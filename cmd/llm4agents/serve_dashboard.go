@@ -8,6 +8,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/dashboard"
+	"github.com/llm4agents/llm4agents/internal/devchain"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
@@ -57,6 +58,14 @@ func buildDashboard(cfg *config.Config, cred *gateway.Credits, settlements store
 			dc.ReceiptLog = rl
 		} else {
 			dc.Verify = dashboard.NewVerifier(cred.Signer.Address(), cred.Signer.Domain(), nil, nil)
+		}
+	}
+	if cfg.IsDemo() {
+		// The demo's wallets are public dev keys of its in-process chain:
+		// its dashboard signs in as them without a browser wallet.
+		dc.DemoAccounts = []dashboard.DemoAccount{
+			{Label: "the demo buyer", Key: devchain.Key(demoBuyer)},
+			{Label: "the demo operator (pay_to)", Key: devchain.Key(demoPayTo)},
 		}
 	}
 	return dashboard.New(dc)

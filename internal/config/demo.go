@@ -49,3 +49,7 @@ func Demo() *Config {
 	c.SetDefaults()
 	return c
 }
+
+// IsDemo reports whether c is the embedded demo configuration (Demo), whose
+// chain, keys and facilitator signer live in the process.
+func (c *Config) IsDemo() bool { return c.demo }

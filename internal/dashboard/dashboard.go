@@ -16,6 +16,7 @@ package dashboard
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/hmac"
 	"crypto/sha256"
 	"embed"
@@ -126,6 +127,13 @@ type Config struct {
 	Network string
 	TxURL   string
 
+	// DemoAccounts are wallets whose keys the gateway itself holds: the
+	// public dev keys of `demo`'s simulated chain. The sign-in page offers
+	// to sign in as each of them without a browser wallet, so that someone
+	// trying the demo sees their calls at once. Only `demo` sets them,
+	// never `serve`.
+	DemoAccounts []DemoAccount
+
 	// SignInsPerMinute bounds the sign-in attempts (nonces and
 	// signatures) this replica takes per minute; 0 means 600.
 	SignInsPerMinute int
@@ -133,6 +141,12 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+}
+
+// DemoAccount is a wallet of the demo the server signs in for.
+type DemoAccount struct {
+	Label string // e.g. "the demo buyer"
+	Key   *ecdsa.PrivateKey
 }
 
 // Handler serves the dashboard. Create it with New.
@@ -203,6 +217,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST "+Path+"/nonce", h.api(h.nonce))
 	m.HandleFunc("POST "+Path+"/signin", h.api(h.signIn))
 	m.HandleFunc("POST "+Path+"/logout", h.form(h.logout))
+	if len(h.cfg.DemoAccounts) > 0 {
+		m.HandleFunc("POST "+Path+"/demo-signin", h.demoSignIn)
+	}
 	m.HandleFunc("POST "+Path+"/keys", h.form(h.createKey))
 	m.HandleFunc("POST "+Path+"/keys/{id}/revoke", h.form(h.revokeKey))
 	m.HandleFunc("POST "+Path+"/keys/{id}/limits", h.form(h.changeKey))

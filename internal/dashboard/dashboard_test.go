@@ -389,3 +389,44 @@ func between(s, from, to string) string {
 func jsonBody(message, sig string) string {
 	return `{"message":` + strconvQuote(message) + `,"signature":"` + sig + `"}`
 }
+
+// TestDemoSignIn: the demo's accounts sign in without a wallet, only when
+// configured, only from the dashboard's page.
+func TestDemoSignIn(t *testing.T) {
+	demoKey, _ := crypto.GenerateKey()
+	f := newFixture(t, func(c *Config) { c.DemoAccounts = []DemoAccount{{Label: "the demo buyer", Key: demoKey}} })
+	b := f.browser(t)
+	if _, page := b.get(Path); !strings.Contains(page, `id="demo-signin-0"`) || !strings.Contains(page, "Sign in as the demo buyer") {
+		t.Fatal("the sign-in page offers no demo account")
+	}
+	for _, tc := range []struct {
+		name, origin, account string
+		want                  int
+	}{
+		{"another origin", "https://evil.example", "0", http.StatusForbidden},
+		{"no such account", f.origin, "1", http.StatusNotFound},
+		{"not a number", f.origin, "x", http.StatusNotFound},
+	} {
+		b.origin = tc.origin
+		if status, _ := b.postForm(Path+"/demo-signin", url.Values{"account": {tc.account}}); status != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, status, tc.want)
+		}
+	}
+	b.origin = f.origin
+	if status, _ := b.postForm(Path+"/demo-signin", url.Values{"account": {"0"}}); status != http.StatusSeeOther {
+		t.Fatalf("demo sign-in: %d", status)
+	}
+	if _, page := b.get(Path); !strings.Contains(page, strings.ToLower(crypto.PubkeyToAddress(demoKey.PublicKey).Hex())) {
+		t.Error("the demo sign-in did not sign in the demo account")
+	}
+
+	// A gateway that is not the demo has no such route.
+	plain := newFixture(t, nil)
+	pb := plain.browser(t)
+	if _, page := pb.get(Path); strings.Contains(page, "demo-signin") {
+		t.Error("a gateway without demo accounts offers them")
+	}
+	if status, _ := pb.postForm(Path+"/demo-signin", url.Values{"account": {"0"}}); status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+		t.Errorf("demo sign-in on a plain gateway: %d", status)
+	}
+}

@@ -60,6 +60,18 @@ type view struct {
 	Body            any
 }
 
+type signInBody struct {
+	Demo []string // labels of the demo's accounts, by index
+}
+
+func (h *Handler) signInBody() signInBody {
+	var b signInBody
+	for _, a := range h.cfg.DemoAccounts {
+		b.Demo = append(b.Demo, a.Label)
+	}
+	return b
+}
+
 type errorPage struct {
 	Title, Message string
 }
@@ -113,7 +125,7 @@ func (h *Handler) page(build func(ctx context.Context, a account) (string, view,
 			h.fail(w, r, err)
 			return
 		case !ok:
-			h.render(w, r, http.StatusOK, "signin", view{Title: "Sign in"})
+			h.render(w, r, http.StatusOK, "signin", view{Title: "Sign in", Body: h.signInBody()})
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)

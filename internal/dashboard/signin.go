@@ -8,9 +8,12 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"github.com/ethereum/go-ethereum/accounts"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/llm4agents/llm4agents/internal/credits"
 )
@@ -100,17 +103,67 @@ func (h *Handler) nonce(w http.ResponseWriter, r *http.Request, body []byte) err
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
 	defer cancel()
-	nonce, _, err := h.cfg.Sessions.IssueNonce(ctx)
+	m, err := h.message(ctx, common.HexToAddress(req.Address))
 	if err != nil {
 		return err
 	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]string{"message": m})
+	return nil
+}
+
+// message writes the sign-in message for addr, with a new nonce.
+func (h *Handler) message(ctx context.Context, addr common.Address) (string, error) {
+	nonce, _, err := h.cfg.Sessions.IssueNonce(ctx)
+	if err != nil {
+		return "", err
+	}
 	m := credits.Message{
-		Domain: h.host, Address: common.HexToAddress(req.Address), Statement: signInStatement,
+		Domain: h.host, Address: addr, Statement: signInStatement,
 		URI: h.cfg.Origin, Version: "1", ChainID: h.cfg.ChainID, Nonce: nonce, IssuedAt: h.cfg.Now().UTC(),
 	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, map[string]string{"message": m.String()})
-	return nil
+	return m.String(), nil
+}
+
+// demoSignIn signs in as one of the demo's accounts: the server signs the
+// message with the account's dev key, and the sign-in checks it as any
+// other. A form post from the dashboard's own page, rate-limited.
+func (h *Handler) demoSignIn(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	i, err := strconv.Atoi(r.PostFormValue("account"))
+	switch {
+	case !h.sameOrigin(r):
+		h.render(w, r, http.StatusForbidden, "error", view{Title: "Refused", Body: errorPage{Title: "Refused", Message: "Sign in from the dashboard's own page."}})
+		return
+	case err != nil || i < 0 || i >= len(h.cfg.DemoAccounts):
+		h.notFound(w, r)
+		return
+	case !h.signIns.Allow():
+		w.Header().Set("Retry-After", "5")
+		h.render(w, r, http.StatusTooManyRequests, "error", view{Title: "Slow down", Body: errorPage{Title: "Slow down", Message: "Too many sign-in attempts; try again in a few seconds."}})
+		return
+	}
+	key := h.cfg.DemoAccounts[i].Key
+	ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
+	defer cancel()
+	text, err := h.message(ctx, crypto.PubkeyToAddress(key.PublicKey))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	sig, err := crypto.Sign(accounts.TextHash([]byte(text)), key)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	sig[64] += 27
+	token, s, err := h.cfg.Sessions.SignIn(ctx, text, sig)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.setSession(w, token, s.ExpiresAt)
+	http.Redirect(w, r, Path, http.StatusSeeOther)
 }
 
 // signIn checks the signed message and sets the session cookie.

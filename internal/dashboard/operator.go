@@ -96,6 +96,8 @@ type operatorBody struct {
 	Payments    []outcomeRow
 	CreditCalls []outcomeRow
 	TopUps      []outcomeRow
+	Reconciler  []outcomeRow // what the reconciler resolved, and what reorgs did
+	Anchors     []outcomeRow
 	Models      []modelRow
 	Signer      string
 	SignerGas   string
@@ -208,7 +210,7 @@ func hourBars(hours []*big.Int, now time.Time, width, height int, label func(*bi
 // outcome kinds: how the operator should read an outcome of the payment
 // counters.
 var paidOutcomes = map[string]bool{"settled": true, "recovered": true, "replayed_promoted": true, "charged": true, "credited": true, "presented_again": true}
-var failedOutcomes = map[string]bool{"failed": true, "unresolved": true, "store_down": true, "delivered_unpaid": true, "error": true,
+var failedOutcomes = map[string]bool{"failed_rounds": true, "reorg: lost": true, "reorg: dropped": true, "failed": true, "unresolved": true, "store_down": true, "delivered_unpaid": true, "error": true,
 	"unbilled": true, "loss": true, "charged_no_receipt": true, "pending": true}
 
 func kind(outcome string) string {
@@ -235,6 +237,17 @@ func (h *Handler) metrics(b *operatorBody) error {
 			b.CreditCalls = outcomes(f)
 		case "llm4agents_topups_total":
 			b.TopUps = outcomes(f)
+		case "llm4agents_facilitator_reconciled_total", "llm4agents_facilitator_reorgs_total":
+			prefix := ""
+			if f.GetName() == "llm4agents_facilitator_reorgs_total" {
+				prefix = "reorg: "
+			}
+			for _, o := range outcomes(f) {
+				o.Outcome = prefix + o.Outcome
+				b.Reconciler = append(b.Reconciler, o)
+			}
+		case "llm4agents_log_anchors_total":
+			b.Anchors = outcomes(f)
 		case "llm4agents_upstream_duration_seconds":
 			for _, m := range f.GetMetric() {
 				b.Models = append(b.Models, modelRow{Model: label(m, "model"), Calls: int64(m.GetHistogram().GetSampleCount())}) // #nosec G115 -- a count

@@ -16,6 +16,7 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/params"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/facilitator"
@@ -172,6 +173,13 @@ func TestResentByReplicaIsNotSentAgain(t *testing.T) {
 					if tc.settled {
 						if n, err := b.fac.Reconcile(ctx); err != nil || n != 1 {
 							t.Errorf("B's reconcile after the mining = %d, %v; want the record settled", n, err)
+						}
+						reg := prometheus.NewRegistry()
+						if err := b.fac.RegisterMetrics(reg); err != nil {
+							t.Fatal(err)
+						}
+						if got := counters(t, reg, "llm4agents_facilitator_reconciled_total"); got["resolved"] != 1 {
+							t.Errorf("reconciled counters %v, want resolved 1", got)
 						}
 					}
 				}}

@@ -30,6 +30,15 @@ import (
 // answer given or to be given. It returns how many records reached a final
 // state, were given back, or had their reorg mark changed.
 func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
+	n, err := f.reconcile(ctx)
+	f.metrics.reconciled.WithLabelValues("resolved").Add(float64(n))
+	if err != nil {
+		f.metrics.reconciled.WithLabelValues("failed_rounds").Inc()
+	}
+	return n, err
+}
+
+func (f *Facilitator) reconcile(ctx context.Context) (int, error) {
 	recs, err := f.store.UnresolvedSettlements(ctx, 100)
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: %w", err)

@@ -45,6 +45,8 @@ const (
 // unconditionally.
 type metrics struct {
 	reorgs *prometheus.CounterVec
+	// reconciled counts the reconciler's rounds by outcome.
+	reconciled *prometheus.CounterVec
 }
 
 func newMetrics() metrics {
@@ -54,17 +56,27 @@ func newMetrics() metrics {
 			"its bytes are sent again while they can be mined), remined (the same transaction paid again), lost (it never will: " +
 			"the authorization was used by another transaction, or expired, or the transaction reverted; the buyer was answered " +
 			"and keeps the answer, and the amount is the operator's loss). Each change is counted once across replicas.",
-	}, []string{"outcome"})}
+	}, []string{"outcome"}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm4agents_facilitator_reconciled_total",
+			Help: "The reconciler's work on settlements left unresolved (a crash, a lost answer, a transaction not yet mined), by outcome: " +
+				"resolved (records it settled or failed from the chain, counted per record), failed_rounds (rounds with an error: see the log).",
+		}, []string{"outcome"}),
+	}
 	for _, o := range []string{reorgDropped, reorgRemined, reorgLost} {
 		m.reorgs.WithLabelValues(o) // present at 0 before the first reorg
 	}
+	m.reconciled.WithLabelValues("resolved")
+	m.reconciled.WithLabelValues("failed_rounds")
 	return m
 }
 
 // RegisterMetrics registers the facilitator's metrics with reg.
 func (f *Facilitator) RegisterMetrics(reg prometheus.Registerer) error {
-	if err := reg.Register(f.metrics.reorgs); err != nil {
-		return fmt.Errorf("facilitator metrics: %w", err)
+	for _, c := range []prometheus.Collector{f.metrics.reorgs, f.metrics.reconciled} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("facilitator metrics: %w", err)
+		}
 	}
 	return nil
 }

@@ -190,13 +190,19 @@ func (e *anvilEnv) record(t *testing.T, p *x402.PaymentPayload) store.Settlement
 // reorgCounts reads llm4agents_facilitator_reorgs_total by outcome.
 func reorgCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
+	return counters(t, reg, "llm4agents_facilitator_reorgs_total")
+}
+
+// counters reads the counter name by outcome.
+func counters(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "llm4agents_facilitator_reorgs_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

@@ -85,14 +85,6 @@ type spendRow struct {
 	Amount string
 }
 
-type bar struct {
-	Day          string
-	Amount       string
-	X, Y, W, H   int
-	LabelX       int
-	ShowDayLabel bool
-}
-
 type buyerBody struct {
 	Credits     bool // the gateway sells credits: balance, top-ups, keys
 	Available   string
@@ -105,10 +97,8 @@ type buyerBody struct {
 	TopUps      []receiptRow
 	ByKey       []spendRow
 	ByModel     []spendRow
-	Bars        []bar
-	ChartMax    string
-	ChartW      int
-	ChartH      int
+	ModelChart  chart
+	KeyChart    chart
 	TotalSpent  string
 	NewKey      string // a key just created: shown once
 	NewKeyID    string
@@ -117,8 +107,7 @@ type buyerBody struct {
 
 // buyer builds the account's page.
 func (h *Handler) buyer(ctx context.Context, a account) (string, view, error) {
-	b := buyerBody{Symbol: h.cfg.AssetSymbol, Network: h.cfg.Network, Credits: h.cfg.Balances != nil, KeyLimit: store.MaxKeysPerOwner,
-		ChartW: 560, ChartH: 140}
+	b := buyerBody{Symbol: h.cfg.AssetSymbol, Network: h.cfg.Network, Credits: h.cfg.Balances != nil, KeyLimit: store.MaxKeysPerOwner}
 	if h.cfg.Balances != nil {
 		bal, err := h.cfg.Balances.Balance(ctx, a.Address)
 		if err != nil {
@@ -211,7 +200,7 @@ func (h *Handler) receiptRow(ctx context.Context, rec store.StoredReceipt) (rece
 	return row, true
 }
 
-// spend fills the chart and the per-key and per-model totals from the
+// spend fills the charts and the per-key and per-model totals from the
 // receipts shown.
 func (h *Handler) spend(b *buyerBody) {
 	byKey, byModel := map[string]*spendRow{}, map[string]*spendRow{}
@@ -220,15 +209,13 @@ func (h *Handler) spend(b *buyerBody) {
 	total := new(big.Int)
 	now := h.cfg.Now().UTC()
 	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
-	days := make([]*big.Int, chartDays)
-	for i := range days {
-		days[i] = new(big.Int)
+	labels := make([]string, chartDays)
+	for i := range labels {
+		labels[i] = today.AddDate(0, 0, i-chartDays+1).Format("Jan 2")
 	}
+	modelDays, keyDays := series{}, series{}
 	for _, r := range b.Receipts {
-		key := r.KeyID
-		if key == "" {
-			key = "(no key: " + r.Rail + ")"
-		}
+		key := keyLabel(r)
 		for _, g := range []struct {
 			m    map[string]*spendRow
 			amt  map[string]*big.Int
@@ -247,10 +234,10 @@ func (h *Handler) spend(b *buyerBody) {
 			g.tok[g.name] = add(add(g.tok[g.name], in), out)
 		}
 		total.Add(total, r.amount)
-		d := int(today.Sub(time.Date(r.When.Year(), r.When.Month(), r.When.Day(), 0, 0, 0, 0, time.UTC)) / (24 * time.Hour))
-		if d >= 0 && d < chartDays {
-			days[chartDays-1-d].Add(days[chartDays-1-d], r.amount)
-		}
+		day := time.Date(r.When.Year(), r.When.Month(), r.When.Day(), 0, 0, 0, 0, time.UTC)
+		i := chartDays - 1 - int(today.Sub(day)/(24*time.Hour))
+		modelDays.add(r.Model, i, chartDays, r.amount)
+		keyDays.add(key, i, chartDays, r.amount)
 	}
 	b.TotalSpent = h.amount(total)
 	rows := func(m map[string]*spendRow, amt, tok map[string]*big.Int) []spendRow {
@@ -263,33 +250,17 @@ func (h *Handler) spend(b *buyerBody) {
 		return out
 	}
 	b.ByKey, b.ByModel = rows(byKey, keyAmt, keyTok), rows(byModel, modelAmt, modelTok)
-	b.Bars, b.ChartMax = bars(days, today, b.ChartW, b.ChartH, h.amount)
+	b.ModelChart = stack("spend-chart", "spend per day by model, last 14 days", modelDays, labels, 560, 140, h.amount)
+	b.KeyChart = stack("key-chart", "spend per day by key, last 14 days", keyDays, labels, 560, 140, h.amount)
 }
 
-// bars lays out one bar per day, scaled to the largest day. The heights
-// are whole pixels computed in integers: amounts never pass through a float.
-func bars(days []*big.Int, today time.Time, width, height int, label func(*big.Int) string) ([]bar, string) {
-	peak := new(big.Int)
-	for _, d := range days {
-		if d.Cmp(peak) > 0 {
-			peak.Set(d)
-		}
+// keyLabel names the key a call was paid through, or how it was paid
+// without one.
+func keyLabel(r receiptRow) string {
+	if r.KeyID == "" {
+		return "(no key: " + r.Rail + ")"
 	}
-	slot := width / len(days)
-	out := make([]bar, len(days))
-	for i, d := range days {
-		hgt := 0
-		if peak.Sign() > 0 {
-			hgt = int(new(big.Int).Quo(new(big.Int).Mul(d, big.NewInt(int64(height))), peak).Int64())
-			if hgt == 0 && d.Sign() > 0 {
-				hgt = 1 // a day with spend is never invisible
-			}
-		}
-		day := today.AddDate(0, 0, i-len(days)+1)
-		out[i] = bar{Day: day.Format("Jan 2"), Amount: label(d), X: i*slot + 2, W: slot - 4, H: hgt, Y: height - hgt,
-			LabelX: i*slot + slot/2, ShowDayLabel: i%2 == len(days)%2}
-	}
-	return out, label(peak)
+	return r.KeyID
 }
 
 func (h *Handler) keyRow(k store.APIKey, spent *big.Int) keyRow {

@@ -85,9 +85,7 @@ type operatorBody struct {
 	HasSettlements bool
 	Revenue24h     string
 	Settled        int
-	Bars           []bar
-	ChartMax       string
-	ChartW, ChartH int
+	Revenue        chart
 	Pending        []settlementRow
 	Recent         []settlementRow
 	TopPayers      []payerRow
@@ -118,7 +116,7 @@ func (h *Handler) operator(ctx context.Context, a account) (string, view, error)
 	if !a.Admin {
 		return "", view{}, errNotFound
 	}
-	b := operatorBody{Symbol: h.cfg.AssetSymbol, ChartW: 560, ChartH: 140}
+	b := operatorBody{Symbol: h.cfg.AssetSymbol}
 	if err := h.settlements(ctx, &b); err != nil {
 		return "", view{}, err
 	}
@@ -147,10 +145,7 @@ func (h *Handler) settlements(ctx context.Context, b *operatorBody) error {
 	if err != nil {
 		return fmt.Errorf("read pending settlements: %w", err)
 	}
-	hours := make([]*big.Int, 24)
-	for i := range hours {
-		hours[i] = new(big.Int)
-	}
+	hours := series{}
 	total := new(big.Int)
 	payers := map[string]*payerRow{}
 	slices.SortFunc(recent, func(x, y store.Settlement) int { return y.UpdatedAt.Compare(x.UpdatedAt) })
@@ -162,9 +157,7 @@ func (h *Handler) settlements(ctx context.Context, b *operatorBody) error {
 		if s.State == store.StateSettled && s.Reorg != store.ReorgLost {
 			b.Settled++
 			total.Add(total, amt)
-			if i := int(now.Sub(s.UpdatedAt) / time.Hour); i >= 0 && i < 24 {
-				hours[23-i].Add(hours[23-i], amt)
-			}
+			hours.add("on chain", 23-int(now.Sub(s.UpdatedAt)/time.Hour), 24, amt)
 			p := payers[s.Payer]
 			if p == nil {
 				p = &payerRow{Payer: s.Payer, amount: new(big.Int)}
@@ -188,7 +181,7 @@ func (h *Handler) settlements(ctx context.Context, b *operatorBody) error {
 	}
 	slices.SortFunc(b.TopPayers, func(x, y payerRow) int { return y.amount.Cmp(x.amount) })
 	b.TopPayers = b.TopPayers[:min(len(b.TopPayers), 10)]
-	b.Bars, b.ChartMax = hourBars(hours, now, b.ChartW, b.ChartH, h.amount)
+	b.Revenue = stack("revenue-chart", "revenue per hour, last 24 hours", hours, hourLabels(now), 560, 140, h.amount)
 	return nil
 }
 
@@ -197,14 +190,13 @@ func (h *Handler) settlementRow(s store.Settlement, amt *big.Int) settlementRow 
 		TxHash: s.TxHash, TxURL: h.txURL(s.TxHash), Problem: s.Reason}
 }
 
-// hourBars is bars for the last 24 hours, labelled by hour.
-func hourBars(hours []*big.Int, now time.Time, width, height int, label func(*big.Int) string) ([]bar, string) {
-	bs, peak := bars(hours, now, width, height, label)
-	for i := range bs {
-		bs[i].Day = now.Add(time.Duration(i-len(hours)+1) * time.Hour).Format("15:00")
-		bs[i].ShowDayLabel = i%4 == 3
+// hourLabels labels the last 24 hours, oldest first.
+func hourLabels(now time.Time) []string {
+	out := make([]string, 24)
+	for i := range out {
+		out[i] = now.Add(time.Duration(i-23) * time.Hour).Format("15:00")
 	}
-	return bs, peak
+	return out
 }
 
 // outcome kinds: how the operator should read an outcome of the payment

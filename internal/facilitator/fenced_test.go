@@ -547,7 +547,10 @@ func deadRecord(t *testing.T, sim *testchain.Simulated, db store.Settlements, p 
 // new transaction, not mined, is answered settlement_pending (D3) once the
 // budget is spent. The next settle call, once it is mined, gets the success.
 func TestSettleRetryBounded(t *testing.T) {
-	const settleTimeout = time.Second
+	// The retry has half a settle timeout left after the slow read: with a
+	// one-second timeout, that half second ran out on a loaded 2-core CI
+	// machine before the nonce read and the send were done.
+	const settleTimeout = 2 * time.Second
 	eachBackend(t, func(t *testing.T, open storeOpener) {
 		sim := testchain.NewSimulated(t) // no auto-commit: the retry's transaction waits
 		db := open(t)

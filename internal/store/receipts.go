@@ -17,7 +17,7 @@ import (
 // MaxReceiptBytes bounds one stored receipt envelope.
 const MaxReceiptBytes = 8 << 10
 
-// MaxReceiptsPage bounds the limit of one ReceiptsOf call.
+// MaxReceiptsPage bounds the limit of one ReceiptsOf or RecentReceipts call.
 const MaxReceiptsPage = 1000
 
 // StoredReceipt is one signed receipt.
@@ -118,6 +118,32 @@ func (q ReceiptsQuery) Validate() error {
 		return errors.New("invalid key id")
 	case q.Limit < 1 || q.Limit > MaxReceiptsPage:
 		return fmt.Errorf("limit %d is outside 1..%d", q.Limit, MaxReceiptsPage)
+	}
+	return nil
+}
+
+// RecentReceipts lists the receipts of every account: the operator's view
+// (revenue by rail and tokens by model over a recent window), where
+// Receipts only lists one owner's. It is optional, found by a type
+// assertion on a Receipts, so that a backend can leave it out; the SQLite,
+// PostgreSQL and Redis backends all have it.
+type RecentReceipts interface {
+	// RecentReceipts returns up to limit (1..MaxReceiptsPage) receipts,
+	// of any owner, whose CreatedAt is at or after since (to the
+	// millisecond), newest first: by CreatedAt, then by request id byte
+	// by byte, both descending. A limit out of range is an error (no
+	// sentinel), before the store is asked. Receipts created more than
+	// RecentRetention ago may be left out, and so may those a backend
+	// kept before it had this listing (see the backend's docs): a caller
+	// asking for a longer window gets less, never an error.
+	RecentReceipts(ctx context.Context, since time.Time, limit int) ([]StoredReceipt, error)
+}
+
+// CheckRecentReceipts checks the limit of RecentReceipts.RecentReceipts,
+// for backends to refuse a bad one: 1 to MaxReceiptsPage.
+func CheckRecentReceipts(limit int) error {
+	if limit < 1 || limit > MaxReceiptsPage {
+		return fmt.Errorf("limit %d is outside 1..%d", limit, MaxReceiptsPage)
 	}
 	return nil
 }

@@ -12,11 +12,12 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// Signed receipts (store.Receipts), in the table of migration 0008. A put is
-// an INSERT ... ON CONFLICT DO NOTHING and, when the id exists, a read in a
-// statement of its own: under READ COMMITTED a second statement sees the
-// row a concurrent put committed while the insert waited for it, which a
-// read inside the insert's statement (its snapshot taken before) would not.
+// Signed receipts (store.Receipts, store.RecentReceipts), in the table of
+// migration 0008. A put is an INSERT ... ON CONFLICT DO NOTHING and, when
+// the id exists, a read in a statement of its own: under READ COMMITTED a
+// second statement sees the row a concurrent put committed while the
+// insert waited for it, which a read inside the insert's statement (its
+// snapshot taken before) would not.
 // A put with a leaf first tries putWithLeaf, one statement that keeps a new
 // receipt and queues its new leaf; when either exists it fails whole, and
 // the put is done again in a transaction that also queues the leaf
@@ -160,6 +161,40 @@ LIMIT $3`, args...)
 	return out, nil
 }
 
+// RecentReceipts implements store.RecentReceipts. Receipts of one
+// millisecond are ordered by request id byte by byte (COLLATE "C"), as
+// SQLite and Redis order them: receipts_created (migration 0016) gives the
+// rows by time, and the planner sorts only those of each millisecond by id
+// (an incremental sort; the index's request_id has the database's
+// collation, which the shared migration cannot name).
+func (db *DB) RecentReceipts(ctx context.Context, since time.Time, limit int) (_ []store.StoredReceipt, err error) {
+	defer store.Wrap(&err, "postgres", "recent receipts")
+	if err := store.CheckRecentReceipts(limit); err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+
+	rows, err := db.pool.Query(ctx, `SELECT `+receiptColumns+` FROM receipts
+WHERE created_at_ms >= $1
+ORDER BY created_at_ms DESC, request_id COLLATE "C" DESC
+LIMIT $2`, since.UnixMilli(), limit)
+	if err != nil {
+		return nil, db.mapErr(ctx, err)
+	}
+	out, err := collect(rows, scanReceipt)
+	if err != nil {
+		return nil, db.mapErr(ctx, err)
+	}
+	if out == nil {
+		out = []store.StoredReceipt{}
+	}
+	return out, nil
+}
+
 func scanReceipt(row pgx.Row) (store.StoredReceipt, error) {
 	var r store.StoredReceipt
 	var created int64
@@ -170,4 +205,7 @@ func scanReceipt(row pgx.Row) (store.StoredReceipt, error) {
 	return r, nil
 }
 
-var _ store.Receipts = (*DB)(nil)
+var (
+	_ store.Receipts       = (*DB)(nil)
+	_ store.RecentReceipts = (*DB)(nil)
+)

@@ -60,7 +60,9 @@
 // "{l4a:}log-anchor:<tx hash>", listed newest first by the lexicographic
 // sorted set "{l4a:}log-anchors"; receipts and the log itself are laid out
 // in receipts.go and receiptlog.go. None of those three has a TTL: they are
-// evidence, kept as the SQL stores keep them.
+// evidence, kept as the SQL stores keep them. Only the listing of recent
+// receipts, "{l4a:}receipts-recent", an index of request ids, forgets
+// what is older than store.RecentRetention and expires after that long.
 //
 // # Errors
 //

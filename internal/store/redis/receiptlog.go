@@ -412,7 +412,7 @@ return out
 
 // receiptLogScripts are the scripts of store.Receipts and store.ReceiptLog.
 var receiptLogScripts = []*goredis.Script{
-	putReceiptScript, receiptScript, receiptsOfScript,
+	putReceiptScript, receiptScript, receiptsOfScript, recentReceiptsScript,
 	appendLogScript, takeLogLeaseScript, releaseLogLeaseScript, pendingLogScript, integrateLogScript,
 	logStateScript, logHashesScript, logEntryScript, logLeavesScript,
 }

@@ -333,7 +333,8 @@ func TestReceiptLogForeignValues(t *testing.T) {
 
 // TestReceiptLogKeys checks, on the server's clock, that the keys of
 // receipts and the log carry the prefix as their hash tag, that none has a
-// TTL, and that the lease is judged by the server's time.
+// TTL but the recent listing of receipts (an index, see receipts.go), and
+// that the lease and the receipt's listing are judged by the server's time.
 func TestReceiptLogKeys(t *testing.T) {
 	u, prefix := freshURL(t)
 	db := open(t, u, nil)
@@ -359,7 +360,19 @@ func TestReceiptLogKeys(t *testing.T) {
 	if err := db.IntegrateLog(ctx, st.Fence, 0, []string{"req_1"}, hashesAt(0, 1), []byte("cp")); err != nil {
 		t.Fatal(err)
 	}
+	got, err := db.RecentReceipts(ctx, before.Add(-5*time.Second), 10)
+	if err != nil || len(got) != 1 || got[0].RequestID != "req_1" {
+		t.Errorf("RecentReceipts(5 s before) = %v, %v; want req_1", receiptIDsOf(got), err)
+	}
+	recent := tp.recentReceiptsKey()
+	if tag := hashTag(recent); tag != prefix {
+		t.Errorf("key %q has hash tag %q, want the prefix %q", recent, tag, prefix)
+	}
+	if d, err := tp.raw.PTTL(ctx, recent).Result(); err != nil || d <= 0 || d > store.RecentRetention {
+		t.Errorf("PTTL %s = %v, %v; want up to %v", recent, d, err, store.RecentRetention)
+	}
 	keys := tp.contents(t)
+	delete(keys, recent)
 	want := []string{
 		"{" + prefix + "}receipt:req_1", "{" + prefix + "}receipt-seq", "{" + prefix + "}receipts:" + testOwner,
 		"{" + prefix + "}receipts-key:" + testOwner + ":key_1",

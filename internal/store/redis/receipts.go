@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -25,6 +26,18 @@ import (
 // byte, as the SQL backends order them; Before is the exclusive bound
 // "(" + Before in 19 digits. A ZSET score, a double, would round a Seq above
 // 2^53, and Seqs go up to 2^63-1.
+//
+// The recent listing (store.RecentReceipts, every owner's receipts) is the
+// sorted set keys.recentReceipts(): request ids scored by their receipt's
+// created_at_ms, so that ZREVRANGEBYSCORE reads it newest first, and the
+// receipts of one millisecond by request id, descending, byte by byte, as
+// the SQL backends order them (a millisecond time is exact in a double).
+// The put that keeps a receipt adds it, and forgets what is older than
+// store.RecentRetention, which is also the set's TTL, renewed on every add,
+// as the recent settlements are kept (settlementLua): the set is bounded by
+// the receipts of one retention, never more than the records themselves
+// take. Receipts kept before the set existed are not in it; a replay of a
+// put does not add them, as it writes nothing.
 //
 // Drawn seqs. Redis keeps no ledger, so a receipt put with Seq 0 draws its
 // seq from the counter keys.receiptSeq(), which every put with an explicit
@@ -73,9 +86,9 @@ end
 // conflicts with what the request id already has.
 //
 // KEYS: record, seq counter, owner's listing, key's listing, the log's
-// leaves, queue and queue counter.
+// leaves, queue and queue counter, recent listing.
 // ARGV: now, request id, owner, key id ("" for none), seq ("0" to draw
-// one), envelope, leaf ("" for none).
+// one), envelope, leaf ("" for none), recent retention ms.
 // Reply: {'ok'} | {'conflict', msg}.
 var putReceiptScript = goredis.NewScript(receiptLua + `
 local now = clock(ARGV[1])
@@ -96,6 +109,7 @@ local counter
 if r == nil then
   expect_type(KEYS[3], 'zset')
   if key_id ~= '' then expect_type(KEYS[4], 'zset') end
+  expect_type(KEYS[8], 'zset')
   counter = redis.call('GET', KEYS[2])
   if counter == false then counter = '0' end
   if not is_uint63(counter) then fail('counter ' .. KEYS[2] .. ' is not a seq') end
@@ -114,6 +128,7 @@ if r == nil then
   local member = receipt_member(seq, id)
   redis.call('ZADD', KEYS[3], '0', member)
   if key_id ~= '' then redis.call('ZADD', KEYS[4], '0', member) end
+  add_recent(KEYS[8], now, id, tonumber(ARGV[8]))
 end
 if new_leaf then queue(KEYS[6], KEYS[7], KEYS[5], {id}, {leaf}) end
 return {'ok'}
@@ -167,10 +182,43 @@ end
 return out
 `)
 
+// recentReceiptsScript lists up to limit receipts of every owner created
+// at or after since, newest first: the recent listing's order, by
+// created_at_ms and then by request id, both descending. A member whose
+// record is gone (deleted by hand) is skipped; one whose record was created
+// at another time than its score fails, as the page would be out of order.
+//
+// KEYS: recent listing.
+// ARGV: since ms, limit, record key prefix.
+// Reply: {'ok', {request id, rec}...}.
+var recentReceiptsScript = goredis.NewScript(receiptLua + `
+expect_type(KEYS[1], 'zset')
+local limit = tonumber(ARGV[2])
+local out = {'ok'}
+local n, from = 0, 0
+while n < limit do
+  local members = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', ARGV[1], 'WITHSCORES', 'LIMIT', fmt_int(from), fmt_int(limit - n))
+  if #members == 0 then break end
+  for i = 1, #members, 2 do
+    local id = members[i]
+    local r = get_receipt(ARGV[3] .. id)
+    if r ~= nil then
+      if tonumber(r[5]) ~= tonumber(members[i + 1]) then
+        fail('listing ' .. KEYS[1] .. ' has a member whose score is not the created time of the record of ' .. id)
+      end
+      out[#out + 1] = {id, r}
+      n = n + 1
+    end
+  end
+  from = from + #members / 2
+end
+return out
+`)
+
 // The receipt keys. Records are "receipt:<request id>", the listings
-// "receipts:<owner>" and "receipts-key:<owner>:<key id>" (an owner has no
-// ":"), the counter "receipt-seq": the bytes after "receipt" tell them
-// apart.
+// "receipts:<owner>", "receipts-key:<owner>:<key id>" (an owner has no
+// ":") and "receipts-recent", the counter "receipt-seq": the bytes after
+// "receipt" tell them apart.
 func (k keys) receipt(id string) string { return k.tag + "receipt:" + id }
 func (k keys) receiptPrefix() string    { return k.tag + "receipt:" }
 func (k keys) receiptSeq() string       { return k.tag + "receipt-seq" }
@@ -180,6 +228,7 @@ func (k keys) receiptsOf(owner string) string {
 func (k keys) receiptsOfKey(owner, keyID string) string {
 	return k.tag + "receipts-key:" + owner + ":" + keyID
 }
+func (k keys) recentReceipts() string { return k.tag + "receipts-recent" }
 
 // PutReceipt implements store.Receipts in one script, which queues the
 // receipt's leaf, when it has one, in the same write.
@@ -191,9 +240,9 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 	status, rest, err := db.run(ctx, putReceiptScript,
 		[]string{
 			db.keys.receipt(r.RequestID), db.keys.receiptSeq(), db.keys.receiptsOf(r.Owner), db.keys.receiptsOfKey(r.Owner, r.KeyID),
-			db.keys.logLeaves(), db.keys.logPending(), db.keys.logQueue(),
+			db.keys.logLeaves(), db.keys.logPending(), db.keys.logQueue(), db.keys.recentReceipts(),
 		},
-		db.nowArg(), r.RequestID, r.Owner, r.KeyID, strconv.FormatInt(r.Seq, 10), r.Envelope, r.Leaf)
+		db.nowArg(), r.RequestID, r.Owner, r.KeyID, strconv.FormatInt(r.Seq, 10), r.Envelope, r.Leaf, recentRetentionMs)
 	if err != nil {
 		return err
 	}
@@ -238,6 +287,28 @@ func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.
 	if err != nil {
 		return nil, err
 	}
+	return decodeReceiptList(status, rest)
+}
+
+// RecentReceipts implements store.RecentReceipts in one script. It lists
+// the receipts kept since the recent listing existed (see the top of this
+// file), at most store.RecentRetention back.
+func (db *DB) RecentReceipts(ctx context.Context, since time.Time, limit int) (_ []store.StoredReceipt, err error) {
+	defer store.Wrap(&err, "redis", "recent receipts")
+	if err := store.CheckRecentReceipts(limit); err != nil {
+		return nil, err
+	}
+	status, rest, err := db.run(ctx, recentReceiptsScript, []string{db.keys.recentReceipts()},
+		strconv.FormatInt(since.UnixMilli(), 10), strconv.Itoa(limit), db.keys.receiptPrefix())
+	if err != nil {
+		return nil, err
+	}
+	return decodeReceiptList(status, rest)
+}
+
+// decodeReceiptList reads the reply of a listing script: {request id,
+// record} pairs after the status "ok".
+func decodeReceiptList(status string, rest []any) ([]store.StoredReceipt, error) {
 	if status != "ok" {
 		return nil, fmt.Errorf("unexpected script status %q", status)
 	}
@@ -284,4 +355,7 @@ func decodeReceipt(requestID string, v any) (store.StoredReceipt, error) {
 	return r, nil
 }
 
-var _ store.Receipts = (*DB)(nil)
+var (
+	_ store.Receipts       = (*DB)(nil)
+	_ store.RecentReceipts = (*DB)(nil)
+)

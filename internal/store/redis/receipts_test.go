@@ -27,6 +27,7 @@ func TestReceipts(t *testing.T) {
 func (tp *tamper) receiptKey(id string) string     { return "{" + tp.prefix + "}receipt:" + id }
 func (tp *tamper) receiptSeqKey() string           { return "{" + tp.prefix + "}receipt-seq" }
 func (tp *tamper) receiptsKey(owner string) string { return "{" + tp.prefix + "}receipts:" + owner }
+func (tp *tamper) recentReceiptsKey() string       { return "{" + tp.prefix + "}receipts-recent" }
 
 const testOwner = "0x1111111111111111111111111111111111111111"
 
@@ -120,6 +121,10 @@ func TestReceiptsForeignValues(t *testing.T) {
 		_, err := db.ReceiptsOf(ctx, store.ReceiptsQuery{Owner: testOwner, Limit: 10})
 		return err
 	}}
+	recent := op{"RecentReceipts", func(ctx context.Context, db *redis.DB) error {
+		_, err := db.RecentReceipts(ctx, time.UnixMilli(0), 10)
+		return err
+	}}
 	fields := func() []any {
 		return []any{"owner", testOwner, "key_id", "key_1", "seq", "3", "envelope", string(newReceipt("req_1", 3).Envelope), "created_at_ms", "1000"}
 	}
@@ -163,6 +168,17 @@ func TestReceiptsForeignValues(t *testing.T) {
 			tp.do(t, append([]any{"HSET", tp.receiptKey("req_1")}, with(fields(), "owner", "0x22")...)...)
 			tp.do(t, "ZADD", tp.receiptsKey(testOwner), "0", fmt.Sprintf("%019dreq_1", 3))
 		}, []op{list}},
+		{"recent listing is a string", func(t *testing.T, tp *tamper) {
+			tp.do(t, "SET", tp.recentReceiptsKey(), "foreign")
+		}, []op{put, draw, recent}},
+		{"recent listing scores a record at another time", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.receiptKey("req_1")}, fields()...)...)
+			tp.do(t, "ZADD", tp.recentReceiptsKey(), "2000", "req_1")
+		}, []op{recent}},
+		{"recent listing names a malformed record", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.receiptKey("req_1")}, without(fields(), "envelope")...)...)
+			tp.do(t, "ZADD", tp.recentReceiptsKey(), "1000", "req_1")
+		}, []op{recent}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,7 +197,8 @@ func TestReceiptsForeignValues(t *testing.T) {
 }
 
 // TestReceiptsSkipsMissing checks that a member of a listing whose record
-// was deleted by hand is skipped and does not use up the limit.
+// was deleted by hand is skipped and does not use up the limit, in an
+// owner's listing and in the recent one.
 func TestReceiptsSkipsMissing(t *testing.T) {
 	tp := newTamper(t)
 	ctx := t.Context()
@@ -197,5 +214,63 @@ func TestReceiptsSkipsMissing(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"req_2", "req_1"}, receiptIDsOf(got)); diff != "" {
 		t.Errorf("ReceiptsOf (-want +got):\n%s", diff)
+	}
+	got, err = tp.db.RecentReceipts(ctx, time.UnixMilli(0), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put in one millisecond: by request id, descending.
+	if diff := cmp.Diff([]string{"req_2", "req_1"}, receiptIDsOf(got)); diff != "" {
+		t.Errorf("RecentReceipts (-want +got):\n%s", diff)
+	}
+}
+
+// TestRecentReceiptsForget checks that the recent listing, unlike the
+// receipts, forgets what is older than store.RecentRetention and carries
+// that TTL, and that a receipt kept before the listing existed (here: the
+// listing deleted) is left out of it, a replay not adding it.
+func TestRecentReceiptsForget(t *testing.T) {
+	tp := newTamper(t)
+	ctx := t.Context()
+	first := tp.clock.Now()
+	for _, id := range []string{"req_old", "req_unlisted"} {
+		if err := tp.db.PutReceipt(ctx, newReceipt(id, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tp.do(t, "ZREM", tp.recentReceiptsKey(), "req_unlisted")
+	tp.clock.Advance(store.RecentRetention + time.Millisecond)
+	for _, id := range []string{"req_new", "req_unlisted"} {
+		if err := tp.db.PutReceipt(ctx, newReceipt(id, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ids, err := tp.raw.ZRange(ctx, tp.recentReceiptsKey(), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"req_new"}, ids); diff != "" {
+		t.Errorf("recent listing (-want +got):\n%s", diff)
+	}
+	ttl, err := tp.raw.PTTL(ctx, tp.recentReceiptsKey()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl <= 0 || ttl > store.RecentRetention {
+		t.Errorf("recent listing TTL = %v, want up to %v", ttl, store.RecentRetention)
+	}
+	got, err := tp.db.RecentReceipts(ctx, first, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"req_new"}, receiptIDsOf(got)); diff != "" {
+		t.Errorf("RecentReceipts (-want +got):\n%s", diff)
+	}
+	// The receipts themselves stay: they are evidence.
+	for _, id := range []string{"req_old", "req_unlisted"} {
+		if _, err := tp.db.Receipt(ctx, id); err != nil {
+			t.Errorf("Receipt(%s) = %v, want it kept", id, err)
+		}
 	}
 }

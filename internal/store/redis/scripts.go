@@ -38,8 +38,9 @@ import (
 //     data raises a Redis error.
 //   - Every key a script touches is in KEYS, except the records a listing
 //     reads by the names in its set (unresolvedScript, recentScript,
-//     receiptsOfScript, logAnchorsScript, the sign-in sweep): those share the set's hash tag,
-//     so they live in its cluster slot.
+//     receiptsOfScript, recentReceiptsScript, logAnchorsScript, the sign-in
+//     sweep): those share the set's hash tag, so they live in its cluster
+//     slot.
 
 // The fields of a settlement record, in the order the scripts read them. The
 // first 14 are always there; raw_tx only once RecordBroadcast wrote it, and
@@ -107,6 +108,17 @@ local function present(key, v, n)
   return true
 end
 
+-- add_recent puts name in a set of recent names (the settled records',
+-- the receipts') at score now, forgets what is older than retention ms and
+-- renews the set's TTL, so that the set holds one retention's worth and
+-- goes away when nothing is added for that long. The caller checked the
+-- set's type (expect_type) before its first write.
+local function add_recent(set, now, name, retention)
+  redis.call('ZADD', set, fmt_int(now), name)
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. fmt_int(now - retention))
+  redis.call('PEXPIRE', set, fmt_int(retention))
+end
+
 -- next_fence draws a fence from counter, above floor (the fence the record
 -- carried before, or nil), so a key's fences only grow even if the counter
 -- was deleted by hand. INCR fails on a counter that is not an integer.
@@ -155,15 +167,6 @@ end
 
 local function stale(fence, v)
   return {'fenced', 'fence ' .. fence .. ' is stale, the record\'s is ' .. v[10]}
-end
-
--- add_recent puts name in the recent set at score now, forgets what is older
--- than retention ms and renews the set's TTL. The caller checked the set's
--- type (expect_type) before its first write.
-local function add_recent(set, now, name, retention)
-  redis.call('ZADD', set, fmt_int(now), name)
-  redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. fmt_int(now - retention))
-  redis.call('PEXPIRE', set, fmt_int(retention))
 end
 `
 

@@ -10,7 +10,8 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// Signed receipts (store.Receipts), in the table of the receipts migration.
+// Signed receipts (store.Receipts, store.RecentReceipts), in the table of
+// the receipts migration.
 // A put is one op of a write batch (writer.go): the insert and, when the id
 // exists, the comparison with the stored receipt run under the database's
 // write lock, so two processes putting one id end with one row. A receipt's
@@ -130,7 +131,43 @@ func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.
 	if q.KeyID != "" {
 		args = append(args, q.KeyID)
 	}
-	rows, err := db.ro.QueryContext(ctx, selectReceiptsOf(q.KeyID != ""), args...)
+	return db.receipts(ctx, selectReceiptsOf(q.KeyID != ""), args...)
+}
+
+// selectReceiptsOf is the query of ReceiptsOf, with the key filter when
+// keyed; its arguments are owner, before, limit and, when keyed, the key id.
+// Each form has an index that serves it in order (receipts_owner, and
+// receipts_owner_key of migration 0010).
+func selectReceiptsOf(keyed bool) string {
+	where := `owner = ?1 AND seq < ?2`
+	if keyed {
+		where += ` AND key_id = ?4`
+	}
+	return `SELECT ` + receiptColumns + ` FROM receipts
+WHERE ` + where + `
+ORDER BY seq DESC, request_id DESC
+LIMIT ?3`
+}
+
+// RecentReceipts implements store.RecentReceipts.
+func (db *DB) RecentReceipts(ctx context.Context, since time.Time, limit int) (_ []store.StoredReceipt, err error) {
+	defer store.Wrap(&err, "sqlite", "recent receipts")
+	if err := store.CheckRecentReceipts(limit); err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+
+	return db.receipts(ctx, selectRecentReceipts, since.UnixMilli(), limit)
+}
+
+// receipts runs a listing query on the read pool and scans its receipts;
+// none is an empty slice, not nil.
+func (db *DB) receipts(ctx context.Context, query string, args ...any) ([]store.StoredReceipt, error) {
+	rows, err := db.ro.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
@@ -149,20 +186,12 @@ func (db *DB) ReceiptsOf(ctx context.Context, q store.ReceiptsQuery) (_ []store.
 	return out, nil
 }
 
-// selectReceiptsOf is the query of ReceiptsOf, with the key filter when
-// keyed; its arguments are owner, before, limit and, when keyed, the key id.
-// Each form has an index that serves it in order (receipts_owner, and
-// receipts_owner_key of migration 0010).
-func selectReceiptsOf(keyed bool) string {
-	where := `owner = ?1 AND seq < ?2`
-	if keyed {
-		where += ` AND key_id = ?4`
-	}
-	return `SELECT ` + receiptColumns + ` FROM receipts
-WHERE ` + where + `
-ORDER BY seq DESC, request_id DESC
-LIMIT ?3`
-}
+// selectRecentReceipts is the query of RecentReceipts (arguments since in
+// unix ms, limit), which receipts_created (migration 0016) serves in order.
+const selectRecentReceipts = `SELECT ` + receiptColumns + ` FROM receipts
+WHERE created_at_ms >= ?1
+ORDER BY created_at_ms DESC, request_id DESC
+LIMIT ?2`
 
 // sameReceipt tells a repeated put (nil) from a conflicting one.
 func sameReceipt(cur, r store.StoredReceipt) error {
@@ -182,4 +211,7 @@ func scanReceipt(row interface{ Scan(...any) error }) (store.StoredReceipt, erro
 	return r, nil
 }
 
-var _ store.Receipts = (*DB)(nil)
+var (
+	_ store.Receipts       = (*DB)(nil)
+	_ store.RecentReceipts = (*DB)(nil)
+)

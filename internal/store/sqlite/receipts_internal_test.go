@@ -30,6 +30,17 @@ func TestReceiptsOfIndexed(t *testing.T) {
 	}
 }
 
+// TestRecentReceiptsIndexed: RecentReceipts's query searches
+// receipts_created (migration 0016) in the order it lists, sorting
+// nothing, rather than scanning every owner's receipts.
+func TestRecentReceiptsIndexed(t *testing.T) {
+	db := openTemp(t)
+	all := queryPlan(t, db, selectRecentReceipts, int64(1)<<40, 20)
+	if !strings.Contains(all, "INDEX receipts_created ") || strings.Contains(all, "TEMP B-TREE") {
+		t.Errorf("query plan does not search receipts_created in order:\n%s", all)
+	}
+}
+
 // queryPlan returns the steps of query's plan on the read pool, one a line,
 // with a space at the end so that an index name can be matched whole.
 func queryPlan(t *testing.T, db *DB, query string, args ...any) string {

@@ -185,14 +185,18 @@ func testLedgerClosed(e *ledgerEnv) {
 func testReceiptsClosed(e *receiptsEnv) {
 	r := testReceipt("req1", receiptOwner, 1)
 	e.put(r)
-	checkClosed(e.t, e.a, []closedCall{
+	calls := []closedCall{
 		{"PutReceipt", func() error { return e.a.PutReceipt(e.ctx, testReceipt("req2", receiptOwner, 2)) }},
 		{"Receipt", func() error { _, err := e.a.Receipt(e.ctx, r.RequestID); return err }},
 		{"ReceiptsOf", func() error {
 			_, err := e.a.ReceiptsOf(e.ctx, store.ReceiptsQuery{Owner: receiptOwner, Limit: 10})
 			return err
 		}},
-	})
+	}
+	if ra, ok := e.a.(store.RecentReceipts); ok {
+		calls = append(calls, closedCall{"RecentReceipts", func() error { _, err := ra.RecentReceipts(e.ctx, start, 10); return err }})
+	}
+	checkClosed(e.t, e.a, calls)
 	if _, err := e.b.Receipt(e.ctx, r.RequestID); err != nil {
 		e.t.Errorf("other handle: Receipt() = %v, want nil", err)
 	}

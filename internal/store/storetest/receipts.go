@@ -34,6 +34,13 @@ type OpenReceipts func(t *testing.T, now func() time.Time) (a, b store.Receipts)
 // ErrNotFound. A query's key filter never reaches past its owner, even when
 // another owner's receipt carries the same key id (the store does not make
 // key ids unique; the keys table does).
+//
+// When the handles also implement store.RecentReceipts, the suite checks
+// it too: every owner's receipts, newest first by CreatedAt and then by
+// request id, both descending, byte by byte; since inclusive, to the
+// millisecond; a replayed put neither moves a receipt nor lists it twice;
+// envelopes byte for byte; a limit outside 1..MaxReceiptsPage is an error
+// that is no sentinel.
 func RunReceipts(t *testing.T, open OpenReceipts) {
 	tests := []struct {
 		name string
@@ -46,6 +53,8 @@ func RunReceipts(t *testing.T, open OpenReceipts) {
 		{"Pages", testReceiptPages},
 		{"PagesOfKey", testReceiptKeyPages},
 		{"Bounds", testReceiptBounds},
+		{"Recent", testRecentReceipts},
+		{"RecentInvalid", testRecentReceiptsInvalid},
 		{"InvalidArguments", testReceiptInvalid},
 		{"Race/Put", testReceiptRace},
 		{"Closed", testReceiptsClosed},
@@ -338,6 +347,112 @@ func testReceiptKeyPages(e *receiptsEnv) {
 	walked := walkReceipts(e, store.ReceiptsQuery{Owner: receiptOwner, KeyID: "key_a", Limit: 2})
 	if diff := cmp.Diff([]string{"req_a4", "req_a3", "req_a2", "req_a1"}, walked); diff != "" {
 		e.t.Errorf("paging one key (-want +got):\n%s", diff)
+	}
+}
+
+// recentHandles returns the handles as store.RecentReceipts, skipping the
+// test when the backend does not list every owner's receipts.
+func (e *receiptsEnv) recentHandles() (a, b store.RecentReceipts) {
+	e.t.Helper()
+	a, okA := e.a.(store.RecentReceipts)
+	b, okB := e.b.(store.RecentReceipts)
+	if !okA || !okB {
+		e.t.Skipf("%T does not implement store.RecentReceipts", e.a)
+	}
+	return a, b
+}
+
+// testRecentReceipts: the operator's listing holds every owner's receipts,
+// ordered by the time the store kept them, not by seq, owner or id.
+func testRecentReceipts(e *receiptsEnv) {
+	ra, rb := e.recentHandles()
+	const (
+		owner2 = "0x2222222222222222222222222222222222222222"
+		owner3 = "0x3333333333333333333333333333333333333333"
+	)
+	// The oldest has the highest id and the newest the lowest, and seqs
+	// run against time too, so that only CreatedAt can give the order.
+	old := testReceipt("req_z", receiptOwner, 90)
+	e.put(old)
+	since := e.clock.Advance(time.Second)
+	first := testReceipt("req_y", owner2, 80)
+	e.put(first)
+	t2 := e.clock.Advance(time.Second)
+	// Two in one millisecond, one with a seq the store draws and no key:
+	// by request id, descending.
+	sameA := testReceipt("req_b", receiptOwner, 70)
+	sameB := testReceipt("req_c", owner3, 0)
+	sameB.KeyID = ""
+	e.put(sameA)
+	e.put(sameB)
+	t3 := e.clock.Advance(time.Second)
+	// Binary bytes come back as they are (a receipt is evidence).
+	newest := testReceipt("req_a", owner2, 60)
+	newest.Envelope = []byte{0, 1, 2, 0xff, '\n', '{'}
+	e.put(newest)
+	// A replay of the first, later and from the other handle, keeps its
+	// CreatedAt and its place.
+	if err := e.b.PutReceipt(e.ctx, first); err != nil {
+		e.t.Fatalf("PutReceipt again: %v", err)
+	}
+
+	at := func(r store.StoredReceipt, created time.Time) store.StoredReceipt {
+		r.CreatedAt = created.Truncate(time.Millisecond)
+		return r
+	}
+	sameB.Seq = e.get(e.b, sameB.RequestID).Seq // drawn by the store
+	all := []store.StoredReceipt{
+		at(newest, t3), at(sameB, t2), at(sameA, t2), at(first, since), at(old, start),
+	}
+	for _, limit := range []int{1, 2, 3, 4, 100, store.MaxReceiptsPage} {
+		for name, h := range map[string]store.RecentReceipts{"a": ra, "b": rb} {
+			got, err := h.RecentReceipts(e.ctx, since, limit)
+			if err != nil {
+				e.t.Fatalf("handle %s: RecentReceipts(since, %d): %v", name, limit, err)
+			}
+			if diff := cmp.Diff(all[:min(limit, 4)], got); diff != "" {
+				e.t.Errorf("handle %s: RecentReceipts(since, %d) (-want +got):\n%s", name, limit, diff)
+			}
+		}
+	}
+	tests := []struct {
+		name  string
+		since time.Time
+		want  []string
+	}{
+		{"from before the first", start.Add(-time.Hour), []string{"req_a", "req_c", "req_b", "req_y", "req_z"}},
+		{"since is inclusive", start, []string{"req_a", "req_c", "req_b", "req_y", "req_z"}},
+		{"a millisecond later", start.Add(time.Millisecond), []string{"req_a", "req_c", "req_b", "req_y"}},
+		{"one millisecond's two", t2, []string{"req_a", "req_c", "req_b"}},
+		{"the newest", t3, []string{"req_a"}},
+		{"after the newest", t3.Add(time.Millisecond), []string{}},
+		{"the zero time", time.Time{}, []string{"req_a", "req_c", "req_b", "req_y", "req_z"}},
+	}
+	for _, tc := range tests {
+		got, err := rb.RecentReceipts(e.ctx, tc.since, 100)
+		if err != nil {
+			e.t.Errorf("%s: RecentReceipts: %v", tc.name, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, receiptIDs(got)); diff != "" {
+			e.t.Errorf("%s: RecentReceipts (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// testRecentReceiptsInvalid: a limit outside 1..MaxReceiptsPage is refused
+// with an error that is no sentinel, and the largest limit is taken.
+func testRecentReceiptsInvalid(e *receiptsEnv) {
+	ra, _ := e.recentHandles()
+	e.put(testReceipt("req_1", receiptOwner, 1))
+	for _, limit := range []int{0, -1, store.MaxReceiptsPage + 1} {
+		got, err := ra.RecentReceipts(e.ctx, start, limit)
+		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
+			e.t.Errorf("RecentReceipts(limit %d) = %d receipts, %v; want a plain error", limit, len(got), err)
+		}
+	}
+	if got, err := ra.RecentReceipts(e.ctx, start, store.MaxReceiptsPage); err != nil || len(got) != 1 {
+		e.t.Errorf("RecentReceipts(limit %d) = %d receipts, %v; want 1", store.MaxReceiptsPage, len(got), err)
 	}
 }
 

@@ -1,0 +1,1 @@
+DROP INDEX receipts_created;

@@ -42,6 +42,9 @@ func buildDashboard(cfg *config.Config, cred *gateway.Credits, settlements store
 	if settlements != nil {
 		dc.Settlements = settlements
 	}
+	if all, ok := cred.Receipts.(store.RecentReceipts); ok {
+		dc.AllReceipts = all
+	}
 	if cred.Ledger != nil {
 		if h, ok := cred.Account.(*credits.Handler); ok {
 			dc.Keys = h

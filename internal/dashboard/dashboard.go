@@ -107,6 +107,9 @@ type Config struct {
 	// transactions of on-chain payments, and the operator's revenue and
 	// pending settlements. Nil with a remote facilitator.
 	Settlements Settlements
+	// AllReceipts lists every account's recent receipts, for the operator's
+	// charges by rail and tokens by model; nil hides them.
+	AllReceipts AllReceipts
 	// Asset is the payment asset's contract (it names settlements).
 	Asset common.Address
 	// Metrics is the gateway's metrics registry, which the operator view
@@ -245,6 +248,11 @@ type Settlements interface {
 	Settlement(ctx context.Context, key string) (store.Settlement, error)
 	RecentSettlements(ctx context.Context, since time.Time, limit int) ([]store.Settlement, error)
 	UnresolvedSettlements(ctx context.Context, limit int) ([]store.Settlement, error)
+}
+
+// AllReceipts lists the receipts of every account (store.RecentReceipts).
+type AllReceipts interface {
+	RecentReceipts(ctx context.Context, since time.Time, limit int) ([]store.StoredReceipt, error)
 }
 
 // LogReader reads the receipt log's state (receiptlog.Log).

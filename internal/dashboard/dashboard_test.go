@@ -14,6 +14,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 func TestSignInShowsTheAccount(t *testing.T) {
@@ -428,5 +429,46 @@ func TestDemoSignIn(t *testing.T) {
 	}
 	if status, _ := pb.postForm(Path+"/demo-signin", url.Values{"account": {"0"}}); status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
 		t.Errorf("demo sign-in on a plain gateway: %d", status)
+	}
+}
+
+// TestOperatorCharges: the operator sees every account's charges of the
+// day by rail, top-ups apart, and tokens per model.
+func TestOperatorCharges(t *testing.T) {
+	f := newFixture(t, nil)
+	alice, _ := crypto.GenerateKey()
+	bob, _ := crypto.GenerateKey()
+	now := uint64(time.Now().Unix())
+	f.putReceipt(t, crypto.PubkeyToAddress(alice.PublicKey), "", "gpt-a", 1_000, 0, now)
+	f.putReceipt(t, crypto.PubkeyToAddress(bob.PublicKey), "", "gpt-a", 2_000, 0, now)
+	x402 := func(model, rail string, amount int64) receipt.Receipt {
+		return receipt.Receipt{Model: model, InputTokens: big.NewInt(100), OutputTokens: big.NewInt(0), Amount: big.NewInt(amount),
+			BalanceAfter: big.NewInt(0), LedgerSeq: big.NewInt(0), IssuedAt: now, Rail: rail, Network: testNetwork, Payment: common.HexToHash("0x01")}
+	}
+	f.putSigned(t, crypto.PubkeyToAddress(bob.PublicKey), "", 0, x402("gpt-b", receipt.RailExact, 10_000))
+	f.putSigned(t, crypto.PubkeyToAddress(bob.PublicKey), "", 0, x402("gpt-b", receipt.RailUpto, 7_000))
+	f.putSigned(t, crypto.PubkeyToAddress(alice.PublicKey), "", 0, x402(receipt.ModelTopUp, receipt.RailExact, 5_000_000))
+
+	admin := f.browser(t)
+	admin.signIn(f.admin)
+	status, page := admin.get(Path + "/operator")
+	if status != http.StatusOK {
+		t.Fatalf("operator: %d", status)
+	}
+	rails := between(page, `id="rail-totals"`, "</table>")
+	for _, want := range []string{"<td>credits</td><td>2</td><td>0.003 USDC</td>", "<td>exact</td><td>1</td><td>0.01 USDC</td>",
+		"<td>upto</td><td>1</td><td>0.007 USDC</td>", "<td>top-ups</td><td>1</td><td>5.00 USDC</td>"} {
+		if !strings.Contains(rails, want) {
+			t.Errorf("rail totals lack %q:\n%s", want, rails)
+		}
+	}
+	models := between(page, `id="model-usage"`, "</table>")
+	for _, want := range []string{"<td>gpt-b</td><td>2</td><td>200</td><td>0</td>", "<td>gpt-a</td><td>2</td><td>24</td><td>68</td>"} {
+		if !strings.Contains(models, want) {
+			t.Errorf("model usage lacks %q:\n%s", want, models)
+		}
+	}
+	if strings.Contains(models, receipt.ModelTopUp) {
+		t.Error("a top-up counted as a model's call")
 	}
 }

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"crypto/ecdsa"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -79,7 +80,7 @@ func newFixture(t testing.TB, adjust func(*Config)) *fixture {
 		Origin: f.origin, ChainID: testChain, Sessions: f.auth, Keys: f.keys, Balances: f.led, Receipts: db,
 		Verify:      NewVerifier(f.signer.Address(), f.signer.Domain(), nil, nil),
 		Admins:      []common.Address{crypto.PubkeyToAddress(f.admin.PublicKey)},
-		Settlements: db, Asset: common.HexToAddress(testAsset),
+		Settlements: db, AllReceipts: db, Asset: common.HexToAddress(testAsset),
 		AssetSymbol: "USDC", Decimals: 6, Network: testNetwork, TxURL: "https://explorer.example/tx/%s", Log: log,
 	}
 	if adjust != nil {
@@ -215,12 +216,23 @@ func personalSign(t testing.TB, key *ecdsa.PrivateKey, text string) string {
 // putReceipt keeps a signed credits receipt for owner.
 func (f *fixture) putReceipt(t *testing.T, owner common.Address, keyID, model string, amount int64, seq int64, issued uint64) string {
 	t.Helper()
-	id := common.BigToHash(big.NewInt(seq))
-	r := receipt.Receipt{RequestID: id, Account: owner, Model: model, InputTokens: big.NewInt(12), OutputTokens: big.NewInt(34),
-		Amount: big.NewInt(amount), BalanceAfter: big.NewInt(0), LedgerSeq: big.NewInt(seq), IssuedAt: issued, Rail: receipt.RailCredits}
+	r := receipt.Receipt{Model: model, InputTokens: big.NewInt(12), OutputTokens: big.NewInt(34), Amount: big.NewInt(amount),
+		BalanceAfter: big.NewInt(0), LedgerSeq: big.NewInt(seq), IssuedAt: issued, Rail: receipt.RailCredits}
 	if keyID != "" {
 		r.KeyID = common.HexToHash(keyID)
 	}
+	return f.putSigned(t, owner, keyID, seq, r)
+}
+
+// putSigned signs r for owner and keeps it: the request id is drawn, and
+// seq 0 lets the store draw the receipt's place.
+func (f *fixture) putSigned(t *testing.T, owner common.Address, keyID string, seq int64, r receipt.Receipt) string {
+	t.Helper()
+	var id common.Hash
+	if _, err := rand.Read(id[:]); err != nil {
+		t.Fatal(err)
+	}
+	r.RequestID, r.Account = id, owner
 	sr, err := f.signer.Sign(r)
 	if err != nil {
 		t.Fatal(err)

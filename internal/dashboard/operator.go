@@ -15,6 +15,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/receipt"
 )
 
 // The operator's view reads only what the gateway already keeps: the
@@ -74,6 +75,21 @@ type payerRow struct {
 	amount   *big.Int
 }
 
+type railRow struct {
+	Rail, Amount string
+	Calls        int
+}
+
+type modelUsage struct {
+	Model        string
+	Calls        int
+	Input        string
+	Output       string
+	Amount       string
+	amount       *big.Int
+	input, outpt *big.Int
+}
+
 type modelRow struct {
 	Model string
 	Calls int64
@@ -89,6 +105,12 @@ type operatorBody struct {
 	Pending        []settlementRow
 	Recent         []settlementRow
 	TopPayers      []payerRow
+	// From every account's receipts of the last day.
+	HasCharges  bool
+	Charges     chart
+	ChargesNote string
+	RailTotals  []railRow
+	ModelUsage  []modelUsage
 	// From the metrics.
 	HasMetrics  bool
 	Payments    []outcomeRow
@@ -119,6 +141,11 @@ func (h *Handler) operator(ctx context.Context, a account) (string, view, error)
 	b := operatorBody{Symbol: h.cfg.AssetSymbol}
 	if err := h.settlements(ctx, &b); err != nil {
 		return "", view{}, err
+	}
+	if h.cfg.AllReceipts != nil {
+		if err := h.charges(ctx, &b); err != nil {
+			return "", view{}, err
+		}
 	}
 	if h.cfg.Metrics != nil {
 		if err := h.metrics(&b); err != nil {
@@ -188,6 +215,71 @@ func (h *Handler) settlements(ctx context.Context, b *operatorBody) error {
 func (h *Handler) settlementRow(s store.Settlement, amt *big.Int) settlementRow {
 	return settlementRow{When: s.UpdatedAt, Payer: s.Payer, Amount: h.amount(amt), State: string(s.State), Reorg: string(s.Reorg),
 		TxHash: s.TxHash, TxURL: h.txURL(s.TxHash), Problem: s.Reason}
+}
+
+// railTopUps is the series of top-ups among the charges: money in for
+// credits, which credit calls then draw on.
+const railTopUps = "top-ups"
+
+// charges splits what every account was charged in the last day by rail
+// (exact, upto, credits; top-ups apart) per hour, and sums calls and tokens
+// per model, from the receipts the gateway signed. At most
+// store.MaxReceiptsPage receipts are read: past that, the page says so.
+func (h *Handler) charges(ctx context.Context, b *operatorBody) error {
+	now := h.cfg.Now().UTC()
+	recs, err := h.cfg.AllReceipts.RecentReceipts(ctx, now.Add(-24*time.Hour), store.MaxReceiptsPage)
+	if err != nil {
+		return fmt.Errorf("read recent receipts: %w", err)
+	}
+	b.HasCharges = true
+	if len(recs) == store.MaxReceiptsPage {
+		b.ChargesNote = fmt.Sprintf("the latest %d receipts of the last 24 hours", store.MaxReceiptsPage)
+	}
+	hours := series{}
+	rails := map[string]*railRow{}
+	railAmt := map[string]*big.Int{}
+	models := map[string]*modelUsage{}
+	for _, rec := range recs {
+		r, _, err := receipt.ParseEnvelope(rec.Envelope)
+		if err != nil {
+			h.log.ErrorContext(ctx, "stored receipt does not parse", "request_id", rec.RequestID, "err", err)
+			continue
+		}
+		rail := r.Rail
+		if r.Model == receipt.ModelTopUp {
+			rail = railTopUps
+		}
+		hours.add(rail, 23-int(now.Sub(rec.CreatedAt)/time.Hour), 24, r.Amount)
+		if rails[rail] == nil {
+			rails[rail], railAmt[rail] = &railRow{Rail: rail}, new(big.Int)
+		}
+		rails[rail].Calls++
+		railAmt[rail].Add(railAmt[rail], r.Amount)
+		if rail == railTopUps {
+			continue
+		}
+		m := models[r.Model]
+		if m == nil {
+			m = &modelUsage{Model: r.Model, amount: new(big.Int), input: new(big.Int), outpt: new(big.Int)}
+			models[r.Model] = m
+		}
+		m.Calls++
+		m.amount.Add(m.amount, r.Amount)
+		m.input.Add(m.input, r.InputTokens)
+		m.outpt.Add(m.outpt, r.OutputTokens)
+	}
+	for rail, row := range rails {
+		row.Amount = h.amount(railAmt[rail])
+		b.RailTotals = append(b.RailTotals, *row)
+	}
+	slices.SortFunc(b.RailTotals, func(x, y railRow) int { return railAmt[y.Rail].Cmp(railAmt[x.Rail]) })
+	for _, m := range models {
+		m.Amount, m.Input, m.Output = h.amount(m.amount), m.input.String(), m.outpt.String()
+		b.ModelUsage = append(b.ModelUsage, *m)
+	}
+	slices.SortFunc(b.ModelUsage, func(x, y modelUsage) int { return y.amount.Cmp(x.amount) })
+	b.Charges = stack("charges-chart", "charged per hour by rail, last 24 hours", hours, hourLabels(now), 560, 140, h.amount)
+	return nil
 }
 
 // hourLabels labels the last 24 hours, oldest first.

@@ -365,7 +365,11 @@ func outcomes(f *dto.MetricFamily) []outcomeRow {
 	var out []outcomeRow
 	for _, m := range f.GetMetric() {
 		o := label(m, "outcome")
-		out = append(out, outcomeRow{Outcome: o, Count: int64(m.GetCounter().GetValue()), Kind: kind(o)})
+		row := outcomeRow{Outcome: o, Count: int64(m.GetCounter().GetValue())}
+		if row.Count > 0 {
+			row.Kind = kind(o) // a zero is not news, good or bad
+		}
+		out = append(out, row)
 	}
 	slices.SortFunc(out, func(x, y outcomeRow) int { return int(y.Count - x.Count) })
 	return out

@@ -149,9 +149,9 @@ const maxFormBytes = 16 << 10
 
 // form serves a state-changing form post: only from a signed-in account,
 // from the dashboard's own origin, with the session's CSRF token. act
-// returns the page to show next (a redirect when it is ""); a
-// *credits.RequestError is the user's mistake and is shown on the buyer's
-// page with its status.
+// writes the answer (a page, or a redirect) when it succeeds; when it
+// fails, a *credits.RequestError is the user's mistake, shown on the
+// buyer's page with its status, and any other error a 503 page.
 func (h *Handler) form(act func(w http.ResponseWriter, r *http.Request, a account) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		a, ok, err := h.signedIn(r)

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/llm4agents/llm4agents/internal/config"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/dashboard"
@@ -50,9 +52,16 @@ func buildDashboard(cfg *config.Config, cred *gateway.Credits, settlements store
 			dc.Keys = h
 		}
 		dc.Balances = cred.Ledger
-		if cred.Leases != nil {
-			dc.Balances = cred.Leases
-			dc.Receipts = flushedReceipts{cred.Receipts, cred.Leases}
+		dc.KeyUsage = func(ctx context.Context, k store.APIKey) (store.KeyUsage, error) {
+			return cred.Ledger.KeyUsage(ctx, *ledger.KeyOf(k))
+		}
+		if ls := cred.Leases; ls != nil {
+			dc.Balances = ls
+			dc.Receipts = flushedReceipts{cred.Receipts, ls}
+			// Leased calls' spend is in this replica's leases until flushed.
+			dc.KeyUsage = func(ctx context.Context, k store.APIKey) (store.KeyUsage, error) {
+				return ls.KeyUsage(ctx, common.HexToAddress(k.Owner), *ledger.KeyOf(k))
+			}
 		}
 	}
 	if cred.Signer != nil {

@@ -75,7 +75,7 @@ type keyRow struct {
 	Rate                            string
 	Created                         time.Time
 	Revoked                         bool
-	Spent                           string // in the receipts shown
+	Spent                           string // from the ledger; else among the receipts shown
 }
 
 type spendRow struct {
@@ -147,7 +147,21 @@ func (h *Handler) buyer(ctx context.Context, a account) (string, view, error) {
 			}
 		}
 		for _, k := range keys {
-			b.Keys = append(b.Keys, h.keyRow(k, spent[k.ID]))
+			row := h.keyRow(k, spent[k.ID])
+			if h.cfg.KeyUsage != nil && !k.Revoked() {
+				u, err := h.cfg.KeyUsage(ctx, k)
+				if err != nil {
+					return "", view{}, fmt.Errorf("read key usage: %w", err)
+				}
+				row.Spent = h.amount(big.NewInt(u.Spent))
+				if k.PeriodCap != store.NoCap {
+					row.Spent += ", " + h.amount(big.NewInt(u.PeriodSpent)) + " this period"
+				}
+				if u.Held > 0 {
+					row.Spent += " (" + h.amount(big.NewInt(u.Held)) + " held)"
+				}
+			}
+			b.Keys = append(b.Keys, row)
 		}
 		// Live keys first, newest first within each group.
 		slices.SortStableFunc(b.Keys, func(x, y keyRow) int {

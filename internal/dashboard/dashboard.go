@@ -96,6 +96,10 @@ type Config struct {
 	Sessions Sessions
 	Keys     KeyManager
 	Balances Balances
+	// KeyUsage reads what a key has spent and holds (the ledger's
+	// bookkeeping its caps are enforced by); nil shows each key's spend
+	// among the receipts on the page.
+	KeyUsage func(ctx context.Context, k store.APIKey) (store.KeyUsage, error)
 	Receipts ReceiptReader
 	// Verify checks a stored receipt's signature and its place in the
 	// receipt log (NewVerifier); nil shows receipts unchecked.

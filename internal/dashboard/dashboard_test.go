@@ -11,8 +11,10 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/ledger"
+	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/x402/receipt"
 )
@@ -470,5 +472,38 @@ func TestOperatorCharges(t *testing.T) {
 	}
 	if strings.Contains(models, receipt.ModelTopUp) {
 		t.Error("a top-up counted as a model's call")
+	}
+}
+
+// TestKeySpendFromLedger: a key's spend is the ledger's, the bookkeeping
+// its caps are enforced by, not only the calls on the page.
+func TestKeySpendFromLedger(t *testing.T) {
+	f := newFixture(t, nil)
+	buyer, _ := crypto.GenerateKey()
+	addr := crypto.PubkeyToAddress(buyer.PublicKey)
+	owner := strings.ToLower(addr.Hex())
+	if _, err := f.led.TopUp(t.Context(), ledger.SettlementRef(testNetwork, common.HexToHash("0x02"), 0), addr, big.NewInt(10_000_000)); err != nil {
+		t.Fatal(err)
+	}
+	daily := "1000000"
+	day := int64(86400)
+	_, k, err := f.keys.CreateKey(t.Context(), owner, credits.KeyRequest{Name: "agent", PeriodCap: &daily, PeriodSeconds: &day})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := f.led.Reserve(t.Context(), ledger.Call{RequestID: "req-1", Payer: addr, Key: ledger.KeyOf(k), PromptTokens: 1000,
+		OutputBound: 1000, Price: pricing.Price{Input: 1_000_000, Output: 2_000_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.led.Charge(t.Context(), hold.ID, chat.Usage{PromptTokens: 1000, CompletionTokens: 500}, pricing.Price{Input: 1_000_000, Output: 2_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	b := f.browser(t)
+	b.signIn(buyer)
+	_, page := b.get(Path)
+	row := between(page, `data-key-id="`+k.ID+`"`, "</tr>")
+	if !strings.Contains(row, "0.002 USDC, 0.002 USDC this period") {
+		t.Errorf("the key's row does not show the ledger's spend of 0.002 USDC:\n%s", row)
 	}
 }

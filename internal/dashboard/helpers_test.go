@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/rand"
 	"encoding/hex"
@@ -80,6 +81,9 @@ func newFixture(t testing.TB, adjust func(*Config)) *fixture {
 		Origin: f.origin, ChainID: testChain, Sessions: f.auth, Keys: f.keys, Balances: f.led, Receipts: db,
 		Verify:      NewVerifier(f.signer.Address(), f.signer.Domain(), nil, nil),
 		Admins:      []common.Address{crypto.PubkeyToAddress(f.admin.PublicKey)},
+		KeyUsage: func(ctx context.Context, k store.APIKey) (store.KeyUsage, error) {
+			return f.led.KeyUsage(ctx, *ledger.KeyOf(k))
+		},
 		Settlements: db, AllReceipts: db, Asset: common.HexToAddress(testAsset),
 		AssetSymbol: "USDC", Decimals: 6, Network: testNetwork, TxURL: "https://explorer.example/tx/%s", Log: log,
 	}

@@ -163,6 +163,16 @@ func TestDashboardInBrowser(t *testing.T) {
 		return a.Value
 	}
 
+	// Opened at another name of the same address, the page says where the
+	// sign-in works.
+	do("another origin",
+		chromedp.Navigate(strings.Replace(base, "127.0.0.1", "localhost", 1)+"/dashboard"),
+		chromedp.WaitVisible(chromedp.ID("origin-hint")),
+	)
+	if href := attr("#origin-hint", "href"); href != base+"/dashboard" {
+		t.Errorf("the origin hint links %q, want %s/dashboard", href, base)
+	}
+
 	buyer := strings.ToLower(devchain.Address(demoBuyer).Hex())
 	do("sign in",
 		chromedp.Navigate(base+"/dashboard"),

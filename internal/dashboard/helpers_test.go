@@ -79,8 +79,8 @@ func newFixture(t testing.TB, adjust func(*Config)) *fixture {
 	f.admin, _ = crypto.GenerateKey()
 	cfg := Config{
 		Origin: f.origin, ChainID: testChain, Sessions: f.auth, Keys: f.keys, Balances: f.led, Receipts: db,
-		Verify:      NewVerifier(f.signer.Address(), f.signer.Domain(), nil, nil),
-		Admins:      []common.Address{crypto.PubkeyToAddress(f.admin.PublicKey)},
+		Verify: NewVerifier(f.signer.Address(), f.signer.Domain(), nil, nil),
+		Admins: []common.Address{crypto.PubkeyToAddress(f.admin.PublicKey)},
 		KeyUsage: func(ctx context.Context, k store.APIKey) (store.KeyUsage, error) {
 			return f.led.KeyUsage(ctx, *ledger.KeyOf(k))
 		},

@@ -47,6 +47,19 @@ document.addEventListener("DOMContentLoaded", () => {
   const button = document.getElementById("signin");
   if (!button) return;
   const status = document.getElementById("signin-status");
+  // The sign-in message names the gateway's configured origin, and the
+  // session cookie belongs to the address the page was opened at: opened
+  // at another (localhost for 127.0.0.1, say), a wallet sign-in would be
+  // refused. Say where to go instead.
+  const origin = document.body.dataset.origin;
+  if (origin && window.location.origin !== origin) {
+    status.textContent = "This gateway signs you in at " + origin + ": ";
+    const link = document.createElement("a");
+    link.href = origin + "/dashboard";
+    link.textContent = "open the dashboard there";
+    link.id = "origin-hint";
+    status.appendChild(link);
+  }
   button.addEventListener("click", async () => {
     button.disabled = true;
     try {

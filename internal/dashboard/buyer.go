@@ -194,7 +194,7 @@ func (h *Handler) amount(v *big.Int) string {
 // receiptRow reads one stored receipt. A receipt that does not parse is
 // skipped (and logged): the page shows what it can.
 func (h *Handler) receiptRow(ctx context.Context, rec store.StoredReceipt) (receiptRow, bool) {
-	r, _, err := receipt.ParseEnvelope(rec.Envelope)
+	r, sig, err := receipt.ParseEnvelope(rec.Envelope)
 	if err != nil {
 		h.log.ErrorContext(ctx, "stored receipt does not parse", "request_id", rec.RequestID, "err", err)
 		return receiptRow{}, false
@@ -209,7 +209,7 @@ func (h *Handler) receiptRow(ctx context.Context, rec store.StoredReceipt) (rece
 		row.TxURL = h.txURL(row.TxHash)
 	}
 	if h.cfg.Verify != nil {
-		row.Verified = h.cfg.Verify(ctx, rec.RequestID, rec.Envelope)
+		row.Verified = h.cfg.Verify(ctx, rec.RequestID, r, sig)
 	}
 	return row, true
 }

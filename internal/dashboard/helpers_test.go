@@ -102,13 +102,16 @@ func newFixture(t testing.TB, adjust func(*Config)) *fixture {
 // browser is a client with a cookie jar that sends what a browser sends
 // from the dashboard's own pages (Origin), unless told otherwise.
 type browser struct {
-	t      *testing.T
+	t      testing.TB
 	f      *fixture
 	c      *http.Client
 	origin string // the Origin header sent with POSTs; "" sends none
 }
 
-func (f *fixture) browser(t *testing.T) *browser {
+func (f *fixture) browser(t *testing.T) *browser { return f.benchBrowser(t) }
+
+// benchBrowser is browser for a benchmark or a test.
+func (f *fixture) benchBrowser(t testing.TB) *browser {
 	jar, _ := cookiejar.New(nil)
 	return &browser{t: t, f: f, origin: f.origin, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
@@ -218,7 +221,7 @@ func personalSign(t testing.TB, key *ecdsa.PrivateKey, text string) string {
 }
 
 // putReceipt keeps a signed credits receipt for owner.
-func (f *fixture) putReceipt(t *testing.T, owner common.Address, keyID, model string, amount int64, seq int64, issued uint64) string {
+func (f *fixture) putReceipt(t testing.TB, owner common.Address, keyID, model string, amount int64, seq int64, issued uint64) string {
 	t.Helper()
 	r := receipt.Receipt{Model: model, InputTokens: big.NewInt(12), OutputTokens: big.NewInt(34), Amount: big.NewInt(amount),
 		BalanceAfter: big.NewInt(0), LedgerSeq: big.NewInt(seq), IssuedAt: issued, Rail: receipt.RailCredits}
@@ -230,7 +233,7 @@ func (f *fixture) putReceipt(t *testing.T, owner common.Address, keyID, model st
 
 // putSigned signs r for owner and keeps it: the request id is drawn, and
 // seq 0 lets the store draw the receipt's place.
-func (f *fixture) putSigned(t *testing.T, owner common.Address, keyID string, seq int64, r receipt.Receipt) string {
+func (f *fixture) putSigned(t testing.TB, owner common.Address, keyID string, seq int64, r receipt.Receipt) string {
 	t.Helper()
 	var id common.Hash
 	if _, err := rand.Read(id[:]); err != nil {
@@ -280,3 +283,5 @@ func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+func keyRequestNamed(name string) credits.KeyRequest { return credits.KeyRequest{Name: name} }

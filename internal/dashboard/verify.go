@@ -26,14 +26,9 @@ const provedPerPage = 20
 // its inclusion against a checkpoint signed by the log's key: the checks
 // `llm4agents receipts verify` runs, done here for the page. log and key
 // may be nil (no receipt log).
-func NewVerifier(signer common.Address, d receipt.Domain, log Prover, key note.Verifier) func(ctx context.Context, requestID string, envelope []byte) Verification {
-	return func(ctx context.Context, requestID string, envelope []byte) Verification {
+func NewVerifier(signer common.Address, d receipt.Domain, log Prover, key note.Verifier) func(ctx context.Context, requestID string, r *receipt.Receipt, sig []byte) Verification {
+	return func(ctx context.Context, requestID string, r *receipt.Receipt, sig []byte) Verification {
 		var v Verification
-		r, sig, err := receipt.ParseEnvelope(envelope)
-		if err != nil {
-			v.Problem = "does not parse"
-			return v
-		}
 		if got, err := receipt.Verify(r, sig, d); err != nil || got != signer {
 			v.Problem = "bad signature"
 			return v

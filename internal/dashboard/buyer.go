@@ -58,7 +58,7 @@ type receiptRow struct {
 	Model     string
 	Rail      string
 	KeyID     string
-	In, Out   string
+	In, Out   *big.Int // tokens
 	Amount    string
 	OnChain   bool   // paid by an x402 settlement (exact, upto, a top-up)
 	TxHash    string // the settlement's transaction, when known
@@ -116,14 +116,13 @@ func (h *Handler) buyer(ctx context.Context, a account) (string, view, error) {
 		b.Available, b.Held = h.amount(bal.Available), h.amount(bal.Held)
 	}
 	if h.cfg.Receipts != nil {
-		ctx := withProofBudget(ctx)
 		b.HasReceipts = true
 		recs, err := h.cfg.Receipts.ReceiptsOf(ctx, store.ReceiptsQuery{Owner: a.Owner, Limit: receiptsShown})
 		if err != nil {
 			return "", view{}, fmt.Errorf("read receipts: %w", err)
 		}
-		for _, rec := range recs {
-			row, ok := h.receiptRow(ctx, rec)
+		for i, rec := range recs {
+			row, ok := h.receiptRow(ctx, rec, i < provedPerPage)
 			if !ok {
 				continue
 			}
@@ -192,8 +191,9 @@ func (h *Handler) amount(v *big.Int) string {
 }
 
 // receiptRow reads one stored receipt. A receipt that does not parse is
-// skipped (and logged): the page shows what it can.
-func (h *Handler) receiptRow(ctx context.Context, rec store.StoredReceipt) (receiptRow, bool) {
+// skipped (and logged): the page shows what it can. prove asks for its
+// place in the receipt log to be proven too.
+func (h *Handler) receiptRow(ctx context.Context, rec store.StoredReceipt, prove bool) (receiptRow, bool) {
 	r, sig, err := receipt.ParseEnvelope(rec.Envelope)
 	if err != nil {
 		h.log.ErrorContext(ctx, "stored receipt does not parse", "request_id", rec.RequestID, "err", err)
@@ -201,7 +201,7 @@ func (h *Handler) receiptRow(ctx context.Context, rec store.StoredReceipt) (rece
 	}
 	row := receiptRow{
 		RequestID: rec.RequestID, When: time.Unix(int64(min(r.IssuedAt, 1<<62)), 0), Model: r.Model, Rail: r.Rail, // #nosec G115 -- clamped
-		KeyID: rec.KeyID, In: r.InputTokens.String(), Out: r.OutputTokens.String(),
+		KeyID: rec.KeyID, In: r.InputTokens, Out: r.OutputTokens,
 		Amount: h.amount(r.Amount), amount: r.Amount, OnChain: r.Rail != receipt.RailCredits,
 	}
 	if row.OnChain {
@@ -209,7 +209,7 @@ func (h *Handler) receiptRow(ctx context.Context, rec store.StoredReceipt) (rece
 		row.TxURL = h.txURL(row.TxHash)
 	}
 	if h.cfg.Verify != nil {
-		row.Verified = h.cfg.Verify(ctx, rec.RequestID, r, sig)
+		row.Verified = h.cfg.Verify(ctx, rec.RequestID, r, sig, prove)
 	}
 	return row, true
 }
@@ -243,9 +243,7 @@ func (h *Handler) spend(b *buyerBody) {
 			}
 			s.Calls++
 			g.amt[g.name] = add(g.amt[g.name], r.amount)
-			in, _ := new(big.Int).SetString(r.In, 10)
-			out, _ := new(big.Int).SetString(r.Out, 10)
-			g.tok[g.name] = add(add(g.tok[g.name], in), out)
+			g.tok[g.name] = add(add(g.tok[g.name], r.In), r.Out)
 		}
 		total.Add(total, r.amount)
 		day := time.Date(r.When.Year(), r.When.Month(), r.When.Day(), 0, 0, 0, 0, time.UTC)

@@ -103,8 +103,9 @@ type Config struct {
 	Receipts ReceiptReader
 	// Verify checks a stored receipt's signature and its place in the
 	// receipt log (NewVerifier); nil shows receipts unchecked.
-	// It gets the receipt as parsed from its stored envelope.
-	Verify func(ctx context.Context, requestID string, r *receipt.Receipt, sig []byte) Verification
+	// It gets the receipt as parsed from its stored envelope, and prove
+	// for the receipts whose log inclusion the page shows.
+	Verify func(ctx context.Context, requestID string, r *receipt.Receipt, sig []byte, prove bool) Verification
 
 	// Admins may see the operator view (the payee, pay_to, among them).
 	Admins []common.Address

@@ -17,27 +17,28 @@ type Prover interface {
 	Proof(ctx context.Context, requestID string) (receipt.Proof, error)
 }
 
-// provedPerPage bounds the log proofs one page asks for: each reads the
-// log's tiles, and the newest receipts are the ones a buyer checks.
+// provedPerPage bounds the log proofs one page asks for, for its newest
+// receipts: each proof reads the log's tiles, and the newest receipts are
+// the ones a buyer checks.
 const provedPerPage = 20
 
 // NewVerifier returns a Config.Verify that checks a receipt's signature
-// against the gateway's receipt signer (and domain) and, with a log, proves
-// its inclusion against a checkpoint signed by the log's key: the checks
+// against the gateway's receipt signer (and domain) and, with a log and
+// when asked (prove), proves its inclusion against a checkpoint signed by
+// the log's key: the checks
 // `llm4agents receipts verify` runs, done here for the page. log and key
 // may be nil (no receipt log).
-func NewVerifier(signer common.Address, d receipt.Domain, log Prover, key note.Verifier) func(ctx context.Context, requestID string, r *receipt.Receipt, sig []byte) Verification {
-	return func(ctx context.Context, requestID string, r *receipt.Receipt, sig []byte) Verification {
+func NewVerifier(signer common.Address, d receipt.Domain, log Prover, key note.Verifier) func(ctx context.Context, requestID string, r *receipt.Receipt, sig []byte, prove bool) Verification {
+	return func(ctx context.Context, requestID string, r *receipt.Receipt, sig []byte, prove bool) Verification {
 		var v Verification
 		if got, err := receipt.Verify(r, sig, d); err != nil || got != signer {
 			v.Problem = "bad signature"
 			return v
 		}
 		v.Signed = true
-		if log == nil || key == nil || proofBudget(ctx) <= 0 {
+		if log == nil || key == nil || !prove {
 			return v
 		}
-		spendProof(ctx)
 		p, err := log.Proof(ctx, requestID)
 		switch {
 		case errors.Is(err, receiptlog.ErrPending):
@@ -55,27 +56,6 @@ func NewVerifier(signer common.Address, d receipt.Domain, log Prover, key note.V
 			v.Logged, v.LogIndex, v.LogSize = true, p.Index, cp.Size
 		}
 		return v
-	}
-}
-
-// The proof budget of one page: a counter in the request's context.
-type budgetKey struct{}
-
-func withProofBudget(ctx context.Context) context.Context {
-	n := provedPerPage
-	return context.WithValue(ctx, budgetKey{}, &n)
-}
-
-func proofBudget(ctx context.Context) int {
-	if n, ok := ctx.Value(budgetKey{}).(*int); ok {
-		return *n
-	}
-	return provedPerPage
-}
-
-func spendProof(ctx context.Context) {
-	if n, ok := ctx.Value(budgetKey{}).(*int); ok {
-		*n--
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 
@@ -39,7 +40,8 @@ func nodeName(rawURL, env string) string {
 	return "chain at " + u.Scheme + "://" + u.Host
 }
 
-// serveSetup is what serve checks on the node: the network, the asset and,
+// serveSetup is what serve checks on the node: the network, the asset (and
+// every further one offered on its chain) and,
 // with an in-process facilitator (key not nil), its signer's gas.
 func serveSetup(cfg *config.Config, key *ecdsa.PrivateKey) preflight.Setup {
 	n := cfg.Network
@@ -50,6 +52,17 @@ func serveSetup(cfg *config.Config, key *ecdsa.PrivateKey) preflight.Setup {
 			Address: asset, Name: n.AssetName, Version: n.AssetVersion,
 			Key: "network.asset", NameKey: "network.asset_name", VersionKey: "network.asset_version",
 		}},
+	}
+	for i, o := range cfg.Networks {
+		if o.ID != n.ID {
+			continue // its own node checks it (paymentNetworks)
+		}
+		a, _ := o.AssetAddress() // validated
+		at := fmt.Sprintf("networks[%d]", i)
+		s.Assets = append(s.Assets, preflight.Asset{
+			Address: a, Name: o.AssetName, Version: o.AssetVersion,
+			Key: at + ".asset", NameKey: at + ".asset_name", VersionKey: at + ".asset_version",
+		})
 	}
 	if key != nil {
 		s.Signer, s.SignerKey = crypto.PubkeyToAddress(key.PublicKey), "facilitator.key_env"

@@ -79,57 +79,23 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	g.closers = append(g.closers, func() { _ = db.Close() })
 
 	asset, _ := cfg.Network.AssetAddress()
-	var fac gateway.Facilitator
-	var settler common.Address // who settles upto permits: their witness.facilitator
-	switch cfg.Facilitator.Mode {
-	case config.ModeRemote:
-		client := facilitator.NewClient(cfg.Facilitator.URL, nil)
-		fac = client
-		if cfg.Network.Offers(config.SchemeUpto) {
-			if settler, err = remoteUptoSettler(ctx, client, cfg.Network.ID); err != nil {
-				return nil, err
-			}
-		}
-		if backend != nil {
-			// A settle answer lost to a timeout or a dropped connection is
-			// then resolved from the chain, whatever the remote facilitator
-			// is (docs/CONFIG.md, "A remote facilitator").
-			fac = confirmingFacilitator{Facilitator: fac, ChainConfirmer: facilitator.NewChainConfirmer(backend, 0)}
-		}
-	default:
-		chainID, err := cfg.Network.ChainID()
-		if err != nil {
-			return nil, err
-		}
-		maxFee, err := cfg.Facilitator.MaxFee()
-		if err != nil {
-			return nil, err
-		}
-		sender, err := chain.NewSender(backend, key, chainID, chain.SenderConfig{
-			MaxFeePerGas: maxFee, PollInterval: cfg.Facilitator.PollInterval, ReplaceAfter: replaceAfter(cfg.Facilitator.SettleTimeout),
-		}, log)
-		if err != nil {
-			return nil, err
-		}
-		f, err := facilitator.New(facilitator.Config{
-			Network: cfg.Network.ID, SettleTimeout: cfg.Facilitator.SettleTimeout, ClaimLease: cfg.ClaimLease(),
-			Assets:      []facilitator.Asset{{Address: asset, Name: cfg.Network.AssetName, Version: cfg.Network.AssetVersion}},
-			ReorgWindow: cfg.Facilitator.ReorgWindow, Schemes: cfg.Network.Schemes,
-		}, backend, sender, db, log)
-		if err != nil {
-			return nil, err
-		}
-		rec := f.StartReconciler(cfg.Facilitator.ReconcileInterval)
-		g.closers = append(g.closers, rec.Close)
-		fac = f
-		g.sender, g.facilitator = sender, f
-		settler = sender.Address()
+	primary, stop, err := newSettler(ctx, cfg, cfg.Facilitator, primaryChain(cfg), backend, key, db, log)
+	if err != nil {
+		return nil, err
 	}
+	g.closers = append(g.closers, stop)
+	fac := primary.fac
+	g.sender, g.facilitator = primary.sender, primary.inproc
 	var upto *gateway.Upto
 	if cfg.Network.Offers(config.SchemeUpto) {
-		if upto, err = gatewayUpto(cfg, settler); err != nil {
+		if upto, err = gatewayUpto(cfg, primary.address); err != nil {
 			return nil, err
 		}
+	}
+	networks, closers, err := paymentNetworks(ctx, cfg, primary, key, db, getenv, log)
+	g.closers = append(g.closers, closers...)
+	if err != nil {
+		return nil, err
 	}
 
 	counter := pricing.NewCounter()
@@ -227,7 +193,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		SettleTimeout: cfg.Facilitator.SettleTimeout, MaxStreamDuration: cfg.Limits.MaxStreamDuration,
 		RecoveryTTL: cfg.Limits.RecoveryTTL, RecoveryReplays: cfg.Limits.RecoveryReplays,
 		ClaimLease: cfg.ClaimLease(), Owner: owner, Models: models, Metrics: metrics,
-		Credits: cred, Upto: upto, Log: receiptLog, Dashboard: dash,
+		Credits: cred, Upto: upto, Log: receiptLog, Dashboard: dash, Networks: networks,
 		Unpaid: gateway.UnpaidLimits{PerMinute: cfg.Limits.UnpaidRate(), Burst: cfg.Limits.UnpaidBurst,
 			TrustedProxies: cfg.Limits.TrustedProxyPrefixes()},
 	}, fac, db, log)

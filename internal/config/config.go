@@ -40,13 +40,16 @@ type Config struct {
 	// PublicURL is the origin (and optional path prefix) clients reach the
 	// gateway at; the 402's resource URL is PublicURL + the route. Default
 	// http://<Listen>, with 127.0.0.1 for an unspecified host. No trailing slash.
-	PublicURL   string      `yaml:"public_url"`
-	Network     Network     `yaml:"network"`
-	Facilitator Facilitator `yaml:"facilitator"`
-	Store       Store       `yaml:"store"`
-	Limits      Limits      `yaml:"limits"`
-	Upstreams   []Upstream  `yaml:"upstreams"`
-	Models      []Model     `yaml:"models"`
+	PublicURL string  `yaml:"public_url"`
+	Network   Network `yaml:"network"`
+	// Networks are further ways to pay, offered after Network in every
+	// call's 402 (networks.go).
+	Networks    []OtherNetwork `yaml:"networks,omitempty"`
+	Facilitator Facilitator    `yaml:"facilitator"`
+	Store       Store          `yaml:"store"`
+	Limits      Limits         `yaml:"limits"`
+	Upstreams   []Upstream     `yaml:"upstreams"`
+	Models      []Model        `yaml:"models"`
 	// Pricing sets the price of models that have none of their own from
 	// their provider's cost (markup.go).
 	Pricing Pricing `yaml:"pricing"`
@@ -473,6 +476,7 @@ func (c *Config) SetDefaults() {
 	if c.Network.Upto.Streaming == "" {
 		c.Network.Upto.Streaming = UptoDeliverThenSettle
 	}
+	c.setNetworkDefaults()
 	f := &c.Facilitator
 	if f.Mode == "" {
 		f.Mode = ModeInProcess
@@ -655,68 +659,73 @@ func (c *Config) validateServer(p *problems) {
 }
 
 func (c *Config) validateNetwork(p *problems) {
-	n := &c.Network
+	checkNetwork(p, "network", &c.Network)
+	c.validateNetworks(p)
+}
+
+// checkNetwork reports the problems of n, at path (network, or
+// networks[i]).
+func checkNetwork(p *problems, path string, n *Network) {
 	if n.ID == "" {
-		p.add("network.id", "is required: the CAIP-2 network, eip155:<chain id> (eip155:8453 for Base)")
+		p.add(path+".id", "is required: the CAIP-2 network, eip155:<chain id> (eip155:8453 for Base)")
 	} else if _, err := exact.ChainID(n.ID); err != nil {
-		p.add("network.id", "%q is not eip155:<chain id> (eip155:8453 for Base); only EVM networks are supported", truncate(n.ID))
+		p.add(path+".id", "%q is not eip155:<chain id> (eip155:8453 for Base); only EVM networks are supported", truncate(n.ID))
 	}
 	switch {
 	case n.RPCURL != "" && n.RPCURLEnv != "":
-		p.add("network.rpc_url_env", "set rpc_url or rpc_url_env, not both")
+		p.add(path+".rpc_url_env", "set rpc_url or rpc_url_env, not both")
 	case n.RPCURL != "":
 		if msg := checkURL(n.RPCURL, "http", "https", "ws", "wss"); msg != "" {
-			p.add("network.rpc_url", "%s", msg)
+			p.add(path+".rpc_url", "%s", msg)
 		}
 	case n.RPCURLEnv != "":
-		checkEnvName(p, "network.rpc_url_env", n.RPCURLEnv)
+		checkEnvName(p, path+".rpc_url_env", n.RPCURLEnv)
 	}
-	asset := checkAddress(p, "network.asset", n.Asset, "the EIP-3009 token contract")
+	asset := checkAddress(p, path+".asset", n.Asset, "the EIP-3009 token contract")
 	if n.AssetName == "" {
-		p.add("network.asset_name", "is required: the token's EIP-712 domain name (USD Coin for USDC)")
+		p.add(path+".asset_name", "is required: the token's EIP-712 domain name (USD Coin for USDC)")
 	}
 	if n.AssetVersion == "" {
-		p.add("network.asset_version", "is required: the token's EIP-712 domain version (2 for USDC)")
+		p.add(path+".asset_version", "is required: the token's EIP-712 domain version (2 for USDC)")
 	}
 	if n.Decimals > MaxDecimals {
-		p.add("network.decimals", "%d is more than %d", n.Decimals, MaxDecimals)
+		p.add(path+".decimals", "%d is more than %d", n.Decimals, MaxDecimals)
 	}
-	payTo := checkAddress(p, "network.pay_to", n.PayTo, "the address that receives payments")
+	payTo := checkAddress(p, path+".pay_to", n.PayTo, "the address that receives payments")
 	if payTo != (common.Address{}) && payTo == asset {
-		p.add("network.pay_to", "is the asset's own contract: payments sent there are lost")
+		p.add(path+".pay_to", "is the asset's own contract: payments sent there are lost")
 	}
 	if n.PayTo != "" && (payTo == (common.Address{}) || payTo == burnAddress) && checkedAddress(n.PayTo) {
-		p.add("network.pay_to", "is a burn address: payments sent there are lost; set your own address")
+		p.add(path+".pay_to", "is a burn address: payments sent there are lost; set your own address")
 	}
 	if n.MaxTimeoutSeconds <= 0 || n.MaxTimeoutSeconds > maxTimeoutSecondsCap {
-		p.add("network.max_timeout_seconds", "%d must be from 1 to %d", n.MaxTimeoutSeconds, maxTimeoutSecondsCap)
+		p.add(path+".max_timeout_seconds", "%d must be from 1 to %d", n.MaxTimeoutSeconds, maxTimeoutSecondsCap)
 	}
-	c.validateSchemes(p)
+	checkSchemes(p, path, n)
 }
 
-func (c *Config) validateSchemes(p *problems) {
-	n := &c.Network
+func checkSchemes(p *problems, path string, n *Network) {
 	seen := make(map[string]bool, len(n.Schemes))
 	for _, s := range n.Schemes {
 		switch {
 		case s != SchemeExact && s != SchemeUpto:
-			p.add("network.schemes", "%q is not a scheme offered here: use %s, or %s and %s", truncate(s), SchemeExact, SchemeExact, SchemeUpto)
+			p.add(path+".schemes", "%q is not a scheme offered here: use %s, or %s and %s", truncate(s), SchemeExact, SchemeExact, SchemeUpto)
 		case seen[s]:
-			p.add("network.schemes", "lists %s twice", s)
+			p.add(path+".schemes", "lists %s twice", s)
 		}
 		seen[s] = true
 	}
 	if len(n.Schemes) > 0 && !seen[SchemeExact] {
-		p.add("network.schemes", "must include %s: top-ups pay with it, and so do streams under upto.streaming %s", SchemeExact, UptoExactOnly)
+		p.add(path+".schemes", "must include %s: top-ups pay with it, and so do streams under upto.streaming %s", SchemeExact, UptoExactOnly)
 	}
 	// Empty only when decimals is invalid, which is reported already.
 	if _, err := n.Upto.MinChargeAmount(); err != nil && n.Upto.MinCharge != "" {
-		p.add("network.upto.min_charge", "%q must be a whole, non-negative number of atomic units of the asset, such as \"10000\" (one cent with 6 decimals); \"0\" turns it off", truncate(n.Upto.MinCharge))
+		p.add(path+".upto.min_charge", "%q must be a whole, non-negative number of atomic units of the asset, such as \"10000\" (one cent with 6 decimals); \"0\" turns it off", truncate(n.Upto.MinCharge))
 	}
 	switch n.Upto.Streaming {
 	case UptoDeliverThenSettle, UptoExactOnly:
 	default:
-		p.add("network.upto.streaming", "%q must be %s or %s", truncate(n.Upto.Streaming), UptoDeliverThenSettle, UptoExactOnly)
+		p.add(path+".upto.streaming", "%q must be %s or %s", truncate(n.Upto.Streaming), UptoDeliverThenSettle, UptoExactOnly)
 	}
 }
 

@@ -48,6 +48,11 @@ func Parse(data []byte) (*Config, error) {
 	if !ix.has("network.decimals") {
 		p.add("network.decimals", "is required: the asset's decimals (6 for USDC); a wrong value misprices every call")
 	}
+	for i := range c.Networks {
+		if at := fmt.Sprintf("networks[%d].decimals", i); !ix.has(at) {
+			p.add(at, "is required: the asset's decimals (6 for USDC), the same as network.decimals")
+		}
+	}
 	c.SetDefaults()
 	p = append(p, c.validate()...)
 	if len(p) == 0 {

@@ -43,8 +43,11 @@ type costInfo struct {
 
 func (s *Server) cost(q *quote, sr *x402.SettleResponse, u *chat.Usage) costInfo {
 	ci := costInfo{
-		Charged: q.Amount.String(), ChargedDisplay: s.display(q.Amount), Asset: s.cfg.Asset,
-		Network: s.cfg.Network, Transaction: sr.Transaction, Usage: u, OperationID: q.Op,
+		Charged: q.Amount.String(), ChargedDisplay: s.display(q.Amount), Asset: q.Offer.Asset,
+		Network: q.Offer.Network, Transaction: sr.Transaction, Usage: u, OperationID: q.Op,
+	}
+	if sr.Network != "" {
+		ci.Network = sr.Network
 	}
 	// A settlement that names its amount (upto) paid that, at most the quote.
 	if a, ok := new(big.Int).SetString(sr.Amount, 10); ok && a.Sign() >= 0 && a.Cmp(q.Amount) <= 0 {
@@ -153,7 +156,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, body []byte) 
 // as it was kept, and a fresh payment is handed to fresh, which calls the
 // upstream and settles (complete, stream).
 func (s *Server) paid(w http.ResponseWriter, r *http.Request, q *quote, model string, body []byte, fresh func(*paywall.Fresh) error) error {
-	adm, err := s.pw.Admit(r.Context(), &q.Quote, presented(r),
+	adm, err := s.pay.Admit(r.Context(), &q.Quote, presented(r),
 		paywall.Request{Method: r.Method, Path: r.URL.Path, Model: model, Body: body})
 	if err != nil {
 		return err

@@ -76,8 +76,7 @@ func (s *Server) embeddingsQuote(r *http.Request, req *embeddings.Request) (*quo
 		return nil, err
 	}
 	q := &quote{model: m, promptTokens: tokens, inputs: req.Input.Len()}
-	q.Amount = pricing.Quote(tokens, 0, m.Price, s.cfg.Decimals)
-	q.Offer = s.pw.Offer(q.Amount)
+	s.pay.Offer(&q.Quote, pricing.Quote(tokens, 0, m.Price, s.cfg.Decimals), false)
 	q.PaymentIDRequired = m.PaymentIDRequired
 	q.What = paywall.WhatRequest
 	q.Resource = &x402.ResourceInfo{

@@ -48,11 +48,8 @@ func (s *Server) price(r *http.Request, req *chat.Request) (*quote, error) {
 		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: "the messages could not be tokenized", Err: err}
 	}
 	q := &quote{model: m, promptTokens: prompt, outputBound: pricing.OutputBound(req, m.MaxOutputTokens)}
-	q.Amount = pricing.Quote(q.promptTokens, q.outputBound, m.Price, s.cfg.Decimals)
-	q.Offer = s.pw.Offer(q.Amount)
-	if u := s.cfg.Upto; u != nil && (!req.Stream || !u.ExactOnlyStreams) {
-		q.Upto = s.pw.UptoOffer(q.Amount)
-	}
+	withUpto := !req.Stream || s.cfg.Upto == nil || !s.cfg.Upto.ExactOnlyStreams
+	s.pay.Offer(&q.Quote, pricing.Quote(q.promptTokens, q.outputBound, m.Price, s.cfg.Decimals), withUpto)
 	q.PaymentIDRequired = m.PaymentIDRequired
 	q.What = paywall.WhatRequest
 	mime := "application/json"

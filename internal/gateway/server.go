@@ -118,6 +118,27 @@ type Config struct {
 	// Dashboard, when set, serves /dashboard and the pages under it
 	// (internal/dashboard).
 	Dashboard http.Handler
+	// Networks are further ways to pay, offered in every call's 402 after
+	// the primary network and asset above (Network, Asset...), at par: the
+	// same quote in atomic units of each asset. Top-ups are paid on the
+	// primary network alone.
+	Networks []PaymentNetwork
+}
+
+// PaymentNetwork is one more network and asset a call's 402 offers, with
+// the facilitator that verifies and settles its payments.
+type PaymentNetwork struct {
+	Network string // CAIP-2, eip155:<id>
+	Asset   string // token address
+	// AssetName and AssetVersion are the token's EIP-712 domain.
+	AssetName    string
+	AssetVersion string
+	PayTo        string
+	Facilitator  Facilitator
+	// Upto offers the upto scheme on this network too; nil offers exact
+	// alone. Its MinCharge and ExactOnlyStreams are the primary's
+	// (Config.Upto), since the quote is one.
+	Upto *Upto
 }
 
 // Upto is how the gateway sells with the upto scheme: the buyer authorizes
@@ -169,9 +190,15 @@ const (
 // Server serves the gateway's HTTP API.
 type Server struct {
 	cfg Config
-	// pw runs the payment lifecycle (internal/paywall): admission,
-	// settlement, recovery.
-	pw *paywall.Paywall
+	// pay runs the payment lifecycle (internal/paywall): admission,
+	// settlement, recovery, on each network and asset offered; pw is its
+	// primary paywall, the one top-ups pay through.
+	pay *paywall.Set
+	pw  *paywall.Paywall
+	// paidOn are the networks pay takes payments on; payableWith lists
+	// its networks and assets in order, for /v1/models.
+	paidOn      map[string]bool
+	payableWith []payableWith
 	// calls runs the payment steps of credit-paid calls
 	// (internal/credits): nil when the gateway takes no API keys.
 	calls   *credits.Calls
@@ -232,14 +259,6 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: asset: %w", err)
 	}
-	payTo, err := exact.ParseAddress(cfg.PayTo)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: payTo: %w", err)
-	}
-	extra, err := json.Marshal(exact.Extra{Name: cfg.AssetName, Version: cfg.AssetVersion})
-	if err != nil {
-		return nil, fmt.Errorf("gateway: extra: %w", err)
-	}
 	s := &Server{
 		cfg: cfg, counter: pricing.NewCounter(),
 		models: make(map[string]*Model, len(cfg.Models)),
@@ -252,12 +271,31 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	if cfg.Credits != nil && cfg.Credits.Leases != nil {
 		s.metrics.reg.MustRegister(newLeaseCollector(cfg.Credits.Leases))
 	}
-	s.pw = paywall.New(paywall.Config{
-		Network: cfg.Network, Asset: cfg.Asset, PayTo: cfg.PayTo, AssetAddress: asset, PayToAddress: payTo, Extra: extra,
-		UptoExtra:         cfg.Upto.extra(),
-		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds, UpstreamTimeout: cfg.UpstreamTimeout, SettleTimeout: cfg.SettleTimeout,
-		ClaimLease: cfg.ClaimLease, Owner: cfg.Owner, RecoveryTTL: cfg.RecoveryTTL, RecoveryReplays: cfg.RecoveryReplays,
-	}, fac, payments, paymentMetrics{s.metrics}, s.log)
+	networks := append([]PaymentNetwork{{
+		Network: cfg.Network, Asset: cfg.Asset, AssetName: cfg.AssetName, AssetVersion: cfg.AssetVersion,
+		PayTo: cfg.PayTo, Facilitator: fac, Upto: cfg.Upto,
+	}}, cfg.Networks...)
+	pws := make([]*paywall.Paywall, 0, len(networks))
+	seen := make(map[string]bool, len(networks))
+	s.paidOn = make(map[string]bool, len(networks))
+	for i, n := range networks {
+		pc, err := s.paywallConfig(n)
+		if err == nil && i > 0 && n.Facilitator == nil {
+			err = errors.New("no facilitator")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("gateway: network %d (%s): %w", i, n.Network, err)
+		}
+		id := pc.Network + "/" + pc.AssetAddress.Hex()
+		if seen[id] {
+			return nil, fmt.Errorf("gateway: network %s offers asset %s twice", n.Network, pc.AssetAddress.Hex())
+		}
+		seen[id] = true
+		s.paidOn[pc.Network] = true
+		s.payableWith = append(s.payableWith, payableWith{Network: pc.Network, Asset: pc.Asset})
+		pws = append(pws, paywall.New(pc, n.Facilitator, payments, paymentMetrics{s.metrics}, s.log))
+	}
+	s.pay, s.pw = paywall.NewSet(pws...), pws[0]
 	if c := cfg.Credits; c != nil && c.Keys != nil {
 		s.calls = credits.NewCalls(credits.CallsConfig{
 			Keys: c.Keys, Ledger: c.Ledger, Leases: c.Leases, Receipts: c.Receipts,
@@ -275,7 +313,7 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 		if _, ok := m.Provider.(upstream.Embedder); m.Embeddings && !ok {
 			return nil, fmt.Errorf("gateway: model %q is sold for embeddings, but its upstream serves none", m.ID)
 		}
-		if m.PaymentIDRequired && !s.pw.Recovers() {
+		if m.PaymentIDRequired && !s.pay.Recovers() {
 			return nil, fmt.Errorf("gateway: model %q requires a payment identifier, but the store keeps no recovery records", m.ID)
 		}
 		s.models[m.ID] = m
@@ -329,13 +367,40 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	return s, nil
 }
 
+// paywallConfig is the paywall of network n, with what every network
+// shares from s.cfg.
+func (s *Server) paywallConfig(n PaymentNetwork) (paywall.Config, error) {
+	asset, err := exact.ParseAddress(n.Asset)
+	if err != nil {
+		return paywall.Config{}, fmt.Errorf("asset: %w", err)
+	}
+	payTo, err := exact.ParseAddress(n.PayTo)
+	if err != nil {
+		return paywall.Config{}, fmt.Errorf("payTo: %w", err)
+	}
+	if _, err := exact.ChainID(n.Network); err != nil {
+		return paywall.Config{}, err
+	}
+	extra, err := json.Marshal(exact.Extra{Name: n.AssetName, Version: n.AssetVersion})
+	if err != nil {
+		return paywall.Config{}, fmt.Errorf("extra: %w", err)
+	}
+	c := s.cfg
+	return paywall.Config{
+		Network: n.Network, Asset: n.Asset, PayTo: n.PayTo, AssetAddress: asset, PayToAddress: payTo, Extra: extra,
+		UptoExtra:         n.Upto.extra(),
+		MaxTimeoutSeconds: c.MaxTimeoutSeconds, UpstreamTimeout: c.UpstreamTimeout, SettleTimeout: c.SettleTimeout,
+		ClaimLease: c.ClaimLease, Owner: c.Owner, RecoveryTTL: c.RecoveryTTL, RecoveryReplays: c.RecoveryReplays,
+	}, nil
+}
+
 // SetReadiness installs the check behind /readyz (a store and node ping).
 func (s *Server) SetReadiness(f func(context.Context) error) { s.ready = f }
 
 // SetNow replaces the clock (tests).
 func (s *Server) SetNow(now func() time.Time) {
 	s.now = now
-	s.pw.SetNow(now)
+	s.pay.SetNow(now)
 }
 
 // Metrics returns the server's metrics.
@@ -503,6 +568,15 @@ type modelPricing struct {
 	MinimumCharge       string `json:"minimum_charge"`
 	QuoteForEmptyPrompt string `json:"quote_at_max_output"` // what a one-token prompt at the default cap costs
 	Display             string `json:"display"`
+	// PayableWith lists every network and asset a call's 402 offers, the
+	// primary (Asset, Network) first; the amounts are the same in each.
+	PayableWith []payableWith `json:"payable_with"`
+}
+
+// payableWith is one network and asset a 402 offers.
+type payableWith struct {
+	Network string `json:"network"`
+	Asset   string `json:"asset"`
 }
 
 func (s *Server) modelInfo(m *Model) modelInfo {
@@ -521,6 +595,7 @@ func (s *Server) modelInfo(m *Model) modelInfo {
 			Display: fmt.Sprintf("%s %s in / %s %s out per million tokens, rounded up to the cent",
 				pricing.FormatAmount(bigU(m.Price.Input), s.cfg.Decimals), s.cfg.AssetSymbol,
 				pricing.FormatAmount(bigU(m.Price.Output), s.cfg.Decimals), s.cfg.AssetSymbol),
+			PayableWith: s.payableWith,
 		},
 	}
 	if m.Embeddings {

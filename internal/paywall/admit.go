@@ -148,7 +148,7 @@ func (p *Paywall) Admit(ctx context.Context, q *Quote, in Presented, req Request
 	// The recovery lookups come before verify (D0): a settled authorization no
 	// longer verifies, and a replay needs no new payment.
 	if p.recoveries != nil {
-		pd.rkey = recordKey(p.cfg.Network, pd.payer, id, pd.key)
+		pd.rkey = recordKey(p.recordNetwork(), pd.payer, id, pd.key)
 		r, err := p.recoveryLookup(ctx, pd)
 		if err != nil || r != nil {
 			return r, err

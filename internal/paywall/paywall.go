@@ -100,6 +100,8 @@ type Paywall struct {
 	metrics    Metrics
 	log        *slog.Logger
 	now        func() time.Time
+	// set is the Set p is part of, nil when it is alone.
+	set *Set
 }
 
 // New returns a Paywall. payments holds the claims, and the recovery records
@@ -145,6 +147,11 @@ type Quote struct {
 	// quote offers exact alone.
 	Upto     *x402.PaymentRequirements
 	Resource *x402.ResourceInfo
+	// Accepts, when set (Set.Offer), is every offer of the 402 in its
+	// order, Offer and Upto among them; nil lists Offer and Upto alone.
+	Accepts []x402.PaymentRequirements
+	// withUpto says the quote offers upto where a network does (Set.Offer).
+	withUpto bool
 	// PaymentIDRequired makes the payment-identifier extension required.
 	PaymentIDRequired bool
 	// What names the purchase in refusals: "request" or "top-up".
@@ -157,6 +164,9 @@ type Quote struct {
 // accepts are the quote's offers, as a 402 lists them: exact first, as the
 // official clients take the first offer they can pay.
 func (q *Quote) accepts() []x402.PaymentRequirements {
+	if q.Accepts != nil {
+		return q.Accepts
+	}
 	if q.Upto == nil {
 		return []x402.PaymentRequirements{q.Offer}
 	}

@@ -172,7 +172,9 @@ func (p *Paywall) replayOf(r *store.Recovery) (*Replay, error) {
 // promote promotes rec, by its operation id and fingerprint fp, with the
 // settlement of tx, and returns it as promoted.
 func (p *Paywall) promote(ctx context.Context, rec *store.Recovery, fp, tx string) (store.Recovery, error) {
-	ref := store.SettlementRef{Network: p.cfg.Network, TxHash: tx}
+	// The record may be another network's payment, retried on this one
+	// with the same payment identifier (Set).
+	ref := store.SettlementRef{Network: keyNetwork(rec.PaymentKey, p.cfg.Network), TxHash: tx}
 	return p.recoveries.PromoteRecovery(ctx, rec.OperationID, fp, ref, p.cfg.RecoveryTTL, p.cfg.RecoveryReplays)
 }
 
@@ -185,8 +187,9 @@ type authConfirmer interface {
 // paidByKey tells from the chain whether the authorization of claim key
 // paid amount to our payTo, and returns the transaction. An error means the
 // chain could not tell: the facilitator cannot read it (a remote one without
-// a node), or the read failed. A key of another network or asset, as a
-// configuration change leaves behind, never paid this gateway.
+// a node), or the read failed. A key of another network or asset of p's Set
+// is confirmed by that network's paywall; one of none, as a configuration
+// change leaves behind, never paid this gateway.
 func (p *Paywall) paidByKey(ctx context.Context, key, amount string) (string, bool, error) {
 	network, asset, from, nonce, err := exact.ParseKey(key)
 	value, vok := new(big.Int).SetString(amount, 10)
@@ -194,6 +197,11 @@ func (p *Paywall) paidByKey(ctx context.Context, key, amount string) (string, bo
 		return "", false, fmt.Errorf("recorded payment %q of %q: %w", key, amount, errors.Join(err, errors.New("unreadable")))
 	}
 	if network != p.cfg.Network || asset != p.cfg.AssetAddress {
+		if p.set != nil {
+			if other := p.set.find(network, asset); other != nil {
+				return other.paidByKey(ctx, key, amount)
+			}
+		}
 		return "", false, nil
 	}
 	c, ok := p.fac.(authConfirmer)

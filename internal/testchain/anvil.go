@@ -2,6 +2,7 @@ package testchain
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,8 +29,8 @@ import (
 // from a skipped test into a failed one (set in CI).
 const requireToolsEnv = "LLM4AGENTS_TEST_REQUIRE_TOOLS"
 
-// anvilChainID is the chain id every anvil started by StartAnvil uses, the same as
-// the simulated backend's.
+// anvilChainID is the chain id an anvil started by StartAnvil uses (unless
+// WithChainID), the same as the simulated backend's.
 const anvilChainID = 1337
 
 const (
@@ -54,7 +55,7 @@ type Anvil struct {
 	RPC *rpc.Client
 	// Client is an ethclient over RPC.
 	Client *ethclient.Client
-	// ChainID is the node's chain id, 1337.
+	// ChainID is the node's chain id, 1337 unless started WithChainID.
 	ChainID *big.Int
 
 	cmd       *exec.Cmd
@@ -70,6 +71,13 @@ type AnvilOption func(*anvilConfig)
 type anvilConfig struct {
 	noMining bool
 	bare     bool
+	chainID  int64 // 0: anvilChainID
+}
+
+// WithChainID starts the node with chain id id instead of 1337, for tests of
+// a gateway paid on two chains.
+func WithChainID(id int64) AnvilOption {
+	return func(c *anvilConfig) { c.chainID = id }
 }
 
 // WithBareChain leaves out Permit2 and the upto proxy, for tests of code that
@@ -126,10 +134,11 @@ func startAnvil(bin string, cfg anvilConfig) (*Anvil, error) {
 	if err != nil {
 		return nil, err
 	}
+	chainID := cmp.Or(cfg.chainID, anvilChainID)
 	args := []string{
 		"--host", "127.0.0.1",
 		"--port", strconv.Itoa(port),
-		"--chain-id", strconv.Itoa(anvilChainID),
+		"--chain-id", strconv.FormatInt(chainID, 10),
 		"--silent",
 	}
 	if cfg.noMining {
@@ -138,7 +147,7 @@ func startAnvil(bin string, cfg anvilConfig) (*Anvil, error) {
 
 	a := &Anvil{
 		URL:     "http://127.0.0.1:" + strconv.Itoa(port),
-		ChainID: big.NewInt(anvilChainID),
+		ChainID: big.NewInt(chainID),
 		exited:  make(chan struct{}),
 		output:  new(bytes.Buffer),
 	}

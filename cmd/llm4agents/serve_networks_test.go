@@ -1,0 +1,173 @@
+package main
+
+import (
+	"fmt"
+	"math/big"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/accounts/abi/bind"
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/llm4agents/llm4agents/client"
+	"github.com/llm4agents/llm4agents/contracts"
+	"github.com/llm4agents/llm4agents/internal/testchain"
+	"github.com/llm4agents/llm4agents/x402"
+	"github.com/llm4agents/llm4agents/x402/evm/exact"
+)
+
+// secondChainID is the chain id of the second anvil node: another network
+// than testNetwork's.
+const secondChainID = 31337
+
+// chainToken is an EIP-3009 token on one node, with the serve buyer funded.
+type chainToken struct {
+	network string
+	node    *testchain.Anvil
+	addr    common.Address
+	tok     *contracts.EIP3009Token
+}
+
+func fundedToken(tb testing.TB, node *testchain.Anvil, name, version string) chainToken {
+	tb.Helper()
+	addr, tok := deployDomain(tb, node, name, version)
+	auth, err := bind.NewKeyedTransactorWithChainID(testchain.DevKey(0), node.ChainID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tx, err := tok.Mint(auth, testchain.DevAddress(serveBuyer), big.NewInt(1_000_000_000))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	waitMined(tb, node, tx)
+	return chainToken{network: fmt.Sprintf("eip155:%d", node.ChainID), node: node, addr: addr, tok: tok}
+}
+
+func (c chainToken) balance(tb testing.TB, a common.Address) *big.Int {
+	tb.Helper()
+	b, err := c.tok.BalanceOf(&bind.CallOpts{Context: tb.Context()}, a)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// networkEntry is one entry of a config's networks: list.
+func (c chainToken) networkEntry(name, version, rpc string) string {
+	s := fmt.Sprintf("  - id: %s\n    asset: %s\n    asset_name: %s\n    asset_version: %q\n    decimals: 6\n    pay_to: %s\n",
+		c.network, c.addr.Hex(), name, version, testchain.DevAddress(testPayTo).Hex())
+	if rpc != "" {
+		s += "    rpc_url: " + rpc + "\n"
+	}
+	return s
+}
+
+// TestServeSeveralNetworks runs serve with USDC on one chain (the primary),
+// a second token on the same chain and USDC on a second chain, each settled
+// by the in-process facilitator of its chain: every 402 offers all three, a
+// buyer that can pay only one of them pays it, on its own chain, once.
+func TestServeSeveralNetworks(t *testing.T) {
+	usdc := fundedToken(t, testchain.StartAnvil(t), "USD Coin", "2")
+	usdt := fundedToken(t, usdc.node, "Tether USD", "1")
+	other := fundedToken(t, testchain.StartAnvil(t, testchain.WithChainID(secondChainID)), "USD Coin", "2")
+
+	cfg := serveConfig{RPC: "rpc_url: " + usdc.node.URL, Asset: usdc.addr.Hex()}.yaml(t) +
+		"networks:\n" + usdt.networkEntry("Tether USD", "1", "") + other.networkEntry("USD Coin", "2", other.node.URL)
+	proc := startCmd(t, []string{"serve", "--config", writeConfig(t, cfg)}, serveEnv(), "gateway listening on ")
+	base := proc.url
+	body := `{"model":"demo","messages":[{"role":"user","content":"Which chain?"}],"max_tokens":32}`
+
+	resp := postJSON(t, http.DefaultClient, base+"/v1/chat/completions", body)
+	readBody(t, resp)
+	pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
+	if resp.StatusCode != http.StatusPaymentRequired || err != nil {
+		t.Fatalf("unpaid call: %d, PAYMENT-REQUIRED: %v", resp.StatusCode, err)
+	}
+	want := []chainToken{usdc, usdt, other}
+	if len(pr.Accepts) != len(want) {
+		t.Fatalf("402 offers %d options, want %d: %+v", len(pr.Accepts), len(want), pr.Accepts)
+	}
+	for i, w := range want {
+		a := pr.Accepts[i]
+		if a.Scheme != exact.Scheme || a.Network != w.network || a.Asset != w.addr.Hex() || a.Amount != pr.Accepts[0].Amount {
+			t.Errorf("offer %d = %s %s %s %s, want exact on %s of %s for the same amount", i, a.Scheme, a.Network, a.Asset, a.Amount, w.network, w.addr.Hex())
+		}
+	}
+	amount := mustAmount(pr.Accepts[0].Amount)
+	payTo := testchain.DevAddress(testPayTo)
+
+	for _, pay := range []chainToken{other, usdt} {
+		t.Run("pay "+pay.network+" "+pay.addr.Hex()[:8], func(t *testing.T) {
+			before := make([]*big.Int, len(want))
+			for i, w := range want {
+				before[i] = w.balance(t, payTo)
+			}
+			rec := &headerRecorder{}
+			buyer := &http.Client{Timeout: 30 * time.Second, Transport: &client.Transport{
+				Base:   rec,
+				Signer: exact.NewKeySigner(testchain.DevKey(serveBuyer)),
+				Policy: client.Policy{
+					MaxPerRequest: big.NewInt(100_000), Budget: big.NewInt(1_000_000),
+					Assets: []client.Asset{{Network: pay.network, Address: pay.addr.Hex()}},
+				},
+			}}
+			resp := postJSON(t, buyer, base+"/v1/chat/completions", body)
+			b := readBody(t, resp)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("paid call: %d: %s", resp.StatusCode, b)
+			}
+			sr, err := client.SettleResponse(resp)
+			if err != nil || !sr.Success || sr.Network != pay.network {
+				t.Fatalf("PAYMENT-RESPONSE %+v (%v), want success on %s", sr, err, pay.network)
+			}
+			r, err := pay.node.Client.TransactionReceipt(t.Context(), common.HexToHash(sr.Transaction))
+			if err != nil || r.Status != 1 {
+				t.Errorf("transaction %s on %s: %v", sr.Transaction, pay.network, err)
+			}
+			for i, w := range want {
+				got := new(big.Int).Sub(w.balance(t, payTo), before[i])
+				wantGot := new(big.Int)
+				if w == pay {
+					wantGot = amount
+				}
+				if got.Cmp(wantGot) != 0 {
+					t.Errorf("payTo received %s of %s on %s, want %s", got, w.addr.Hex(), w.network, wantGot)
+				}
+			}
+
+			// The same payment again is never a second charge.
+			rec.mu.Lock()
+			sigs := slices.Clone(rec.sigs)
+			rec.mu.Unlock()
+			if len(sigs) == 0 {
+				t.Fatal("no PAYMENT-SIGNATURE sent")
+			}
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(x402.HeaderPaymentSignature, sigs[len(sigs)-1])
+			again, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, again)
+			if got := new(big.Int).Sub(pay.balance(t, payTo), before[indexOf(want, pay)]); got.Cmp(amount) != 0 {
+				t.Errorf("after the same payment again (status %d), payTo received %s in all, want %s", again.StatusCode, got, amount)
+			}
+		})
+	}
+}
+
+func indexOf(list []chainToken, c chainToken) int {
+	for i, x := range list {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}

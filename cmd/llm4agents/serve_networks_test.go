@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -160,6 +161,77 @@ func TestServeSeveralNetworks(t *testing.T) {
 				t.Errorf("after the same payment again (status %d), payTo received %s in all, want %s", again.StatusCode, got, amount)
 			}
 		})
+	}
+}
+
+// TestServeSeveralNetworks' buyer may retry a paid call with the same
+// payment identifier and a fresh authorization on another network (its
+// wallet chose otherwise the second time): the answer it paid for is
+// replayed, and nothing is paid on the second network.
+func TestServePaymentIDAcrossNetworks(t *testing.T) {
+	usdc := fundedToken(t, testchain.StartAnvil(t), "USD Coin", "2")
+	other := fundedToken(t, testchain.StartAnvil(t, testchain.WithChainID(secondChainID)), "USD Coin", "2")
+	cfg := serveConfig{RPC: "rpc_url: " + usdc.node.URL, Asset: usdc.addr.Hex()}.yaml(t) +
+		"networks:\n" + other.networkEntry("USD Coin", "2", other.node.URL)
+	proc := startCmd(t, []string{"serve", "--config", writeConfig(t, cfg)}, serveEnv(), "gateway listening on ")
+	url := proc.url + "/v1/chat/completions"
+	body := `{"model":"demo","messages":[{"role":"user","content":"Pay once, on either chain."}],"max_tokens":32}`
+	payTo := testchain.DevAddress(testPayTo)
+	id := x402.NewPaymentID()
+
+	pay := func(i int) *http.Response {
+		t.Helper()
+		resp := postJSON(t, http.DefaultClient, url, body)
+		readBody(t, resp)
+		pr, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if declared, _ := x402.PaymentIDDeclared(pr.Extensions); !declared {
+			t.Fatal("402 without the payment-identifier extension")
+		}
+		p, err := exact.NewPaymentPayload(t.Context(), exact.NewKeySigner(testchain.DevKey(serveBuyer)), pr, i, exact.SignOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Extensions = json.RawMessage(`{"` + x402.ExtensionPaymentID + `":{"info":{"required":false,"id":"` + id + `"}}}`)
+		h, err := x402.EncodeHeader(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(x402.HeaderPaymentSignature, h)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	before, beforeOther := usdc.balance(t, payTo), other.balance(t, payTo)
+	first := pay(1) // the second chain's offer
+	firstBody := readBody(t, first)
+	if first.StatusCode != http.StatusOK {
+		t.Fatalf("first payment: %d: %s", first.StatusCode, firstBody)
+	}
+	paid := new(big.Int).Sub(other.balance(t, payTo), beforeOther)
+	if paid.Sign() <= 0 {
+		t.Fatalf("the second chain's payTo received %s", paid)
+	}
+	again := pay(0) // the same id, a fresh authorization on the primary chain
+	againBody := readBody(t, again)
+	if again.StatusCode != http.StatusOK || again.Header.Get("X-Llm4agents-Replay") == "" || string(againBody) != string(firstBody) {
+		t.Errorf("retry on the primary chain: %d, replay %q, same body %t: %s", again.StatusCode,
+			again.Header.Get("X-Llm4agents-Replay"), string(againBody) == string(firstBody), againBody)
+	}
+	if got := new(big.Int).Sub(usdc.balance(t, payTo), before); got.Sign() != 0 {
+		t.Errorf("the primary chain's payTo received %s for a call paid on the second chain", got)
+	}
+	if got := new(big.Int).Sub(other.balance(t, payTo), beforeOther); got.Cmp(paid) != 0 {
+		t.Errorf("the second chain's payTo received %s in all, want %s", got, paid)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/x402"
 	"github.com/llm4agents/llm4agents/x402/evm/exact"
+	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
 // secondChainID is the chain id of the second anvil node: another network
@@ -45,6 +46,20 @@ func fundedToken(tb testing.TB, node *testchain.Anvil, name, version string) cha
 	}
 	waitMined(tb, node, tx)
 	return chainToken{network: fmt.Sprintf("eip155:%d", node.ChainID), node: node, addr: addr, tok: tok}
+}
+
+// approvePermit2 lets Permit2 move the buyer's tokens, for upto.
+func (c chainToken) approvePermit2(tb testing.TB) {
+	tb.Helper()
+	auth, err := bind.NewKeyedTransactorWithChainID(testchain.DevKey(serveBuyer), c.node.ChainID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tx, err := c.tok.Approve(auth, contracts.Permit2Address, big.NewInt(1_000_000_000))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	waitMined(tb, c.node, tx)
 }
 
 func (c chainToken) balance(tb testing.TB, a common.Address) *big.Int {
@@ -75,8 +90,11 @@ func TestServeSeveralNetworks(t *testing.T) {
 	usdt := fundedToken(t, usdc.node, "Tether USD", "1")
 	other := fundedToken(t, testchain.StartAnvil(t, testchain.WithChainID(secondChainID)), "USD Coin", "2")
 
+	// The second chain offers upto too, which the buyer prefers there.
+	other.approvePermit2(t)
 	cfg := serveConfig{RPC: "rpc_url: " + usdc.node.URL, Asset: usdc.addr.Hex()}.yaml(t) +
-		"networks:\n" + usdt.networkEntry("Tether USD", "1", "") + other.networkEntry("USD Coin", "2", other.node.URL)
+		"networks:\n" + usdt.networkEntry("Tether USD", "1", "") + other.networkEntry("USD Coin", "2", other.node.URL) +
+		"    schemes: [exact, upto]\n"
 	proc := startCmd(t, []string{"serve", "--config", writeConfig(t, cfg)}, serveEnv(), "gateway listening on ")
 	base := proc.url
 	body := `{"model":"demo","messages":[{"role":"user","content":"Which chain?"}],"max_tokens":32}`
@@ -88,13 +106,18 @@ func TestServeSeveralNetworks(t *testing.T) {
 		t.Fatalf("unpaid call: %d, PAYMENT-REQUIRED: %v", resp.StatusCode, err)
 	}
 	want := []chainToken{usdc, usdt, other}
-	if len(pr.Accepts) != len(want) {
-		t.Fatalf("402 offers %d options, want %d: %+v", len(pr.Accepts), len(want), pr.Accepts)
+	offers := []struct {
+		scheme string
+		token  chainToken
+	}{{exact.Scheme, usdc}, {exact.Scheme, usdt}, {exact.Scheme, other}, {upto.Scheme, other}}
+	if len(pr.Accepts) != len(offers) {
+		t.Fatalf("402 offers %d options, want %d: %+v", len(pr.Accepts), len(offers), pr.Accepts)
 	}
-	for i, w := range want {
+	for i, w := range offers {
 		a := pr.Accepts[i]
-		if a.Scheme != exact.Scheme || a.Network != w.network || a.Asset != w.addr.Hex() || a.Amount != pr.Accepts[0].Amount {
-			t.Errorf("offer %d = %s %s %s %s, want exact on %s of %s for the same amount", i, a.Scheme, a.Network, a.Asset, a.Amount, w.network, w.addr.Hex())
+		if a.Scheme != w.scheme || a.Network != w.token.network || a.Asset != w.token.addr.Hex() || a.Amount != pr.Accepts[0].Amount {
+			t.Errorf("offer %d = %s %s %s %s, want %s on %s of %s for the same amount", i, a.Scheme, a.Network, a.Asset, a.Amount,
+				w.scheme, w.token.network, w.token.addr.Hex())
 		}
 	}
 	amount := mustAmount(pr.Accepts[0].Amount)
@@ -128,11 +151,18 @@ func TestServeSeveralNetworks(t *testing.T) {
 			if err != nil || r.Status != 1 {
 				t.Errorf("transaction %s on %s: %v", sr.Transaction, pay.network, err)
 			}
+			charged := amount
+			if pay == other { // upto: the tokens used, at most the quote
+				charged = mustAmount(sr.Amount)
+				if charged.Sign() <= 0 || charged.Cmp(amount) > 0 {
+					t.Errorf("upto settled %s, want from 1 to the quote %s", sr.Amount, amount)
+				}
+			}
 			for i, w := range want {
 				got := new(big.Int).Sub(w.balance(t, payTo), before[i])
 				wantGot := new(big.Int)
 				if w == pay {
-					wantGot = amount
+					wantGot = charged
 				}
 				if got.Cmp(wantGot) != 0 {
 					t.Errorf("payTo received %s of %s on %s, want %s", got, w.addr.Hex(), w.network, wantGot)
@@ -157,8 +187,8 @@ func TestServeSeveralNetworks(t *testing.T) {
 				t.Fatal(err)
 			}
 			readBody(t, again)
-			if got := new(big.Int).Sub(pay.balance(t, payTo), before[indexOf(want, pay)]); got.Cmp(amount) != 0 {
-				t.Errorf("after the same payment again (status %d), payTo received %s in all, want %s", again.StatusCode, got, amount)
+			if got := new(big.Int).Sub(pay.balance(t, payTo), before[indexOf(want, pay)]); got.Cmp(charged) != 0 {
+				t.Errorf("after the same payment again (status %d), payTo received %s in all, want %s", again.StatusCode, got, charged)
 			}
 		})
 	}

@@ -17,7 +17,8 @@ import (
 
 // Policy says what a Transport may pay. Its zero value pays nothing: a payment
 // needs its (network, asset) in Assets, an amount at most MaxPerRequest and at
-// most what is left of Budget.
+// most what is left of Budget, and, when Balances is set, at most what the
+// payer holds.
 //
 // An upto option counts its maximum (the requirement's amount) against
 // MaxPerRequest and Budget; once the server settles, only the amount its
@@ -46,6 +47,16 @@ type Policy struct {
 	// Upto says whether the upto scheme is paid and how it ranks beside
 	// exact; the zero value, UptoPrefer, pays it and prefers it.
 	Upto UptoMode
+	// Balances, when set, is asked the payer's balance of an option's asset
+	// before a call's first authorization is signed: an option whose amount
+	// (an upto option's maximum) is over it is refused with RefusedBalance,
+	// and the next option the Transport prefers is read in turn. Only
+	// options the rest of the policy allows are read, one at a time, each
+	// read bounded by a few seconds and nothing kept for the next call. A
+	// balance it cannot read (an error, ErrBalanceUnknown for a network it
+	// does not know) refuses nothing: the server refuses an unfunded payment
+	// itself, and charges nothing. Nil reads no balance.
+	Balances Balances
 }
 
 // UptoMode says whether a Transport pays the upto scheme (a Permit2 transfer
@@ -141,6 +152,10 @@ const (
 	RefusedOutstanding RefusalError = "outstanding"
 	// RefusedUpto: an upto option, and Policy.Upto is UptoRefuse.
 	RefusedUpto RefusalError = "upto"
+	// RefusedBalance: the payer's balance of the asset, as Policy.Balances
+	// read it, is less than the amount (an upto option's maximum). Checked
+	// after every other check, and only for an option that passed them.
+	RefusedBalance RefusalError = "balance"
 )
 
 // Option is one entry of a 402's accepts, with the verdict of the policy on it.
@@ -192,6 +207,10 @@ type rules struct {
 	payTo       map[common.Address]bool     // nil: any recipient
 	origins     map[string]bool             // nil: any origin
 	upto        UptoMode
+	balances    Balances // nil: balances are not read
+	// unfunded holds the options of one 402 that the payer's balance was
+	// read not to cover (Transport.reserveFunded); nil outside it.
+	unfunded map[int]verdict
 }
 
 func (p *Policy) rules() (*rules, error) {
@@ -209,7 +228,7 @@ func (p *Policy) rules() (*rules, error) {
 	case p.Upto < UptoPrefer || p.Upto > UptoRefuse:
 		return nil, fmt.Errorf("%w: Upto is %v", ErrInvalidPolicy, p.Upto)
 	}
-	r := &rules{max: p.MaxPerRequest, budget: p.Budget, assets: make(map[string][]common.Address, len(p.Assets)), upto: p.Upto}
+	r := &rules{max: p.MaxPerRequest, budget: p.Budget, assets: make(map[string][]common.Address, len(p.Assets)), upto: p.Upto, balances: p.Balances}
 	for i, a := range p.Assets {
 		if _, err := exact.ChainID(a.Network); err != nil {
 			return nil, fmt.Errorf("%w: Assets[%d]: %w", ErrInvalidPolicy, i, err)
@@ -402,7 +421,8 @@ func (r *rules) rank(v verdict) int {
 
 // choose judges every requirement of pr against r and what is left of the
 // budget, and returns the index of the one to pay (-1 for none) with the verdict
-// on each. It prefers the option of lowest rank, then the server's order.
+// on each. It prefers the option of lowest rank, then the server's order. An
+// option in r.unfunded is refused for the balance read.
 func (r *rules) choose(pr *x402.PaymentRequired, remaining *big.Int) (int, *big.Int, []Option) {
 	opts := make([]Option, len(pr.Accepts))
 	best, bestRank := -1, 0
@@ -411,6 +431,9 @@ func (r *rules) choose(pr *x402.PaymentRequired, remaining *big.Int) (int, *big.
 		v := r.judge(req)
 		if v.refusal == "" && v.amount.Cmp(remaining) > 0 {
 			v = refuse(RefusedOverBudget, "amount %s is over the remaining budget %s", v.amount, remaining)
+		}
+		if u, ok := r.unfunded[i]; ok && v.refusal == "" {
+			v = u
 		}
 		opts[i] = Option{Index: i, Requirements: req, RefusalError: v.refusal, Label: v.label}
 		if v.refusal != "" {

@@ -79,11 +79,14 @@ var ErrIdempotencyKeyReused = errors.New("client: Idempotency-Key reused for a d
 //     caller, an SDK or a restarted process is retrying after a lost answer)
 //     that is still more than ReuseMargin from its validBefore, the Transport
 //     sends that same PAYMENT-SIGNATURE again, provided the 402 still offers
-//     its option and the Policy still allows it. Nothing new is signed.
+//     its option and the Policy still allows it. Nothing new is signed, and
+//     no balance is read: that payment may have moved the funds already.
 //   - Otherwise it chooses an option its Policy allows (see Policy and
-//     RefusalError), reserves its amount against the budget, signs an EIP-3009
-//     authorization (exact) or a Permit2 witness transfer of at most the
-//     amount (upto) with Signer, records it in the Journal, and sends it.
+//     RefusalError) and, for the call's first authorization, that the
+//     payer's balance covers when Policy.Balances is set; reserves its
+//     amount against the budget, signs an EIP-3009 authorization (exact) or
+//     a Permit2 witness transfer of at most the amount (upto) with Signer,
+//     records it in the Journal, and sends it.
 //
 // When the 402 declares the payment-identifier extension (x402 v2 spec,
 // github.com/x402-foundation/x402 specs/extensions/payment_identifier.md),
@@ -417,7 +420,7 @@ func (t *Transport) payCall(req, out *http.Request, replay func() (io.ReadCloser
 		if e.Header != "" {
 			log.InfoContext(ctx, "recorded authorization is too close to its validBefore; signing a fresh one for the same call")
 		}
-		i, amount, opts := t.ledger.reserve(rules, pr)
+		i, amount, opts := t.reserveFunded(ctx, c, rules, pr)
 		if i < 0 {
 			err := &NoPayableOptionError{Resource: redactURL(req.URL), Options: opts}
 			log.InfoContext(ctx, "no payable option", "error", err.Error())

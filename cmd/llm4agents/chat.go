@@ -45,6 +45,8 @@ type chatFlags struct {
 	// instead of the wallet; apiKey is it, loaded, "" for wallet payments.
 	apiKeyFile string
 	apiKey     client.Secret
+	// rpc is a node whose chain's balances are read before each payment.
+	rpc string
 
 	completions *url.URL // BASE/chat/completions
 	models      *url.URL // BASE/models
@@ -69,6 +71,7 @@ func parseChatFlags(args []string, e env) (*chatFlags, error) {
 	fs.BoolVar(&f.verbose, "v", false, "log what the payment client does (never a key or a payment header)")
 	fs.StringVar(&f.apiKeyFile, "api-key-file", "", "pay from prepaid credits with the sk-l4a- API key in this file (or set "+apiKeyEnv+
 		") instead of per turn with the wallet; each turn's signed receipt is verified; the key's caps bound the spending, not --budget")
+	fs.StringVar(&f.rpc, "rpc", "", "JSON-RPC URL of a chain the offers may use: before each payment the wallet's balance there is read, and an offer on that chain it cannot cover is passed over for the next one (offers on other chains are tried unread)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -106,6 +109,9 @@ func parseChatFlags(args []string, e env) (*chatFlags, error) {
 		}
 		if f.apiKey, err = loadAPIKey(f.apiKeyFile, e.getenv); err != nil {
 			return nil, fmt.Errorf("chat: %w", err)
+		}
+		if f.rpc != "" {
+			return nil, errors.New("chat: --rpc reads the wallet's balances for per-turn payments; with an API key the turns are paid from credits")
 		}
 	}
 	return &f, nil
@@ -147,6 +153,15 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 		Journal: journal,
 		Log:     slog.New(slog.NewTextHandler(logOut, nil)),
 	}
+	var balancesOn string // the chain whose balances are read, if any
+	if f.rpc != "" {
+		bal, closeNode, err := dialBalances(ctx, f.rpc)
+		if err != nil {
+			return fmt.Errorf("chat: --rpc: %w", err)
+		}
+		defer closeNode()
+		tr.Policy.Balances, balancesOn = bal, bal.Network()
+	}
 	hc := &http.Client{Transport: tr, CheckRedirect: sameOriginRedirects}
 	b := &buyer{in: in, tr: tr, spend: f.spend}
 	tr.OnCharge = b.noteCharge
@@ -157,8 +172,11 @@ func runChat(ctx context.Context, args []string, e env, stdin io.Reader) error {
 			return err
 		}
 	}
-	printf(e.stderr, "chat with %s at %s\npolicy: %s\nOne line per turn; an empty line is skipped; /quit or end of input ends.\n",
-		model, displayURL(f.completions), f.spend.describe())
+	printf(e.stderr, "chat with %s at %s\npolicy: %s\n", model, displayURL(f.completions), f.spend.describe())
+	if balancesOn != "" {
+		printf(e.stderr, "balances: read on %s before each payment; an offer there the wallet cannot cover is passed over\n", balancesOn)
+	}
+	printf(e.stderr, "One line per turn; an empty line is skipped; /quit or end of input ends.\n")
 	turns, failed, err := converse(ctx, f, e, stdin, func(history []chatMessage, n int) (string, error) {
 		return chatTurn(ctx, hc, b, f, model, history, n, e)
 	})

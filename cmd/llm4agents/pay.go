@@ -60,7 +60,7 @@ type payFlags struct {
 	repeat  int
 	timeout time.Duration
 	verbose bool
-	rpc     string // --dry-run reads the Permit2 allowance there
+	rpc     string // --dry-run reads the Permit2 allowance and the balances there
 
 	target *url.URL
 	header http.Header
@@ -87,7 +87,7 @@ func parsePayFlags(args []string, e env, stdin io.Reader) (*payFlags, error) {
 	fs.IntVar(&f.repeat, "repeat", 1, "send the request this many times, paying each within one budget, with progress on stderr")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "limit on each request, its payment and its body")
 	fs.BoolVar(&f.verbose, "v", false, "log what the payment client does (never a key or a payment header)")
-	fs.StringVar(&f.rpc, "rpc", "", "with --dry-run: JSON-RPC URL of the offer's chain, to read whether the wallet has approved Permit2 for an upto option (reads the wallet key's address; signs nothing)")
+	fs.StringVar(&f.rpc, "rpc", "", "with --dry-run: JSON-RPC URL of the offer's chain, to read whether the wallet has approved Permit2 for an upto option, and its balance of each offer's token there: an offer it cannot cover is refused (balance) and the next one shown as paid (reads the wallet key's address; signs nothing)")
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -655,7 +655,18 @@ func dryRun(ctx context.Context, hc *http.Client, f *payFlags, e env) error {
 	if err != nil {
 		return fmt.Errorf("pay: %s: %w: %w", line, client.ErrBadPaymentRequired, err)
 	}
-	vs, err := judge(ctx, f.spend, header, pr)
+	spend := f.spend
+	if f.rpc != "" {
+		bal, check, closeNode := dryRunBalances(ctx, f, e)
+		defer closeNode()
+		res.Balances = check
+		if bal != nil {
+			withBalances := *f.spend
+			withBalances.policy.Balances = bal
+			spend = &withBalances
+		}
+	}
+	vs, err := judge(ctx, spend, header, pr)
 	if err != nil {
 		return fmt.Errorf("pay: %s: %w", line, err)
 	}
@@ -674,6 +685,9 @@ func dryRun(ctx context.Context, hc *http.Client, f *payFlags, e env) error {
 	printOptions(e.stdout, line, pr, vs, f.spend)
 	if res.Permit2 != nil {
 		printf(e.stdout, "permit2: %s\n", res.Permit2.Note)
+	}
+	if res.Balances != nil {
+		printf(e.stdout, "balances: %s\n", res.Balances.Note)
 	}
 	printf(e.stdout, "dry run: nothing was signed or paid.\n")
 	return nil
@@ -772,6 +786,7 @@ type payJSON struct {
 	// Permit2 is what --dry-run found of the Permit2 approval an upto
 	// option needs.
 	Permit2    *approvalCheck    `json:"permit2,omitempty"`
+	Balances   *balanceCheck     `json:"balances,omitempty"` // what --dry-run --rpc read of the wallet's balances
 	Receipt    *receiptCheck     `json:"receipt,omitempty"`
 	Headers    map[string]string `json:"headers,omitempty"`
 	Body       json.RawMessage   `json:"body,omitempty"`

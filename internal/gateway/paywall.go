@@ -48,7 +48,7 @@ func (s *Server) price(r *http.Request, req *chat.Request) (*quote, error) {
 		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: "the messages could not be tokenized", Err: err}
 	}
 	q := &quote{model: m, promptTokens: prompt, outputBound: pricing.OutputBound(req, m.MaxOutputTokens)}
-	withUpto := !req.Stream || s.cfg.Upto == nil || !s.cfg.Upto.ExactOnlyStreams
+	withUpto := !req.Stream || s.upto == nil || !s.upto.ExactOnlyStreams
 	s.pay.Offer(&q.Quote, pricing.Quote(q.promptTokens, q.outputBound, m.Price, s.cfg.Decimals), withUpto)
 	q.PaymentIDRequired = m.PaymentIDRequired
 	q.What = paywall.WhatRequest
@@ -75,8 +75,8 @@ func (s *Server) charge(q *quote, u chat.Usage, reported bool) *big.Int {
 		return new(big.Int).Set(q.Amount)
 	}
 	var minCharge *big.Int
-	if s.cfg.Upto != nil {
-		minCharge = s.cfg.Upto.MinCharge
+	if s.upto != nil {
+		minCharge = s.upto.MinCharge
 	}
 	return pricing.Charge(pricing.Cost(u, q.model.Price), minCharge, q.Amount)
 }

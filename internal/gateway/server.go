@@ -136,8 +136,8 @@ type PaymentNetwork struct {
 	PayTo        string
 	Facilitator  Facilitator
 	// Upto offers the upto scheme on this network too; nil offers exact
-	// alone. Its MinCharge and ExactOnlyStreams are the primary's
-	// (Config.Upto), since the quote is one.
+	// alone. Its MinCharge and ExactOnlyStreams must be those of every
+	// other network that offers upto: the quote is one.
 	Upto *Upto
 }
 
@@ -199,6 +199,9 @@ type Server struct {
 	// its networks and assets in order, for /v1/models.
 	paidOn      map[string]bool
 	payableWith []payableWith
+	// upto is the upto policy (minimum charge, streams) of the networks
+	// that offer upto; nil when none does.
+	upto *Upto
 	// calls runs the payment steps of credit-paid calls
 	// (internal/credits): nil when the gateway takes no API keys.
 	calls   *credits.Calls
@@ -296,6 +299,14 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 		pws = append(pws, paywall.New(pc, n.Facilitator, payments, paymentMetrics{s.metrics}, s.log))
 	}
 	s.pay, s.pw = paywall.NewSet(pws...), pws[0]
+	// The upto policy is one for every network that offers upto, the
+	// first one's (the config gives them all the primary's).
+	for _, n := range networks {
+		if n.Upto != nil {
+			s.upto = n.Upto
+			break
+		}
+	}
 	if c := cfg.Credits; c != nil && c.Keys != nil {
 		s.calls = credits.NewCalls(credits.CallsConfig{
 			Keys: c.Keys, Ledger: c.Ledger, Leases: c.Leases, Receipts: c.Receipts,

@@ -911,9 +911,9 @@ type testChain struct {
 	tokenContract *contracts.EIP3009Token
 }
 
-func newChain(tb testing.TB) *testChain {
+func newChain(tb testing.TB, opts ...testchain.AnvilOption) *testChain {
 	tb.Helper()
-	a := testchain.StartAnvil(tb)
+	a := testchain.StartAnvil(tb, opts...)
 	ctx, cancel := context.WithTimeout(tb.Context(), chainTimeout)
 	defer cancel()
 	auth := transactor(tb, ctx, a, deployerIdx)

@@ -466,6 +466,12 @@ func checkPaidCall(t *testing.T, r callResult, wantQuote string, outputCap int64
 // checkPaidCallAt is checkPaidCall for a call to path.
 func checkPaidCallAt(t *testing.T, path string, r callResult, wantQuote string, outputCap int64, streaming bool) paidCall {
 	t.Helper()
+	return checkPaidCallOn(t, network, path, r, wantQuote, outputCap, streaming)
+}
+
+// checkPaidCallOn is checkPaidCallAt for a call paid on network net.
+func checkPaidCallOn(t *testing.T, net, path string, r callResult, wantQuote string, outputCap int64, streaming bool) paidCall {
+	t.Helper()
 	type step struct {
 		Path       string
 		Paid       bool
@@ -520,10 +526,10 @@ func checkPaidCallAt(t *testing.T, path string, r callResult, wantQuote string, 
 
 	sr := r.PaymentResponse
 	payer := testchain.DevAddress(payerIdx).Hex()
-	if sr == nil || !sr.Success || sr.Network != network || sr.Payer != payer || !txHashRE.MatchString(sr.Transaction) {
-		t.Fatalf("PAYMENT-RESPONSE = %+v; want success on %s by %s with a transaction", sr, network, payer)
+	if sr == nil || !sr.Success || sr.Network != net || sr.Payer != payer || !txHashRE.MatchString(sr.Transaction) {
+		t.Fatalf("PAYMENT-RESPONSE = %+v; want success on %s by %s with a transaction", sr, net, payer)
 	}
-	if ci := r.Cost; ci == nil || ci.Charged != wantQuote || ci.Network != network || ci.Transaction != sr.Transaction ||
+	if ci := r.Cost; ci == nil || ci.Charged != wantQuote || ci.Network != net || ci.Transaction != sr.Transaction ||
 		u != nil && (ci.Usage == nil || *ci.Usage != *u) {
 		t.Errorf("x_llm4agents = %+v; want charged %s, transaction %s and the usage %+v", ci, wantQuote, sr.Transaction, u)
 	}
@@ -690,7 +696,7 @@ const uptoYAML = "  pay_to: %[7]s\n  schemes: [exact, upto]\n  upto: { min_charg
 
 // startGatewayWith is startGateway, offering upto beside exact when upto is
 // set, as serve does with network.schemes [exact, upto].
-func startGatewayWith(t *testing.T, c *testChain, withUpto bool) *gatewayServer {
+func startGatewayWith(t *testing.T, c *testChain, withUpto bool, more ...*testChain) *gatewayServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
 	defer cancel()
@@ -805,7 +811,12 @@ func startGatewayWith(t *testing.T, c *testChain, withUpto bool) *gatewayServer 
 			Embeddings: m.Kind == config.KindEmbeddings,
 		})
 	}
+	var networks []gateway.PaymentNetwork
+	for _, m := range more {
+		networks = append(networks, m.paymentNetwork(t, key, db, log))
+	}
 	gw, err := gateway.New(gateway.Config{
+		Networks:  networks,
 		PublicURL: cfg.PublicURL, Network: cfg.Network.ID, Asset: asset.Hex(),
 		AssetName: cfg.Network.AssetName, AssetVersion: cfg.Network.AssetVersion, Decimals: cfg.Network.Decimals,
 		PayTo: cfg.Network.PayTo, MaxTimeoutSeconds: int64(cfg.Network.MaxTimeoutSeconds),

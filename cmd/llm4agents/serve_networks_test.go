@@ -123,6 +123,47 @@ func TestServeSeveralNetworks(t *testing.T) {
 	amount := mustAmount(pr.Accepts[0].Amount)
 	payTo := testchain.DevAddress(testPayTo)
 
+	// A payment whose accepted names no offer of the gateway (another
+	// chain, an asset that is no address) is refused with the 402 of every
+	// offer, and nothing moves.
+	for name, edit := range map[string]func(string) string{
+		"unknown network": func(a string) string { return strings.Replace(a, other.network, "eip155:999", 1) },
+		"asset not an address": func(a string) string {
+			return strings.Replace(a, other.addr.Hex(), "0xnot-an-address", 1)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := exact.NewPaymentPayload(t.Context(), exact.NewKeySigner(testchain.DevKey(serveBuyer)), pr, 2, exact.SignOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Accepted = json.RawMessage(edit(string(p.Accepted)))
+			h, err := x402.EncodeHeader(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(x402.HeaderPaymentSignature, h)
+			before := other.balance(t, payTo)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := readBody(t, resp)
+			again, err := x402.DecodePaymentRequired(resp.Header.Get(x402.HeaderPaymentRequired))
+			if resp.StatusCode != http.StatusPaymentRequired || err != nil || len(again.Accepts) != len(offers) {
+				t.Errorf("status %d, PAYMENT-REQUIRED %v (%v), want a 402 of all %d offers: %s", resp.StatusCode, again, err, len(offers), b)
+			}
+			if got := other.balance(t, payTo); got.Cmp(before) != 0 {
+				t.Errorf("payTo's balance moved from %s to %s", before, got)
+			}
+		})
+	}
+
 	for _, pay := range []chainToken{other, usdt} {
 		t.Run("pay "+pay.network+" "+pay.addr.Hex()[:8], func(t *testing.T) {
 			before := make([]*big.Int, len(want))

@@ -123,6 +123,33 @@ func TestServeSeveralNetworks(t *testing.T) {
 	amount := mustAmount(pr.Accepts[0].Amount)
 	payTo := testchain.DevAddress(testPayTo)
 
+	t.Run("models list every way to pay", func(t *testing.T) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/models/demo", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Pricing struct {
+				PayableWith []struct{ Network, Asset string } `json:"payable_with"`
+			} `json:"pricing"`
+		}
+		if err := json.Unmarshal(readBody(t, resp), &m); err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Pricing.PayableWith) != len(want) {
+			t.Fatalf("payable_with %+v, want %d entries", m.Pricing.PayableWith, len(want))
+		}
+		for i, w := range want {
+			if got := m.Pricing.PayableWith[i]; got.Network != w.network || got.Asset != w.addr.Hex() {
+				t.Errorf("payable_with[%d] = %+v, want %s %s", i, got, w.network, w.addr.Hex())
+			}
+		}
+	})
+
 	// A payment whose accepted names no offer of the gateway (another
 	// chain, an asset that is no address) is refused with the 402 of every
 	// offer, and nothing moves.

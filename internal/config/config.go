@@ -295,6 +295,11 @@ type Upstream struct {
 	// here without a price of its own sells at that cost plus
 	// Pricing.Markup.
 	Prices map[string]Price `yaml:"prices,omitempty"`
+	// Responses says the upstream also speaks the OpenAI Responses API
+	// (POST {base_url}/responses): the gateway passes /v1/responses calls
+	// of its models through to it instead of translating them into chat
+	// completions (upstream_api.go). Default false: chat completions only.
+	Responses bool `yaml:"responses,omitempty"`
 }
 
 // Model is a model the gateway sells. How its calls settle is not configured
@@ -634,6 +639,7 @@ func (c *Config) validate() problems {
 	c.validateUpstreams(&p)
 	c.validatePricing(&p)
 	c.validateModels(&p)
+	c.validateUpstreamAPIs(&p)
 	c.validateCredits(&p)
 	c.validateReceipts(&p)
 	c.validateDashboard(&p)

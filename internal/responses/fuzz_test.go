@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -36,6 +37,53 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if c.Model != r.Model || c.Stream != r.Stream || (r.Stream && !c.IncludeUsage) {
 			t.Fatalf("chat body %s does not carry %s", r.Chat(), body)
+		}
+	})
+}
+
+// FuzzParseForward: whatever the body, ParseForward returns a request or an
+// *Error, never panics; a request it accepts has a pricing body the chat
+// parser accepts for the same model and stream mode, bounded by
+// max_output_tokens as the request is, and an upstream body that names the
+// upstream model and bounds its output.
+func FuzzParseForward(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","input":"hi"}`,
+		`{"model":"m","input":"hi","include":["reasoning.encrypted_content"],"stream":true,"max_output_tokens":5}`,
+		`{"model":"m","input":[{"type":"reasoning","id":"rs","summary":[],"encrypted_content":"x"},{"role":"developer","content":[{"type":"input_text","text":"a"}]}]}`,
+		`{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"n","input":"i"},{"type":"custom_tool_call_output","call_id":"c","output":"o"}],"tools":[{"type":"custom","name":"n"}]}`,
+		`{"model":"m","input":[{"type":"computer_call_output","call_id":"c","output":{"type":"computer_screenshot","image_url":"data:x"}}]}`,
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`,
+		`{"model":"m","input":"x","tools":[{"type":"web_search"}]}`,
+		`{"model":"m","input":[]}`, `[]`, `{}`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := ParseForward(body)
+		if err != nil {
+			if _, ok := errors.AsType[*Error](err); !ok {
+				t.Fatalf("error %T %v is not an *Error", err, err)
+			}
+			return
+		}
+		c, err := chat.ParseRequest(r.Chat())
+		if err != nil {
+			t.Fatalf("the pricing body %s of %s is refused: %v", r.Chat(), body, err)
+		}
+		if c.Model != r.Model || c.Stream != r.Stream || (r.MaxOutputTokens != nil && c.OutputCap() != *r.MaxOutputTokens) {
+			t.Fatalf("pricing body %s does not carry %s", r.Chat(), body)
+		}
+		up, err := r.Upstream("up", 77)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u struct {
+			Model           string `json:"model"`
+			MaxOutputTokens int64  `json:"max_output_tokens"`
+		}
+		if err := json.Unmarshal(up, &u); err != nil || u.Model != "up" || u.MaxOutputTokens <= 0 {
+			t.Fatalf("upstream body %s of %s: %v", up, body, err)
 		}
 	})
 }

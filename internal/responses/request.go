@@ -1,10 +1,18 @@
-// Package responses serves the OpenAI Responses API (POST /v1/responses) on
-// top of chat completions: ParseRequest reads a Responses request and turns
-// it into the chat-completions request that carries the same conversation,
-// and Completion and Stream turn the chat answer back into a Response object
-// or the Responses event stream. The gateway prices, pays for and forwards
-// the chat request exactly as it does one sent to /v1/chat/completions, so a
+// Package responses serves the OpenAI Responses API (POST /v1/responses),
+// passed through to an upstream that speaks it or translated for one that
+// speaks only chat completions.
+//
+// Translated: ParseRequest reads a Responses request and turns it into the
+// chat-completions request that carries the same conversation, and
+// Completion and Stream turn the chat answer back into a Response object or
+// the Responses event stream. The gateway prices, pays for and forwards the
+// chat request exactly as it does one sent to /v1/chat/completions, so a
 // Responses call has every payment path of a chat call.
+//
+// Passed through: ParseForward reads the request for an upstream that speaks
+// the API, refusing only what cannot be priced, and gives the chat body that
+// prices it; ReadEvent and ResponseUsage read the upstream's answer for the
+// payment (first content, final usage).
 //
 // The common subset is translated: text (and image URL) input, instructions,
 // function tools and their calls and outputs, tool_choice, structured output

@@ -175,23 +175,29 @@ type Fallback struct {
 }
 
 // NewFallback returns a Provider serving from routes, in order; it is also
-// an Embedder when every route's provider is one. At least one route is
-// required, each with a Provider and a Health.
+// an Embedder when every route's provider is one, and a Responder when every
+// route's provider is one. At least one route is required, each with a
+// Provider and a Health.
 func NewFallback(routes []Route, m AttemptMetrics, log *slog.Logger) (Provider, error) {
 	if len(routes) == 0 {
 		return nil, errors.New("upstream: a fallback needs at least one route")
 	}
-	embeds := true
+	embeds, responds := true, true
 	for i, r := range routes {
 		if r.Provider == nil || r.Health == nil {
 			return nil, fmt.Errorf("upstream: route %d (%s) has no provider or health", i, r.Name)
 		}
 		_, ok := r.Provider.(Embedder)
 		embeds = embeds && ok
+		_, ok = r.Provider.(Responder)
+		responds = responds && ok
 	}
 	f := &Fallback{routes: routes, metrics: m, log: log}
-	if embeds {
+	switch {
+	case embeds:
 		return &embedFallback{f}, nil
+	case responds:
+		return &respondFallback{f}, nil
 	}
 	return f, nil
 }

@@ -302,8 +302,14 @@ func checkUsage(u *chat.Usage) error {
 // headers (and an error body); after that, IdleTimeout bounds each event and
 // ctx the whole stream.
 func (o *OpenAI) Stream(ctx context.Context, body []byte) (Stream, error) {
+	return o.stream(ctx, o.endpoint, body, false)
+}
+
+// stream makes a streaming call to endpoint; responses says the events are
+// the Responses API's (responses.go), not chat completion chunks.
+func (o *OpenAI) stream(ctx context.Context, endpoint string, body []byte, responses bool) (Stream, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	req, err := o.newRequest(ctx, o.endpoint, body, true)
+	req, err := o.newRequest(ctx, endpoint, body, true)
 	if err != nil {
 		cancel(nil)
 		return nil, upstreamFailed(err)
@@ -340,7 +346,9 @@ func (o *OpenAI) Stream(ctx context.Context, body []byte) (Stream, error) {
 		cancel(nil)
 		return nil, timeout(errTimeout)
 	}
-	return o.newEventStream(ctx, cancel, resp.Body, resp.Header.Get("X-Request-Id")), nil
+	s := o.newEventStream(ctx, cancel, resp.Body, resp.Header.Get("X-Request-Id"))
+	s.responses = responses
+	return s, nil
 }
 
 func (o *OpenAI) newEventStream(ctx context.Context, cancel context.CancelCauseFunc, body io.ReadCloser, requestID string) *eventStream {
@@ -372,8 +380,12 @@ type eventStream struct {
 
 	usage    chat.Usage
 	hasUsage bool
-	err      error       // sticky: io.EOF or an *Error
-	done     atomic.Bool // "[DONE]" was read
+	// responses: the events are the Responses API's, and the stream ends
+	// after its final event (final) rather than at "[DONE]".
+	responses bool
+	final     bool
+	err       error       // sticky: io.EOF or an *Error
+	done      atomic.Bool // "[DONE]", or a Responses final event, was read
 
 	closeOnce sync.Once
 }
@@ -393,9 +405,16 @@ func (s *eventStream) Next() ([]byte, error) {
 }
 
 func (s *eventStream) read() ([]byte, error) {
+	if s.final {
+		// A Responses stream is over at its final event, whatever follows.
+		s.done.Store(true)
+		return nil, io.EOF
+	}
 	for {
 		data, err := s.sse.next()
 		switch {
+		case errors.Is(err, io.EOF) && s.responses:
+			return nil, classify(s.ctx, fmt.Errorf("stream ended before its final event: %w", io.ErrUnexpectedEOF), badResponse)
 		case errors.Is(err, io.EOF):
 			return nil, classify(s.ctx, fmt.Errorf("stream ended without [DONE]: %w", io.ErrUnexpectedEOF), badResponse)
 		case errors.Is(err, errEventTooLarge):
@@ -406,6 +425,9 @@ func (s *eventStream) read() ([]byte, error) {
 		t := bytes.TrimSpace(data)
 		if len(t) == 0 {
 			continue // an empty keep-alive event
+		}
+		if s.responses {
+			return s.responsesEvent(data)
 		}
 		if string(t) == "[DONE]" {
 			if !s.hasUsage {

@@ -2,7 +2,8 @@
 // already-rewritten chat-completions body (chat.Request.Upstream) and returns a
 // completion or a stream of chunks, with the usage the provider reported, or an
 // *Error that says what the client should be told. An Embedder does the same
-// for embeddings bodies.
+// for embeddings bodies, and a Responder (an upstream configured to speak the
+// Responses API, WithResponses) for Responses bodies passed through.
 //
 // Two providers live here: OpenAI, any OpenAI-compatible HTTP API by base URL and
 // key, and Demo, an in-process deterministic model for the embedded default and

@@ -1,9 +1,11 @@
 // Package upstreamtest provides Server, a fake OpenAI-compatible upstream on
 // httptest for tests and benchmarks of the gateway. It answers
-// POST /v1/chat/completions and POST /v1/embeddings as the OpenAI API
-// documents them (bearer key check, OpenAI error JSON, SSE with
+// POST /v1/chat/completions, POST /v1/embeddings and POST /v1/responses as
+// the OpenAI API documents them (bearer key check, OpenAI error JSON, SSE with
 // "data: [DONE]", usage in the last chunk when stream_options.include_usage
-// is set; an embeddings list with one vector per input, floats or base64),
+// is set; an embeddings list with one vector per input, floats or base64; a
+// Response object, or the Responses events from response.created to
+// response.completed, each named by an "event:" line, with no "[DONE]"),
 // with the upstream.Demo model's deterministic content and vectors and real
 // usage accounting. It counts calls, records the last request, and injects
 // faults: error statuses, slow or missing headers, broken or stalled streams,
@@ -72,7 +74,8 @@ type Fault struct {
 	// NoUsage leaves usage out: no usage chunk in a stream, no usage field in
 	// a completion.
 	NoUsage bool
-	// NoDone ends a stream without "data: [DONE]".
+	// NoDone ends a stream without "data: [DONE]" (a Responses stream:
+	// without its final event).
 	NoDone bool
 }
 
@@ -110,6 +113,7 @@ func NewServer(tb testing.TB, cfg Config) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/embeddings", s.embeddings)
+	mux.HandleFunc("POST /v1/responses", s.responses)
 	s.srv = httptest.NewServer(mux)
 	tb.Cleanup(s.Close)
 	return s

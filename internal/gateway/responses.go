@@ -2,32 +2,30 @@ package gateway
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"strings"
 
-	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/responses"
 )
 
-// responses serves POST /v1/responses. The request becomes the chat
-// completion that carries it (internal/responses), which is priced, paid and
-// forwarded as one sent to /v1/chat/completions, every payment path
-// included; its answer is turned back into a Response object, or into the
-// Responses event stream, on its way out.
+// responses serves POST /v1/responses. A model whose providers speak the
+// Responses API gets the request passed through (responses_forward.go).
+// For any other, the request becomes the chat completion that carries it
+// (internal/responses), which is priced, paid and forwarded as one sent to
+// /v1/chat/completions, every payment path included; its answer is turned
+// back into a Response object, or into the Responses event stream, on its
+// way out.
 func (s *Server) responses(w http.ResponseWriter, r *http.Request) error {
 	body, err := s.readBody(w, r)
 	if err != nil {
 		return err
 	}
+	if rp := s.responder(body); rp != nil {
+		return s.forwardResponses(w, r, body, rp)
+	}
 	req, err := responses.ParseRequest(body)
 	if err != nil {
-		msg, param := err.Error(), any(nil)
-		if re, ok := errors.AsType[*responses.Error](err); ok && re.Param != "" {
-			param = re.Param
-		}
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: msg,
-			Detail: chat.ErrorDetail{Message: msg, Type: "invalid_request_error", Param: param, Code: "invalid_request"}}
+		return refusedResponses(err)
 	}
 	rw := &responsesWriter{w: w, req: req}
 	err = s.serveChat(rw, r, req.Chat())

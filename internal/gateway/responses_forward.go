@@ -1,0 +1,368 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/llm4agents/llm4agents/x402/receipt"
+
+	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/crashpoint"
+	"github.com/llm4agents/llm4agents/internal/paywall"
+	"github.com/llm4agents/llm4agents/internal/responses"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/upstream"
+	"github.com/llm4agents/llm4agents/x402"
+)
+
+// A /v1/responses call of a model whose every provider speaks the Responses
+// API (upstream.Responder) is passed through (DESIGN.md D33): priced as the
+// translated call would be (responses.ParseForward), paid by every path a
+// chat call has, and the buyer's body goes upstream with only its model
+// renamed and max_output_tokens set when absent. The upstream's Response, or
+// its event stream, goes back as written, with the payment's headers and
+// the x_llm4agents annotation added inside the response object (of the
+// final event, for a stream), where the translated answer has it.
+
+// responder is the Responses API of the model body names, nil when that
+// model's providers do not all speak it (the call is then translated).
+func (s *Server) responder(body []byte) upstream.Responder {
+	var probe struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return nil
+	}
+	m, ok := s.models[probe.Model]
+	if !ok || m.Embeddings {
+		return nil
+	}
+	rp, _ := m.Provider.(upstream.Responder)
+	return rp
+}
+
+// refusedResponses is the 400 of a Responses request this gateway refuses.
+func refusedResponses(err error) *apiError {
+	msg, param := err.Error(), any(nil)
+	if re, ok := errors.AsType[*responses.Error](err); ok && re.Param != "" {
+		param = re.Param
+	}
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: msg,
+		Detail: chat.ErrorDetail{Message: msg, Type: "invalid_request_error", Param: param, Code: "invalid_request"}}
+}
+
+// forwardResponses serves a Responses call passed through to rp.
+func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, body []byte, rp upstream.Responder) error {
+	f, err := responses.ParseForward(body)
+	if err != nil {
+		return refusedResponses(err)
+	}
+	req, err := chat.ParseRequest(f.Chat())
+	if err != nil {
+		return fmt.Errorf("the pricing body of a Responses request: %w", err)
+	}
+	if err := keyAndPayment(r); err != nil {
+		return err
+	}
+	if hasOwnKey(r) {
+		return s.creditForward(w, r, f, req, rp)
+	}
+	q, err := s.price(r, req)
+	if err != nil {
+		return err
+	}
+	return s.paidForward(w, r, q, f.Model, body, func(a *paywall.Fresh) error {
+		up, err := f.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
+		if err != nil {
+			a.Release(r.Context())
+			return fmt.Errorf("rewrite request: %w", err)
+		}
+		if f.Stream {
+			return s.forwardStream(w, r, q, a, rp, up)
+		}
+		return s.forwardComplete(w, r, q, a, rp, up)
+	})
+}
+
+// paidForward is paid for a passed-through call: the same admission, with
+// the answers the paywall recovered rendered as Responses answers.
+func (s *Server) paidForward(w http.ResponseWriter, r *http.Request, q *quote, model string, body []byte, fresh func(*paywall.Fresh) error) error {
+	adm, err := s.pay.Admit(r.Context(), &q.Quote, presented(r),
+		paywall.Request{Method: r.Method, Path: r.URL.Path, Model: model, Body: body})
+	if err != nil {
+		return err
+	}
+	switch a := adm.(type) {
+	case *paywall.Replay:
+		return s.serveForwardAnswer(r.Context(), w, q, a.Answer())
+	case *paywall.Staged:
+		ans, err := a.Resolve(r.Context())
+		if err != nil {
+			return err
+		}
+		return s.serveForwardAnswer(r.Context(), w, q, ans)
+	case *paywall.Orphan:
+		ans, err := a.Resume(r.Context())
+		if err != nil {
+			return err
+		}
+		return s.serveForwardAnswer(r.Context(), w, q, ans)
+	case *paywall.Fresh:
+		q.payKey, q.payUpto = a.Key(), a.Upto()
+		return fresh(a)
+	default:
+		return fmt.Errorf("unknown admission %T", adm)
+	}
+}
+
+// serveForwardAnswer is serveAnswer for a passed-through answer.
+func (s *Server) serveForwardAnswer(ctx context.Context, w http.ResponseWriter, q *quote, a *paywall.Answer) error {
+	q.Op, q.payKey, q.payUpto = a.Op, a.PaymentKey, a.Upto
+	sr := a.Settlement
+	if a.Upto && sr.Amount == "" {
+		if u := forwardUsage(a.Response); u != nil {
+			c := *sr
+			c.Amount = s.charge(q, *u, true).String()
+			sr = &c
+		}
+	}
+	body, err := s.renderForward(ctx, w.Header(), q, sr, a.Response)
+	if err != nil {
+		return err
+	}
+	w.Header().Set(replayHeader, a.Replay)
+	w.WriteHeader(a.Response.Status)
+	_, _ = w.Write(body) // #nosec G705 -- a recorded JSON or SSE body, sent with its own content type, not HTML
+	return nil
+}
+
+// forwardComplete is complete for a passed-through call (D1): the
+// upstream's Response, staged, settled, then delivered.
+func (s *Server) forwardComplete(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, rp upstream.Responder, body []byte) error {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
+	defer cancel()
+	start := s.now()
+	comp, err := rp.Respond(ctx, body)
+	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
+	if err != nil {
+		pd.Release(r.Context())
+		return s.upstreamError(err, r.Context())
+	}
+	crashpoint.Hit(crashpoint.AfterUpstream)
+	if pd.Upto() {
+		pd.Charge(s.charge(q, comp.Usage, comp.UsageReported))
+	}
+	answer := store.RecordedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body}
+	pd.Record(r.Context(), answer)
+	sr, out := pd.Settle(r.Context())
+	switch out {
+	case paywall.Paid:
+	case paywall.Pending, paywall.Unknown:
+		pd.Hold(r.Context(), store.StagedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body})
+		return paywall.Unsettled(sr, out)
+	default:
+		pd.Abandon(r.Context())
+		return paywall.Unsettled(sr, out)
+	}
+	pd.Promote(r.Context(), sr)
+	b, err := s.renderForward(r.Context(), w.Header(), q, sr, &answer)
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b) // #nosec G705 -- a JSON body sent as application/json, not HTML
+	return nil
+}
+
+// renderForward is render for a passed-through answer: the Response's
+// usage is read in the Responses API's names, and the annotation goes
+// into the response object (of the final event, for a stream).
+func (s *Server) renderForward(ctx context.Context, h http.Header, q *quote, sr *x402.SettleResponse, r *store.RecordedResponse) ([]byte, error) {
+	if err := paidHeaders(h, sr); err != nil {
+		return nil, err
+	}
+	if q.Op != "" {
+		h.Set(operationHeader, q.Op)
+	}
+	h.Set("Content-Type", r.ContentType)
+	if r.ContentType == "text/event-stream" {
+		setCostHeaders(h, s.cost(q, sr, nil))
+		h.Set("X-Accel-Buffering", "no")
+		return s.annotateForwardSSE(ctx, r.Body, q, sr), nil
+	}
+	u, _ := responses.ResponseUsage(r.Body)
+	ci := s.cost(q, sr, u)
+	setCostHeaders(h, ci)
+	if r.Status != http.StatusOK {
+		return r.Body, nil
+	}
+	if ci.Receipt = s.x402Receipt(ctx, q, u, ci); ci.Receipt != nil {
+		h.Set(receipt.Header, receiptHeader(ci.Receipt))
+	}
+	return annotate(r.Body, ci), nil
+}
+
+// forwardUsage is the usage a recorded passed-through answer reports: its
+// Response's, or its final event's.
+func forwardUsage(r *store.RecordedResponse) *chat.Usage {
+	if r.ContentType != "text/event-stream" {
+		u, _ := responses.ResponseUsage(r.Body)
+		return u
+	}
+	var u *chat.Usage
+	for ev := range bytes.SplitSeq(r.Body, []byte("\n\n")) {
+		if data, ok := eventData(ev); ok {
+			if e, err := responses.ReadEvent(data); err == nil && e.Usage != nil {
+				u = e.Usage
+			}
+		}
+	}
+	return u
+}
+
+// annotateForwardSSE annotates the final event of a recorded Responses
+// stream as forwardStream does live; every other byte stays as recorded.
+func (s *Server) annotateForwardSSE(ctx context.Context, text []byte, q *quote, sr *x402.SettleResponse) []byte {
+	out := make([]byte, 0, len(text)+512)
+	for len(text) > 0 {
+		ev, rest, found := bytes.Cut(text, []byte("\n\n"))
+		text = rest
+		if data, ok := eventData(ev); ok {
+			if e, err := responses.ReadEvent(data); err == nil && e.Final() {
+				ev = frame(e.Type, s.withForwardCost(ctx, data, e, q, sr))
+				ev = ev[:len(ev)-2]
+			}
+		}
+		out = append(out, ev...)
+		if found {
+			out = append(out, '\n', '\n')
+		}
+	}
+	return out
+}
+
+// withForwardCost annotates a final event with what was charged.
+func (s *Server) withForwardCost(ctx context.Context, data []byte, e responses.Event, q *quote, sr *x402.SettleResponse) []byte {
+	ci := s.cost(q, sr, e.Usage)
+	ci.Receipt = s.x402Receipt(ctx, q, e.Usage, ci)
+	return annotateResponse(data, ci)
+}
+
+// eventData is the data of one recorded event ("event: ...\ndata: ...").
+func eventData(ev []byte) ([]byte, bool) {
+	for line := range bytes.Lines(ev) {
+		if data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\n"), []byte("data: ")); ok {
+			return data, true
+		}
+	}
+	return nil, false
+}
+
+// frame is one server-sent event of the Responses API: its type as the
+// event name, then its data.
+func frame(typ string, data []byte) []byte {
+	out := make([]byte, 0, len(typ)+len(data)+16)
+	out = append(out, "event: "...)
+	out = append(out, typ...)
+	out = append(out, "\ndata: "...)
+	out = append(out, data...)
+	return append(out, '\n', '\n')
+}
+
+// annotateResponse adds "x_llm4agents": info to the response object of a
+// final event, without re-encoding anything else; to the event itself when
+// it has no response object.
+func annotateResponse(ev []byte, info any) []byte {
+	dec := json.NewDecoder(bytes.NewReader(ev))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return annotate(ev, info)
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			break
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			break
+		}
+		if key != "response" {
+			continue
+		}
+		end := int(dec.InputOffset())
+		start := end - len(raw)
+		if start < 0 || !bytes.Equal(ev[start:end], raw) || len(raw) == 0 || raw[0] != '{' {
+			break
+		}
+		out := make([]byte, 0, len(ev)+512)
+		out = append(out, ev[:start]...)
+		out = append(out, annotate(raw, info)...)
+		return append(out, ev[end:]...)
+	}
+	return annotate(ev, info)
+}
+
+// creditForward serves a passed-through call paid from credits through an
+// API key: admitted and held as a chat call is, then the upstream, the
+// capture of its usage and the receipt.
+func (s *Server) creditForward(w http.ResponseWriter, r *http.Request, f *responses.Forward, req *chat.Request, rp upstream.Responder) error {
+	if c := s.cfg.Credits; c == nil || c.Ledger == nil || c.Keys == nil {
+		return &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "this gateway takes no API keys: pay per call with x402 (send no sk-l4a- key); nothing was charged"}
+	}
+	call, err := s.admitKeyCall(r, req.Model, func() (*quote, error) { return s.price(r, req) }, "lower max_output_tokens")
+	if err != nil {
+		return err
+	}
+	w.Header().Set(HeaderRequestID, call.ID)
+	up, err := f.Upstream(call.q.model.UpstreamModel, call.q.model.MaxOutputTokens)
+	if err != nil {
+		call.Release(r.Context())
+		return fmt.Errorf("rewrite request: %w", err)
+	}
+	if f.Stream {
+		return s.creditForwardStream(w, r, call, rp, up)
+	}
+	return s.creditForwardComplete(w, r, call, rp, up)
+}
+
+// creditForwardComplete is creditComplete for a passed-through call.
+func (s *Server) creditForwardComplete(w http.ResponseWriter, r *http.Request, call *creditCall, rp upstream.Responder, body []byte) error {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
+	defer cancel()
+	start := s.now()
+	comp, err := rp.Respond(ctx, body)
+	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
+	if err != nil {
+		call.Release(r.Context())
+		return s.upstreamError(err, r.Context())
+	}
+	if r.Context().Err() != nil {
+		call.Release(r.Context())
+		return &apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
+	}
+	u := comp.Usage
+	if !comp.UsageReported {
+		u = chat.Usage{PromptTokens: call.q.promptTokens, CompletionTokens: s.countOutput(call, responses.OutputText(comp.Body))}
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		s.log.Warn("upstream reported no usage; charging the counted answer", "request_id", call.ID, "model", call.q.model.ID)
+	}
+	out := s.captureCredit(r.Context(), call, u)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Should-Retry", "false")
+	if out.header != "" {
+		h.Set(receipt.Header, out.header)
+	}
+	if out.info.Charged != "" {
+		h.Set("X-Llm4agents-Charged", out.info.Charged)
+		h.Set("X-Llm4agents-Charged-Display", out.info.ChargedDisplay)
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(annotate(comp.Body, out.info)) // #nosec G705 -- a JSON body sent as application/json, not HTML
+	return nil
+}

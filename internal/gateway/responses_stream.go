@@ -1,0 +1,417 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/big"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/crashpoint"
+	"github.com/llm4agents/llm4agents/internal/paywall"
+	"github.com/llm4agents/llm4agents/internal/responses"
+	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/upstream"
+)
+
+// A passed-through Responses stream is paid by the rules of a chat stream
+// (D2, D27, D16): only the events are read differently. An upstream event
+// is kept as its data and its type (respEvent); it goes to the buyer, and
+// into the recorded text, as "event: <type>\ndata: <data>\n\n", the final
+// event annotated with the charge inside its response object. There is no
+// "[DONE]": a Responses stream ends with its final event.
+
+// respEvent is one event of an upstream Responses stream.
+type respEvent struct {
+	data []byte
+	ev   responses.Event
+}
+
+// nextEvent reads the next event of st.
+func nextEvent(st upstream.Stream) (respEvent, error) {
+	data, err := st.Next()
+	if err != nil {
+		return respEvent{}, err
+	}
+	ev, err := responses.ReadEvent(data)
+	if err != nil {
+		return respEvent{}, err
+	}
+	return respEvent{data: data, ev: ev}, nil
+}
+
+// firstForwardContent reads st up to and including its first event with
+// content (D2: response.created and the like do not count) and returns the
+// events read. A stream whose final event comes before any content failed
+// to answer: nothing is charged for it.
+func firstForwardContent(st upstream.Stream) ([]respEvent, error) {
+	var held []respEvent
+	for {
+		e, err := nextEvent(st)
+		if errors.Is(err, io.EOF) || (err == nil && e.ev.Final() && !e.ev.HasContent()) {
+			return nil, errors.New("the upstream stream ended before any content")
+		}
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, e)
+		if e.ev.HasContent() {
+			return held, nil
+		}
+	}
+}
+
+// brokenEvent is the in-band error event of a stream that broke after the
+// payment: the Responses API's "error" event.
+func brokenEvent(msg string) respEvent {
+	data := mustJSON(struct {
+		Type    string `json:"type"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Param   any    `json:"param"`
+	}{"error", "upstream_stream_broken", msg, nil})
+	return respEvent{data: data, ev: responses.Event{Type: "error"}}
+}
+
+// addFrame adds a framed event to a recorded stream's text, within
+// store.MaxStagedBody as sseText.add.
+func addFrame(t *sseText, b []byte) {
+	if t.over {
+		return
+	}
+	if t.buf.Len()+len(b) > store.MaxStagedBody {
+		t.over = true
+		return
+	}
+	t.buf.Write(b)
+}
+
+// forwardStream is stream for a passed-through call (D2): the upstream is
+// read until its first event with content; then the payment settles, and
+// only a paid stream sends bytes.
+func (s *Server) forwardStream(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, rp upstream.Responder, body []byte) error {
+	upCtx, upCancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.UpstreamTimeout+s.cfg.SettleTimeout+s.cfg.MaxStreamDuration)
+	defer upCancel()
+	disarm := context.AfterFunc(r.Context(), upCancel)
+	firstTimer := time.AfterFunc(s.cfg.UpstreamTimeout, upCancel)
+
+	start := s.now()
+	st, err := rp.StreamResponses(upCtx, body)
+	if err != nil {
+		firstTimer.Stop()
+		disarm()
+		pd.Release(r.Context())
+		return s.upstreamError(err, r.Context())
+	}
+	defer func() { _ = st.Close() }()
+	held, err := firstForwardContent(st)
+	firstTimer.Stop()
+	if err != nil {
+		disarm()
+		pd.Release(r.Context())
+		return s.upstreamError(err, r.Context())
+	}
+	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
+	if r.Context().Err() != nil {
+		disarm()
+		pd.Release(r.Context())
+		return &apiError{Status: 499, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
+	}
+	disarm()
+	crashpoint.Hit(crashpoint.AfterUpstream)
+	if pd.Upto() {
+		return s.forwardDeliverThenSettle(w, r, q, pd, st, held)
+	}
+	sr, out := pd.Settle(r.Context())
+	switch out {
+	case paywall.Paid:
+	case paywall.Pending, paywall.Unknown:
+		s.stageForward(r.Context(), pd, st, held)
+		return paywall.Unsettled(sr, out)
+	default:
+		pd.Abandon(r.Context())
+		return paywall.Unsettled(sr, out)
+	}
+	if _, err := s.renderForward(r.Context(), w.Header(), q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+
+	var text sseText
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	send := func(e respEvent) {
+		addFrame(&text, frame(e.ev.Type, e.data))
+		data := e.data
+		if e.ev.Final() {
+			data = s.withForwardCost(r.Context(), data, e.ev, q, sr)
+		}
+		sw.write(frame(e.ev.Type, data))
+	}
+	for _, e := range held {
+		send(e)
+	}
+	sw.flush()
+	for {
+		e, err := nextEvent(st)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			s.log.Error("upstream stream broke after settlement", "key", pd.Key(), "err", err)
+			send(brokenEvent("the upstream stream broke after the payment settled"))
+			sw.flush()
+			break
+		}
+		send(e)
+		sw.flush()
+	}
+	s.keepText(r.Context(), pd, &text, sr, true)
+	return nil
+}
+
+// forwardDeliverThenSettle is deliverThenSettle for a passed-through call
+// (D27): the stream is delivered, its final event held back, the payment
+// settled for the usage that event reports, and the event delivered
+// annotated with the settlement.
+func (s *Server) forwardDeliverThenSettle(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, st upstream.Stream, held []respEvent) error {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "private")
+	h.Set("X-Should-Retry", "false")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Llm4agents-Maximum", q.Amount.String())
+	if q.Op != "" {
+		h.Set(operationHeader, q.Op)
+	}
+	w.WriteHeader(http.StatusOK)
+
+	var text sseText
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	var final *respEvent
+	emit := func(e respEvent) {
+		addFrame(&text, frame(e.ev.Type, e.data))
+		if e.ev.Final() {
+			final = &e // held back for the settlement's annotation
+			return
+		}
+		sw.write(frame(e.ev.Type, e.data))
+		sw.flush()
+	}
+	for _, e := range held {
+		emit(e)
+	}
+	broken := false
+	for final == nil {
+		e, err := nextEvent(st)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			s.log.Error("upstream stream broke during an upto stream", "key", pd.Key(), "err", err)
+			b := brokenEvent("the upstream stream broke; the prompt is charged")
+			addFrame(&text, frame(b.ev.Type, b.data))
+			sw.write(frame(b.ev.Type, b.data))
+			sw.flush()
+			broken = true
+			break
+		}
+		emit(e)
+	}
+	var usage *chat.Usage
+	if final != nil {
+		usage = final.ev.Usage
+	}
+	var charge *big.Int
+	switch {
+	case usage != nil:
+		charge = s.charge(q, *usage, true)
+	case broken:
+		charge = s.charge(q, chat.Usage{PromptTokens: q.promptTokens}, true)
+	default:
+		charge = s.charge(q, chat.Usage{}, false)
+	}
+	pd.Charge(charge)
+	sr, out := pd.SettleDelivered(r.Context())
+	ci := s.cost(q, sr, usage)
+	ci.Charged, ci.ChargedDisplay, ci.Maximum = charge.String(), s.display(charge), q.Amount.String()
+	switch out {
+	case paywall.Failed:
+		ci.Charged, ci.ChargedDisplay, ci.Transaction = "0", s.display(new(big.Int)), ""
+	case paywall.Paid:
+		ci.Receipt = s.x402Receipt(r.Context(), q, usage, ci)
+	case paywall.Pending, paywall.Unknown:
+	}
+	if final != nil {
+		sw.write(frame(final.ev.Type, annotateResponse(final.data, ci)))
+	} else {
+		b := brokenEvent("the upstream stream ended before its final event")
+		sw.write(frame(b.ev.Type, annotate(b.data, ci)))
+	}
+	sw.flush()
+	if out == paywall.Failed {
+		pd.Abandon(r.Context())
+		return nil
+	}
+	s.keepText(r.Context(), pd, &text, sr, out == paywall.Paid)
+	return nil
+}
+
+// stageForward is stageStream for a passed-through call: the rest of the
+// stream is read and its text staged with the pending claim (D3).
+func (s *Server) stageForward(ctx context.Context, pd *paywall.Fresh, st upstream.Stream, held []respEvent) {
+	var text sseText
+	for _, e := range held {
+		addFrame(&text, frame(e.ev.Type, e.data))
+	}
+	for {
+		e, err := nextEvent(st)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			s.log.Error("upstream stream broke after a pending settlement", "key", pd.Key(), "err", err)
+			b := brokenEvent("the upstream stream broke after the payment was broadcast")
+			addFrame(&text, frame(b.ev.Type, b.data))
+			break
+		}
+		addFrame(&text, frame(e.ev.Type, e.data))
+	}
+	s.keepText(ctx, pd, &text, nil, false)
+}
+
+// creditForwardStream is creditStream for a passed-through call (D16): the
+// upstream is read until its first event with content, then events go to
+// the client as they come, the final event held back to carry the charge
+// and the receipt. A client that leaves stops the upstream and is charged
+// for the output it was sent, counted; one gone before any content is
+// charged nothing.
+func (s *Server) creditForwardStream(w http.ResponseWriter, r *http.Request, call *creditCall, rp upstream.Responder, body []byte) error {
+	upCtx, upCancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout+s.cfg.MaxStreamDuration)
+	defer upCancel()
+	firstTimer := time.AfterFunc(s.cfg.UpstreamTimeout, upCancel)
+	defer firstTimer.Stop()
+
+	start := s.now()
+	st, err := rp.StreamResponses(upCtx, body)
+	if err != nil {
+		call.Release(r.Context())
+		return s.upstreamError(err, r.Context())
+	}
+	defer func() { _ = st.Close() }()
+	held, err := firstForwardContent(st)
+	if err != nil {
+		call.Release(r.Context())
+		if r.Context().Err() == nil && upCtx.Err() != nil {
+			return &apiError{Status: http.StatusGatewayTimeout, Type: upstream.TypeUpstream, Code: upstream.CodeTimeout,
+				Message: "the upstream sent no content in time; nothing was charged", Err: err}
+		}
+		return s.upstreamError(err, r.Context())
+	}
+	firstTimer.Stop()
+	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
+	if r.Context().Err() != nil {
+		call.Release(r.Context())
+		return &apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Should-Retry", "false")
+	w.WriteHeader(http.StatusOK)
+	cs := &creditForwardSSE{sw: &sseWriter{w: w, rc: http.NewResponseController(w)},
+		count: func(text string) int64 { return s.countOutput(call, text) }}
+	cs.send(held...)
+	var broken error
+	for !cs.sw.gone && cs.final == nil {
+		e, err := nextEvent(st)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			broken = err
+			break
+		}
+		cs.send(e)
+	}
+	counted := func() chat.Usage {
+		out := cs.tokens + s.countOutput(call, cs.text.String())
+		return chat.Usage{PromptTokens: call.q.promptTokens, CompletionTokens: out, TotalTokens: call.q.promptTokens + out}
+	}
+	if cs.sw.gone || r.Context().Err() != nil {
+		upCancel()
+		if !cs.content {
+			call.Release(r.Context())
+			s.log.Info("client left before any content was delivered; nothing charged", "request_id", call.ID)
+			return nil
+		}
+		out := s.captureCredit(r.Context(), call, counted())
+		s.log.Info("client left mid-stream; charged what was delivered", "request_id", call.ID, "charged", out.info.Charged)
+		return nil
+	}
+	var u chat.Usage
+	if cs.final != nil && cs.final.ev.Usage != nil {
+		u = *cs.final.ev.Usage
+	} else {
+		u = counted()
+		s.log.Warn("stream without usage; charging what was delivered, counted", "request_id", call.ID, "model", call.q.model.ID)
+	}
+	out := s.captureCredit(r.Context(), call, u)
+	if cs.final != nil {
+		cs.sw.write(frame(cs.final.ev.Type, annotateResponse(cs.final.data, out.info)))
+	} else {
+		if broken != nil {
+			s.log.Error("upstream stream broke mid-way; charged what was delivered", "request_id", call.ID, "err", broken)
+		}
+		b := brokenEvent("the upstream stream broke; you were charged for what was delivered")
+		cs.sw.write(frame(b.ev.Type, annotate(b.data, out.info)))
+	}
+	cs.sw.flush()
+	return nil
+}
+
+// creditForwardSSE writes a credit-paid Responses stream and remembers what
+// it delivered.
+type creditForwardSSE struct {
+	sw *sseWriter
+	// text is the delivered output not yet counted, to count when the
+	// upstream reports no usage, and tokens what was counted of it so far;
+	// content says whether any content event was delivered.
+	text    strings.Builder
+	tokens  int64
+	count   func(string) int64
+	content bool
+	// final is the upstream's final event, held back until the end.
+	final *respEvent
+}
+
+// send writes events, holding back the final one, and records what was
+// delivered once written and flushed.
+func (cs *creditForwardSSE) send(evs ...respEvent) {
+	var sent []respEvent
+	for _, e := range evs {
+		if e.ev.Final() {
+			cs.final = &e
+			continue
+		}
+		cs.sw.write(frame(e.ev.Type, e.data))
+		sent = append(sent, e)
+	}
+	cs.sw.flush()
+	if cs.sw.gone {
+		return
+	}
+	for _, e := range sent {
+		if e.ev.HasContent() {
+			cs.content = true
+		}
+		cs.text.WriteString(e.ev.Delta)
+		if cs.text.Len() > maxPendingText {
+			cs.tokens += cs.count(cs.text.String())
+			cs.text.Reset()
+		}
+	}
+}

@@ -130,7 +130,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", m.ID, err)
 		}
-		provider, err := modelProvider(m, providers, health, metrics, log)
+		provider, err := modelProvider(m, cfg.Upstreams, providers, health, metrics, log)
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", m.ID, err)
 		}
@@ -423,18 +423,50 @@ func readCapped(path string, limit int64) ([]byte, error) {
 
 // modelProvider is what serves m: its upstream, or, with fallbacks, its
 // upstream and then each fallback in order, under each provider's health.
-func modelProvider(m config.Model, providers map[string]gateway.Provider, health map[string]*upstream.Health,
+// A chat model's provider speaks the Responses API when its upstreams are
+// configured to (config validated that they all agree).
+func modelProvider(m config.Model, upstreams []config.Upstream, providers map[string]gateway.Provider, health map[string]*upstream.Health,
 	metrics *gateway.Metrics, log *slog.Logger) (gateway.Provider, error) {
-	if len(m.Fallbacks) == 0 {
-		return providers[m.Upstream], nil
+	provider := func(name string) (gateway.Provider, error) {
+		p := providers[name]
+		if m.Kind == config.KindEmbeddings || !speaksResponses(upstreams, name) {
+			return p, nil
+		}
+		rp, err := upstream.WithResponses(p)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: %w", name, err)
+		}
+		return rp, nil
 	}
-	routes := []upstream.Route{{Name: m.Upstream, Provider: providers[m.Upstream], Health: health[m.Upstream]}}
+	first, err := provider(m.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Fallbacks) == 0 {
+		return first, nil
+	}
+	routes := []upstream.Route{{Name: m.Upstream, Provider: first, Health: health[m.Upstream]}}
 	for _, f := range m.Fallbacks {
-		r := upstream.Route{Name: f.Upstream, Provider: providers[f.Upstream], Health: health[f.Upstream]}
+		p, err := provider(f.Upstream)
+		if err != nil {
+			return nil, err
+		}
+		r := upstream.Route{Name: f.Upstream, Provider: p, Health: health[f.Upstream]}
 		if f.UpstreamModel != m.UpstreamModel {
 			r.Model = f.UpstreamModel // the gateway writes the first route's name
 		}
 		routes = append(routes, r)
 	}
 	return upstream.NewFallback(routes, metrics, log.With("model", m.ID))
+}
+
+// speaksResponses reports whether the upstream named name is configured to
+// speak the Responses API.
+func speaksResponses(upstreams []config.Upstream, name string) bool {
+	for _, u := range upstreams {
+		if u.Name == name {
+			return u.Responses
+		}
+	}
+	return false
 }

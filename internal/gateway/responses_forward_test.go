@@ -12,6 +12,7 @@ import (
 
 	"github.com/llm4agents/llm4agents/client"
 	"github.com/llm4agents/llm4agents/internal/chat"
+	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
 	"github.com/llm4agents/llm4agents/internal/upstream"
@@ -407,5 +408,71 @@ func TestResponsesPassThroughClientGone(t *testing.T) {
 	resp := e.postResponses(t, http.DefaultClient, body, http.Header{x402.HeaderPaymentSignature: {h}})
 	if b := readAll(t, resp); resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte("event: response.completed")) && !bytes.Contains(b, []byte("event: response.incomplete")) {
 		t.Errorf("same payment after the client left: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestResponsesPassThroughPending (D3, D14): a passed-through answer whose
+// settlement is pending is staged; the same payment again gets it once
+// mined, annotated as the live answer would have been, with no second
+// upstream call; once more, the same bytes replayed.
+func TestResponsesPassThroughPending(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, ctype string
+	}{
+		{"json", `{"model":"demo","input":"Say hello","max_output_tokens":32,"include":[]}`, "application/json"},
+		{"stream", `{"model":"demo","input":"Say hello","max_output_tokens":32,"include":[],"stream":true}`, "text/event-stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pf *pendingFac
+			e := newEnvStore(t, 10*time.Second, func(f *facilitator.Facilitator) gateway.Facilitator {
+				pf = &pendingFac{Facilitator: f, pending: 1}
+				return pf
+			}, speaksResponses(t), nil)
+			p, err := exact.NewPaymentPayload(t.Context(), exact.NewKeySigner(e.chain.Keys[buyerIdx]), e.quote402Responses(t, tc.body), 0, exact.SignOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hdr := http.Header{x402.HeaderPaymentSignature: {encodeHeader(t, p)}}
+			resp := e.postResponses(t, http.DefaultClient, tc.body, hdr)
+			if b := readAll(t, resp); resp.StatusCode != http.StatusPaymentRequired || errorCode(t, b) != "settlement_pending" {
+				t.Fatalf("first: %d %s", resp.StatusCode, b)
+			}
+			resp = e.postResponses(t, http.DefaultClient, tc.body, hdr)
+			served := readAll(t, resp)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Llm4agents-Replay") != "staged" || resp.Header.Get("Content-Type") != tc.ctype {
+				t.Fatalf("retry: %d %v %s", resp.StatusCode, resp.Header, served)
+			}
+			sr, err := x402.DecodeSettleResponse(resp.Header.Get(x402.HeaderPaymentResponse))
+			if err != nil || !sr.Success {
+				t.Fatalf("retry PAYMENT-RESPONSE %+v, %v", sr, err)
+			}
+			var x xCost
+			if tc.ctype == "application/json" {
+				var out forwarded
+				if err := json.Unmarshal(served, &out); err != nil || out.Object != "response" {
+					t.Fatalf("served %s (%v)", served, err)
+				}
+				x = out.X
+			} else {
+				data := sseData(t, served)
+				var final struct {
+					Response forwarded `json:"response"`
+				}
+				if len(data) == 0 || json.Unmarshal([]byte(data[len(data)-1]), &final) != nil || !bytes.Contains(served, []byte("event: response.created\n")) {
+					t.Fatalf("served %s", served)
+				}
+				x = final.Response.X
+			}
+			if x.Charged != "10000" || x.Transaction != sr.Transaction {
+				t.Errorf("served annotation %+v, want 10000 in %s", x, sr.Transaction)
+			}
+			resp = e.postResponses(t, http.DefaultClient, tc.body, hdr)
+			if b := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Llm4agents-Replay") != "promoted" || !bytes.Equal(b, served) {
+				t.Errorf("third: %d %q %s", resp.StatusCode, resp.Header.Get("X-Llm4agents-Replay"), b)
+			}
+			if e.up.Calls() != 1 || pf.calls() != 2 {
+				t.Errorf("upstream calls %d, settles %d; want 1, 2", e.up.Calls(), pf.calls())
+			}
+		})
 	}
 }

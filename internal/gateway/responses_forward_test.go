@@ -476,3 +476,48 @@ func TestResponsesPassThroughPending(t *testing.T) {
 		})
 	}
 }
+
+// TestResponsesPassThroughCreditsNoUsage: a passed-through stream whose
+// final event reports no usage is charged its delivered output, counted,
+// and the prompt: not nothing, not the hold.
+func TestResponsesPassThroughCreditsNoUsage(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		if b.name != "sqlite" {
+			t.Skip("the store is not what this tests")
+		}
+		e := newCreditEnv(t, creditOpts{backend: b, provider: func(up gateway.Provider) gateway.Provider {
+			rp, err := upstream.WithResponses(up)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rp
+		}})
+		e.topUp(t, alice, 1_000_000)
+		secret, _ := e.newKey(t, alice, nil)
+		e.up.SetFault(upstreamtest.Fault{NoUsage: true})
+		resp := e.do(t, t.Context(), http.MethodPost, "/v1/responses", secret, `{"model":"demo","input":"Stream","stream":true,"include":[]}`, nil)
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream: %d %s", resp.StatusCode, body)
+		}
+		data := sseData(t, body)
+		var final struct {
+			Response struct {
+				Usage json.RawMessage `json:"usage"`
+				X     struct {
+					Charged string     `json:"charged"`
+					Usage   chat.Usage `json:"usage"`
+				} `json:"x_llm4agents"`
+			} `json:"response"`
+		}
+		if len(data) == 0 || json.Unmarshal([]byte(data[len(data)-1]), &final) != nil || string(final.Response.Usage) != "null" {
+			t.Fatalf("stream %s", body)
+		}
+		u := final.Response.X.Usage
+		hold := pricing.Cost(chat.Usage{PromptTokens: u.PromptTokens, CompletionTokens: 256}, price)
+		if u.PromptTokens == 0 || u.CompletionTokens == 0 || u.CompletionTokens >= 256 ||
+			final.Response.X.Charged != pricing.Cost(u, price).String() || final.Response.X.Charged == hold.String() {
+			t.Errorf("charged %s for %+v; want the counted delivery, below the hold %s", final.Response.X.Charged, u, hold)
+		}
+	})
+}

@@ -252,8 +252,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (store.Settlements).
 type Settlements interface {
 	Settlement(ctx context.Context, key string) (store.Settlement, error)
-	RecentSettlements(ctx context.Context, since time.Time, limit int) ([]store.Settlement, error)
-	UnresolvedSettlements(ctx context.Context, limit int) ([]store.Settlement, error)
+	RecentSettlements(ctx context.Context, network string, since time.Time, limit int) ([]store.Settlement, error)
+	UnresolvedSettlements(ctx context.Context, network string, limit int) ([]store.Settlement, error)
 }
 
 // AllReceipts lists the receipts of every account (store.RecentReceipts).

@@ -164,11 +164,11 @@ func (h *Handler) settlements(ctx context.Context, b *operatorBody) error {
 	}
 	b.HasSettlements = true
 	now := h.cfg.Now().UTC()
-	recent, err := h.cfg.Settlements.RecentSettlements(ctx, now.Add(-24*time.Hour), settlementsRead)
+	recent, err := h.cfg.Settlements.RecentSettlements(ctx, store.AllNetworks, now.Add(-24*time.Hour), settlementsRead)
 	if err != nil {
 		return fmt.Errorf("read recent settlements: %w", err)
 	}
-	pending, err := h.cfg.Settlements.UnresolvedSettlements(ctx, 50)
+	pending, err := h.cfg.Settlements.UnresolvedSettlements(ctx, store.AllNetworks, 50)
 	if err != nil {
 		return fmt.Errorf("read pending settlements: %w", err)
 	}

@@ -17,18 +17,21 @@ import (
 	"github.com/llm4agents/llm4agents/x402/evm/upto"
 )
 
-// Reconcile resolves unresolved settlement records from the chain: a broadcast
-// whose outcome was never recorded (a crash, a settle that answered pending), or a
-// claim whose holder died. It never signs anything new for a record: a
-// transaction still unmined stays as it is, except that the very bytes the
-// record holds are sent again when the node dropped them (and our own Sender
-// replaces its own stuck ones, recording them first). A claim whose lease ran
-// out is released: with every transaction recorded before it is sent, a record
-// still in StateClaimed sent nothing. It reports success to nobody (D5: that is
-// for the first settle call that observes it). Then it looks for reorgs in the
-// settlements younger than Config.ReorgWindow (checkReorgs), which changes no
-// answer given or to be given. It returns how many records reached a final
-// state, were given back, or had their reorg mark changed.
+// Reconcile resolves the unresolved settlement records of its network from
+// the chain (another chain's facilitator sharing the store resolves that
+// chain's): a broadcast whose outcome was never recorded (a crash, a settle
+// that answered pending), or a claim whose holder died. It never signs
+// anything new for a record: a transaction still unmined stays as it is,
+// except that the very bytes the record holds are sent again when the node
+// dropped them (and our own Sender replaces its own stuck ones, recording
+// them first). A claim whose lease ran out is released: with every
+// transaction recorded before it is sent, a record still in StateClaimed
+// sent nothing. It reports success to nobody (D5: that is for the first
+// settle call that observes it). Then it looks for reorgs in the
+// settlements of its network younger than Config.ReorgWindow
+// (checkReorgs), which changes no answer given or to be given. It returns
+// how many records reached a final state, were given back, or had their
+// reorg mark changed.
 func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 	n, err := f.reconcile(ctx)
 	f.metrics.reconciled.WithLabelValues("resolved").Add(float64(n))
@@ -39,14 +42,19 @@ func (f *Facilitator) Reconcile(ctx context.Context) (int, error) {
 }
 
 func (f *Facilitator) reconcile(ctx context.Context) (int, error) {
-	recs, err := f.store.UnresolvedSettlements(ctx, 100)
+	// Only this network's records: with one facilitator per chain on a
+	// shared store, the oldest records of every network could all be
+	// another chain's (its node down for a while), and ours would never
+	// come up.
+	recs, err := f.store.UnresolvedSettlements(ctx, f.cfg.Network, 100)
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: %w", err)
 	}
 	done := 0
 	var errs []error
 	for _, rec := range recs {
-		if rec.Network != f.cfg.Network {
+		if err := f.ownNetwork(rec); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		pm, err := recordToPayment(rec)
@@ -94,6 +102,17 @@ func (f *Facilitator) reconcile(ctx context.Context) (int, error) {
 	}
 	n, err := f.checkReorgs(ctx)
 	return done + n, errors.Join(append(errs, err)...)
+}
+
+// ownNetwork checks that a record the store listed for this facilitator's
+// network is of it. Resolving another chain's record against this chain
+// would read its authorization as unused here and give it back while its
+// transaction may still be mined there.
+func (f *Facilitator) ownNetwork(rec store.Settlement) error {
+	if rec.Network != f.cfg.Network {
+		return fmt.Errorf("settlement %s of network %s was listed for %s; left alone", rec.Key, rec.Network, f.cfg.Network)
+	}
+	return nil
 }
 
 // recordToPayment rebuilds what resolve needs from a stored record. An upto

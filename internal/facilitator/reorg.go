@@ -84,7 +84,7 @@ func (f *Facilitator) RegisterMetrics(reg prometheus.Registerer) error {
 // checkReorgs re-reads the settlements younger than the reorg window and
 // marks what a reorg did to them. It returns how many records it changed.
 func (f *Facilitator) checkReorgs(ctx context.Context) (int, error) {
-	recs, err := f.store.RecentSettlements(ctx, f.cfg.Now().Add(-f.cfg.ReorgWindow), store.MaxRecentPage)
+	recs, err := f.store.RecentSettlements(ctx, f.cfg.Network, f.cfg.Now().Add(-f.cfg.ReorgWindow), store.MaxRecentPage)
 	if err != nil {
 		return 0, fmt.Errorf("reorg check: %w", err)
 	}
@@ -95,7 +95,11 @@ func (f *Facilitator) checkReorgs(ctx context.Context) (int, error) {
 	changed := 0
 	var errs []error
 	for _, rec := range recs {
-		if rec.Network != f.cfg.Network || rec.TxHash == "" {
+		if err := f.ownNetwork(rec); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if rec.TxHash == "" {
 			continue
 		}
 		n, err := f.checkReorg(ctx, rec)

@@ -111,6 +111,12 @@ const RecentRetention = 24 * time.Hour
 // MaxRecentPage bounds one RecentSettlements listing.
 const MaxRecentPage = 1000
 
+// AllNetworks, as the network of Settlements.UnresolvedSettlements and
+// Settlements.RecentSettlements, lists the records of every network: the
+// operator's view. A reconciler passes its own network, so that other
+// networks' records never use up its limit.
+const AllNetworks = ""
+
 // Settlements stores facilitator settlement records.
 type Settlements interface {
 	// ClaimSettlement creates s in StateClaimed with a new fence and a lease of
@@ -163,16 +169,22 @@ type Settlements interface {
 	MarkSuccessReported(ctx context.Context, key string) (bool, error)
 	// Settlement returns the record for key, or ErrNotFound.
 	Settlement(ctx context.Context, key string) (Settlement, error)
-	// UnresolvedSettlements lists up to limit (> 0) records in StateClaimed or
-	// StateBroadcast, oldest first (by CreatedAt, then by key, byte by byte),
-	// for the reconciler.
-	UnresolvedSettlements(ctx context.Context, limit int) ([]Settlement, error)
-	// RecentSettlements lists up to limit (1 to MaxRecentPage) records in
-	// StateSettled, other than ReorgLost ones, whose UpdatedAt is at or
-	// after since, newest first (by UpdatedAt, then by key, both
-	// descending), for the reconciler to look for reorgs. Records updated
-	// more than RecentRetention ago may be left out.
-	RecentSettlements(ctx context.Context, since time.Time, limit int) ([]Settlement, error)
+	// UnresolvedSettlements lists up to limit (> 0) records of network
+	// (Settlement.Network; AllNetworks for every network) in StateClaimed
+	// or StateBroadcast, oldest first (by CreatedAt, then by key, byte by
+	// byte), for the reconciler of that network. The limit counts that
+	// network's records only: however many records other networks left
+	// unresolved (their node down for a while), they never hide one of
+	// network's.
+	UnresolvedSettlements(ctx context.Context, network string, limit int) ([]Settlement, error)
+	// RecentSettlements lists up to limit (1 to MaxRecentPage) records of
+	// network (AllNetworks for every network) in StateSettled, other than
+	// ReorgLost ones, whose UpdatedAt is at or after since, newest first
+	// (by UpdatedAt, then by key, both descending), for the reconciler of
+	// that network to look for reorgs; as in UnresolvedSettlements, the
+	// limit counts that network's records only. Records updated more than
+	// RecentRetention ago may be left out.
+	RecentSettlements(ctx context.Context, network string, since time.Time, limit int) ([]Settlement, error)
 	// MarkReorg records what the reconciler found of the transaction of a
 	// StateSettled record that names txHash, and reports whether this call
 	// changed the record (so that, of replicas finding the same, one counts

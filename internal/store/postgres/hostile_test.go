@@ -330,7 +330,7 @@ func TestClosedDB(t *testing.T) {
 		"MarkSuccessReported": func() error { _, err := db.MarkSuccessReported(ctx, "k"); return err },
 		"Settlement":          func() error { _, err := db.Settlement(ctx, "k"); return err },
 		"UnresolvedSettlements": func() error {
-			_, err := db.UnresolvedSettlements(ctx, 1)
+			_, err := db.UnresolvedSettlements(ctx, "eip155:1", 1)
 			return err
 		},
 		"ClaimPayment": func() error {

@@ -8,12 +8,11 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// RecentSettlements implements store.Settlements, from the partial index
-// settlements_recent (migration 0011). Records updated in the same
-// millisecond come in descending key order, byte by byte (COLLATE "C", as
-// SQLite compares).
-func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int) (_ []store.Settlement, err error) {
-	defer store.Wrap(&err, "postgres", "recent settlements")
+// RecentSettlements implements store.Settlements. Records updated in the
+// same millisecond come in descending key order, byte by byte (COLLATE
+// "C", as SQLite compares).
+func (db *DB) RecentSettlements(ctx context.Context, network string, since time.Time, limit int) (_ []store.Settlement, err error) {
+	defer store.Wrap(&err, "postgres", "recent settlements of network %q", network)
 	if err := store.CheckRecentQuery(limit); err != nil {
 		return nil, err
 	}
@@ -23,10 +22,11 @@ func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int)
 	}
 	defer cancel()
 
-	rows, err := db.pool.Query(ctx, `SELECT `+columns+` FROM settlements
-WHERE state = 'settled' AND reorg <> 'lost' AND updated_at_ms >= $1
-ORDER BY updated_at_ms DESC, settlement_key COLLATE "C" DESC
-LIMIT $2`, since.UnixMilli(), limit)
+	query, args := selectRecent(false), []any{since.UnixMilli(), limit}
+	if network != store.AllNetworks {
+		query, args = selectRecent(true), []any{since.UnixMilli(), limit, network}
+	}
+	rows, err := db.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, db.mapErr(ctx, err)
 	}
@@ -35,6 +35,22 @@ LIMIT $2`, since.UnixMilli(), limit)
 		return nil, db.mapErr(ctx, err)
 	}
 	return out, nil
+}
+
+// selectRecent is the query of RecentSettlements, of one network when
+// oneNetwork; its arguments are since (unix ms), limit and, for one
+// network, the network. Each form has a partial index that serves it in
+// order: settlements_recent (migration 0011) for every network,
+// settlements_recent_network (migration 0017) for one.
+func selectRecent(oneNetwork bool) string {
+	where := `state = 'settled' AND reorg <> 'lost' AND updated_at_ms >= $1`
+	if oneNetwork {
+		where += ` AND network = $3`
+	}
+	return `SELECT ` + columns + ` FROM settlements
+WHERE ` + where + `
+ORDER BY updated_at_ms DESC, settlement_key COLLATE "C" DESC
+LIMIT $2`
 }
 
 // markReorg moves a settled record naming $3 to reorg status $4 with

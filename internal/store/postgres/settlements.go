@@ -283,10 +283,9 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 	return s, nil
 }
 
-// UnresolvedSettlements implements store.Settlements. Keys compare byte by
-// byte (COLLATE "C"), as in SQLite.
-func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
-	defer store.Wrap(&err, "postgres", "unresolved settlements")
+// UnresolvedSettlements implements store.Settlements.
+func (db *DB) UnresolvedSettlements(ctx context.Context, network string, limit int) (_ []store.Settlement, err error) {
+	defer store.Wrap(&err, "postgres", "unresolved settlements of network %q", network)
 	if err := store.CheckLimit(limit); err != nil {
 		return nil, err
 	}
@@ -296,10 +295,11 @@ func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.S
 	}
 	defer cancel()
 
-	rows, err := db.pool.Query(ctx, `SELECT `+columns+` FROM settlements
-WHERE state IN ('claimed', 'broadcast')
-ORDER BY created_at_ms, settlement_key COLLATE "C"
-LIMIT $1`, limit)
+	query, args := selectUnresolved(false), []any{limit}
+	if network != store.AllNetworks {
+		query, args = selectUnresolved(true), []any{limit, network}
+	}
+	rows, err := db.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, db.mapErr(ctx, err)
 	}
@@ -308,6 +308,24 @@ LIMIT $1`, limit)
 		return nil, db.mapErr(ctx, err)
 	}
 	return out, nil
+}
+
+// selectUnresolved is the query of UnresolvedSettlements, of one network
+// when oneNetwork; its arguments are limit and, for one network, the
+// network. Each form has a partial index that serves it in order:
+// settlements_unresolved (migration 0001) for every network,
+// settlements_unresolved_network (migration 0017) for one, so that a
+// network's listing never reads past the records of another. Keys compare
+// byte by byte (COLLATE "C"), as in SQLite.
+func selectUnresolved(oneNetwork bool) string {
+	where := `state IN ('claimed', 'broadcast')`
+	if oneNetwork {
+		where += ` AND network = $2`
+	}
+	return `SELECT ` + columns + ` FROM settlements
+WHERE ` + where + `
+ORDER BY created_at_ms, settlement_key COLLATE "C"
+LIMIT $1`
 }
 
 // scanSettlement reads one row of columns.

@@ -14,9 +14,10 @@
 // other client: of any number of concurrent callers on any number of DB
 // values, exactly one wins a claim, and exactly one call ever gets true from
 // MarkSuccessReported. Fences come from an INCR counter per record type and
-// are never reused, not across release, takeover or expiry. The reconciler's
-// list (UnresolvedSettlements, oldest first) is a sorted set that the same
-// scripts keep in step with the records.
+// are never reused, not across release, takeover or expiry. The reconcilers'
+// lists (UnresolvedSettlements, oldest first; RecentSettlements) are sorted
+// sets, one per network and one of every network, that the same scripts
+// keep in step with the records.
 //
 // Scripts check everything they depend on before their first write, because
 // Redis does not roll back a failed script: a key that holds something the
@@ -35,11 +36,18 @@
 //
 // Every key starts with the hash tag "{" + key prefix + "}" (the prefix comes
 // from the URL option key_prefix, default "l4a:"): "{l4a:}settlement:<key>",
-// "{l4a:}settlement-fence", "{l4a:}settlement-unresolved",
-// "{l4a:}payment:<key>", "{l4a:}payment-fence". All keys of one store thus
-// hash to one cluster slot and every script is single-slot (the unresolved
-// listing reads records named in its set, which a cluster allows only because
-// they share the slot). Open itself connects to one server (a standalone
+// "{l4a:}settlement-fence", "{l4a:}settlement-unresolved:<network>",
+// "{l4a:}settlement-unresolved-all", "{l4a:}settlement-recent:<network>",
+// "{l4a:}settlement-recent-all", "{l4a:}payment:<key>",
+// "{l4a:}payment-fence". All keys of one store thus hash to one cluster slot
+// and every script is single-slot (a listing reads records named in its
+// set, and a script that resolves a record finds its network's set from
+// the record, which a cluster allows only because they share the slot).
+// "{l4a:}settlement-unresolved" and "{l4a:}settlement-recent" are the sets
+// of every network that versions before per-network sets kept: the
+// listings move what they find there into the sets above, so a store
+// upgraded with records in flight, or beside such a version still running,
+// finds them. Open itself connects to one server (a standalone
 // Redis, or a primary behind a proxy); the layout is ready for a cluster
 // client. Several stores may share one Redis database under different
 // prefixes. Payment claims carry a TTL that ends five minutes

@@ -9,7 +9,11 @@ func ParseURL(rawURL string) (*goredis.Options, string, error) { return parseURL
 
 // Key names the Redis key of kind ("settlement", "settlement-fence",
 // "settlement-unresolved", "settlement-recent", "payment", "payment-fence")
-// for the store key key.
+// for the store key key. The settlement lists come in three kinds each:
+// "settlement-unresolved" is the set of every network,
+// "settlement-unresolved-of" the set of the network key, and
+// "settlement-unresolved-legacy" the one set older versions kept; the same
+// for "settlement-recent".
 func (db *DB) Key(kind, key string) string {
 	switch kind {
 	case "settlement":
@@ -17,9 +21,17 @@ func (db *DB) Key(kind, key string) string {
 	case "settlement-fence":
 		return db.keys.settlementFence()
 	case "settlement-unresolved":
-		return db.keys.unresolved()
+		return db.keys.unresolvedAll()
+	case "settlement-unresolved-of":
+		return db.keys.unresolvedOf(key)
+	case "settlement-unresolved-legacy":
+		return db.keys.unresolvedLegacy()
 	case "settlement-recent":
-		return db.keys.recent()
+		return db.keys.recentAll()
+	case "settlement-recent-of":
+		return db.keys.recentOf(key)
+	case "settlement-recent-legacy":
+		return db.keys.recentLegacy()
 	case "payment":
 		return db.keys.payment(key)
 	case "payment-fence":

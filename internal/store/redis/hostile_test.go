@@ -152,12 +152,26 @@ func TestForeignValues(t *testing.T) {
 		_, won, err := db.ClaimSettlement(ctx, store.Settlement{Key: "new", Amount: "1", Owner: "me"}, time.Minute)
 		return won, err
 	}}
-	unresolved := op{"UnresolvedSettlements", func(ctx context.Context, db *redis.DB) (bool, error) {
-		_, err := db.UnresolvedSettlements(ctx, 10)
+	// The planted records are of network (settlementFields).
+	const network = "eip155:8453"
+	claimNewOnNetwork := op{"ClaimSettlement(new key on the network)", func(ctx context.Context, db *redis.DB) (bool, error) {
+		_, won, err := db.ClaimSettlement(ctx, store.Settlement{Key: "new", Network: network, Amount: "1", Owner: "me"}, time.Minute)
+		return won, err
+	}}
+	unresolved := op{"UnresolvedSettlements(every network)", func(ctx context.Context, db *redis.DB) (bool, error) {
+		_, err := db.UnresolvedSettlements(ctx, store.AllNetworks, 10)
 		return false, err
 	}}
-	recent := op{"RecentSettlements", func(ctx context.Context, db *redis.DB) (bool, error) {
-		_, err := db.RecentSettlements(ctx, time.Time{}, 10)
+	unresolvedOf := op{"UnresolvedSettlements(network)", func(ctx context.Context, db *redis.DB) (bool, error) {
+		_, err := db.UnresolvedSettlements(ctx, network, 10)
+		return false, err
+	}}
+	recent := op{"RecentSettlements(every network)", func(ctx context.Context, db *redis.DB) (bool, error) {
+		_, err := db.RecentSettlements(ctx, store.AllNetworks, time.Time{}, 10)
+		return false, err
+	}}
+	recentOf := op{"RecentSettlements(network)", func(ctx context.Context, db *redis.DB) (bool, error) {
+		_, err := db.RecentSettlements(ctx, network, time.Time{}, 10)
 		return false, err
 	}}
 	markReorg := op{"MarkReorg", func(ctx context.Context, db *redis.DB) (bool, error) {
@@ -233,11 +247,33 @@ func TestForeignValues(t *testing.T) {
 			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, with(settlementFields(), "lease_until_ms", "9000000000000")...)...)
 			tp.do(t, "SET", tp.db.Key("settlement-unresolved", ""), "foreign")
 		}, []op{claimNewSettlement, unresolved, settlementOps[1], settlementOps[2]}},
+		{"network's unresolved set is a string", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, with(settlementFields(), "lease_until_ms", "9000000000000")...)...)
+			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved", ""), "0", "k")
+			tp.do(t, "SET", tp.db.Key("settlement-unresolved-of", network), "foreign")
+		}, []op{claimNewOnNetwork, unresolvedOf, settlementOps[1], settlementOps[2]}},
+		{"legacy unresolved set is a string", func(t *testing.T, tp *tamper) {
+			tp.do(t, "SET", tp.db.Key("settlement-unresolved-legacy", ""), "foreign")
+		}, []op{unresolved, unresolvedOf}},
+		{"legacy unresolved set names a record that is a string", func(t *testing.T, tp *tamper) {
+			// A well-formed record first: the drain moves nothing unless it
+			// can move everything it took.
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "a")}, settlementFields()...)...)
+			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved-legacy", ""), "0", "a", "1", "k")
+			tp.do(t, "SET", tp.db.Key("settlement", "k"), "foreign")
+		}, []op{unresolved, unresolvedOf}},
+		{"legacy unresolved set names a record whose network's set is a string", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "a")}, with(settlementFields(), "network", "eip155:1")...)...)
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, settlementFields()...)...)
+			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved-legacy", ""), "0", "a", "1", "k")
+			tp.do(t, "SET", tp.db.Key("settlement-unresolved-of", network), "foreign")
+		}, []op{unresolved}},
 		{"settlement record has an unknown reorg mark", func(t *testing.T, tp *tamper) {
 			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")},
 				with(with(with(settled, "reorg", "bogus"), "reorgs", "1"), "lost_to", "")...)...)
 			tp.do(t, "ZADD", tp.db.Key("settlement-recent", ""), "0", "k")
-		}, append(slices.Clone(settlementOps), markReorg, recent)},
+			tp.do(t, "ZADD", tp.db.Key("settlement-recent-of", network), "0", "k")
+		}, append(slices.Clone(settlementOps), markReorg, recent, recentOf)},
 		{"settlement record has half a reorg mark", func(t *testing.T, tp *tamper) {
 			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, with(settled, "reorg", "dropped")...)...)
 		}, append(slices.Clone(settlementOps), markReorg)},
@@ -252,6 +288,24 @@ func TestForeignValues(t *testing.T) {
 			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved", ""), "0", "k")
 			tp.do(t, "SET", tp.db.Key("settlement-recent", ""), "foreign")
 		}, []op{settlementOps[1]}},
+		{"network's recent set is a string", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, settled...)...)
+			tp.do(t, "SET", tp.db.Key("settlement-recent-of", network), "foreign")
+		}, []op{settlementOps[3], markReorg, recentOf}},
+		{"network's recent set is a string when a record settles", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "k")}, with(settlementFields(), "lease_until_ms", "9000000000000")...)...)
+			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved", ""), "0", "k")
+			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved-of", network), "0", "k")
+			tp.do(t, "SET", tp.db.Key("settlement-recent-of", network), "foreign")
+		}, []op{settlementOps[1]}},
+		{"legacy recent set is a string", func(t *testing.T, tp *tamper) {
+			tp.do(t, "SET", tp.db.Key("settlement-recent-legacy", ""), "foreign")
+		}, []op{recent, recentOf}},
+		{"legacy recent set names a record that is a string", func(t *testing.T, tp *tamper) {
+			tp.do(t, append([]any{"HSET", tp.db.Key("settlement", "a")}, settled...)...)
+			tp.do(t, "ZADD", tp.db.Key("settlement-recent-legacy", ""), "0", "a", "1", "k")
+			tp.do(t, "SET", tp.db.Key("settlement", "k"), "foreign")
+		}, []op{recent, recentOf}},
 		{"recent set names a record that is a string", func(t *testing.T, tp *tamper) {
 			tp.do(t, "ZADD", tp.db.Key("settlement-recent", ""), "1", "k")
 			tp.do(t, "SET", tp.db.Key("settlement", "k"), "foreign")
@@ -260,6 +314,12 @@ func TestForeignValues(t *testing.T) {
 			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved", ""), "1", "k")
 			tp.do(t, "SET", tp.db.Key("settlement", "k"), "foreign")
 		}, []op{unresolved}},
+		{"network's unresolved set names a record that is a string", func(t *testing.T, tp *tamper) {
+			// Behind a name whose record is gone, which the listing would
+			// take out of the set had it not failed.
+			tp.do(t, "ZADD", tp.db.Key("settlement-unresolved-of", network), "0", "gone", "1", "k")
+			tp.do(t, "SET", tp.db.Key("settlement", "k"), "foreign")
+		}, []op{unresolvedOf}},
 		{"payment record is a string", func(t *testing.T, tp *tamper) {
 			tp.do(t, "SET", tp.db.Key("payment", "k"), "foreign")
 		}, paymentOps},
@@ -421,7 +481,8 @@ func TestPaymentTTL(t *testing.T) {
 	if _, _, err := tp2.db.ClaimSettlement(ctx, store.Settlement{Key: "s", Amount: "1"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{tp2.db.Key("settlement", "s"), tp2.db.Key("settlement-fence", ""), tp2.db.Key("settlement-unresolved", "")} {
+	for _, k := range []string{tp2.db.Key("settlement", "s"), tp2.db.Key("settlement-fence", ""), tp2.db.Key("settlement-unresolved", ""),
+		tp2.db.Key("settlement-unresolved-of", "")} {
 		if d, err := tp2.raw.PTTL(ctx, k).Result(); err != nil || d != -1 {
 			t.Errorf("PTTL %s = %v, %v; want no TTL (-1)", k, d, err)
 		}
@@ -442,14 +503,15 @@ func hashTag(key string) string {
 }
 
 // TestKeyLayout checks that every key the store writes carries the prefix as
-// its hash tag, whatever bytes the store keys hold, and that such keys read
-// back and list exactly.
+// its hash tag, whatever bytes the store keys and networks hold, and that
+// such keys read back and list exactly.
 func TestKeyLayout(t *testing.T) {
 	tp := newTamper(t)
 	ctx := t.Context()
 	odd := []string{"{x}", "}{", "a{b}c", "\x00\xff*?[]\\", "plain", strings.Repeat("k", 10_000)}
 	for _, k := range odd {
-		if _, ok, err := tp.db.ClaimSettlement(ctx, store.Settlement{Key: k, Amount: "1"}, time.Minute); err != nil || !ok {
+		// The key is the record's network too, so each has a set of its own.
+		if _, ok, err := tp.db.ClaimSettlement(ctx, store.Settlement{Key: k, Network: k, Amount: "1"}, time.Minute); err != nil || !ok {
 			t.Fatalf("ClaimSettlement(%q) = %v, %v", k, ok, err)
 		}
 		if _, ok, err := tp.db.ClaimPayment(ctx, store.PaymentClaim{Key: k, Amount: "1", ExpiresAt: tp.clock.Now().Add(time.Hour)}, time.Minute); err != nil || !ok {
@@ -463,15 +525,21 @@ func TestKeyLayout(t *testing.T) {
 		}
 	}
 	keys := tp.snapshot(t)
-	if want := 2*len(odd) + 3; len(keys) != want {
-		t.Errorf("the store wrote %d keys, want %d (a record of each kind per key, two counters, one set)", len(keys), want)
+	if want := 3*len(odd) + 3; len(keys) != want {
+		t.Errorf("the store wrote %d keys, want %d (a record of each kind and a network's set per key, two counters, the set of every network)", len(keys), want)
 	}
 	for k := range keys {
 		if tag := hashTag(k); tag != tp.prefix {
 			t.Errorf("key %q has hash tag %q, want the prefix %q", k, tag, tp.prefix)
 		}
 	}
-	list, err := tp.db.UnresolvedSettlements(ctx, 100)
+	for _, k := range odd {
+		list, err := tp.db.UnresolvedSettlements(ctx, k, 100)
+		if err != nil || len(list) != 1 || list[0].Key != k {
+			t.Errorf("UnresolvedSettlements(network %q) = %d records, %v; want the one of that key", k, len(list), err)
+		}
+	}
+	list, err := tp.db.UnresolvedSettlements(ctx, store.AllNetworks, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +567,7 @@ func TestUnresolvedSkipsMissing(t *testing.T) {
 		tp.clock.Advance(time.Millisecond)
 	}
 	tp.do(t, "DEL", tp.db.Key("settlement", "a"))
-	list, err := tp.db.UnresolvedSettlements(ctx, 2)
+	list, err := tp.db.UnresolvedSettlements(ctx, store.AllNetworks, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +575,7 @@ func TestUnresolvedSkipsMissing(t *testing.T) {
 		t.Errorf("UnresolvedSettlements(2) = %+v, want b and c", list)
 	}
 	for _, limit := range []int{0, -1} {
-		if _, err := tp.db.UnresolvedSettlements(ctx, limit); err == nil {
+		if _, err := tp.db.UnresolvedSettlements(ctx, store.AllNetworks, limit); err == nil {
 			t.Errorf("UnresolvedSettlements(%d) = nil error, want one", limit)
 		}
 	}

@@ -28,8 +28,9 @@ const (
 	// clock and the server's differ a little (a DB.Now that is not the
 	// server's clock).
 	expiryMargin = 5 * time.Minute
-	// maxListLimit bounds what one UnresolvedSettlements call returns: the
-	// whole listing runs in one script, during which Redis serves no one else.
+	// maxListLimit bounds what one UnresolvedSettlements call returns, and
+	// how many names of a legacy set one listing drains: the whole listing
+	// runs in one script, during which Redis serves no one else.
 	maxListLimit = 10_000
 )
 
@@ -68,10 +69,25 @@ func newKeys(prefix string) keys { return keys{tag: "{" + prefix + "}"} }
 func (k keys) settlement(key string) string { return k.tag + "settlement:" + key }
 func (k keys) settlementPrefix() string     { return k.tag + "settlement:" }
 func (k keys) settlementFence() string      { return k.tag + "settlement-fence" }
-func (k keys) unresolved() string           { return k.tag + "settlement-unresolved" }
-func (k keys) recent() string               { return k.tag + "settlement-recent" }
 func (k keys) payment(key string) string    { return k.tag + "payment:" + key }
 func (k keys) paymentFence() string         { return k.tag + "payment-fence" }
+
+// The reconcilers' lists of settlement records (settlements.go, reorg.go)
+// are sorted sets kept twice: a record is in the set of its network (the
+// network's name after the prefix), which that network's reconciler
+// reads, and in the set of every network, which the operator's view
+// (store.AllNetworks) reads. Versions before per-network sets kept one set
+// of every network under the legacy name; the listing scripts drain it
+// (settlementLua's drain), so that the records such a version claimed or
+// settled, before an upgrade or during one, are still found.
+func (k keys) unresolvedAll() string              { return k.tag + "settlement-unresolved-all" }
+func (k keys) unresolvedNetPrefix() string        { return k.tag + "settlement-unresolved:" }
+func (k keys) unresolvedOf(network string) string { return k.unresolvedNetPrefix() + network }
+func (k keys) unresolvedLegacy() string           { return k.tag + "settlement-unresolved" }
+func (k keys) recentAll() string                  { return k.tag + "settlement-recent-all" }
+func (k keys) recentNetPrefix() string            { return k.tag + "settlement-recent:" }
+func (k keys) recentOf(network string) string     { return k.recentNetPrefix() + network }
+func (k keys) recentLegacy() string               { return k.tag + "settlement-recent" }
 
 // Open connects to the Redis server at rawURL, a redis:// or rediss:// URL as
 // go-redis's ParseURL reads it (user, password, host, port, database number

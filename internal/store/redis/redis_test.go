@@ -304,11 +304,11 @@ func TestClosed(t *testing.T) {
 			return err
 		},
 		"UnresolvedSettlements": func() error {
-			_, err := db.UnresolvedSettlements(ctx, 10)
+			_, err := db.UnresolvedSettlements(ctx, "eip155:8453", 10)
 			return err
 		},
 		"RecentSettlements": func() error {
-			_, err := db.RecentSettlements(ctx, time.Time{}, 10)
+			_, err := db.RecentSettlements(ctx, "eip155:8453", time.Time{}, 10)
 			return err
 		},
 		"MarkReorg": func() error {

@@ -20,8 +20,8 @@ func (tp *tamper) settle(t *testing.T, key string) {
 	}
 }
 
-// TestRecentSetForgets checks that the recent set, unlike the records,
-// forgets what is older than store.RecentRetention and carries that TTL.
+// TestRecentSetForgets checks that the recent sets, unlike the records,
+// forget what is older than store.RecentRetention and carry that TTL.
 func TestRecentSetForgets(t *testing.T) {
 	tp := newTamper(t)
 	ctx := t.Context()
@@ -30,21 +30,24 @@ func TestRecentSetForgets(t *testing.T) {
 	tp.clock.Advance(store.RecentRetention + time.Millisecond)
 	tp.settle(t, "new")
 
-	names, err := tp.raw.ZRange(ctx, tp.db.Key("settlement-recent", ""), 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
+	// Both sets the record is in: every network's, and its network's.
+	for _, set := range []string{tp.db.Key("settlement-recent", ""), tp.db.Key("settlement-recent-of", "")} {
+		names, err := tp.raw.ZRange(ctx, set, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) != 1 || names[0] != "new" {
+			t.Errorf("%s = %q, want only the record settled within the retention", set, names)
+		}
+		ttl, err := tp.raw.PTTL(ctx, set).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= 0 || ttl > store.RecentRetention {
+			t.Errorf("%s TTL = %v, want up to %v", set, ttl, store.RecentRetention)
+		}
 	}
-	if len(names) != 1 || names[0] != "new" {
-		t.Errorf("recent set = %q, want only the record settled within the retention", names)
-	}
-	ttl, err := tp.raw.PTTL(ctx, tp.db.Key("settlement-recent", "")).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ttl <= 0 || ttl > store.RecentRetention {
-		t.Errorf("recent set TTL = %v, want up to %v", ttl, store.RecentRetention)
-	}
-	list, err := tp.db.RecentSettlements(ctx, first, 10)
+	list, err := tp.db.RecentSettlements(ctx, store.AllNetworks, first, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +71,7 @@ func TestRecentSkipsMissing(t *testing.T) {
 		tp.clock.Advance(time.Millisecond)
 	}
 	tp.do(t, "DEL", tp.db.Key("settlement", "c"))
-	list, err := tp.db.RecentSettlements(ctx, since, 2)
+	list, err := tp.db.RecentSettlements(ctx, store.AllNetworks, since, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

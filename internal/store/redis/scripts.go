@@ -39,8 +39,10 @@ import (
 //   - Every key a script touches is in KEYS, except the records a listing
 //     reads by the names in its set (unresolvedScript, recentScript,
 //     receiptsOfScript, recentReceiptsScript, logAnchorsScript, the sign-in
-//     sweep): those share the set's hash tag, so they live in its cluster
-//     slot.
+//     sweep), and the per-network set of a settlement record, which a
+//     script that did not know the record's network before reading it
+//     names from the record (ARGV then carries the sets' prefix): those
+//     share the store's hash tag, so they live in its cluster slot.
 
 // The fields of a settlement record, in the order the scripts read them. The
 // first 14 are always there; raw_tx only once RecordBroadcast wrote it, and
@@ -137,12 +139,17 @@ end
 // v[16] reorg, v[17] reorgs, v[18] lost_to (get_settlement fills these
 // three in for a record that lacks them).
 //
+// The records in StateClaimed or StateBroadcast are in the unresolved sets
+// (the one of their network and the one of every network, see keys),
+// scored by created_at_ms: the claim adds them, and the scripts that
+// resolve, release or abandon a record take it out.
+//
 // The settled records that RecentSettlements may list (not lost to a
-// reorg) are also in the sorted set of recent settlements, scored by
+// reorg) are also in the sets of recent settlements, scored by
 // updated_at_ms: the scripts that write such a record add it there
 // (add_recent) with the time they write, so the score is the record's
-// updated_at_ms, and the one that marks it lost takes it out. The set
-// forgets what is older than store.RecentRetention and has that TTL.
+// updated_at_ms, and the one that marks it lost takes it out. The sets
+// forget what is older than store.RecentRetention and have that TTL.
 var settlementLua = common + `
 local settlement_states = {claimed = true, broadcast = true, settled = true, failed = true}
 local reorg_states = {[''] = true, dropped = true, lost = true}
@@ -168,11 +175,54 @@ end
 local function stale(fence, v)
   return {'fenced', 'fence ' .. fence .. ' is stale, the record\'s is ' .. v[10]}
 end
+
+local function is_unresolved(v)
+  return v[6] == 'claimed' or v[6] == 'broadcast'
+end
+
+local function is_recent(v)
+  return v[6] == 'settled' and v[16] ~= 'lost'
+end
+
+-- drain moves up to batch names out of the legacy set old, which versions
+-- before per-network sets kept for every network (and still write while
+-- they run, during an upgrade), into the set all and the set of each
+-- record's network (net_prefix .. network), scored by field score of the
+-- record (13 created_at_ms, 14 updated_at_ms). A record keep(v) refuses
+-- (resolved, lost, or gone) is only taken out. When ttl is not nil, each
+-- set it adds to gets that TTL, as add_recent gives. It reads every record
+-- before its first write; each name moves whole, so a listing that fails
+-- after the drain leaves the sets in step.
+local function drain(old, all, net_prefix, rec_prefix, batch, keep, score, ttl)
+  expect_type(old, 'zset')
+  local names = redis.call('ZRANGE', old, '0', fmt_int(batch - 1))
+  if #names == 0 then return end
+  expect_type(all, 'zset')
+  local moves = {}
+  for _, name in ipairs(names) do
+    local v = get_settlement(rec_prefix .. name)
+    if v ~= nil and keep(v) then
+      local net = net_prefix .. v[1]
+      expect_type(net, 'zset')
+      moves[#moves + 1] = {name, v[score], net}
+    end
+  end
+  for _, m in ipairs(moves) do
+    redis.call('ZADD', all, m[2], m[1])
+    redis.call('ZADD', m[3], m[2], m[1])
+    if ttl then
+      redis.call('PEXPIRE', all, ttl)
+      redis.call('PEXPIRE', m[3], ttl)
+    end
+  end
+  redis.call('ZREMRANGEBYRANK', old, '0', fmt_int(#names - 1))
+end
 `
 
 // claimSettlementScript creates, takes over or returns a settlement record.
 //
-// KEYS: record, fence counter, unresolved set.
+// KEYS: record, fence counter, unresolved set of every network, unresolved
+// set of the record's network.
 // ARGV: now, lease ms, key, network, asset, payer, pay_to, amount, owner.
 // Reply: {'won', fence, now} | {'took_over', rec, fence, now} | {'held', rec}.
 var claimSettlementScript = goredis.NewScript(settlementLua + `
@@ -184,6 +234,7 @@ local v = nil
 if redis.call('EXISTS', KEYS[1]) == 1 then v = get_settlement(KEYS[1]) end
 if v == nil then
   expect_type(KEYS[3], 'zset')
+  expect_type(KEYS[4], 'zset')
   local fence = next_fence(KEYS[2], nil)
   local t = fmt_int(now)
   redis.call('HSET', KEYS[1],
@@ -191,6 +242,7 @@ if v == nil then
     'state', 'claimed', 'tx_hash', '', 'reason', '', 'owner', ARGV[9], 'fence', fence,
     'lease_until_ms', fmt_int(now + lease), 'success_reported', '0', 'created_at_ms', t, 'updated_at_ms', t)
   redis.call('ZADD', KEYS[3], t, ARGV[3])
+  redis.call('ZADD', KEYS[4], t, ARGV[3])
   return {'won', fence, t}
 end
 if v[6] == 'claimed' and now >= tonumber(v[11]) then
@@ -205,8 +257,11 @@ return {'held', v}
 
 // updateSettlementScript moves a record under its fence.
 //
-// KEYS: record, unresolved set, recent set.
-// ARGV: now, fence, state, tx hash, reason, key, recent retention ms.
+// KEYS: record, unresolved set of every network, recent set of every
+// network.
+// ARGV: now, fence, state, tx hash, reason, key, recent retention ms,
+// prefix of the unresolved sets of one network, prefix of the recent sets
+// of one network.
 // Reply: {'ok'} | {'not_found', msg} | {'fenced', msg}.
 var updateSettlementScript = goredis.NewScript(settlementLua + `
 local now = clock(ARGV[1])
@@ -218,27 +273,44 @@ if v[6] == 'settled' or v[6] == 'failed' then
   return {'fenced', 'record is already ' .. v[6]}
 end
 local resolved = ARGV[3] == 'settled' or ARGV[3] == 'failed'
-if resolved then expect_type(KEYS[2], 'zset') end
-if ARGV[3] == 'settled' then expect_type(KEYS[3], 'zset') end
+local settled = ARGV[3] == 'settled'
+local unresolved_net, recent_net = ARGV[8] .. v[1], ARGV[9] .. v[1]
+if resolved then
+  expect_type(KEYS[2], 'zset')
+  expect_type(unresolved_net, 'zset')
+end
+if settled then
+  expect_type(KEYS[3], 'zset')
+  expect_type(recent_net, 'zset')
+end
 redis.call('HSET', KEYS[1], 'state', ARGV[3], 'tx_hash', ARGV[4], 'reason', ARGV[5], 'updated_at_ms', fmt_int(now))
-if resolved then redis.call('ZREM', KEYS[2], ARGV[6]) end
-if ARGV[3] == 'settled' then add_recent(KEYS[3], now, ARGV[6], tonumber(ARGV[7])) end
+if resolved then
+  redis.call('ZREM', KEYS[2], ARGV[6])
+  redis.call('ZREM', unresolved_net, ARGV[6])
+end
+if settled then
+  add_recent(KEYS[3], now, ARGV[6], tonumber(ARGV[7]))
+  add_recent(recent_net, now, ARGV[6], tonumber(ARGV[7]))
+end
 return {'ok'}
 `)
 
 // releaseSettlementScript deletes a record still claimed under its fence.
 //
-// KEYS: record, unresolved set.
-// ARGV: fence, key.
+// KEYS: record, unresolved set of every network.
+// ARGV: fence, key, prefix of the unresolved sets of one network.
 // Reply: {'ok'} | {'not_found', msg} | {'fenced', msg}.
 var releaseSettlementScript = goredis.NewScript(settlementLua + `
 local v = get_settlement(KEYS[1])
 if v == nil then return {'not_found', 'no record'} end
 if v[10] ~= ARGV[1] then return stale(ARGV[1], v) end
 if v[6] ~= 'claimed' then return {'fenced', 'record is ' .. v[6] .. ', past claimed'} end
+local unresolved_net = ARGV[3] .. v[1]
 expect_type(KEYS[2], 'zset')
+expect_type(unresolved_net, 'zset')
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZREM', unresolved_net, ARGV[2])
 return {'ok'}
 `)
 
@@ -261,8 +333,8 @@ return {'ok'}
 // abandonBroadcastScript deletes a broadcast record under its fence that
 // still names the given transaction.
 //
-// KEYS: record, unresolved set.
-// ARGV: fence, tx hash, key.
+// KEYS: record, unresolved set of every network.
+// ARGV: fence, tx hash, key, prefix of the unresolved sets of one network.
 // Reply: {'ok'} | {'not_found', msg} | {'fenced', msg}.
 var abandonBroadcastScript = goredis.NewScript(settlementLua + `
 local v = get_settlement(KEYS[1])
@@ -270,16 +342,20 @@ if v == nil then return {'not_found', 'no record'} end
 if v[10] ~= ARGV[1] then return stale(ARGV[1], v) end
 if v[6] ~= 'broadcast' then return {'fenced', 'record is ' .. v[6] .. ', not broadcast'} end
 if v[7] ~= ARGV[2] then return {'fenced', 'record names transaction ' .. v[7] .. ', not ' .. ARGV[2]} end
+local unresolved_net = ARGV[4] .. v[1]
 expect_type(KEYS[2], 'zset')
+expect_type(unresolved_net, 'zset')
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[3])
+redis.call('ZREM', unresolved_net, ARGV[3])
 return {'ok'}
 `)
 
 // markSuccessReportedScript sets success_reported on a settled record once.
 //
-// KEYS: record, recent set.
-// ARGV: now, key, recent retention ms.
+// KEYS: record, recent set of every network.
+// ARGV: now, key, recent retention ms, prefix of the recent sets of one
+// network.
 // Reply: {'ok', '1' if this call set it, else '0'} | {'not_found', msg}.
 var markSuccessReportedScript = goredis.NewScript(settlementLua + `
 local now = clock(ARGV[1])
@@ -287,17 +363,25 @@ local v = get_settlement(KEYS[1])
 if v == nil then return {'not_found', 'no record'} end
 if v[6] ~= 'settled' or v[12] ~= '0' then return {'ok', '0'} end
 local recent = v[16] ~= 'lost'
-if recent then expect_type(KEYS[2], 'zset') end
+local recent_net = ARGV[4] .. v[1]
+if recent then
+  expect_type(KEYS[2], 'zset')
+  expect_type(recent_net, 'zset')
+end
 redis.call('HSET', KEYS[1], 'success_reported', '1', 'updated_at_ms', fmt_int(now))
-if recent then add_recent(KEYS[2], now, ARGV[2], tonumber(ARGV[3])) end
+if recent then
+  add_recent(KEYS[2], now, ARGV[2], tonumber(ARGV[3]))
+  add_recent(recent_net, now, ARGV[2], tonumber(ARGV[3]))
+end
 return {'ok', '1'}
 `)
 
 // markReorgScript records what the reconciler found of a settled record's
 // transaction (store.Settlements.MarkReorg), following store.ReorgStep.
 //
-// KEYS: record, recent set.
-// ARGV: now, tx hash, status, lost to, key, recent retention ms.
+// KEYS: record, recent set of every network.
+// ARGV: now, tx hash, status, lost to, key, recent retention ms, prefix of
+// the recent sets of one network.
 // Reply: {'ok', '1' if this call changed the record, else '0'} |
 // {'not_found', msg} | {'fenced', msg}.
 var markReorgScript = goredis.NewScript(settlementLua + `
@@ -313,14 +397,18 @@ if from == 'lost' then
 end
 if from == to then return {'ok', '0'} end
 if from == '' and to == 'lost' then return {'fenced', 'record is on the chain, not dropped'} end
+local recent_net = ARGV[7] .. v[1]
 expect_type(KEYS[2], 'zset')
+expect_type(recent_net, 'zset')
 local reorgs = tonumber(v[17])
 if to == 'dropped' then reorgs = reorgs + 1 end
 redis.call('HSET', KEYS[1], 'reorg', to, 'reorgs', fmt_int(reorgs), 'lost_to', ARGV[4], 'updated_at_ms', fmt_int(now))
 if to == 'lost' then
   redis.call('ZREM', KEYS[2], ARGV[5])
+  redis.call('ZREM', recent_net, ARGV[5])
 else
   add_recent(KEYS[2], now, ARGV[5], tonumber(ARGV[6]))
+  add_recent(recent_net, now, ARGV[5], tonumber(ARGV[6]))
 end
 return {'ok', '1'}
 `)
@@ -335,59 +423,81 @@ if v == nil then return {'not_found', 'no record'} end
 return {'ok', v}
 `)
 
-// unresolvedScript lists up to limit claimed or broadcast records, oldest
-// first: the set's order, by creation time, then by key. A name in the set
-// whose record is gone or resolved is skipped (the scripts keep the set in
-// step, so that only happens after someone edited the keys by hand).
+// unresolvedScript lists up to limit claimed or broadcast records of one
+// set (a network's, or every network's), oldest first: the set's order, by
+// creation time, then by key. It drains the legacy set first. A name in
+// the set whose record is gone, resolved or of another network than the
+// one asked for is skipped and taken out of the set: the scripts keep the
+// sets in step, so that happens only when a version without per-network
+// sets resolved or released the record (during an upgrade), or after
+// someone edited the keys by hand.
 //
-// KEYS: unresolved set.
-// ARGV: limit, record key prefix.
+// KEYS: legacy unresolved set, unresolved set of every network, the set
+// listed.
+// ARGV: limit, record key prefix, prefix of the unresolved sets of one
+// network, the network listed (empty for every network), drain batch.
 // Reply: {'ok', {key, rec}...}.
 var unresolvedScript = goredis.NewScript(settlementLua + `
-expect_type(KEYS[1], 'zset')
+drain(KEYS[1], KEYS[2], ARGV[3], ARGV[2], tonumber(ARGV[5]), is_unresolved, 13, nil)
+expect_type(KEYS[3], 'zset')
 local limit = tonumber(ARGV[1])
+local network = ARGV[4]
 local out = {'ok'}
+local gone = {}
 local n = 0
 local from = 0
 while n < limit do
-  local names = redis.call('ZRANGE', KEYS[1], fmt_int(from), fmt_int(from + limit - 1))
+  local names = redis.call('ZRANGE', KEYS[3], fmt_int(from), fmt_int(from + limit - 1))
   if #names == 0 then break end
   for _, name in ipairs(names) do
     local v = get_settlement(ARGV[2] .. name)
-    if v ~= nil and (v[6] == 'claimed' or v[6] == 'broadcast') then
+    if v ~= nil and is_unresolved(v) and (network == '' or v[1] == network) then
       out[#out + 1] = {name, v}
       n = n + 1
       if n == limit then break end
+    else
+      gone[#gone + 1] = name
     end
   end
   from = from + #names
 end
+for _, name in ipairs(gone) do
+  redis.call('ZREM', KEYS[3], name)
+end
 return out
 `)
 
-// recentScript lists up to limit settled records, not lost to a reorg,
-// updated at or after since, newest first: the recent set's order, by
-// updated_at_ms, then by key, both descending. A name in the set whose
-// record is gone, no longer such a record, or updated before since (the
-// scripts keep the set in step, so that only happens after someone edited
-// the keys by hand) is skipped.
+// recentScript lists up to limit settled records of one set (a network's,
+// or every network's), not lost to a reorg, updated at or after since,
+// newest first: the set's order, by updated_at_ms, then by key, both
+// descending. It drains the legacy set first. A name in the set whose
+// record is gone, no longer such a record, updated before since or of
+// another network than the one asked for is skipped (the scripts keep the
+// sets in step, so that only happens when a version without per-network
+// sets marked the record lost during an upgrade, or after someone edited
+// the keys by hand; the set forgets such names with the others, once they
+// are older than store.RecentRetention).
 //
-// KEYS: recent set.
-// ARGV: since ms, limit, record key prefix.
+// KEYS: legacy recent set, recent set of every network, the set listed.
+// ARGV: since ms, limit, record key prefix, prefix of the recent sets of
+// one network, the network listed (empty for every network), drain batch,
+// recent retention ms.
 // Reply: {'ok', {key, rec}...}.
 var recentScript = goredis.NewScript(settlementLua + `
-expect_type(KEYS[1], 'zset')
+drain(KEYS[1], KEYS[2], ARGV[4], ARGV[3], tonumber(ARGV[6]), is_recent, 14, ARGV[7])
+expect_type(KEYS[3], 'zset')
 local since = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
+local network = ARGV[5]
 local out = {'ok'}
 local n = 0
 local from = 0
 while n < limit do
-  local names = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', fmt_int(since), 'LIMIT', fmt_int(from), fmt_int(limit))
+  local names = redis.call('ZREVRANGEBYSCORE', KEYS[3], '+inf', fmt_int(since), 'LIMIT', fmt_int(from), fmt_int(limit))
   if #names == 0 then break end
   for _, name in ipairs(names) do
     local v = get_settlement(ARGV[3] .. name)
-    if v ~= nil and v[6] == 'settled' and v[16] ~= 'lost' and tonumber(v[14]) >= since then
+    if v ~= nil and is_recent(v) and tonumber(v[14]) >= since and (network == '' or v[1] == network) then
       out[#out + 1] = {name, v}
       n = n + 1
       if n == limit then break end

@@ -12,10 +12,11 @@ import (
 // Settlement records (store.Settlements). Each record is a hash at
 // keys.settlement(key) with the fields settlementFields; fences come
 // from the counter at keys.settlementFence(), and the records in StateClaimed
-// or StateBroadcast are listed in the sorted set keys.unresolved(), scored by
-// creation time, which the scripts keep in step with the records, as they
-// keep the settled ones in keys.recent() (reorg.go). Settlement
-// records have no TTL: the success mark must outlive any retry (D5).
+// or StateBroadcast are listed in the sorted sets keys.unresolvedOf(their
+// network) and keys.unresolvedAll(), scored by creation time, which the
+// scripts keep in step with the records, as they keep the settled ones in
+// the recent sets (reorg.go). Settlement records have no TTL: the success
+// mark must outlive any retry (D5).
 
 // ClaimSettlement implements store.Settlements in one script.
 func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease time.Duration) (_ store.Settlement, _ bool, err error) {
@@ -25,7 +26,7 @@ func (db *DB) ClaimSettlement(ctx context.Context, s store.Settlement, lease tim
 	}
 	lms := store.CeilMillis(lease)
 	status, rest, err := db.claim(ctx, s.Key, claimSettlementScript,
-		[]string{db.keys.settlement(s.Key), db.keys.settlementFence(), db.keys.unresolved()},
+		[]string{db.keys.settlement(s.Key), db.keys.settlementFence(), db.keys.unresolvedAll(), db.keys.unresolvedOf(s.Network)},
 		db.nowArg(), strconv.FormatInt(lms, 10), s.Key, s.Network, s.Asset, s.Payer, s.PayTo, s.Amount, s.Owner)
 	if err != nil {
 		return store.Settlement{}, false, err
@@ -72,8 +73,9 @@ func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, sta
 		return err
 	}
 	status, rest, err := db.run(ctx, updateSettlementScript,
-		[]string{db.keys.settlement(key), db.keys.unresolved(), db.keys.recent()},
-		db.nowArg(), strconv.FormatInt(fence, 10), string(state), txHash, reason, key, recentRetentionMs)
+		[]string{db.keys.settlement(key), db.keys.unresolvedAll(), db.keys.recentAll()},
+		db.nowArg(), strconv.FormatInt(fence, 10), string(state), txHash, reason, key, recentRetentionMs,
+		db.keys.unresolvedNetPrefix(), db.keys.recentNetPrefix())
 	if err != nil {
 		return err
 	}
@@ -84,8 +86,8 @@ func (db *DB) UpdateSettlement(ctx context.Context, key string, fence int64, sta
 func (db *DB) ReleaseSettlement(ctx context.Context, key string, fence int64) (err error) {
 	defer store.Wrap(&err, "redis", "release settlement %q", key)
 	status, rest, err := db.run(ctx, releaseSettlementScript,
-		[]string{db.keys.settlement(key), db.keys.unresolved()},
-		strconv.FormatInt(fence, 10), key)
+		[]string{db.keys.settlement(key), db.keys.unresolvedAll()},
+		strconv.FormatInt(fence, 10), key, db.keys.unresolvedNetPrefix())
 	if err != nil {
 		return err
 	}
@@ -110,8 +112,8 @@ func (db *DB) RecordBroadcast(ctx context.Context, key string, fence int64, txHa
 func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txHash string) (err error) {
 	defer store.Wrap(&err, "redis", "abandon broadcast of settlement %q", key)
 	status, rest, err := db.run(ctx, abandonBroadcastScript,
-		[]string{db.keys.settlement(key), db.keys.unresolved()},
-		strconv.FormatInt(fence, 10), txHash, key)
+		[]string{db.keys.settlement(key), db.keys.unresolvedAll()},
+		strconv.FormatInt(fence, 10), txHash, key, db.keys.unresolvedNetPrefix())
 	if err != nil {
 		return err
 	}
@@ -122,8 +124,8 @@ func (db *DB) AbandonBroadcast(ctx context.Context, key string, fence int64, txH
 // only on a settled record that lacks it, so only one call ever gets true.
 func (db *DB) MarkSuccessReported(ctx context.Context, key string) (_ bool, err error) {
 	defer store.Wrap(&err, "redis", "mark success reported %q", key)
-	status, rest, err := db.run(ctx, markSuccessReportedScript, []string{db.keys.settlement(key), db.keys.recent()},
-		db.nowArg(), key, recentRetentionMs)
+	status, rest, err := db.run(ctx, markSuccessReportedScript, []string{db.keys.settlement(key), db.keys.recentAll()},
+		db.nowArg(), key, recentRetentionMs, db.keys.recentNetPrefix())
 	if err != nil {
 		return false, err
 	}
@@ -152,17 +154,28 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 	return decodeSettlement(key, rest[0])
 }
 
-// UnresolvedSettlements implements store.Settlements. A limit over 10,000
-// returns at most 10,000 records: the listing runs in one script, and Redis
-// serves no other client meanwhile.
-func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
-	defer store.Wrap(&err, "redis", "unresolved settlements")
+// UnresolvedSettlements implements store.Settlements from the set of
+// network's unresolved records (of every network's for store.AllNetworks).
+// A limit over 10,000 returns at most 10,000 records: the listing runs in
+// one script, and Redis serves no other client meanwhile.
+//
+// Each call first moves up to 10,000 names out of the set that versions
+// before per-network sets kept of every network (settlementLua's drain),
+// so that what such a version left unresolved, or claims while it still
+// runs during an upgrade, is listed too: at once, unless that set holds
+// more, then within as many calls as it holds ten thousands.
+func (db *DB) UnresolvedSettlements(ctx context.Context, network string, limit int) (_ []store.Settlement, err error) {
+	defer store.Wrap(&err, "redis", "unresolved settlements of network %q", network)
 	if err := store.CheckLimit(limit); err != nil {
 		return nil, err
 	}
 	limit = min(limit, maxListLimit)
-	status, rest, err := db.run(ctx, unresolvedScript, []string{db.keys.unresolved()},
-		strconv.Itoa(limit), db.keys.settlementPrefix())
+	set := db.keys.unresolvedAll()
+	if network != store.AllNetworks {
+		set = db.keys.unresolvedOf(network)
+	}
+	status, rest, err := db.run(ctx, unresolvedScript, []string{db.keys.unresolvedLegacy(), db.keys.unresolvedAll(), set},
+		strconv.Itoa(limit), db.keys.settlementPrefix(), db.keys.unresolvedNetPrefix(), network, strconv.Itoa(maxListLimit))
 	if err != nil {
 		return nil, err
 	}

@@ -9,11 +9,10 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// RecentSettlements implements store.Settlements, from the partial index
-// settlements_recent (migration 0011). Records updated in the same
-// millisecond come in descending key order.
-func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int) (_ []store.Settlement, err error) {
-	defer store.Wrap(&err, "sqlite", "recent settlements")
+// RecentSettlements implements store.Settlements. Records updated in the
+// same millisecond come in descending key order.
+func (db *DB) RecentSettlements(ctx context.Context, network string, since time.Time, limit int) (_ []store.Settlement, err error) {
+	defer store.Wrap(&err, "sqlite", "recent settlements of network %q", network)
 	if err := store.CheckRecentQuery(limit); err != nil {
 		return nil, err
 	}
@@ -23,10 +22,26 @@ func (db *DB) RecentSettlements(ctx context.Context, since time.Time, limit int)
 	}
 	defer cancel()
 
-	return db.settlements(ctx, `SELECT `+columns+` FROM settlements
-WHERE state = 'settled' AND reorg <> 'lost' AND updated_at_ms >= ?
+	if network == store.AllNetworks {
+		return db.settlements(ctx, selectRecent(false), since.UnixMilli(), limit)
+	}
+	return db.settlements(ctx, selectRecent(true), since.UnixMilli(), limit, network)
+}
+
+// selectRecent is the query of RecentSettlements, of one network when
+// oneNetwork; its arguments are since (unix ms), limit and, for one
+// network, the network. Each form has a partial index that serves it in
+// order: settlements_recent (migration 0011) for every network,
+// settlements_recent_network (migration 0017) for one.
+func selectRecent(oneNetwork bool) string {
+	where := `state = 'settled' AND reorg <> 'lost' AND updated_at_ms >= ?1`
+	if oneNetwork {
+		where += ` AND network = ?3`
+	}
+	return `SELECT ` + columns + ` FROM settlements
+WHERE ` + where + `
 ORDER BY updated_at_ms DESC, settlement_key DESC
-LIMIT ?`, since.UnixMilli(), limit)
+LIMIT ?2`
 }
 
 // MarkReorg implements store.Settlements. It reads and writes as one op of

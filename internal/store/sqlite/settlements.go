@@ -262,8 +262,8 @@ func (db *DB) Settlement(ctx context.Context, key string) (_ store.Settlement, e
 }
 
 // UnresolvedSettlements implements store.Settlements.
-func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.Settlement, err error) {
-	defer store.Wrap(&err, "sqlite", "unresolved settlements")
+func (db *DB) UnresolvedSettlements(ctx context.Context, network string, limit int) (_ []store.Settlement, err error) {
+	defer store.Wrap(&err, "sqlite", "unresolved settlements of network %q", network)
 	if err := store.CheckLimit(limit); err != nil {
 		return nil, err
 	}
@@ -273,10 +273,27 @@ func (db *DB) UnresolvedSettlements(ctx context.Context, limit int) (_ []store.S
 	}
 	defer cancel()
 
-	return db.settlements(ctx, `SELECT `+columns+` FROM settlements
-WHERE state IN ('claimed', 'broadcast')
+	if network == store.AllNetworks {
+		return db.settlements(ctx, selectUnresolved(false), limit)
+	}
+	return db.settlements(ctx, selectUnresolved(true), limit, network)
+}
+
+// selectUnresolved is the query of UnresolvedSettlements, of one network
+// when oneNetwork; its arguments are limit and, for one network, the
+// network. Each form has a partial index that serves it in order:
+// settlements_unresolved (migration 0001) for every network,
+// settlements_unresolved_network (migration 0017) for one, so that a
+// network's listing never reads past the records of another.
+func selectUnresolved(oneNetwork bool) string {
+	where := `state IN ('claimed', 'broadcast')`
+	if oneNetwork {
+		where += ` AND network = ?2`
+	}
+	return `SELECT ` + columns + ` FROM settlements
+WHERE ` + where + `
 ORDER BY created_at_ms, settlement_key
-LIMIT ?`, limit)
+LIMIT ?1`
 }
 
 // settlements runs query, which selects columns, and scans every row.

@@ -70,8 +70,8 @@ func testSettlementsClosed(e *env) {
 		{"AbandonBroadcast", func() error { return e.a.AbandonBroadcast(e.ctx, "k", rec.Fence, txHash1) }},
 		{"MarkSuccessReported", func() error { _, err := e.a.MarkSuccessReported(e.ctx, "k"); return err }},
 		{"Settlement", func() error { _, err := e.a.Settlement(e.ctx, "k"); return err }},
-		{"UnresolvedSettlements", func() error { _, err := e.a.UnresolvedSettlements(e.ctx, 10); return err }},
-		{"RecentSettlements", func() error { _, err := e.a.RecentSettlements(e.ctx, start, 10); return err }},
+		{"UnresolvedSettlements", func() error { _, err := e.a.UnresolvedSettlements(e.ctx, network, 10); return err }},
+		{"RecentSettlements", func() error { _, err := e.a.RecentSettlements(e.ctx, network, start, 10); return err }},
 		{"MarkReorg", func() error {
 			_, err := e.a.MarkReorg(e.ctx, "k", txHash1, store.ReorgDropped, "")
 			return err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
@@ -21,11 +22,11 @@ func (e *env) markReorg(key string, to store.ReorgStatus, lostTo string) bool {
 	return changed
 }
 
-func (e *env) recent(h store.Settlements, since time.Time, limit int) []store.Settlement {
+func (e *env) recentOf(h store.Settlements, n string, since time.Time, limit int) []store.Settlement {
 	e.t.Helper()
-	got, err := h.RecentSettlements(e.ctx, since, limit)
+	got, err := h.RecentSettlements(e.ctx, n, since, limit)
 	if err != nil {
-		e.t.Fatalf("RecentSettlements(%v, %d): %v", since, limit, err)
+		e.t.Fatalf("RecentSettlements(%q, %v, %d): %v", n, since, limit, err)
 	}
 	return got
 }
@@ -54,37 +55,97 @@ func testRecentOrder(e *env) {
 	}
 	e.markReorg("s-dropped", store.ReorgDropped, "")
 
+	// With one network in the store, its list and the list of every
+	// network are the same.
 	want := []store.Settlement{e.get("z-old"), e.get("s-dropped"), e.get("t-settled"), e.get("y-settled"), e.get("x-same-ms")}
-	for _, limit := range []int{1, 2, 4, 5, 100, store.MaxRecentPage} {
-		for name, h := range map[string]store.Settlements{"a": e.a, "b": e.b} {
-			if diff := cmp.Diff(want[:min(limit, len(want))], e.recent(h, since, limit)); diff != "" {
-				e.t.Errorf("handle %s: RecentSettlements(since, %d) (-want +got):\n%s", name, limit, diff)
+	for _, n := range []string{network, store.AllNetworks} {
+		for _, limit := range []int{1, 2, 4, 5, 100, store.MaxRecentPage} {
+			for name, h := range map[string]store.Settlements{"a": e.a, "b": e.b} {
+				if diff := cmp.Diff(want[:min(limit, len(want))], e.recentOf(h, n, since, limit)); diff != "" {
+					e.t.Errorf("handle %s: RecentSettlements(%q, since, %d) (-want +got):\n%s", name, n, limit, diff)
+				}
 			}
 		}
 	}
 	// since counts to the millisecond, inclusive.
-	if diff := cmp.Diff(want[:3], e.recent(e.b, t3, 100)); diff != "" {
+	if diff := cmp.Diff(want[:3], e.recentOf(e.b, network, t3, 100)); diff != "" {
 		e.t.Errorf("RecentSettlements(t3) (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want[:2], e.recent(e.b, t4, 100)); diff != "" {
+	if diff := cmp.Diff(want[:2], e.recentOf(e.b, network, t4, 100)); diff != "" {
 		e.t.Errorf("RecentSettlements(t4) (-want +got):\n%s", diff)
 	}
-	if got := e.recent(e.b, t4.Add(time.Millisecond), 100); len(got) != 0 {
+	if got := e.recentOf(e.b, network, t4.Add(time.Millisecond), 100); len(got) != 0 {
 		e.t.Errorf("RecentSettlements(after the last write) = %+v, want none", got)
 	}
 	// A record mined again is listed on.
 	now := e.clock.Advance(time.Second)
 	e.markReorg("s-dropped", store.ReorgNone, "")
-	got := e.recent(e.b, now, 100)
+	got := e.recentOf(e.b, network, now, 100)
 	if len(got) != 1 || got[0].Key != "s-dropped" || got[0].Reorg != store.ReorgNone || !got[0].UpdatedAt.Equal(now) {
 		e.t.Errorf("RecentSettlements(now) after the record was mined again = %+v, want s-dropped only, updated now", got)
+	}
+}
+
+// testRecentPerNetwork: each chain's reconciler looks for reorgs in its
+// own network's settlements, and the limit counts those only, so that
+// another chain settling more than a page in the window does not hide
+// this one's from the reorg check.
+func testRecentPerNetwork(e *env) {
+	since := e.clock.Now()
+	var mine, theirs, every []store.Settlement
+	for i := range 3 {
+		m := e.claimOn(network, fmt.Sprintf("mine-%d", i), store.StateSettled)
+		e.clock.Advance(time.Millisecond)
+		o := e.claimOn(otherNetwork, fmt.Sprintf("theirs-%d", i), store.StateSettled)
+		e.clock.Advance(time.Millisecond)
+		// Newest first.
+		mine, theirs, every = append([]store.Settlement{m}, mine...), append([]store.Settlement{o}, theirs...), append([]store.Settlement{o, m}, every...)
+	}
+	e.claimOn(network, "mine-unresolved", store.StateBroadcast)
+	for _, tc := range []struct {
+		network string
+		want    []store.Settlement
+	}{
+		{network, mine},
+		{otherNetwork, theirs},
+		{store.AllNetworks, every},
+		{"eip155:1", nil},
+	} {
+		for _, limit := range []int{1, 2, 100} {
+			for name, h := range map[string]store.Settlements{"a": e.a, "b": e.b} {
+				got := e.recentOf(h, tc.network, since, limit)
+				if diff := cmp.Diff(tc.want[:min(limit, len(tc.want))], got, cmpopts.EquateEmpty()); diff != "" {
+					e.t.Errorf("handle %s: RecentSettlements(%q, since, %d) (-want +got):\n%s", name, tc.network, limit, diff)
+				}
+			}
+		}
+	}
+
+	// 150 settlements of the other network, all newer than ours: a page
+	// of 100 still holds all of ours.
+	e.clock.Advance(time.Millisecond)
+	for i := range 150 {
+		e.claimOn(otherNetwork, fmt.Sprintf("busy-%03d", i), store.StateSettled)
+	}
+	if diff := cmp.Diff(mine, e.recentOf(e.b, network, since, 100)); diff != "" {
+		e.t.Errorf("RecentSettlements(%q, since, 100) behind 150 newer settlements of %q (-want +got):\n%s", network, otherNetwork, diff)
+	}
+	if got := e.recentOf(e.b, otherNetwork, since, 100); len(got) != 100 || got[0].Key != "busy-149" {
+		e.t.Errorf("RecentSettlements(%q, since, 100) = %d records; want 100, from busy-149", otherNetwork, len(got))
+	}
+	// A record lost to a reorg leaves its network's list.
+	e.clock.Advance(time.Millisecond)
+	e.markReorg(mine[0].Key, store.ReorgDropped, "")
+	e.markReorg(mine[0].Key, store.ReorgLost, "")
+	if diff := cmp.Diff(mine[1:], e.recentOf(e.b, network, since, 100)); diff != "" {
+		e.t.Errorf("RecentSettlements(%q) after a record was lost (-want +got):\n%s", network, diff)
 	}
 }
 
 func testRecentInvalid(e *env) {
 	e.inState("k", store.StateSettled)
 	for _, limit := range []int{0, -1, store.MaxRecentPage + 1} {
-		got, err := e.a.RecentSettlements(e.ctx, start.Add(-time.Hour), limit)
+		got, err := e.a.RecentSettlements(e.ctx, network, start.Add(-time.Hour), limit)
 		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrFenced) {
 			e.t.Errorf("RecentSettlements(limit %d) = %+v, %v; want a plain error", limit, got, err)
 		}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
@@ -54,7 +56,9 @@ func RunSettlements(t *testing.T, open OpenSettlements) {
 		{"Settlement/NotFound", testSettlementNotFound},
 		{"Unresolved/Empty", testUnresolvedEmpty},
 		{"Unresolved/OrderAndLimit", testUnresolvedOrder},
+		{"Unresolved/PerNetwork", testUnresolvedPerNetwork},
 		{"Recent/OrderAndLimit", testRecentOrder},
+		{"Recent/PerNetwork", testRecentPerNetwork},
 		{"Recent/InvalidArguments", testRecentInvalid},
 		{"MarkReorg/Transitions", testReorgTransitions},
 		{"MarkReorg/KeepsSuccessMark", testReorgKeepsMark},
@@ -84,6 +88,13 @@ const (
 	txHash1   = "0x1111111111111111111111111111111111111111111111111111111111111111"
 	txHash2   = "0x2222222222222222222222222222222222222222222222222222222222222222"
 	notIssued = int64(1) << 62 // a fence no backend hands out in a test
+)
+
+// network is the network of the records input makes; otherNetwork is a
+// second chain whose records share the store.
+const (
+	network      = "eip155:84532"
+	otherNetwork = "eip155:8453"
 )
 
 // rawTx1 and rawTx2 stand for the signed transactions of txHash1 and
@@ -126,7 +137,7 @@ type env struct {
 func input(key, owner string) store.Settlement {
 	return store.Settlement{
 		Key:             key,
-		Network:         "eip155:84532",
+		Network:         network,
 		Asset:           "0x036cbd53842c5426634e7929541ec2318f3dcf7e",
 		Payer:           "0x857b06519e91e3a54538791bdbb0e22373e36b66",
 		PayTo:           "0x209693bc6afc0c5328ba36faf03c514ef312287c",
@@ -540,7 +551,7 @@ func testRecordBroadcast(e *env) {
 	e.update("k", s.Fence, store.StateSettled, txHash2, "")
 	want.State, want.UpdatedAt = store.StateSettled, now
 	e.unchanged("k", want)
-	listed, err := e.b.UnresolvedSettlements(e.ctx, 10)
+	listed, err := e.b.UnresolvedSettlements(e.ctx, network, 10)
 	if err != nil || len(listed) != 0 {
 		e.t.Errorf("UnresolvedSettlements() = %+v, %v; want none", listed, err)
 	}
@@ -600,7 +611,7 @@ func testAbandonBroadcast(e *env) {
 	if err := e.a.AbandonBroadcast(e.ctx, "k", first.Fence, txHash1); !errors.Is(err, store.ErrNotFound) {
 		e.t.Errorf("second AbandonBroadcast() = %v, want ErrNotFound", err)
 	}
-	listed, err := e.b.UnresolvedSettlements(e.ctx, 10)
+	listed, err := e.b.UnresolvedSettlements(e.ctx, network, 10)
 	if err != nil || len(listed) != 0 {
 		e.t.Errorf("UnresolvedSettlements() = %+v, %v; want none", listed, err)
 	}
@@ -710,9 +721,11 @@ func testSettlementNotFound(e *env) {
 }
 
 func testUnresolvedEmpty(e *env) {
-	got, err := e.a.UnresolvedSettlements(e.ctx, 10)
-	if err != nil || len(got) != 0 {
-		e.t.Errorf("UnresolvedSettlements() = %+v, %v; want none", got, err)
+	for _, n := range []string{network, store.AllNetworks} {
+		got, err := e.a.UnresolvedSettlements(e.ctx, n, 10)
+		if err != nil || len(got) != 0 {
+			e.t.Errorf("UnresolvedSettlements(%q) = %+v, %v; want none", n, got, err)
+		}
 	}
 }
 
@@ -738,27 +751,118 @@ func testUnresolvedOrder(e *env) {
 		e.t.Fatalf("takeover of %q failed", oldest.Key)
 	}
 
+	// With one network in the store, its list and the list of every
+	// network are the same.
 	want := []store.Settlement{e.get("z-claimed"), e.get("y-broadcast"), e.get("v-claimed")}
-	for _, limit := range []int{1, 2, 3, 100} {
-		for name, h := range map[string]store.Settlements{"a": e.a, "b": e.b} {
-			got, err := h.UnresolvedSettlements(e.ctx, limit)
-			if err != nil {
-				e.t.Fatalf("handle %s: UnresolvedSettlements(%d): %v", name, limit, err)
-			}
-			if diff := cmp.Diff(want[:min(limit, len(want))], got); diff != "" {
-				e.t.Errorf("handle %s: UnresolvedSettlements(%d) (-want +got):\n%s", name, limit, diff)
+	for _, n := range []string{network, store.AllNetworks} {
+		for _, limit := range []int{1, 2, 3, 100} {
+			for name, h := range map[string]store.Settlements{"a": e.a, "b": e.b} {
+				if diff := cmp.Diff(want[:min(limit, len(want))], e.unresolved(h, n, limit)); diff != "" {
+					e.t.Errorf("handle %s: UnresolvedSettlements(%q, %d) (-want +got):\n%s", name, n, limit, diff)
+				}
 			}
 		}
 	}
 
-	// Resolving the oldest takes it off the list.
+	// Resolving the oldest takes it off the lists.
 	e.update("z-claimed", e.get("z-claimed").Fence, store.StateSettled, txHash1, "")
-	got, err := e.a.UnresolvedSettlements(e.ctx, 100)
-	if err != nil {
-		e.t.Fatalf("UnresolvedSettlements(): %v", err)
+	for _, n := range []string{network, store.AllNetworks} {
+		if diff := cmp.Diff(want[1:], e.unresolved(e.a, n, 100)); diff != "" {
+			e.t.Errorf("UnresolvedSettlements(%q) after settling the oldest (-want +got):\n%s", n, diff)
+		}
 	}
-	if diff := cmp.Diff(want[1:], got); diff != "" {
-		e.t.Errorf("UnresolvedSettlements() after settling the oldest (-want +got):\n%s", diff)
+}
+
+func (e *env) unresolved(h store.Settlements, network string, limit int) []store.Settlement {
+	e.t.Helper()
+	got, err := h.UnresolvedSettlements(e.ctx, network, limit)
+	if err != nil {
+		e.t.Fatalf("UnresolvedSettlements(%q, %d): %v", network, limit, err)
+	}
+	return got
+}
+
+// claimOn claims key on network n through handle a and moves it to state
+// (see inState).
+func (e *env) claimOn(n, key string, state store.SettlementState) store.Settlement {
+	e.t.Helper()
+	in := input(key, "a")
+	in.Network = n
+	s, ok := e.claim(e.a, in, lease)
+	if !ok {
+		e.t.Fatalf("ClaimSettlement(%q) = %+v, false; want true", key, s)
+	}
+	switch state {
+	case store.StateClaimed:
+	case store.StateBroadcast:
+		e.record(key, s.Fence, txHash1, rawTx1)
+	case store.StateSettled:
+		e.update(key, s.Fence, state, txHash1, "")
+	default:
+		e.t.Fatalf("claimOn: state %q", state)
+	}
+	return e.get(key)
+}
+
+// testUnresolvedPerNetwork: with one facilitator per chain on a shared
+// store, each lists its own network's unresolved records, and the limit
+// counts those only. Another chain with more old records than a page (its
+// node down for a while) must not hide the newest record of this one: a
+// reconciler that never sees a record never resolves it, and its buyer
+// waits forever.
+func testUnresolvedPerNetwork(e *env) {
+	// Interleaved in time, so that neither network's records come as a
+	// block.
+	var mine, theirs, every []store.Settlement
+	for i := range 3 {
+		m := e.claimOn(network, fmt.Sprintf("mine-%d", i), []store.SettlementState{store.StateClaimed, store.StateBroadcast}[i%2])
+		e.clock.Advance(time.Millisecond)
+		o := e.claimOn(otherNetwork, fmt.Sprintf("theirs-%d", i), store.StateBroadcast)
+		e.clock.Advance(time.Millisecond)
+		mine, theirs, every = append(mine, m), append(theirs, o), append(every, m, o)
+	}
+	e.claimOn(network, "mine-settled", store.StateSettled)
+	e.claimOn(otherNetwork, "theirs-settled", store.StateSettled)
+	for _, tc := range []struct {
+		network string
+		want    []store.Settlement
+	}{
+		{network, mine},
+		{otherNetwork, theirs},
+		{store.AllNetworks, every},
+		{"eip155:1", nil},
+	} {
+		for _, limit := range []int{1, 2, 100} {
+			for name, h := range map[string]store.Settlements{"a": e.a, "b": e.b} {
+				got := e.unresolved(h, tc.network, limit)
+				if diff := cmp.Diff(tc.want[:min(limit, len(tc.want))], got, cmpopts.EquateEmpty()); diff != "" {
+					e.t.Errorf("handle %s: UnresolvedSettlements(%q, %d) (-want +got):\n%s", name, tc.network, limit, diff)
+				}
+			}
+		}
+	}
+
+	// 150 more of the other network's, all older than our newest record:
+	// a page of 100, as the reconciler reads, still holds all of ours.
+	for i := range 150 {
+		e.claimOn(otherNetwork, fmt.Sprintf("stuck-%03d", i), []store.SettlementState{store.StateClaimed, store.StateBroadcast}[i%2])
+	}
+	e.clock.Advance(time.Millisecond)
+	newest := e.claimOn(network, "mine-newest", store.StateClaimed)
+	if diff := cmp.Diff(append(slices.Clip(mine), newest), e.unresolved(e.b, network, 100)); diff != "" {
+		e.t.Errorf("UnresolvedSettlements(%q, 100) behind 150 records of %q (-want +got):\n%s", network, otherNetwork, diff)
+	}
+	if got := e.unresolved(e.b, otherNetwork, 100); len(got) != 100 || got[0].Key != theirs[0].Key || got[99].Key != "stuck-096" {
+		e.t.Errorf("UnresolvedSettlements(%q, 100) = %d records; want 100, from %q to stuck-096", otherNetwork, len(got), theirs[0].Key)
+	}
+	// Releasing and settling take a record off its network's list.
+	e.clock.Advance(time.Millisecond)
+	if err := e.a.ReleaseSettlement(e.ctx, newest.Key, newest.Fence); err != nil {
+		e.t.Fatalf("ReleaseSettlement(): %v", err)
+	}
+	e.update(mine[1].Key, mine[1].Fence, store.StateSettled, txHash1, "")
+	if diff := cmp.Diff([]store.Settlement{mine[0], mine[2]}, e.unresolved(e.b, network, 100)); diff != "" {
+		e.t.Errorf("UnresolvedSettlements(%q) after a release and a settlement (-want +got):\n%s", network, diff)
 	}
 }
 

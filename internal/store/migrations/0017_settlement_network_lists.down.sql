@@ -1,0 +1,2 @@
+DROP INDEX settlements_recent_network;
+DROP INDEX settlements_unresolved_network;

@@ -87,3 +87,31 @@ func FuzzParseForward(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadEvent: whatever an upstream streams, ReadEvent returns an event
+// with a type or an error, never panics; a final event's usage has no
+// negative count, and only a final event carries one.
+func FuzzReadEvent(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"response.output_text.delta","delta":"hi","sequence_number":3}`,
+		`{"type":"response.completed","response":{"object":"response","output":[],"usage":{"input_tokens":1,"output_tokens":2,"total_tokens":3}}}`,
+		`{"type":"response.incomplete","response":{"usage":null}}`,
+		`{"type":"response.failed","response":{"usage":{"input_tokens":-1,"output_tokens":2}}}`,
+		`{"type":"error","code":"x","message":"y"}`,
+		`{"type":""}`, `[DONE]`, `{}`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev, err := ReadEvent(data)
+		if err != nil {
+			return
+		}
+		if ev.Type == "" {
+			t.Fatalf("event without a type from %s", data)
+		}
+		if ev.Usage != nil && (!ev.Final() || ev.Usage.PromptTokens < 0 || ev.Usage.CompletionTokens < 0 || ev.Usage.TotalTokens < 0) {
+			t.Fatalf("usage %+v of a %s event from %s", ev.Usage, ev.Type, data)
+		}
+	})
+}

@@ -83,11 +83,11 @@ func (o *OpenAI) Respond(ctx context.Context, body []byte) (*Completion, error) 
 	if err != nil {
 		return nil, err
 	}
-	if _, isErr := parseErrorBody(b); isErr && !strings.Contains(string(b), `"output"`) {
-		return nil, upstreamFailed(fmt.Errorf("upstream answered 200 with an error: %s", o.snippet(b)))
-	}
 	u, err := responses.ResponseUsage(b)
 	if err != nil {
+		if _, isErr := parseErrorBody(b); isErr {
+			return nil, upstreamFailed(fmt.Errorf("upstream answered 200 with an error: %s", o.snippet(b)))
+		}
 		return nil, badResponse(fmt.Errorf("%w: %s", err, o.snippet(b)))
 	}
 	if status := responseStatus(b); status == "failed" || status == "queued" || status == "in_progress" || status == "cancelled" {

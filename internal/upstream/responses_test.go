@@ -125,6 +125,7 @@ func TestRespondFaults(t *testing.T) {
 		want   wantErr
 	}{
 		{name: "a chat completion", fault: upstreamtest.Fault{Status: 200, Body: `{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`}, want: bad},
+		{name: "an error body", fault: upstreamtest.Fault{Status: 200, Body: `{"error":{"message":"overloaded","type":"server_error"}}`}, want: failed},
 		{name: "a failed response", fault: upstreamtest.Fault{Status: 200, Body: `{"id":"resp_1","object":"response","status":"failed","output":[],"error":{"code":"server_error","message":"x"}}`}, want: failed},
 		{name: "negative usage", fault: upstreamtest.Fault{Status: 200, Body: `{"id":"resp_1","object":"response","status":"completed","output":[],"usage":{"input_tokens":-1,"output_tokens":2}}`}, want: bad},
 		{name: "5xx", fault: upstreamtest.Fault{Status: 500}, want: failed},

@@ -17,7 +17,12 @@ import (
 // OpenAI's error JSON naming the field.
 func TestServerResponsesWire(t *testing.T) {
 	srv := upstreamtest.NewServer(t, upstreamtest.Config{APIKey: "sk-test", Models: []string{"demo"}})
-	do := func(body string) (*http.Response, []byte) {
+	// answer is what do returns: status, headers and body, read and closed.
+	type answer struct {
+		StatusCode int
+		Header     http.Header
+	}
+	do := func(body string) (answer, []byte) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL()+"/responses", strings.NewReader(body))
 		if err != nil {
@@ -33,7 +38,7 @@ func TestServerResponsesWire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp, b
+		return answer{resp.StatusCode, resp.Header}, b
 	}
 	type usage struct {
 		InputTokens  int64 `json:"input_tokens"`

@@ -25,7 +25,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) error {
 	}
 	req, err := responses.ParseRequest(body)
 	if err != nil {
-		return refusedResponses(err)
+		return refusedResponses(chatOnly(body, err))
 	}
 	rw := &responsesWriter{w: w, req: req}
 	err = s.serveChat(rw, r, req.Chat())

@@ -55,6 +55,20 @@ func refusedResponses(err error) *apiError {
 		Detail: chat.ErrorDetail{Message: msg, Type: "invalid_request_error", Param: param, Code: "invalid_request"}}
 }
 
+// chatOnly says, of a translation's refusal of body that a pass-through
+// would take, that the model's upstream is what refuses it.
+func chatOnly(body []byte, err error) error {
+	re, ok := errors.AsType[*responses.Error](err)
+	if !ok {
+		return err
+	}
+	if _, ferr := responses.ParseForward(body); ferr != nil {
+		return err // refused on either path: its own reason says why
+	}
+	return &responses.Error{Param: re.Param,
+		Message: re.Message + " (this model's upstream speaks only chat completions, which cannot carry it; nothing was charged)"}
+}
+
 // forwardResponses serves a Responses call passed through to rp.
 func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, body []byte, rp upstream.Responder) error {
 	f, err := responses.ParseForward(body)

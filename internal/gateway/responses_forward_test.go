@@ -201,6 +201,9 @@ func TestResponsesPassThroughRefusals(t *testing.T) {
 				if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(b, &eb) != nil || eb.Error.Param != side.param {
 					t.Fatalf("status %d: %s; want a 400 naming %s", resp.StatusCode, b, side.param)
 				}
+				if blamed := strings.Contains(eb.Error.Message, "speaks only chat completions"); blamed != (side.e == chatOnly && tc.responsesParam == "") {
+					t.Errorf("message %q: it should blame the chat-only upstream exactly when a Responses upstream takes the request", eb.Error.Message)
+				}
 				if tr.Spent().Sign() != 0 || side.e.up.Calls() != calls {
 					t.Errorf("spent %s, upstream called %d times for a refusal", tr.Spent(), side.e.up.Calls()-calls)
 				}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/facilitator"
 	"github.com/llm4agents/llm4agents/internal/gateway"
 	"github.com/llm4agents/llm4agents/internal/pricing"
+	"github.com/llm4agents/llm4agents/internal/responses"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 	"github.com/llm4agents/llm4agents/x402"
@@ -485,9 +487,6 @@ func TestResponsesPassThroughPending(t *testing.T) {
 // and the prompt: not nothing, not the hold.
 func TestResponsesPassThroughCreditsNoUsage(t *testing.T) {
 	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
-		if b.name != "sqlite" {
-			t.Skip("the store is not what this tests")
-		}
 		e := newCreditEnv(t, creditOpts{backend: b, provider: func(up gateway.Provider) gateway.Provider {
 			rp, err := upstream.WithResponses(up)
 			if err != nil {
@@ -521,6 +520,68 @@ func TestResponsesPassThroughCreditsNoUsage(t *testing.T) {
 		if u.PromptTokens == 0 || u.CompletionTokens == 0 || u.CompletionTokens >= 256 ||
 			final.Response.X.Charged != pricing.Cost(u, price).String() || final.Response.X.Charged == hold.String() {
 			t.Errorf("charged %s for %+v; want the counted delivery, below the hold %s", final.Response.X.Charged, u, hold)
+		}
+	})
+}
+
+// TestResponsesPassThroughCreditClientLeaves: a credit-paid passed-through
+// stream whose client leaves mid-way is charged the prompt and the output
+// it was sent, counted (D16), with a receipt.
+func TestResponsesPassThroughCreditClientLeaves(t *testing.T) {
+	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
+		body := `{"model":"demo","input":"Say hello","max_output_tokens":200,"stream":true}`
+		e := newCreditEnv(t, creditOpts{backend: b, provider: func(up gateway.Provider) gateway.Provider {
+			rp, err := upstream.WithResponses(up)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rp
+		}})
+		// created, in_progress, output_item.added, content_part.added and
+		// three deltas.
+		e.up.SetFault(upstreamtest.Fault{StallAfter: 7})
+		e.topUp(t, alice, 1_000_000)
+		secret, _ := e.newKey(t, alice, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		resp := e.do(t, ctx, http.MethodPost, "/v1/responses", secret, body, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
+		}
+		id := resp.Header.Get(gateway.HeaderRequestID)
+		var delivered strings.Builder
+		rd := bufio.NewReader(resp.Body)
+		for deltas := 0; deltas < 3; {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("stream ended after %q: %v", delivered.String(), err)
+			}
+			if d, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), "data: "); ok {
+				var ev struct {
+					Type  string `json:"type"`
+					Delta string `json:"delta"`
+				}
+				if json.Unmarshal([]byte(d), &ev) == nil && ev.Type == "response.output_text.delta" {
+					delivered.WriteString(ev.Delta)
+					deltas++
+				}
+			}
+		}
+		cancel()
+		_ = resp.Body.Close()
+		waitFor(t, "the receipt of the cut stream", func() bool {
+			_, err := e.db.Receipt(t.Context(), id)
+			return err == nil
+		})
+		tr, err := responses.ParseRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := chat.Usage{PromptTokens: promptTokensOf(t, string(tr.Chat())), CompletionTokens: countTokens(t, delivered.String())}
+		cost := pricing.Cost(u, price).Int64()
+		e.sync(t)
+		if bal := e.balance(t, alice); bal.Held.Sign() != 0 || bal.Available.Int64() != 1_000_000-cost {
+			t.Errorf("balance %v held %v, want %d charged for %+v", bal.Available, bal.Held, cost, u)
 		}
 	})
 }

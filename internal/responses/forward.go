@@ -317,7 +317,10 @@ func stored(raw json.RawMessage) bool {
 // Upstream is the body to send upstream: the buyer's, with model set to the
 // upstream's name for it and max_output_tokens set to defaultCap when the
 // buyer gave none, so the upstream never writes more than was paid for
-// (D13). Every other key is kept as received.
+// (D13), and store false when the buyer said nothing of it: the API's
+// default keeps every response on the operator's upstream account, where
+// the buyer could never read it again (previous_response_id is refused).
+// Every other key is kept as received.
 func (f *Forward) Upstream(model string, defaultCap int64) ([]byte, error) {
 	out := make(map[string]json.RawMessage, len(f.fields)+1)
 	maps.Copy(out, f.fields)
@@ -328,6 +331,9 @@ func (f *Forward) Upstream(model string, defaultCap int64) ([]byte, error) {
 	out["model"] = m
 	if f.MaxOutputTokens == nil && defaultCap > 0 {
 		out["max_output_tokens"] = json.RawMessage(strconv.FormatInt(defaultCap, 10))
+	}
+	if _, ok := out["store"]; !ok {
+		out["store"] = json.RawMessage("false")
 	}
 	return json.Marshal(out)
 }

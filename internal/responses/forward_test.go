@@ -92,7 +92,7 @@ func TestParseForwardRefuses(t *testing.T) {
 }
 
 // TestForwardUpstream: the upstream gets the buyer's body with the model
-// renamed and max_output_tokens set only when absent.
+// renamed, and max_output_tokens and store false set only when absent.
 func TestForwardUpstream(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string
@@ -101,7 +101,9 @@ func TestForwardUpstream(t *testing.T) {
 		{"injected", `{"model":"m","input":"hi","include":["x"],"store":false}`,
 			map[string]any{"model": "up-m", "input": "hi", "include": []any{"x"}, "store": false, "max_output_tokens": float64(500)}},
 		{"kept", `{"model":"m","input":"hi","max_output_tokens":7,"stream":true}`,
-			map[string]any{"model": "up-m", "input": "hi", "max_output_tokens": float64(7), "stream": true}},
+			map[string]any{"model": "up-m", "input": "hi", "max_output_tokens": float64(7), "stream": true, "store": false}},
+		{"store kept", `{"model":"m","input":"hi","max_output_tokens":7,"store":true}`,
+			map[string]any{"model": "up-m", "input": "hi", "max_output_tokens": float64(7), "store": true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := ParseForward([]byte(tc.body))

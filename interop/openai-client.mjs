@@ -9,6 +9,9 @@
 //   MAX_AMOUNT largest payment allowed, atomic units (default 1000000)
 //   MODEL      the paid model (default demo)
 //   SCHEME     exact (default) or upto: the one scheme the client registers
+//   RESPONSES_PASSTHROUGH  "1": the Responses API calls also send
+//              truncation "auto", which the gateway passes through to an
+//              upstream that speaks the API and refuses to translate to chat
 //   EMBED_MODEL  an embeddings model (kind: embeddings); when set, two more
 //              calls: embeddings.create with it, and with MODEL (refused)
 //
@@ -45,6 +48,7 @@ const network = env("NETWORK", "eip155:1337");
 const model = env("MODEL", "demo");
 const signer = privateKeyToAccount(env("PAYER_KEY"));
 const embedModel = process.env.EMBED_MODEL ?? "";
+const responsesExtra = process.env.RESPONSES_PASSTHROUGH === "1" ? { truncation: "auto" } : {};
 const scheme = env("SCHEME", "exact") === "upto" ? new UptoEvmScheme(signer) : new ExactEvmScheme(signer);
 const payer = new x402Client().register(network, scheme).setSpendControls({
   allowedAssets: [{ network, asset: env("TOKEN"), maxAmountPerPayment: env("MAX_AMOUNT", "1000000") }],
@@ -149,7 +153,7 @@ async function streaming() {
 // read as chat usage so the Go side checks it as a chat call's.
 async function responses() {
   const { data, response } = await openai.responses
-    .create({ model, input: messages[0].content, max_output_tokens: 64 })
+    .create({ model, input: messages[0].content, max_output_tokens: 64, ...responsesExtra })
     .withResponse();
   return {
     wire: takeWire(),
@@ -165,7 +169,7 @@ async function responses() {
 // events as the SDK yields them: text deltas, and the final response.
 async function responsesStreaming() {
   const { data: stream, response } = await openai.responses
-    .create({ model, input: messages[0].content, max_output_tokens: 64, stream: true })
+    .create({ model, input: messages[0].content, max_output_tokens: 64, stream: true, ...responsesExtra })
     .withResponse();
   let content = "";
   let chunks = 0;

@@ -698,6 +698,24 @@ const uptoYAML = "  pay_to: %[7]s\n  schemes: [exact, upto]\n  upto: { min_charg
 // set, as serve does with network.schemes [exact, upto].
 func startGatewayWith(t *testing.T, c *testChain, withUpto bool, more ...*testChain) *gatewayServer {
 	t.Helper()
+	return startGatewayOpts(t, c, gatewayOpts{upto: withUpto, more: more})
+}
+
+// gatewayOpts are startGatewayOpts' variations on gatewayConfigYAML.
+type gatewayOpts struct {
+	// upto offers upto beside exact.
+	upto bool
+	// responses says the demo upstream speaks the Responses API: chat
+	// models pass /v1/responses through to it.
+	responses bool
+	// more are further networks every 402 offers, each settled by its own
+	// in-process facilitator.
+	more []*testChain
+}
+
+// startGatewayOpts is startGateway with opts.
+func startGatewayOpts(t *testing.T, c *testChain, opts gatewayOpts) *gatewayServer {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
 	defer cancel()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
@@ -706,8 +724,11 @@ func startGatewayWith(t *testing.T, c *testChain, withUpto bool, more ...*testCh
 	}
 	dir := t.TempDir()
 	format := gatewayConfigYAML
-	if withUpto {
+	if opts.upto {
 		format = strings.Replace(format, "  pay_to: %[7]s\n", uptoYAML, 1)
+	}
+	if opts.responses {
+		format = strings.Replace(format, "    type: demo\n", "    type: demo\n    responses: true\n", 1)
 	}
 	yml := fmt.Sprintf(format, ln.Addr(), network, c.anvil.URL, c.token.Hex(), tokenName, tokenVersion,
 		testchain.DevAddress(payToIdx).Hex(), facilitatorKeyEnv, filepath.Join(dir, "llm4agents.db"))
@@ -799,6 +820,20 @@ func startGatewayWith(t *testing.T, c *testChain, withUpto bool, more ...*testCh
 			CountPrompt: func(r *chat.Request) int64 { n, _ := counter.PromptTokens(r); return n },
 		})
 	}
+	// serve's modelProvider: a chat model on an upstream with responses:
+	// true speaks the Responses API.
+	speaks := func(m config.Model) gateway.Provider {
+		p := providers[m.Upstream]
+		u := cfg.Upstream(m.Upstream)
+		if m.Kind == config.KindEmbeddings || u == nil || !u.Responses {
+			return p
+		}
+		rp, err := upstream.WithResponses(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rp
+	}
 	var models []gateway.Model
 	for _, m := range cfg.Models {
 		price, err := m.Price.Parse()
@@ -806,13 +841,13 @@ func startGatewayWith(t *testing.T, c *testChain, withUpto bool, more ...*testCh
 			t.Fatalf("model %s: %v", m.ID, err)
 		}
 		models = append(models, gateway.Model{
-			ID: m.ID, UpstreamModel: m.UpstreamModel, Provider: providers[m.Upstream], Price: price,
+			ID: m.ID, UpstreamModel: m.UpstreamModel, Provider: speaks(m), Price: price,
 			MaxOutputTokens: m.MaxOutputTokens, Encoding: m.Encoding,
 			Embeddings: m.Kind == config.KindEmbeddings,
 		})
 	}
 	var networks []gateway.PaymentNetwork
-	for _, m := range more {
+	for _, m := range opts.more {
 		networks = append(networks, m.paymentNetwork(t, key, db, log))
 	}
 	gw, err := gateway.New(gateway.Config{

@@ -262,7 +262,7 @@ func runFacilitator(ctx context.Context, args []string, e env) error {
 	log.Info("facilitator listening", "addr", ln.Addr().String(), "network", f.network, "signer", sender.Address().Hex())
 	printf(e.stdout, "facilitator listening on http://%s\n", ln.Addr())
 	reg := prometheus.NewRegistry()
-	if err := signerBalanceGauge(reg, sender); err != nil {
+	if err := signerBalanceGauge(reg, sender, f.network); err != nil {
 		return err
 	}
 	if err := fac.RegisterMetrics(reg); err != nil {

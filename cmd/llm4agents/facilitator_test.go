@@ -307,7 +307,7 @@ func TestFacilitatorEndToEnd(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		// anvil funds the dev accounts with 10,000 ETH = 1e13 gwei.
-		if !strings.Contains(string(b), `llm4agents_signer_balance_gwei{signer="`+testchain.DevAddress(testSigner).Hex()+`"} 1e+13`) {
+		if !strings.Contains(string(b), `llm4agents_signer_balance_gwei{network="`+testNetwork+`",signer="`+testchain.DevAddress(testSigner).Hex()+`"} 1e+13`) {
 			t.Errorf("GET /metrics lacks the signer balance:\n%.600s", b)
 		}
 		if !strings.Contains(string(b), `llm4agents_facilitator_reorgs_total{outcome="lost"} 0`) {

@@ -12,15 +12,16 @@ import (
 	"github.com/llm4agents/llm4agents/internal/chain"
 )
 
-// signerBalanceGauge exports the facilitator signer's ETH balance (DECISIONS
-// D19), read from the node at each scrape. It is telemetry in gwei, so a
-// float64 is fine here: no amount is ever computed from it.
-func signerBalanceGauge(reg prometheus.Registerer, s *chain.Sender) error {
+// signerBalanceGauge exports the facilitator signer's native balance on
+// network (DECISIONS D19), read from the node at each scrape. It is
+// telemetry in gwei, so a float64 is fine here: no amount is ever computed
+// from it.
+func signerBalanceGauge(reg prometheus.Registerer, s *chain.Sender, network string) error {
 	gwei := big.NewInt(1_000_000_000)
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "llm4agents_signer_balance_gwei",
-		Help:        "ETH balance of the facilitator's signer, in gwei, read at scrape time; -1 when the node did not answer.",
-		ConstLabels: prometheus.Labels{"signer": s.Address().Hex()},
+		Help:        "Native balance (ETH) of the facilitator's signer on each network it settles on, in gwei, read at scrape time; -1 when the node did not answer.",
+		ConstLabels: prometheus.Labels{"signer": s.Address().Hex(), "network": network},
 	}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()

@@ -79,7 +79,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	g.closers = append(g.closers, func() { _ = db.Close() })
 
 	asset, _ := cfg.Network.AssetAddress()
-	primary, stop, err := newSettler(ctx, cfg, cfg.Facilitator, primaryChain(cfg), backend, key, db, log)
+	primary, stop, err := newSettler(ctx, cfg, cfg.Facilitator, primaryChain(cfg), backend, key, db, nil, log)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 			return nil, err
 		}
 	}
-	networks, closers, err := paymentNetworks(ctx, cfg, primary, key, db, getenv, log)
+	networks, others, closers, err := paymentNetworks(ctx, cfg, primary, key, db, getenv, log)
 	g.closers = append(g.closers, closers...)
 	if err != nil {
 		return nil, err
@@ -204,13 +204,8 @@ func buildGateway(ctx context.Context, cfg *config.Config, backend node, key *ec
 	// Not ready while the store is unreachable: a replica that cannot claim
 	// payments would only answer 503s (fail closed), so traffic goes elsewhere.
 	srv.SetReadiness(db.Ping)
-	if g.sender != nil {
-		if err := signerBalanceGauge(srv.Metrics().Registry(), g.sender); err != nil {
-			return nil, err
-		}
-		if err := g.facilitator.RegisterMetrics(srv.Metrics().Registry()); err != nil {
-			return nil, err
-		}
+	if err := registerSettlers(srv.Metrics().Registry(), append([]*settler{primary}, others...)); err != nil {
+		return nil, err
 	}
 	if receiptLog != nil {
 		if err := receiptLog.RegisterMetrics(srv.Metrics().Registry()); err != nil {

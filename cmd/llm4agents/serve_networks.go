@@ -10,6 +10,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llm4agents/llm4agents/internal/chain"
 	"github.com/llm4agents/llm4agents/internal/config"
@@ -22,7 +23,8 @@ import (
 // settler is the facilitator that verifies and settles one chain's
 // payments, with what runs behind it.
 type settler struct {
-	fac gateway.Facilitator
+	network string
+	fac     gateway.Facilitator
 	// address settles upto permits (their witness.facilitator); zero when
 	// the chain offers no upto.
 	address common.Address
@@ -64,14 +66,16 @@ func primaryChain(cfg *config.Config) chainSettings {
 
 // newSettler wires the facilitator f of one chain: a remote one (confirmed
 // from backend, when there is one), or one in process that settles with key
-// on backend, its reconciler started (stopped by the returned closer).
+// on backend, its reconciler started (stopped by the returned closer). An
+// in-process one counts into metricsOf's counters, when not nil
+// (registerSettlers).
 func newSettler(ctx context.Context, cfg *config.Config, f config.Facilitator, cs chainSettings, backend node, key *ecdsa.PrivateKey,
-	db store.Settlements, log *slog.Logger,
+	db store.Settlements, metricsOf *facilitator.Facilitator, log *slog.Logger,
 ) (_ *settler, closer func(), err error) {
 	offersUpto := slices.Contains(cs.schemes, config.SchemeUpto)
 	if f.Mode == config.ModeRemote {
 		client := facilitator.NewClient(f.URL, nil)
-		s := &settler{fac: client}
+		s := &settler{network: cs.network, fac: client}
 		if offersUpto {
 			if s.address, err = remoteUptoSettler(ctx, client, cs.network); err != nil {
 				return nil, nil, err
@@ -106,8 +110,11 @@ func newSettler(ctx context.Context, cfg *config.Config, f config.Facilitator, c
 	if err != nil {
 		return nil, nil, err
 	}
+	if metricsOf != nil {
+		fac.ShareMetrics(metricsOf)
+	}
 	rec := fac.StartReconciler(f.ReconcileInterval)
-	return &settler{fac: fac, address: sender.Address(), sender: sender, inproc: fac}, rec.Close, nil
+	return &settler{network: cs.network, fac: fac, address: sender.Address(), sender: sender, inproc: fac}, rec.Close, nil
 }
 
 // otherChain is one chain of config.networks other than the primary's,
@@ -144,7 +151,7 @@ func otherChains(cfg *config.Config) []otherChain {
 // the top-level facilitator key, or nil.
 func paymentNetworks(ctx context.Context, cfg *config.Config, primary *settler, topKey *ecdsa.PrivateKey, db store.Settlements,
 	getenv func(string) string, log *slog.Logger,
-) (_ []gateway.PaymentNetwork, closers []func(), err error) {
+) (_ []gateway.PaymentNetwork, others []*settler, closers []func(), err error) {
 	defer func() {
 		if err != nil {
 			for _, c := range slices.Backward(closers) {
@@ -153,6 +160,7 @@ func paymentNetworks(ctx context.Context, cfg *config.Config, primary *settler, 
 		}
 	}()
 	settlers := map[string]*settler{cfg.Network.ID: primary}
+	metricsOf := primary.inproc // whose counters every chain's facilitator shares
 	for _, oc := range otherChains(cfg) {
 		first := cfg.Networks[oc.entries[0]]
 		at := fmt.Sprintf("networks[%d]", oc.entries[0])
@@ -160,24 +168,28 @@ func paymentNetworks(ctx context.Context, cfg *config.Config, primary *settler, 
 		var key *ecdsa.PrivateKey
 		if f.Mode != config.ModeRemote {
 			if key, err = chainKey(f, cfg.Facilitator, topKey, getenv); err != nil {
-				return nil, closers, fmt.Errorf("%s.facilitator: %w", at, err)
+				return nil, nil, closers, fmt.Errorf("%s.facilitator: %w", at, err)
 			}
 		}
 		var backend node
 		if first.RPCURL != "" || first.RPCURLEnv != "" {
 			client, closeNode, err := dialChain(ctx, first, at, oc, key, f, log, getenv)
 			if err != nil {
-				return nil, closers, err
+				return nil, nil, closers, err
 			}
 			closers = append(closers, closeNode)
 			backend = client
 		}
-		s, stop, err := newSettler(ctx, cfg, f, oc.settings, backend, key, db, log)
+		s, stop, err := newSettler(ctx, cfg, f, oc.settings, backend, key, db, metricsOf, log)
 		if err != nil {
-			return nil, closers, fmt.Errorf("%s: %w", at, err)
+			return nil, nil, closers, fmt.Errorf("%s: %w", at, err)
+		}
+		if metricsOf == nil {
+			metricsOf = s.inproc
 		}
 		closers = append(closers, stop)
 		settlers[oc.settings.network] = s
+		others = append(others, s)
 	}
 	out := make([]gateway.PaymentNetwork, 0, len(cfg.Networks))
 	for _, o := range cfg.Networks {
@@ -187,12 +199,37 @@ func paymentNetworks(ctx context.Context, cfg *config.Config, primary *settler, 
 		}
 		if o.Offers(config.SchemeUpto) {
 			if pn.Upto, err = gatewayUpto(cfg, s.address); err != nil {
-				return nil, closers, err
+				return nil, nil, closers, err
 			}
 		}
 		out = append(out, pn)
 	}
-	return out, closers, nil
+	return out, others, closers, nil
+}
+
+// registerSettlers exports, for every in-process facilitator among
+// settlers, its signer's balance on its network; and the facilitators'
+// reconciler and reorg counters, once, from the first: every chain's
+// facilitator counts into its counters (newSettler), so the metrics keep
+// their names and labels however many chains are paid on (the log names
+// each chain's work).
+func registerSettlers(reg prometheus.Registerer, settlers []*settler) error {
+	registered := false
+	for _, s := range settlers {
+		if s.inproc == nil {
+			continue
+		}
+		if err := signerBalanceGauge(reg, s.sender, s.network); err != nil {
+			return err
+		}
+		if !registered {
+			if err := s.inproc.RegisterMetrics(reg); err != nil {
+				return err
+			}
+			registered = true
+		}
+	}
+	return nil
 }
 
 // chainKey is the in-process signer key of a further chain's facilitator

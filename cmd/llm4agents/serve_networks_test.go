@@ -191,6 +191,27 @@ func TestServeSeveralNetworks(t *testing.T) {
 		})
 	}
 
+	t.Run("metrics name each chain's signer", func(t *testing.T) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := string(readBody(t, resp))
+		signer := testchain.DevAddress(testSigner).Hex()
+		for _, net := range []string{usdc.network, other.network} {
+			if want := `llm4agents_signer_balance_gwei{network="` + net + `",signer="` + signer + `"}`; !strings.Contains(b, want) {
+				t.Errorf("/metrics has no %s", want)
+			}
+		}
+		if !strings.Contains(b, `llm4agents_facilitator_reconciled_total{outcome="resolved"}`) {
+			t.Error("/metrics has no reconciler counter")
+		}
+	})
+
 	for _, pay := range []chainToken{other, usdt} {
 		t.Run("pay "+pay.network+" "+pay.addr.Hex()[:8], func(t *testing.T) {
 			before := make([]*big.Int, len(want))

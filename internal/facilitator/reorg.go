@@ -71,6 +71,11 @@ func newMetrics() metrics {
 	return m
 }
 
+// ShareMetrics makes f count into other's counters instead of its own, for
+// a process that settles on several chains and exports one set of them.
+// Call it before f's reconciler starts.
+func (f *Facilitator) ShareMetrics(other *Facilitator) { f.metrics = other.metrics }
+
 // RegisterMetrics registers the facilitator's metrics with reg.
 func (f *Facilitator) RegisterMetrics(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{f.metrics.reorgs, f.metrics.reconciled} {

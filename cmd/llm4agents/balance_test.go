@@ -161,6 +161,43 @@ func TestChatBalances(t *testing.T) {
 	}
 }
 
+// TestPayBalances: pay --rpc, paying for real, passes over the offer on the
+// node's chain that the wallet cannot cover and pays the next one; without
+// --rpc it pays the first.
+func TestPayBalances(t *testing.T) {
+	c := newApproveChain(t)
+	offers := balanceOffers(c)
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		wantNetwork string // of the offer paid
+	}{
+		{name: "with --rpc", args: []string{"--rpc", c.a.URL}, wantNetwork: "eip155:8453"},
+		{name: "without", wantNetwork: fakeNetwork},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, rec := fakeSeller(t, uptoSeller(t, "", "the goods", offers...))
+			args := append(append([]string{"pay"}, balanceFlags(c)...), tc.args...)
+			stdout, stderr, err := runBuyer(t, append(args, srv.URL+"/paid"), c.env, "")
+			if err != nil {
+				t.Fatalf("pay: %v\nstderr:\n%s", err, stderr)
+			}
+			pays := rec.payments()
+			if len(pays) != 1 {
+				t.Fatalf("%d payments, want 1", len(pays))
+			}
+			p, err := x402.DecodePaymentPayload(pays[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if acc, _ := p.AcceptedRequirements(); acc.Network != tc.wantNetwork {
+				t.Errorf("paid the offer on %s, want the one on %s", acc.Network, tc.wantNetwork)
+			}
+			noSecrets(t, rec, stdout, stderr, err)
+		})
+	}
+}
+
 // TestChatRPCBadInput: --rpc is refused with an API key, and a node that
 // cannot be reached stops chat before anything is sent, without repeating
 // its URL.

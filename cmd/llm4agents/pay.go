@@ -87,7 +87,7 @@ func parsePayFlags(args []string, e env, stdin io.Reader) (*payFlags, error) {
 	fs.IntVar(&f.repeat, "repeat", 1, "send the request this many times, paying each within one budget, with progress on stderr")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "limit on each request, its payment and its body")
 	fs.BoolVar(&f.verbose, "v", false, "log what the payment client does (never a key or a payment header)")
-	fs.StringVar(&f.rpc, "rpc", "", "with --dry-run: JSON-RPC URL of the offer's chain, to read whether the wallet has approved Permit2 for an upto option, and its balance of each offer's token there: an offer it cannot cover is refused (balance) and the next one shown as paid (reads the wallet key's address; signs nothing)")
+	fs.StringVar(&f.rpc, "rpc", "", "JSON-RPC URL of a chain the 402 may offer: the wallet's balance of each offered token there is read before signing, and an offer it cannot cover is passed over for the next one (refused: balance); with --dry-run it also reads whether the wallet has approved Permit2 for an upto option (reads only; signs nothing)")
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -110,8 +110,6 @@ func parsePayFlags(args []string, e env, stdin io.Reader) (*payFlags, error) {
 		return nil, errors.New("pay: --timeout must be positive")
 	case f.dryRun && f.repeat > 1:
 		return nil, errors.New("pay: --dry-run sends one request; drop --repeat")
-	case f.rpc != "" && !f.dryRun:
-		return nil, errors.New("pay: --rpc is read by --dry-run only")
 	}
 	var err error
 	if f.target, err = parseTarget(positional[0]); err != nil {
@@ -273,6 +271,14 @@ func runPay(ctx context.Context, args []string, e env, stdin io.Reader) error {
 		Policy:  f.spend.policy,
 		Journal: journal,
 		Log:     slog.New(slog.NewTextHandler(logOut, nil)),
+	}
+	if f.rpc != "" {
+		bal, closeNode, err := dialBalances(ctx, f.rpc)
+		if err != nil {
+			return fmt.Errorf("pay: --rpc: %w", err)
+		}
+		defer closeNode()
+		tr.Policy.Balances = bal
 	}
 	hc.Transport = tr
 	b := &buyer{in: in, tr: tr, spend: f.spend, receipts: newReceiptVerifier(f.timeout)}

@@ -499,10 +499,10 @@ func TestPayDryRunPermit2(t *testing.T) {
 			t.Errorf("pay --dry-run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 		}
 	})
-	t.Run("--rpc without --dry-run", func(t *testing.T) {
-		_, _, err := runBuyer(t, []string{"pay", asset, "--rpc", c.a.URL, url}, c.env, "")
-		if err == nil || !strings.Contains(err.Error(), "--rpc is read by --dry-run only") {
-			t.Errorf("err = %v", err)
+	t.Run("--rpc without --dry-run, node down", func(t *testing.T) {
+		_, _, err := runBuyer(t, []string{"pay", asset, "--rpc", "http://127.0.0.1:1/secret-path", url}, c.env, "")
+		if err == nil || !strings.Contains(err.Error(), "pay: --rpc:") || strings.Contains(err.Error(), "secret-path") {
+			t.Errorf("err = %v, want a --rpc error that does not repeat the URL's path", err)
 		}
 	})
 	if n := len(rec.payments()); n != 0 {

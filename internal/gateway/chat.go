@@ -138,7 +138,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, body []byte) 
 	if err != nil {
 		return err
 	}
-	return s.paid(w, r, q, req.Model, body, func(a *paywall.Fresh) error {
+	return s.paid(w, r, chatWire, q, req.Model, body, func(a *paywall.Fresh) error {
 		up, err := req.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
 		if err != nil {
 			a.Release(r.Context())
@@ -154,8 +154,9 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, body []byte) 
 // paid runs the x402 payment of a priced request, whatever its route: the
 // paywall's admission (D0), then an answer the paywall recovered is served
 // as it was kept, and a fresh payment is handed to fresh, which calls the
-// upstream and settles (complete, stream).
-func (s *Server) paid(w http.ResponseWriter, r *http.Request, q *quote, model string, body []byte, fresh func(*paywall.Fresh) error) error {
+// upstream and settles (complete, stream). wi is the wire of the kept
+// answers.
+func (s *Server) paid(w http.ResponseWriter, r *http.Request, wi wire, q *quote, model string, body []byte, fresh func(*paywall.Fresh) error) error {
 	adm, err := s.pay.Admit(r.Context(), &q.Quote, presented(r),
 		paywall.Request{Method: r.Method, Path: r.URL.Path, Model: model, Body: body})
 	if err != nil {
@@ -163,19 +164,19 @@ func (s *Server) paid(w http.ResponseWriter, r *http.Request, q *quote, model st
 	}
 	switch a := adm.(type) {
 	case *paywall.Replay:
-		return s.serveAnswer(r.Context(), w, q, a.Answer())
+		return s.serveAnswer(r.Context(), w, wi, q, a.Answer())
 	case *paywall.Staged:
 		ans, err := a.Resolve(r.Context())
 		if err != nil {
 			return err
 		}
-		return s.serveAnswer(r.Context(), w, q, ans)
+		return s.serveAnswer(r.Context(), w, wi, q, ans)
 	case *paywall.Orphan:
 		ans, err := a.Resume(r.Context())
 		if err != nil {
 			return err
 		}
-		return s.serveAnswer(r.Context(), w, q, ans)
+		return s.serveAnswer(r.Context(), w, wi, q, ans)
 	case *paywall.Fresh:
 		q.payKey, q.payUpto = a.Key(), a.Upto()
 		return fresh(a)
@@ -226,7 +227,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 	}
 	pd.Promote(r.Context(), sr)
 	// Rendered as a replay renders it, so a replay's bytes are these.
-	b, err := s.render(r.Context(), w.Header(), q, sr, &answer)
+	b, err := s.render(r.Context(), w.Header(), chatWire, q, sr, &answer)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.paid(w, r, q, req.Model, body, func(a *paywall.Fresh) error {
+	return s.paid(w, r, chatWire, q, req.Model, body, func(a *paywall.Fresh) error {
 		up, err := req.Upstream(q.model.UpstreamModel)
 		if err != nil {
 			a.Release(r.Context())

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -34,7 +33,7 @@ const (
 // serveAnswer writes a paid answer the paywall recovered without the
 // upstream: rendered from the recorded or staged answer and its settlement
 // as the live answer was, marked X-Llm4agents-Replay with how it was kept.
-func (s *Server) serveAnswer(ctx context.Context, w http.ResponseWriter, q *quote, a *paywall.Answer) error {
+func (s *Server) serveAnswer(ctx context.Context, w http.ResponseWriter, wi wire, q *quote, a *paywall.Answer) error {
 	q.Op, q.payKey, q.payUpto = a.Op, a.PaymentKey, a.Upto
 	sr := a.Settlement
 	if a.Upto && sr.Amount == "" {
@@ -42,13 +41,13 @@ func (s *Server) serveAnswer(ctx context.Context, w http.ResponseWriter, q *quot
 		// replay, or a settlement reported to another call): the charge is
 		// recomputed from the recorded usage, by the rule at the current
 		// price (D27).
-		if u := recordedUsage(a.Response); u != nil {
+		if u := recordedUsage(wi, a.Response); u != nil {
 			c := *sr
 			c.Amount = s.charge(q, *u, true).String()
 			sr = &c
 		}
 	}
-	body, err := s.render(ctx, w.Header(), q, sr, a.Response)
+	body, err := s.render(ctx, w.Header(), wi, q, sr, a.Response)
 	if err != nil {
 		return err
 	}
@@ -60,8 +59,9 @@ func (s *Server) serveAnswer(ctx context.Context, w http.ResponseWriter, q *quot
 
 // render sets the headers of a paid answer and returns its body: the upstream's
 // JSON annotated with the cost, or its SSE text with the usage event annotated,
-// exactly as the live answer was written.
-func (s *Server) render(ctx context.Context, h http.Header, q *quote, sr *x402.SettleResponse, r *store.RecordedResponse) ([]byte, error) {
+// exactly as the live answer was written; wi says where its usage stands and
+// where the annotation goes.
+func (s *Server) render(ctx context.Context, h http.Header, wi wire, q *quote, sr *x402.SettleResponse, r *store.RecordedResponse) ([]byte, error) {
 	if err := paidHeaders(h, sr); err != nil {
 		return nil, err
 	}
@@ -72,43 +72,31 @@ func (s *Server) render(ctx context.Context, h http.Header, q *quote, sr *x402.S
 	if r.ContentType == "text/event-stream" {
 		setCostHeaders(h, s.cost(q, sr, nil))
 		h.Set("X-Accel-Buffering", "no")
-		return s.annotateSSE(ctx, r.Body, q, sr), nil
+		return wi.annotateSSE(s, ctx, r.Body, q, sr), nil
 	}
-	var u struct {
-		Usage *chat.Usage `json:"usage"`
-	}
-	if json.Unmarshal(r.Body, &u) != nil {
-		u.Usage = nil // no usage: the annotation says so
-	}
-	ci := s.cost(q, sr, u.Usage)
+	u := wi.usage(r.Body) // nil, no usage: the annotation says so
+	ci := s.cost(q, sr, u)
 	setCostHeaders(h, ci)
 	if r.Status != http.StatusOK {
 		return r.Body, nil
 	}
-	if ci.Receipt = s.x402Receipt(ctx, q, u.Usage, ci); ci.Receipt != nil {
+	if ci.Receipt = s.x402Receipt(ctx, q, u, ci); ci.Receipt != nil {
 		h.Set(receipt.Header, receiptHeader(ci.Receipt))
 	}
 	return annotate(r.Body, ci), nil
 }
 
 // recordedUsage is the usage a recorded answer reports: a completion's usage
-// field, or a stream's usage chunk; nil when it reports none.
-func recordedUsage(r *store.RecordedResponse) *chat.Usage {
+// field, or a stream's usage chunk (a Response's, or its final event's, on
+// responsesWire); nil when it reports none.
+func recordedUsage(wi wire, r *store.RecordedResponse) *chat.Usage {
 	if r.ContentType != "text/event-stream" {
-		var c struct {
-			Usage *chat.Usage `json:"usage"`
-		}
-		if json.Unmarshal(r.Body, &c) != nil {
-			return nil
-		}
-		return c.Usage
+		return wi.usage(r.Body)
 	}
 	var u *chat.Usage
 	for ev := range bytes.SplitSeq(r.Body, []byte("\n\n")) {
-		if data, ok := bytes.CutPrefix(ev, []byte("data: ")); ok {
-			if got := usageOf(data); got != nil {
-				u = got
-			}
+		if got := wi.eventUsage(ev); got != nil {
+			u = got
 		}
 	}
 	return u

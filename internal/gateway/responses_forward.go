@@ -89,7 +89,7 @@ func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, body [
 	if err != nil {
 		return err
 	}
-	return s.paidForward(w, r, q, f.Model, body, func(a *paywall.Fresh) error {
+	return s.paid(w, r, responsesWire, q, f.Model, body, func(a *paywall.Fresh) error {
 		up, err := f.Upstream(q.model.UpstreamModel, q.model.MaxOutputTokens)
 		if err != nil {
 			a.Release(r.Context())
@@ -100,58 +100,6 @@ func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, body [
 		}
 		return s.forwardComplete(w, r, q, a, rp, up)
 	})
-}
-
-// paidForward is paid for a passed-through call: the same admission, with
-// the answers the paywall recovered rendered as Responses answers.
-func (s *Server) paidForward(w http.ResponseWriter, r *http.Request, q *quote, model string, body []byte, fresh func(*paywall.Fresh) error) error {
-	adm, err := s.pay.Admit(r.Context(), &q.Quote, presented(r),
-		paywall.Request{Method: r.Method, Path: r.URL.Path, Model: model, Body: body})
-	if err != nil {
-		return err
-	}
-	switch a := adm.(type) {
-	case *paywall.Replay:
-		return s.serveForwardAnswer(r.Context(), w, q, a.Answer())
-	case *paywall.Staged:
-		ans, err := a.Resolve(r.Context())
-		if err != nil {
-			return err
-		}
-		return s.serveForwardAnswer(r.Context(), w, q, ans)
-	case *paywall.Orphan:
-		ans, err := a.Resume(r.Context())
-		if err != nil {
-			return err
-		}
-		return s.serveForwardAnswer(r.Context(), w, q, ans)
-	case *paywall.Fresh:
-		q.payKey, q.payUpto = a.Key(), a.Upto()
-		return fresh(a)
-	default:
-		return fmt.Errorf("unknown admission %T", adm)
-	}
-}
-
-// serveForwardAnswer is serveAnswer for a passed-through answer.
-func (s *Server) serveForwardAnswer(ctx context.Context, w http.ResponseWriter, q *quote, a *paywall.Answer) error {
-	q.Op, q.payKey, q.payUpto = a.Op, a.PaymentKey, a.Upto
-	sr := a.Settlement
-	if a.Upto && sr.Amount == "" {
-		if u := forwardUsage(a.Response); u != nil {
-			c := *sr
-			c.Amount = s.charge(q, *u, true).String()
-			sr = &c
-		}
-	}
-	body, err := s.renderForward(ctx, w.Header(), q, sr, a.Response)
-	if err != nil {
-		return err
-	}
-	w.Header().Set(replayHeader, a.Replay)
-	w.WriteHeader(a.Response.Status)
-	_, _ = w.Write(body) // #nosec G705 -- a recorded JSON or SSE body, sent with its own content type, not HTML
-	return nil
 }
 
 // forwardComplete is complete for a passed-through call (D1): the
@@ -183,59 +131,13 @@ func (s *Server) forwardComplete(w http.ResponseWriter, r *http.Request, q *quot
 		return paywall.Unsettled(sr, out)
 	}
 	pd.Promote(r.Context(), sr)
-	b, err := s.renderForward(r.Context(), w.Header(), q, sr, &answer)
+	b, err := s.render(r.Context(), w.Header(), responsesWire, q, sr, &answer)
 	if err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b) // #nosec G705 -- a JSON body sent as application/json, not HTML
 	return nil
-}
-
-// renderForward is render for a passed-through answer: the Response's
-// usage is read in the Responses API's names, and the annotation goes
-// into the response object (of the final event, for a stream).
-func (s *Server) renderForward(ctx context.Context, h http.Header, q *quote, sr *x402.SettleResponse, r *store.RecordedResponse) ([]byte, error) {
-	if err := paidHeaders(h, sr); err != nil {
-		return nil, err
-	}
-	if q.Op != "" {
-		h.Set(operationHeader, q.Op)
-	}
-	h.Set("Content-Type", r.ContentType)
-	if r.ContentType == "text/event-stream" {
-		setCostHeaders(h, s.cost(q, sr, nil))
-		h.Set("X-Accel-Buffering", "no")
-		return s.annotateForwardSSE(ctx, r.Body, q, sr), nil
-	}
-	u, _ := responses.ResponseUsage(r.Body)
-	ci := s.cost(q, sr, u)
-	setCostHeaders(h, ci)
-	if r.Status != http.StatusOK {
-		return r.Body, nil
-	}
-	if ci.Receipt = s.x402Receipt(ctx, q, u, ci); ci.Receipt != nil {
-		h.Set(receipt.Header, receiptHeader(ci.Receipt))
-	}
-	return annotate(r.Body, ci), nil
-}
-
-// forwardUsage is the usage a recorded passed-through answer reports: its
-// Response's, or its final event's.
-func forwardUsage(r *store.RecordedResponse) *chat.Usage {
-	if r.ContentType != "text/event-stream" {
-		u, _ := responses.ResponseUsage(r.Body)
-		return u
-	}
-	var u *chat.Usage
-	for ev := range bytes.SplitSeq(r.Body, []byte("\n\n")) {
-		if data, ok := eventData(ev); ok {
-			if e, err := responses.ReadEvent(data); err == nil && e.Usage != nil {
-				u = e.Usage
-			}
-		}
-	}
-	return u
 }
 
 // annotateForwardSSE annotates the final event of a recorded Responses

@@ -135,7 +135,7 @@ func (s *Server) forwardStream(w http.ResponseWriter, r *http.Request, q *quote,
 		pd.Abandon(r.Context())
 		return paywall.Unsettled(sr, out)
 	}
-	if _, err := s.renderForward(r.Context(), w.Header(), q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
+	if _, err := s.render(r.Context(), w.Header(), responsesWire, q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)

@@ -97,7 +97,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 		return paywall.Unsettled(sr, out)
 	}
 	// The amount is known before the first byte.
-	if _, err := s.render(r.Context(), w.Header(), q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
+	if _, err := s.render(r.Context(), w.Header(), chatWire, q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)

@@ -46,6 +46,12 @@ func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err
 	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
 		tx, now := db.wtx(sqlTx), db.nowMs()
 		results = make([]error, len(draws))
+		var seqs *seqBlock
+		if !db.seqOneByOne {
+			if seqs, err = reserveSeqs(ctx, tx, unsequenced(draws)); err != nil {
+				return err
+			}
+		}
 		for i, d := range draws {
 			ok, err := checkDraw(ctx, tx, d)
 			if err != nil {
@@ -59,7 +65,7 @@ func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err
 				continue // a replay: recorded before, receipt and all
 			}
 			if d.Receipt != nil {
-				if err := insertReceipt(ctx, tx, now, *d.Receipt); err != nil {
+				if err := insertReceiptFrom(ctx, tx, now, *d.Receipt, seqs); err != nil {
 					if !errors.Is(err, store.ErrConflict) {
 						return err
 					}
@@ -85,6 +91,17 @@ func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err
 		return nil, mapErr(ctx, err)
 	}
 	return results, nil
+}
+
+// unsequenced counts the draws whose receipt asks the store for its seq.
+func unsequenced(draws []store.LeaseDraw) int {
+	n := 0
+	for _, d := range draws {
+		if d.Receipt != nil && d.Receipt.Seq == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // checkDraw decides a draw inside its batch's transaction, which no other

@@ -35,7 +35,7 @@ ON CONFLICT DO NOTHING`
 // queued included, for the writer to prepare: every credit-paid call
 // makes one.
 func receiptStatements() []string {
-	return []string{insertReceiptRow, selectReceipt, nextLogSeq, insertLogEntry, selectLogEntry, nextSeq}
+	return []string{insertReceiptRow, selectReceipt, nextLogSeq, insertLogEntry, selectLogEntry, nextSeq, reserveSeqsStmt}
 }
 
 // PutReceipt implements store.Receipts.
@@ -67,11 +67,18 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 // a write batch: nil if r is new or the receipt stored under its id,
 // ErrConflict if another receipt is.
 func insertReceipt(ctx context.Context, tx wtx, now int64, r store.StoredReceipt) error {
+	return insertReceiptFrom(ctx, tx, now, r, nil)
+}
+
+// insertReceiptFrom is insertReceipt taking the seq of a receipt put with
+// Seq 0 from seqs, when not nil, instead of drawing it alone.
+func insertReceiptFrom(ctx context.Context, tx wtx, now int64, r store.StoredReceipt, seqs *seqBlock) error {
 	seq := r.Seq
 	if seq == 0 {
 		// Drawn even when the id turns out taken: the ledger's seqs may have
 		// gaps, and a replay is rare.
-		if err := tx.QueryRowContext(ctx, nextSeq).Scan(&seq); err != nil {
+		var err error
+		if seq, err = seqs.take(ctx, tx); err != nil {
 			return err
 		}
 	}
@@ -215,3 +222,36 @@ var (
 	_ store.Receipts       = (*DB)(nil)
 	_ store.RecentReceipts = (*DB)(nil)
 )
+
+// reserveSeqsStmt draws a block of the ledger's sequence (reserveSeqs).
+const reserveSeqsStmt = `UPDATE ledger_seq SET last = last + ? WHERE id = 1 RETURNING last`
+
+// seqBlock hands out the numbers reserveSeqs drew, in order; once they are
+// used up (or for a nil block) take draws one more alone.
+type seqBlock struct{ next, last int64 }
+
+// reserveSeqs draws n numbers of the ledger's sequence in one statement,
+// for a batch's receipts, instead of one statement per receipt. The
+// ledger's seqs may have gaps, so the numbers a batch does not use (a
+// refused or replayed draw) are simply skipped; the writer is alone in its
+// transaction, so the block is the batch's in order.
+func reserveSeqs(ctx context.Context, tx wtx, n int) (*seqBlock, error) {
+	if n <= 1 {
+		return nil, nil // one statement either way
+	}
+	var last int64
+	if err := tx.QueryRowContext(ctx, reserveSeqsStmt, n).Scan(&last); err != nil {
+		return nil, err
+	}
+	return &seqBlock{next: last - int64(n) + 1, last: last}, nil
+}
+
+func (b *seqBlock) take(ctx context.Context, tx wtx) (int64, error) {
+	if b != nil && b.next <= b.last {
+		b.next++
+		return b.next - 1, nil
+	}
+	var seq int64
+	err := tx.QueryRowContext(ctx, nextSeq).Scan(&seq)
+	return seq, err
+}

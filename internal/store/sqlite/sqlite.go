@@ -74,6 +74,9 @@ type DB struct {
 	// ops in a batch just before its COMMIT. Tests set it before the first
 	// write, to count batches or to hold one open.
 	beforeCommit func(ops int)
+	// seqOneByOne makes Draw draw each receipt's seq with a statement of its
+	// own, as before reserveSeqs (tests and BenchmarkDrawSeqs compare).
+	seqOneByOne bool
 
 	// watches are the running WatchKeys (watch.go).
 	watches keyWatches

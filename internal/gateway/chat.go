@@ -147,7 +147,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, body []byte) 
 		if req.Stream {
 			return s.stream(w, r, q, a, up)
 		}
-		return s.complete(w, r, q, a, up)
+		return s.complete(w, r, chatWire, q, a, s.upstreamOf(q), up)
 	})
 }
 
@@ -193,13 +193,14 @@ func hasOwnKey(r *http.Request) bool {
 }
 
 // complete runs a non-streaming paid request (D1), a chat completion or an
-// embeddings call: upstream, settle, then the body; a failed settlement
-// withholds it.
-func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, body []byte) error {
+// embeddings call, or a passed-through Responses call: upstream (body sent
+// through respond), settle, then the body rendered on wi; a failed
+// settlement withholds it.
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, wi wire, q *quote, pd *paywall.Fresh, respond upstreamCall, body []byte) error {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
 	defer cancel()
 	start := s.now()
-	comp, err := s.callUpstream(ctx, q, body)
+	comp, err := respond(ctx, body)
 	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
 	if err != nil {
 		pd.Release(r.Context())
@@ -227,13 +228,24 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, q *quote, pd *
 	}
 	pd.Promote(r.Context(), sr)
 	// Rendered as a replay renders it, so a replay's bytes are these.
-	b, err := s.render(r.Context(), w.Header(), chatWire, q, sr, &answer)
+	b, err := s.render(r.Context(), w.Header(), wi, q, sr, &answer)
 	if err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b) // #nosec G705 -- a JSON body sent as application/json, not HTML
 	return nil
+}
+
+// upstreamCall sends a non-streaming call's body to its upstream: a
+// Provider's Complete or Embed (upstreamOf), or a Responder's Respond.
+type upstreamCall func(ctx context.Context, body []byte) (*upstream.Completion, error)
+
+// upstreamOf is callUpstream for q's model.
+func (s *Server) upstreamOf(q *quote) upstreamCall {
+	return func(ctx context.Context, body []byte) (*upstream.Completion, error) {
+		return s.callUpstream(ctx, q, body)
+	}
 }
 
 // upstreamError maps an upstream failure to the client's answer. Nothing was

@@ -127,7 +127,7 @@ func (s *Server) creditChat(w http.ResponseWriter, r *http.Request, req *chat.Re
 	if req.Stream {
 		return s.creditStream(w, r, call, up)
 	}
-	return s.creditComplete(w, r, call, up)
+	return s.creditComplete(w, r, chatWire, call, s.upstreamOf(call.q), up)
 }
 
 // admitCredit runs everything before the upstream for a chat call paid
@@ -249,12 +249,13 @@ type creditShortfall struct {
 }
 
 // creditComplete runs a non-streaming credit-paid call: the upstream, the
-// capture of its usage, the answer with its receipt.
-func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *creditCall, body []byte) error {
+// capture of its usage, the answer with its receipt. body goes upstream
+// through respond; wi says how to count an answer whose usage is unknown.
+func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, wi wire, call *creditCall, respond upstreamCall, body []byte) error {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
 	defer cancel()
 	start := s.now()
-	comp, err := s.callUpstream(ctx, call.q, body)
+	comp, err := respond(ctx, body)
 	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
 	if err != nil {
 		call.Release(r.Context())
@@ -269,7 +270,7 @@ func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, call *cr
 	u := comp.Usage
 	if !comp.UsageReported {
 		// Unknown usage is not zero usage: count what the answer holds.
-		u = chat.Usage{PromptTokens: call.q.promptTokens, CompletionTokens: s.countOutput(call, completionText(comp.Body))}
+		u = chat.Usage{PromptTokens: call.q.promptTokens, CompletionTokens: s.countOutput(call, wi.text(comp.Body))}
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		s.log.Warn("upstream reported no usage; charging the counted answer", "request_id", call.ID, "model", call.q.model.ID)
 	}

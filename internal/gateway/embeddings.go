@@ -57,7 +57,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) error {
 			a.Release(r.Context())
 			return fmt.Errorf("rewrite embeddings request: %w", err)
 		}
-		return s.complete(w, r, q, a, up)
+		return s.complete(w, r, chatWire, q, a, s.upstreamOf(q), up)
 	})
 }
 
@@ -183,5 +183,5 @@ func (s *Server) creditEmbeddings(w http.ResponseWriter, r *http.Request, req *e
 		call.Release(r.Context())
 		return fmt.Errorf("rewrite embeddings request: %w", err)
 	}
-	return s.creditComplete(w, r, call, up)
+	return s.creditComplete(w, r, chatWire, call, s.upstreamOf(call.q), up)
 }

@@ -8,13 +8,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/llm4agents/llm4agents/x402/receipt"
-
 	"github.com/llm4agents/llm4agents/internal/chat"
-	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/responses"
-	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
 )
@@ -98,46 +94,8 @@ func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, body [
 		if f.Stream {
 			return s.forwardStream(w, r, q, a, rp, up)
 		}
-		return s.forwardComplete(w, r, q, a, rp, up)
+		return s.complete(w, r, responsesWire, q, a, rp.Respond, up)
 	})
-}
-
-// forwardComplete is complete for a passed-through call (D1): the
-// upstream's Response, staged, settled, then delivered.
-func (s *Server) forwardComplete(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, rp upstream.Responder, body []byte) error {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
-	defer cancel()
-	start := s.now()
-	comp, err := rp.Respond(ctx, body)
-	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
-	if err != nil {
-		pd.Release(r.Context())
-		return s.upstreamError(err, r.Context())
-	}
-	crashpoint.Hit(crashpoint.AfterUpstream)
-	if pd.Upto() {
-		pd.Charge(s.charge(q, comp.Usage, comp.UsageReported))
-	}
-	answer := store.RecordedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body}
-	pd.Record(r.Context(), answer)
-	sr, out := pd.Settle(r.Context())
-	switch out {
-	case paywall.Paid:
-	case paywall.Pending, paywall.Unknown:
-		pd.Hold(r.Context(), store.StagedResponse{Status: http.StatusOK, ContentType: "application/json", Body: comp.Body})
-		return paywall.Unsettled(sr, out)
-	default:
-		pd.Abandon(r.Context())
-		return paywall.Unsettled(sr, out)
-	}
-	pd.Promote(r.Context(), sr)
-	b, err := s.render(r.Context(), w.Header(), responsesWire, q, sr, &answer)
-	if err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b) // #nosec G705 -- a JSON body sent as application/json, not HTML
-	return nil
 }
 
 // annotateForwardSSE annotates the final event of a recorded Responses
@@ -243,42 +201,5 @@ func (s *Server) creditForward(w http.ResponseWriter, r *http.Request, f *respon
 	if f.Stream {
 		return s.creditForwardStream(w, r, call, rp, up)
 	}
-	return s.creditForwardComplete(w, r, call, rp, up)
-}
-
-// creditForwardComplete is creditComplete for a passed-through call.
-func (s *Server) creditForwardComplete(w http.ResponseWriter, r *http.Request, call *creditCall, rp upstream.Responder, body []byte) error {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout)
-	defer cancel()
-	start := s.now()
-	comp, err := rp.Respond(ctx, body)
-	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
-	if err != nil {
-		call.Release(r.Context())
-		return s.upstreamError(err, r.Context())
-	}
-	if r.Context().Err() != nil {
-		call.Release(r.Context())
-		return &apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
-	}
-	u := comp.Usage
-	if !comp.UsageReported {
-		u = chat.Usage{PromptTokens: call.q.promptTokens, CompletionTokens: s.countOutput(call, responses.OutputText(comp.Body))}
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
-		s.log.Warn("upstream reported no usage; charging the counted answer", "request_id", call.ID, "model", call.q.model.ID)
-	}
-	out := s.captureCredit(r.Context(), call, u)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Should-Retry", "false")
-	if out.header != "" {
-		h.Set(receipt.Header, out.header)
-	}
-	if out.info.Charged != "" {
-		h.Set("X-Llm4agents-Charged", out.info.Charged)
-		h.Set("X-Llm4agents-Charged-Display", out.info.ChargedDisplay)
-	}
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(annotate(comp.Body, out.info)) // #nosec G705 -- a JSON body sent as application/json, not HTML
-	return nil
+	return s.creditComplete(w, r, responsesWire, call, rp.Respond, up)
 }

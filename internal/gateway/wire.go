@@ -23,6 +23,9 @@ type wire struct {
 	// annotateSSE annotates a recorded stream's text as the live stream
 	// was annotated.
 	annotateSSE func(s *Server, ctx context.Context, text []byte, q *quote, sr *x402.SettleResponse) []byte
+	// text is the output of a JSON answer body, counted when the upstream
+	// reports no usage.
+	text func(body []byte) string
 }
 
 // chatWire is the wire of chat completions and embeddings: the usage is the
@@ -37,6 +40,7 @@ var chatWire = wire{
 		return nil
 	},
 	annotateSSE: (*Server).annotateSSE,
+	text:        completionText,
 }
 
 // responsesWire is the wire of a passed-through Responses call: the usage
@@ -56,6 +60,7 @@ var responsesWire = wire{
 		return nil
 	},
 	annotateSSE: (*Server).annotateForwardSSE,
+	text:        responses.OutputText,
 }
 
 // completionUsage is the usage field of a chat completion or embeddings

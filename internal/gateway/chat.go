@@ -145,7 +145,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, body []byte) 
 			return fmt.Errorf("rewrite request: %w", err)
 		}
 		if req.Stream {
-			return s.stream(w, r, q, a, up)
+			return s.stream(w, r, chatWire, q, a, q.model.Provider.Stream, up)
 		}
 		return s.complete(w, r, chatWire, q, a, s.upstreamOf(q), up)
 	})

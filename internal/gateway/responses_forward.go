@@ -92,7 +92,7 @@ func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, body [
 			return fmt.Errorf("rewrite request: %w", err)
 		}
 		if f.Stream {
-			return s.forwardStream(w, r, q, a, rp, up)
+			return s.stream(w, r, responsesWire, q, a, rp.StreamResponses, up)
 		}
 		return s.complete(w, r, responsesWire, q, a, rp.Respond, up)
 	})

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/big"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
-	"github.com/llm4agents/llm4agents/internal/crashpoint"
-	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/responses"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
@@ -41,6 +38,11 @@ func nextEvent(st upstream.Stream) (respEvent, error) {
 		return respEvent{}, err
 	}
 	return respEvent{data: data, ev: ev}, nil
+}
+
+// streamEvent is e as the paid stream (stream, deliverThenSettle) sees it.
+func (e respEvent) streamEvent() streamEvent {
+	return streamEvent{data: e.data, typ: e.ev.Type, final: e.ev.Final(), usage: e.ev.Usage}
 }
 
 // firstForwardContent reads st up to and including its first event with
@@ -87,199 +89,6 @@ func addFrame(t *sseText, b []byte) {
 		return
 	}
 	t.buf.Write(b)
-}
-
-// forwardStream is stream for a passed-through call (D2): the upstream is
-// read until its first event with content; then the payment settles, and
-// only a paid stream sends bytes.
-func (s *Server) forwardStream(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, rp upstream.Responder, body []byte) error {
-	upCtx, upCancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.UpstreamTimeout+s.cfg.SettleTimeout+s.cfg.MaxStreamDuration)
-	defer upCancel()
-	disarm := context.AfterFunc(r.Context(), upCancel)
-	firstTimer := time.AfterFunc(s.cfg.UpstreamTimeout, upCancel)
-
-	start := s.now()
-	st, err := rp.StreamResponses(upCtx, body)
-	if err != nil {
-		firstTimer.Stop()
-		disarm()
-		pd.Release(r.Context())
-		return s.upstreamError(err, r.Context())
-	}
-	defer func() { _ = st.Close() }()
-	held, err := firstForwardContent(st)
-	firstTimer.Stop()
-	if err != nil {
-		disarm()
-		pd.Release(r.Context())
-		return s.upstreamError(err, r.Context())
-	}
-	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
-	if r.Context().Err() != nil {
-		disarm()
-		pd.Release(r.Context())
-		return &apiError{Status: 499, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
-	}
-	disarm()
-	crashpoint.Hit(crashpoint.AfterUpstream)
-	if pd.Upto() {
-		return s.forwardDeliverThenSettle(w, r, q, pd, st, held)
-	}
-	sr, out := pd.Settle(r.Context())
-	switch out {
-	case paywall.Paid:
-	case paywall.Pending, paywall.Unknown:
-		s.stageForward(r.Context(), pd, st, held)
-		return paywall.Unsettled(sr, out)
-	default:
-		pd.Abandon(r.Context())
-		return paywall.Unsettled(sr, out)
-	}
-	if _, err := s.render(r.Context(), w.Header(), responsesWire, q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusOK)
-
-	var text sseText
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	send := func(e respEvent) {
-		addFrame(&text, frame(e.ev.Type, e.data))
-		data := e.data
-		if e.ev.Final() {
-			data = s.withForwardCost(r.Context(), data, e.ev, q, sr)
-		}
-		sw.write(frame(e.ev.Type, data))
-	}
-	for _, e := range held {
-		send(e)
-	}
-	sw.flush()
-	for {
-		e, err := nextEvent(st)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			s.log.Error("upstream stream broke after settlement", "key", pd.Key(), "err", err)
-			send(brokenEvent("the upstream stream broke after the payment settled"))
-			sw.flush()
-			break
-		}
-		send(e)
-		sw.flush()
-	}
-	s.keepText(r.Context(), pd, &text, sr, true)
-	return nil
-}
-
-// forwardDeliverThenSettle is deliverThenSettle for a passed-through call
-// (D27): the stream is delivered, its final event held back, the payment
-// settled for the usage that event reports, and the event delivered
-// annotated with the settlement.
-func (s *Server) forwardDeliverThenSettle(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, st upstream.Stream, held []respEvent) error {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "private")
-	h.Set("X-Should-Retry", "false")
-	h.Set("X-Accel-Buffering", "no")
-	h.Set("X-Llm4agents-Maximum", q.Amount.String())
-	if q.Op != "" {
-		h.Set(operationHeader, q.Op)
-	}
-	w.WriteHeader(http.StatusOK)
-
-	var text sseText
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	var final *respEvent
-	emit := func(e respEvent) {
-		addFrame(&text, frame(e.ev.Type, e.data))
-		if e.ev.Final() {
-			final = &e // held back for the settlement's annotation
-			return
-		}
-		sw.write(frame(e.ev.Type, e.data))
-		sw.flush()
-	}
-	for _, e := range held {
-		emit(e)
-	}
-	broken := false
-	for final == nil {
-		e, err := nextEvent(st)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			s.log.Error("upstream stream broke during an upto stream", "key", pd.Key(), "err", err)
-			b := brokenEvent("the upstream stream broke; the prompt is charged")
-			addFrame(&text, frame(b.ev.Type, b.data))
-			sw.write(frame(b.ev.Type, b.data))
-			sw.flush()
-			broken = true
-			break
-		}
-		emit(e)
-	}
-	var usage *chat.Usage
-	if final != nil {
-		usage = final.ev.Usage
-	}
-	var charge *big.Int
-	switch {
-	case usage != nil:
-		charge = s.charge(q, *usage, true)
-	case broken:
-		charge = s.charge(q, chat.Usage{PromptTokens: q.promptTokens}, true)
-	default:
-		charge = s.charge(q, chat.Usage{}, false)
-	}
-	pd.Charge(charge)
-	sr, out := pd.SettleDelivered(r.Context())
-	ci := s.cost(q, sr, usage)
-	ci.Charged, ci.ChargedDisplay, ci.Maximum = charge.String(), s.display(charge), q.Amount.String()
-	switch out {
-	case paywall.Failed:
-		ci.Charged, ci.ChargedDisplay, ci.Transaction = "0", s.display(new(big.Int)), ""
-	case paywall.Paid:
-		ci.Receipt = s.x402Receipt(r.Context(), q, usage, ci)
-	case paywall.Pending, paywall.Unknown:
-	}
-	if final != nil {
-		sw.write(frame(final.ev.Type, annotateResponse(final.data, ci)))
-	} else {
-		b := brokenEvent("the upstream stream ended before its final event")
-		sw.write(frame(b.ev.Type, annotate(b.data, ci)))
-	}
-	sw.flush()
-	if out == paywall.Failed {
-		pd.Abandon(r.Context())
-		return nil
-	}
-	s.keepText(r.Context(), pd, &text, sr, out == paywall.Paid)
-	return nil
-}
-
-// stageForward is stageStream for a passed-through call: the rest of the
-// stream is read and its text staged with the pending claim (D3).
-func (s *Server) stageForward(ctx context.Context, pd *paywall.Fresh, st upstream.Stream, held []respEvent) {
-	var text sseText
-	for _, e := range held {
-		addFrame(&text, frame(e.ev.Type, e.data))
-	}
-	for {
-		e, err := nextEvent(st)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			s.log.Error("upstream stream broke after a pending settlement", "key", pd.Key(), "err", err)
-			b := brokenEvent("the upstream stream broke after the payment was broadcast")
-			addFrame(&text, frame(b.ev.Type, b.data))
-			break
-		}
-		addFrame(&text, frame(e.ev.Type, e.data))
-	}
-	s.keepText(ctx, pd, &text, nil, false)
 }
 
 // creditForwardStream is creditStream for a passed-through call (D16): the

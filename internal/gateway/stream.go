@@ -14,6 +14,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/crashpoint"
 	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/upstream"
 	"github.com/llm4agents/llm4agents/x402"
 )
 
@@ -21,12 +22,14 @@ import (
 // event, so a slow reader is cut off but a long stream is not.
 const writeTimeout = 30 * time.Second
 
-// stream runs a streaming paid request (D2). The upstream is read until
-// its first chunk with content; only then is the payment settled, and only after
-// settlement does the first byte go to the client. A client gone before the
-// settlement is broadcast cancels the upstream and is charged nothing; from the
-// broadcast on, the upstream is read to its end whether or not the client stays.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, body []byte) error {
+// stream runs a streaming paid request (D2), a chat completion or a
+// passed-through Responses call: open starts the upstream, wi reads and
+// writes its events. The upstream is read until its first event with
+// content; only then is the payment settled, and only after settlement does
+// the first byte go to the client. A client gone before the settlement is
+// broadcast cancels the upstream and is charged nothing; from the broadcast
+// on, the upstream is read to its end whether or not the client stays.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, wi wire, q *quote, pd *paywall.Fresh, open streamOpener, body []byte) error {
 	// The upstream's context outlives the client's once we settle; until then
 	// the client leaving cancels it.
 	upCtx, upCancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.UpstreamTimeout+s.cfg.SettleTimeout+s.cfg.MaxStreamDuration)
@@ -36,7 +39,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	firstTimer := time.AfterFunc(s.cfg.UpstreamTimeout, upCancel)
 
 	start := s.now()
-	st, err := q.model.Provider.Stream(upCtx, body)
+	st, err := open(upCtx, body)
 	if err != nil {
 		firstTimer.Stop()
 		disarm()
@@ -44,32 +47,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 		return s.upstreamError(err, r.Context())
 	}
 	defer func() { _ = st.Close() }()
-
-	var held [][]byte
-	for {
-		ev, err := st.Next()
-		if err != nil {
-			firstTimer.Stop()
-			disarm()
-			pd.Release(r.Context())
-			if errors.Is(err, io.EOF) {
-				err = errors.New("the upstream stream ended before any content")
-			}
-			return s.upstreamError(err, r.Context())
-		}
-		held = append(held, ev)
-		var c chat.Chunk
-		if json.Unmarshal(ev, &c) != nil {
-			firstTimer.Stop()
-			disarm()
-			pd.Release(r.Context())
-			return s.upstreamError(errors.New("the upstream sent a chunk that is not JSON"), r.Context())
-		}
-		if c.HasContent() {
-			break
-		}
-	}
+	held, err := wi.first(st)
 	firstTimer.Stop()
+	if err != nil {
+		disarm()
+		pd.Release(r.Context())
+		return s.upstreamError(err, r.Context())
+	}
 	s.metrics.upstreamLatency(q.model.ID, s.now().Sub(start))
 	if r.Context().Err() != nil {
 		// Gone before we broadcast anything: nothing is charged.
@@ -82,7 +66,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	disarm()
 	crashpoint.Hit(crashpoint.AfterUpstream)
 	if pd.Upto() {
-		return s.deliverThenSettle(w, r, q, pd, st, held)
+		return s.deliverThenSettle(w, r, wi, q, pd, st, held)
 	}
 	sr, out := pd.Settle(r.Context())
 	switch out {
@@ -90,14 +74,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	case paywall.Pending, paywall.Unknown:
 		// D2, D3: the upstream is read to its end (bounded by upCtx) and
 		// staged before the client hears settlement_pending.
-		s.stageStream(r.Context(), pd, st, held)
+		s.stageStream(r.Context(), wi, pd, st, held)
 		return paywall.Unsettled(sr, out)
 	default:
 		pd.Abandon(r.Context()) // not paid: never replayable
 		return paywall.Unsettled(sr, out)
 	}
 	// The amount is known before the first byte.
-	if _, err := s.render(r.Context(), w.Header(), chatWire, q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
+	if _, err := s.render(r.Context(), w.Header(), wi, q, sr, &store.RecordedResponse{Status: http.StatusOK, ContentType: "text/event-stream"}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
@@ -107,33 +91,49 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *quote, pd *pa
 	// written here.
 	var text sseText
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	for _, ev := range held {
-		text.add(ev)
-		sw.event(s.withCost(r.Context(), ev, q, sr))
+	send := func(e streamEvent) {
+		addFrame(&text, wi.frame(e.typ, e.data))
+		data := e.data
+		if e.final {
+			data = s.withCharge(r.Context(), wi, e, q, sr)
+		}
+		sw.write(wi.frame(e.typ, data))
+	}
+	for _, e := range held {
+		send(e)
 	}
 	sw.flush()
 	for {
-		ev, err := st.Next()
+		e, err := wi.next(st)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			// Paid and partly delivered: say so in-band, as OpenAI streams errors.
 			s.log.Error("upstream stream broke after settlement", "key", pd.Key(), "err", err)
-			ev = mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
-				Message: "the upstream stream broke after the payment settled", Type: "upstream_error", Code: "upstream_stream_broken"}})
-			text.add(ev)
-			sw.event(ev)
+			send(wi.broken("the upstream stream broke after the payment settled"))
 			break
 		}
-		text.add(ev)
-		sw.event(s.withCost(r.Context(), ev, q, sr))
+		send(e)
 		sw.flush()
 	}
-	sw.done()
-	text.add([]byte("[DONE]"))
+	endStream(wi, sw, &text)
 	s.keepText(r.Context(), pd, &text, sr, true)
 	return nil
+}
+
+// streamOpener starts an upstream stream: a Provider's Stream, or a
+// Responder's StreamResponses.
+type streamOpener func(ctx context.Context, body []byte) (upstream.Stream, error)
+
+// endStream writes and records what follows a stream's last event on wi
+// ("[DONE]" for chat), and flushes.
+func endStream(wi wire, sw *sseWriter, text *sseText) {
+	if wi.done != nil {
+		sw.write(wi.done)
+		addFrame(text, wi.done)
+	}
+	sw.flush()
 }
 
 // keepText keeps the SSE text of a stream that ended: recorded and promoted
@@ -157,14 +157,15 @@ func (s *Server) keepText(ctx context.Context, pd *paywall.Fresh, text *sseText,
 }
 
 // deliverThenSettle runs the rest of a stream paid with upto (D27's
-// deliver_then_settle): its cost is known only from the usage its last chunk
-// reports, so the stream is delivered first and settled at its end. The usage
-// chunk is held back until then and goes out annotated with the settlement
-// (charged, maximum, transaction), as exact's is. A settlement that fails
-// after delivery is the seller's loss, counted; the claim is kept, so the
-// payment never buys the answer twice. Pending, the text is staged for a
-// retry with the same payment, as for exact.
-func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, q *quote, pd *paywall.Fresh, st interface{ Next() ([]byte, error) }, held [][]byte) error {
+// deliver_then_settle): its cost is known only from the usage its final
+// event (a chat stream's usage chunk) reports, so the stream is delivered
+// first and settled at its end. The final event is held back until then and
+// goes out annotated with the settlement (charged, maximum, transaction), as
+// exact's is. A settlement that fails after delivery is the seller's loss,
+// counted; the claim is kept, so the payment never buys the answer twice.
+// Pending, the text is staged for a retry with the same payment, as for
+// exact.
+func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, wi wire, q *quote, pd *paywall.Fresh, st upstream.Stream, held []streamEvent) error {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "private")
@@ -178,37 +179,36 @@ func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, q *qu
 
 	var text sseText
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	var usageEv []byte
-	var usage *chat.Usage
-	emit := func(ev []byte) {
-		text.add(ev)
-		if u := usageOf(ev); u != nil {
-			usageEv, usage = ev, u // held back for the settlement's annotation
+	var final *streamEvent
+	emit := func(e streamEvent) {
+		addFrame(&text, wi.frame(e.typ, e.data))
+		if e.final {
+			final = &e // held back for the settlement's annotation
 			return
 		}
-		sw.event(ev)
+		sw.write(wi.frame(e.typ, e.data))
 		sw.flush()
 	}
-	for _, ev := range held {
-		emit(ev)
+	for _, e := range held {
+		emit(e)
 	}
 	broken := false
-	for {
-		ev, err := st.Next()
+	for final == nil || !wi.endsAtFinal {
+		e, err := wi.next(st)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			s.log.Error("upstream stream broke during an upto stream", "key", pd.Key(), "err", err)
-			ev = mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
-				Message: "the upstream stream broke; the prompt is charged", Type: "upstream_error", Code: "upstream_stream_broken"}})
-			text.add(ev)
-			sw.event(ev)
-			sw.flush()
+			emit(wi.broken("the upstream stream broke; the prompt is charged"))
 			broken = true
 			break
 		}
-		emit(ev)
+		emit(e)
+	}
+	var usage *chat.Usage
+	if final != nil {
+		usage = final.usage
 	}
 	var charge *big.Int
 	switch {
@@ -234,13 +234,12 @@ func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, q *qu
 		// The receipt waits for a replay that finds the settlement paid: a
 		// receipt says what the buyer paid.
 	}
-	if usageEv != nil {
-		sw.event(annotate(usageEv, ci))
-	} else {
-		sw.event(annotate([]byte(`{"object":"chat.completion.chunk","choices":[]}`), ci))
+	if final == nil {
+		e := wi.unfinished()
+		final = &e
 	}
-	sw.done()
-	text.add([]byte("[DONE]"))
+	sw.write(wi.frame(final.typ, wi.annotateEvent(final.data, ci)))
+	endStream(wi, sw, &text)
 	if out == paywall.Failed {
 		pd.Abandon(r.Context()) // not paid: never replayable
 		return nil
@@ -269,30 +268,40 @@ func usageOf(ev []byte) *chat.Usage {
 // stageStream reads the rest of a stream whose settlement is pending and
 // stages its SSE text, unannotated: held (the events read before settling),
 // the remaining events, an in-band error event if the upstream broke, and
-// [DONE]. It runs on the request's goroutine, so the client waits for the
-// upstream to finish before its 402; the upstream's context bounds it. A text
-// over store.MaxStagedBody is read to its end but not staged.
-func (s *Server) stageStream(ctx context.Context, pd *paywall.Fresh, st interface{ Next() ([]byte, error) }, held [][]byte) {
+// what ends the stream on wi ([DONE] for chat). It runs on the request's
+// goroutine, so the client waits for the upstream to finish before its 402;
+// the upstream's context bounds it. A text over store.MaxStagedBody is read
+// to its end but not staged.
+func (s *Server) stageStream(ctx context.Context, wi wire, pd *paywall.Fresh, st upstream.Stream, held []streamEvent) {
 	var text sseText
-	for _, ev := range held {
-		text.add(ev)
+	for _, e := range held {
+		addFrame(&text, wi.frame(e.typ, e.data))
 	}
 	for {
-		ev, err := st.Next()
+		e, err := wi.next(st)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			s.log.Error("upstream stream broke after a pending settlement", "key", pd.Key(), "err", err)
-			text.add(mustJSON(chat.ErrorBody{Error: chat.ErrorDetail{
-				Message: "the upstream stream broke after the payment was broadcast", Type: "upstream_error", Code: "upstream_stream_broken"}}))
+			b := wi.broken("the upstream stream broke after the payment was broadcast")
+			addFrame(&text, wi.frame(b.typ, b.data))
 			break
 		}
-		text.add(ev)
+		addFrame(&text, wi.frame(e.typ, e.data))
 	}
-	text.add([]byte("[DONE]"))
+	if wi.done != nil {
+		addFrame(&text, wi.done)
+	}
 	// The recovery record waits, staged, for the settlement to be seen mined.
 	s.keepText(ctx, pd, &text, nil, false)
+}
+
+// withCharge annotates a stream's final event with what was charged.
+func (s *Server) withCharge(ctx context.Context, wi wire, e streamEvent, q *quote, sr *x402.SettleResponse) []byte {
+	ci := s.cost(q, sr, e.usage)
+	ci.Receipt = s.x402Receipt(ctx, q, e.usage, ci)
+	return wi.annotateEvent(e.data, ci)
 }
 
 // withCost annotates the chunk that carries usage (the last one) with what was

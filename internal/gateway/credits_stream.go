@@ -22,42 +22,12 @@ import (
 // charged for the events it was sent, counted (D16); one gone before the
 // first of them is charged nothing.
 func (s *Server) creditStream(w http.ResponseWriter, r *http.Request, call *creditCall, body []byte) error {
-	// Unlike an x402 stream, nothing is settled on chain here, so the client
-	// leaving may stop the upstream at any point.
-	upCtx, upCancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout+s.cfg.MaxStreamDuration)
+	st, held, upCancel, err := startCreditStream(s, w, r, call, call.q.model.Provider.Stream, firstContent, body)
+	if err != nil {
+		return err
+	}
 	defer upCancel()
-	firstTimer := time.AfterFunc(s.cfg.UpstreamTimeout, upCancel)
-	defer firstTimer.Stop()
-
-	start := s.now()
-	st, err := call.q.model.Provider.Stream(upCtx, body)
-	if err != nil {
-		call.Release(r.Context())
-		return s.upstreamError(err, r.Context())
-	}
 	defer func() { _ = st.Close() }()
-	held, err := firstContent(st)
-	if err != nil {
-		call.Release(r.Context())
-		if r.Context().Err() == nil && upCtx.Err() != nil {
-			// The first-content timer fired, not the client.
-			return &apiError{Status: http.StatusGatewayTimeout, Type: upstream.TypeUpstream, Code: upstream.CodeTimeout,
-				Message: "the upstream sent no content in time; nothing was charged", Err: err}
-		}
-		return s.upstreamError(err, r.Context())
-	}
-	firstTimer.Stop()
-	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
-	if r.Context().Err() != nil {
-		call.Release(r.Context())
-		return &apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
-	}
-
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Should-Retry", "false")
-	w.WriteHeader(http.StatusOK)
 	cs := &creditSSE{sw: &sseWriter{w: w, rc: http.NewResponseController(w)},
 		count: func(text string) int64 { return s.countOutput(call, text) }}
 	cs.send(held...)
@@ -99,6 +69,58 @@ func (s *Server) creditStream(w http.ResponseWriter, r *http.Request, call *cred
 	}
 	cs.sw.done()
 	return nil
+}
+
+// startCreditStream starts a credit-paid stream, a chat completion's or a
+// passed-through Responses call's: open's upstream is read up to and
+// including its first event with content (first) within the upstream
+// timeout, so that an upstream failing before it is an error status with
+// nothing charged, as is a client gone by then; then the stream's headers
+// are written. It returns the stream, the events read and the cancel of the
+// upstream's context; an error released call's hold and closed the stream.
+func startCreditStream[E any](s *Server, w http.ResponseWriter, r *http.Request, call *creditCall, open streamOpener, first func(upstream.Stream) ([]E, error), body []byte) (upstream.Stream, []E, context.CancelFunc, error) {
+	// Unlike an x402 stream, nothing is settled on chain here, so the client
+	// leaving may stop the upstream at any point.
+	upCtx, upCancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout+s.cfg.MaxStreamDuration)
+	firstTimer := time.AfterFunc(s.cfg.UpstreamTimeout, upCancel)
+	defer firstTimer.Stop()
+
+	start := s.now()
+	st, err := open(upCtx, body)
+	if err != nil {
+		call.Release(r.Context())
+		err = s.upstreamError(err, r.Context())
+		upCancel()
+		return nil, nil, nil, err
+	}
+	fail := func(err error) (upstream.Stream, []E, context.CancelFunc, error) {
+		_ = st.Close()
+		upCancel()
+		return nil, nil, nil, err
+	}
+	held, err := first(st)
+	if err != nil {
+		call.Release(r.Context())
+		if r.Context().Err() == nil && upCtx.Err() != nil {
+			// The first-content timer fired, not the client.
+			return fail(&apiError{Status: http.StatusGatewayTimeout, Type: upstream.TypeUpstream, Code: upstream.CodeTimeout,
+				Message: "the upstream sent no content in time; nothing was charged", Err: err})
+		}
+		return fail(s.upstreamError(err, r.Context()))
+	}
+	firstTimer.Stop()
+	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
+	if r.Context().Err() != nil {
+		call.Release(r.Context())
+		return fail(&apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"})
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Should-Retry", "false")
+	w.WriteHeader(http.StatusOK)
+	return st, held, upCancel, nil
 }
 
 // firstContent reads st up to and including its first chunk with content (a

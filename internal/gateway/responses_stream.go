@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/responses"
@@ -98,39 +96,12 @@ func addFrame(t *sseText, b []byte) {
 // for the output it was sent, counted; one gone before any content is
 // charged nothing.
 func (s *Server) creditForwardStream(w http.ResponseWriter, r *http.Request, call *creditCall, rp upstream.Responder, body []byte) error {
-	upCtx, upCancel := context.WithTimeout(r.Context(), s.cfg.UpstreamTimeout+s.cfg.MaxStreamDuration)
+	st, held, upCancel, err := startCreditStream(s, w, r, call, rp.StreamResponses, firstForwardContent, body)
+	if err != nil {
+		return err
+	}
 	defer upCancel()
-	firstTimer := time.AfterFunc(s.cfg.UpstreamTimeout, upCancel)
-	defer firstTimer.Stop()
-
-	start := s.now()
-	st, err := rp.StreamResponses(upCtx, body)
-	if err != nil {
-		call.Release(r.Context())
-		return s.upstreamError(err, r.Context())
-	}
 	defer func() { _ = st.Close() }()
-	held, err := firstForwardContent(st)
-	if err != nil {
-		call.Release(r.Context())
-		if r.Context().Err() == nil && upCtx.Err() != nil {
-			return &apiError{Status: http.StatusGatewayTimeout, Type: upstream.TypeUpstream, Code: upstream.CodeTimeout,
-				Message: "the upstream sent no content in time; nothing was charged", Err: err}
-		}
-		return s.upstreamError(err, r.Context())
-	}
-	firstTimer.Stop()
-	s.metrics.upstreamLatency(call.q.model.ID, s.now().Sub(start))
-	if r.Context().Err() != nil {
-		call.Release(r.Context())
-		return &apiError{Status: upstream.StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "the client went away; nothing was charged"}
-	}
-
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Should-Retry", "false")
-	w.WriteHeader(http.StatusOK)
 	cs := &creditForwardSSE{sw: &sseWriter{w: w, rc: http.NewResponseController(w)},
 		count: func(text string) int64 { return s.countOutput(call, text) }}
 	cs.send(held...)

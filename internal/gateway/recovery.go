@@ -72,7 +72,7 @@ func (s *Server) render(ctx context.Context, h http.Header, wi wire, q *quote, s
 	if r.ContentType == "text/event-stream" {
 		setCostHeaders(h, s.cost(q, sr, nil))
 		h.Set("X-Accel-Buffering", "no")
-		return wi.annotateSSE(s, ctx, r.Body, q, sr), nil
+		return s.annotateSSE(ctx, wi, r.Body, q, sr), nil
 	}
 	u := wi.usage(r.Body) // nil, no usage: the annotation says so
 	ci := s.cost(q, sr, u)
@@ -95,8 +95,8 @@ func recordedUsage(wi wire, r *store.RecordedResponse) *chat.Usage {
 	}
 	var u *chat.Usage
 	for ev := range bytes.SplitSeq(r.Body, []byte("\n\n")) {
-		if got := wi.eventUsage(ev); got != nil {
-			u = got
+		if e, ok := wi.recorded(ev); ok && e.usage != nil {
+			u = e.usage
 		}
 	}
 	return u

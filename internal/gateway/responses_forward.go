@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/paywall"
 	"github.com/llm4agents/llm4agents/internal/responses"
 	"github.com/llm4agents/llm4agents/internal/upstream"
-	"github.com/llm4agents/llm4agents/x402"
 )
 
 // A /v1/responses call of a model whose every provider speaks the Responses
@@ -96,34 +94,6 @@ func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, body [
 		}
 		return s.complete(w, r, responsesWire, q, a, rp.Respond, up)
 	})
-}
-
-// annotateForwardSSE annotates the final event of a recorded Responses
-// stream as forwardStream does live; every other byte stays as recorded.
-func (s *Server) annotateForwardSSE(ctx context.Context, text []byte, q *quote, sr *x402.SettleResponse) []byte {
-	out := make([]byte, 0, len(text)+512)
-	for len(text) > 0 {
-		ev, rest, found := bytes.Cut(text, []byte("\n\n"))
-		text = rest
-		if data, ok := eventData(ev); ok {
-			if e, err := responses.ReadEvent(data); err == nil && e.Final() {
-				ev = frame(e.Type, s.withForwardCost(ctx, data, e, q, sr))
-				ev = ev[:len(ev)-2]
-			}
-		}
-		out = append(out, ev...)
-		if found {
-			out = append(out, '\n', '\n')
-		}
-	}
-	return out
-}
-
-// withForwardCost annotates a final event with what was charged.
-func (s *Server) withForwardCost(ctx context.Context, data []byte, e responses.Event, q *quote, sr *x402.SettleResponse) []byte {
-	ci := s.cost(q, sr, e.Usage)
-	ci.Receipt = s.x402Receipt(ctx, q, e.Usage, ci)
-	return annotateResponse(data, ci)
 }
 
 // eventData is the data of one recorded event ("event: ...\ndata: ...").

@@ -19,15 +19,17 @@ import (
 // replayHeader marks an answer served from a staged response.
 const replayHeader = "X-Llm4agents-Replay"
 
-// annotateSSE annotates the usage event of a staged SSE text as stream does
-// live; every other byte stays as staged.
-func (s *Server) annotateSSE(ctx context.Context, text []byte, q *quote, sr *x402.SettleResponse) []byte {
+// annotateSSE annotates the final event (a chat stream's usage chunk) of a
+// staged or recorded SSE text on wi as stream does live; every other byte
+// stays as kept.
+func (s *Server) annotateSSE(ctx context.Context, wi wire, text []byte, q *quote, sr *x402.SettleResponse) []byte {
 	out := make([]byte, 0, len(text)+512)
 	for len(text) > 0 {
 		ev, rest, found := bytes.Cut(text, []byte("\n\n"))
 		text = rest
-		if data, ok := bytes.CutPrefix(ev, []byte("data: ")); ok && !bytes.Equal(data, []byte("[DONE]")) {
-			ev = append([]byte("data: "), s.withCost(ctx, data, q, sr)...)
+		if e, ok := wi.recorded(ev); ok && e.final {
+			ev = wi.frame(e.typ, s.withCharge(ctx, wi, e, q, sr))
+			ev = ev[:len(ev)-2]
 		}
 		out = append(out, ev...)
 		if found {

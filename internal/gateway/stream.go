@@ -304,18 +304,6 @@ func (s *Server) withCharge(ctx context.Context, wi wire, e streamEvent, q *quot
 	return wi.annotateEvent(e.data, ci)
 }
 
-// withCost annotates the chunk that carries usage (the last one) with what was
-// charged; other chunks pass unchanged.
-func (s *Server) withCost(ctx context.Context, ev []byte, q *quote, sr *x402.SettleResponse) []byte {
-	u := usageOf(ev)
-	if u == nil {
-		return ev
-	}
-	ci := s.cost(q, sr, u)
-	ci.Receipt = s.x402Receipt(ctx, q, u, ci)
-	return annotate(ev, ci)
-}
-
 // sseWriter writes server-sent events, renewing the write deadline on every
 // write; once the client is gone it stops writing but lets the caller keep
 // reading the upstream.

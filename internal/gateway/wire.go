@@ -2,28 +2,24 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/responses"
 	"github.com/llm4agents/llm4agents/internal/upstream"
-	"github.com/llm4agents/llm4agents/x402"
 )
 
 // wire is what tells a chat completion (or embeddings) answer from a
-// passed-through Responses answer where the one payment flow reads or
-// annotates it: the flow (paid, serveAnswer, render) is the same, only
-// where the usage stands and where the annotation goes differ.
+// passed-through Responses answer where the one payment flow reads, writes
+// or annotates it: the flow (paid, complete, stream, deliverThenSettle,
+// stageStream, serveAnswer, render) is the same, only how an answer and its
+// events read, where the usage stands and where the annotation goes differ.
 type wire struct {
 	// usage is the usage a JSON answer body reports, nil when none.
 	usage func(body []byte) *chat.Usage
-	// eventUsage is the usage one recorded event of a stream's text
-	// reports, nil when none.
-	eventUsage func(ev []byte) *chat.Usage
-	// annotateSSE annotates a recorded stream's text as the live stream
-	// was annotated.
-	annotateSSE func(s *Server, ctx context.Context, text []byte, q *quote, sr *x402.SettleResponse) []byte
+	// recorded reads one event of a recorded stream's text (split at its
+	// blank lines), false for what is no event of the upstream's.
+	recorded func(ev []byte) (streamEvent, bool)
 	// text is the output of a JSON answer body, counted when the upstream
 	// reports no usage.
 	text func(body []byte) string
@@ -65,14 +61,14 @@ type streamEvent struct {
 // top level of the body or of the usage chunk.
 var chatWire = wire{
 	usage: completionUsage,
-	eventUsage: func(ev []byte) *chat.Usage {
-		if data, ok := bytes.CutPrefix(ev, []byte("data: ")); ok {
-			return usageOf(data)
+	recorded: func(ev []byte) (streamEvent, bool) {
+		data, ok := bytes.CutPrefix(ev, []byte("data: "))
+		if !ok || bytes.Equal(data, []byte("[DONE]")) {
+			return streamEvent{}, false
 		}
-		return nil
+		return chunkEvent(data), true
 	},
-	annotateSSE: (*Server).annotateSSE,
-	text:        completionText,
+	text: completionText,
 
 	first: func(st upstream.Stream) ([]streamEvent, error) {
 		held, err := firstContent(st)
@@ -114,16 +110,18 @@ var responsesWire = wire{
 		u, _ := responses.ResponseUsage(body)
 		return u
 	},
-	eventUsage: func(ev []byte) *chat.Usage {
-		if data, ok := eventData(ev); ok {
-			if e, err := responses.ReadEvent(data); err == nil {
-				return e.Usage
-			}
+	recorded: func(ev []byte) (streamEvent, bool) {
+		data, ok := eventData(ev)
+		if !ok {
+			return streamEvent{}, false
 		}
-		return nil
+		e, err := responses.ReadEvent(data)
+		if err != nil {
+			return streamEvent{}, false
+		}
+		return respEvent{data: data, ev: e}.streamEvent(), true
 	},
-	annotateSSE: (*Server).annotateForwardSSE,
-	text:        responses.OutputText,
+	text: responses.OutputText,
 
 	first: func(st upstream.Stream) ([]streamEvent, error) {
 		held, err := firstForwardContent(st)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/llm4agents/llm4agents/internal/chat"
 	"github.com/llm4agents/llm4agents/internal/responses"
-	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
 )
 
@@ -74,19 +73,6 @@ func brokenEvent(msg string) respEvent {
 		Param   any    `json:"param"`
 	}{"error", "upstream_stream_broken", msg, nil})
 	return respEvent{data: data, ev: responses.Event{Type: "error"}}
-}
-
-// addFrame adds a framed event to a recorded stream's text, within
-// store.MaxStagedBody as sseText.add.
-func addFrame(t *sseText, b []byte) {
-	if t.over {
-		return
-	}
-	if t.buf.Len()+len(b) > store.MaxStagedBody {
-		t.over = true
-		return
-	}
-	t.buf.Write(b)
 }
 
 // creditForwardStream is creditStream for a passed-through call (D16): the

@@ -39,22 +39,22 @@ func (s *Server) annotateSSE(ctx context.Context, wi wire, text []byte, q *quote
 	return out
 }
 
-// sseText is the SSE text of a stream as staged: each event as
-// "data: <event>\n\n". It stops growing past store.MaxStagedBody.
+// sseText is the SSE text of a stream as staged: each event as its wire
+// frames it ("data: <event>\n\n" for chat). It stops growing past
+// store.MaxStagedBody.
 type sseText struct {
 	buf  bytes.Buffer
 	over bool
 }
 
-func (t *sseText) add(data []byte) {
+// add adds an event b, as framed.
+func (t *sseText) add(b []byte) {
 	if t.over {
 		return
 	}
-	if t.buf.Len()+len(data)+8 > store.MaxStagedBody {
+	if t.buf.Len()+len(b) > store.MaxStagedBody {
 		t.over = true
 		return
 	}
-	t.buf.WriteString("data: ")
-	t.buf.Write(data)
-	t.buf.WriteString("\n\n")
+	t.buf.Write(b)
 }

@@ -92,7 +92,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, wi wire, q *quot
 	var text sseText
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
 	send := func(e streamEvent) {
-		addFrame(&text, wi.frame(e.typ, e.data))
+		text.add(wi.frame(e.typ, e.data))
 		data := e.data
 		if e.final {
 			data = s.withCharge(r.Context(), wi, e, q, sr)
@@ -131,7 +131,7 @@ type streamOpener func(ctx context.Context, body []byte) (upstream.Stream, error
 func endStream(wi wire, sw *sseWriter, text *sseText) {
 	if wi.done != nil {
 		sw.write(wi.done)
-		addFrame(text, wi.done)
+		text.add(wi.done)
 	}
 	sw.flush()
 }
@@ -181,7 +181,7 @@ func (s *Server) deliverThenSettle(w http.ResponseWriter, r *http.Request, wi wi
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
 	var final *streamEvent
 	emit := func(e streamEvent) {
-		addFrame(&text, wi.frame(e.typ, e.data))
+		text.add(wi.frame(e.typ, e.data))
 		if e.final {
 			final = &e // held back for the settlement's annotation
 			return
@@ -275,7 +275,7 @@ func usageOf(ev []byte) *chat.Usage {
 func (s *Server) stageStream(ctx context.Context, wi wire, pd *paywall.Fresh, st upstream.Stream, held []streamEvent) {
 	var text sseText
 	for _, e := range held {
-		addFrame(&text, wi.frame(e.typ, e.data))
+		text.add(wi.frame(e.typ, e.data))
 	}
 	for {
 		e, err := wi.next(st)
@@ -285,13 +285,13 @@ func (s *Server) stageStream(ctx context.Context, wi wire, pd *paywall.Fresh, st
 		if err != nil {
 			s.log.Error("upstream stream broke after a pending settlement", "key", pd.Key(), "err", err)
 			b := wi.broken("the upstream stream broke after the payment was broadcast")
-			addFrame(&text, wi.frame(b.typ, b.data))
+			text.add(wi.frame(b.typ, b.data))
 			break
 		}
-		addFrame(&text, wi.frame(e.typ, e.data))
+		text.add(wi.frame(e.typ, e.data))
 	}
 	if wi.done != nil {
-		addFrame(&text, wi.done)
+		text.add(wi.done)
 	}
 	// The recovery record waits, staged, for the settlement to be seen mined.
 	s.keepText(ctx, pd, &text, nil, false)

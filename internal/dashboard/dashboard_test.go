@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
@@ -505,5 +507,33 @@ func TestKeySpendFromLedger(t *testing.T) {
 	row := between(page, `data-key-id="`+k.ID+`"`, "</tr>")
 	if !strings.Contains(row, "0.002 USDC, 0.002 USDC this period") {
 		t.Errorf("the key's row does not show the ledger's spend of 0.002 USDC:\n%s", row)
+	}
+}
+
+// TestOperatorSignersEachShown: the operator view shows the gas of every
+// facilitator signer, one per network, and warns of the low one even when
+// another network's signer is funded.
+func TestOperatorSignersEachShown(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for net, gwei := range map[string]float64{"eip155:8453": 10, "eip155:84532": 5e9} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "llm4agents_signer_balance_gwei", Help: "signer gas",
+			ConstLabels: prometheus.Labels{"network": net, "signer": "0x00000000000000000000000000000000000000aa"},
+		}, func() float64 { return gwei }))
+	}
+	f := newFixture(t, func(c *Config) { c.Metrics = reg })
+	admin := f.browser(t)
+	admin.signIn(f.admin)
+	status, page := admin.get(Path + "/operator")
+	if status != http.StatusOK {
+		t.Fatalf("operator view: %d", status)
+	}
+	for _, want := range []string{"Facilitator gas on eip155:8453", "Facilitator gas on eip155:84532", ">5 ETH<"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the operator view lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, "Low: settlements stop"); n != 1 {
+		t.Errorf("%d low-gas warnings, want 1 (the signer on eip155:8453)", n)
 	}
 }

@@ -119,9 +119,8 @@ type operatorBody struct {
 	Reconciler  []outcomeRow // what the reconciler resolved, and what reorgs did
 	Anchors     []outcomeRow
 	Models      []modelRow
-	Signer      string
-	SignerGas   string
-	SignerLow   bool
+	// Signers are the facilitator signers' gas, one per network settled on.
+	Signers []signerRow
 	// The receipt log.
 	HasLog        bool
 	LogSize       string
@@ -339,18 +338,24 @@ func (h *Handler) metrics(b *operatorBody) error {
 			slices.SortFunc(b.Models, func(x, y modelRow) int { return int(y.Calls - x.Calls) })
 		case "llm4agents_signer_balance_gwei":
 			for _, m := range f.GetMetric() {
-				b.Signer = label(m, "signer")
-				gwei := int64(m.GetGauge().GetValue())
-				if gwei < 0 {
-					b.SignerGas, b.SignerLow = "unknown (the node did not answer)", true
-					continue
+				r := signerRow{Network: label(m, "network"), Signer: label(m, "signer")}
+				if gwei := int64(m.GetGauge().GetValue()); gwei < 0 {
+					r.Gas, r.Low = "unknown (the node did not answer)", true
+				} else {
+					r.Gas, r.Low = gweiAsETH(gwei), gwei < h.cfg.SignerLowGwei
 				}
-				b.SignerGas = gweiAsETH(gwei)
-				b.SignerLow = gwei < h.cfg.SignerLowGwei
+				b.Signers = append(b.Signers, r)
 			}
 		}
 	}
 	return nil
+}
+
+// signerRow is one facilitator signer's gas on one network: each is shown,
+// so that one chain's empty signer is not hidden behind another's.
+type signerRow struct {
+	Network, Signer, Gas string
+	Low                  bool
 }
 
 // gweiAsETH writes a gwei amount as ETH with nine decimals, trailing zeros

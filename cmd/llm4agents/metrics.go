@@ -13,9 +13,8 @@ import (
 )
 
 // signerBalanceGauge exports the facilitator signer's native balance on
-// network (DECISIONS D19), read from the node at each scrape. It is
-// telemetry in gwei, so a float64 is fine here: no amount is ever computed
-// from it.
+// network (D19), read from the node at each scrape. It is telemetry in gwei,
+// so a float64 is fine here: no amount is ever computed from it.
 func signerBalanceGauge(reg prometheus.Registerer, s *chain.Sender, network string) error {
 	gwei := big.NewInt(1_000_000_000)
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/llm4agents/llm4agents/internal/responses"
@@ -53,63 +52,29 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) responsesStream(w http.ResponseWriter, r *http.Request, body []byte, f Fault) {
-	ctx := r.Context()
-	st, err := s.demo.StreamResponses(ctx, body)
+	st, err := s.demo.StreamResponses(r.Context(), body)
 	if err != nil {
 		writeUpstreamError(w, err)
 		return
 	}
-	defer func() { _ = st.Close() }()
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	_ = rc.Flush()
-	switch {
-	case f.Drop:
-		panic(http.ErrAbortHandler)
-	case f.Garbage:
-		_, _ = io.WriteString(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hel\n\n")
-		_ = rc.Flush()
-		return
-	}
-	sent := 0
-	for {
-		if (f.StallAfter > 0 && sent == f.StallAfter) || (f.DropAfter > 0 && sent == f.DropAfter) {
-			_ = rc.Flush()
-			if f.DropAfter > 0 {
-				panic(http.ErrAbortHandler)
-			}
-			s.wait(ctx, nil)
-			return
-		}
-		ev, err := st.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			s.clientGone(ctx)
-			return
-		}
+	s.sendStream(w, r, st, f, responsesSSE)
+}
+
+// responsesSSE is the Responses event stream: each event named by its
+// type; Fault.NoDone ends it before its final event, Fault.NoUsage sets
+// the final response's usage to null; nothing follows the final event.
+var responsesSSE = sseShape{
+	garbage: "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hel\n\n",
+	event: func(ev []byte, f Fault) ([]byte, bool, bool) {
 		typ, final := eventType(ev)
 		if final && f.NoDone {
-			break
+			return nil, false, true
 		}
 		if final && f.NoUsage {
 			ev = finalWithoutUsage(ev)
 		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, ev); err != nil {
-			s.clientGone(ctx)
-			return
-		}
-		if err := rc.Flush(); err != nil {
-			s.clientGone(ctx)
-			return
-		}
-		sent++
-	}
-	_ = rc.Flush()
+		return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", typ, ev), false, false
+	},
 }
 
 // eventType is the type of a Responses event and whether it is the final

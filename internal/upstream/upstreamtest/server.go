@@ -277,12 +277,42 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, body []byte, f Fault) {
-	ctx := r.Context()
-	st, err := s.demo.Stream(ctx, body)
+	st, err := s.demo.Stream(r.Context(), body)
 	if err != nil {
 		writeUpstreamError(w, err)
 		return
 	}
+	s.sendStream(w, r, st, f, chatSSE)
+}
+
+// sseShape is what tells one event stream from another in sendStream.
+type sseShape struct {
+	// garbage is a cut event, sent alone for Fault.Garbage.
+	garbage string
+	// event frames upstream event ev as sent under f: skip drops it, stop
+	// ends the stream before it.
+	event func(ev []byte, f Fault) (frame []byte, skip, stop bool)
+	// done follows the last event unless Fault.NoDone; "" for none.
+	done string
+}
+
+// chatSSE is the chat completions stream: data lines, the usage chunk
+// dropped for Fault.NoUsage, and [DONE].
+var chatSSE = sseShape{
+	garbage: "data: {\"id\":\"chatcmpl-broken\",\"choices\":[{\"delta\":{\"content\":\"hel\n\n",
+	event: func(ev []byte, f Fault) ([]byte, bool, bool) {
+		if f.NoUsage && bytes.Contains(ev, []byte(`"usage":{`)) {
+			return nil, true, false
+		}
+		return fmt.Appendf(nil, "data: %s\n\n", ev), false, false
+	},
+	done: "data: [DONE]\n\n",
+}
+
+// sendStream writes st to the client as shape frames it, with f's faults:
+// a dropped connection, garbage, a stall or a drop after some events.
+func (s *Server) sendStream(w http.ResponseWriter, r *http.Request, st upstream.Stream, f Fault, shape sseShape) {
+	ctx := r.Context()
 	defer func() { _ = st.Close() }()
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -294,7 +324,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, body []byte, f F
 	case f.Drop:
 		panic(http.ErrAbortHandler)
 	case f.Garbage:
-		_, _ = io.WriteString(w, "data: {\"id\":\"chatcmpl-broken\",\"choices\":[{\"delta\":{\"content\":\"hel\n\n")
+		_, _ = io.WriteString(w, shape.garbage)
 		_ = rc.Flush()
 		return
 	}
@@ -316,10 +346,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, body []byte, f F
 			s.clientGone(ctx)
 			return
 		}
-		if f.NoUsage && bytes.Contains(ev, []byte(`"usage":{`)) {
+		frame, skip, stop := shape.event(ev, f)
+		if stop {
+			break
+		}
+		if skip {
 			continue
 		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", ev); err != nil {
+		if _, err := w.Write(frame); err != nil {
 			s.clientGone(ctx)
 			return
 		}
@@ -329,8 +363,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, body []byte, f F
 		}
 		sent++
 	}
-	if !f.NoDone {
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	if shape.done != "" && !f.NoDone {
+		_, _ = io.WriteString(w, shape.done)
 	}
 	_ = rc.Flush()
 }

@@ -141,7 +141,7 @@ func (s *Server) topUpReceipt(ctx context.Context, key string, amount *big.Int, 
 // keeps it: one receipt per payment, whichever presentation of it asks.
 func (s *Server) paymentReceipt(ctx context.Context, key string, r receipt.Receipt) json.RawMessage {
 	network, _, payer, nonce, err := exact.ParseKey(key) // upto's keys have the same shape
-	if err != nil || !s.paidOn[network] {
+	if err != nil || !s.paysOn(network) {
 		s.log.Error("payment receipt: unreadable payment", "key", key, "err", err)
 		return nil
 	}

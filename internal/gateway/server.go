@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -195,9 +196,8 @@ type Server struct {
 	// primary paywall, the one top-ups pay through.
 	pay *paywall.Set
 	pw  *paywall.Paywall
-	// paidOn are the networks pay takes payments on; payableWith lists
-	// its networks and assets in order, for /v1/models.
-	paidOn      map[string]bool
+	// payableWith lists the networks and assets pay takes payments on, in
+	// order, for /v1/models.
 	payableWith []payableWith
 	// upto is the upto policy (minimum charge, streams) of the networks
 	// that offer upto; nil when none does.
@@ -280,7 +280,6 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	}}, cfg.Networks...)
 	pws := make([]*paywall.Paywall, 0, len(networks))
 	seen := make(map[string]bool, len(networks))
-	s.paidOn = make(map[string]bool, len(networks))
 	for i, n := range networks {
 		pc, err := s.paywallConfig(n)
 		if err == nil && i > 0 && n.Facilitator == nil {
@@ -294,7 +293,6 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 			return nil, fmt.Errorf("gateway: network %s offers asset %s twice", n.Network, pc.AssetAddress.Hex())
 		}
 		seen[id] = true
-		s.paidOn[pc.Network] = true
 		s.payableWith = append(s.payableWith, payableWith{Network: pc.Network, Asset: pc.Asset})
 		pws = append(pws, paywall.New(pc, n.Facilitator, payments, paymentMetrics{s.metrics}, s.log))
 	}
@@ -376,6 +374,11 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no such route"}
 	}))
 	return s, nil
+}
+
+// paysOn reports whether network is one pay takes payments on.
+func (s *Server) paysOn(network string) bool {
+	return slices.ContainsFunc(s.payableWith, func(p payableWith) bool { return p.Network == network })
 }
 
 // paywallConfig is the paywall of network n, with what every network

@@ -52,8 +52,10 @@ func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err
 				return err
 			}
 		}
+		leases := make(map[string]*drawnLease)
+		var leaves []store.LogEntry
 		for i, d := range draws {
-			ok, err := checkDraw(ctx, tx, d)
+			ok, err := checkDraw(ctx, tx, leases, d)
 			if err != nil {
 				if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 					return err
@@ -76,13 +78,28 @@ func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err
 			if _, err := tx.ExecContext(ctx, insertDraw, d.CallID, d.LeaseID, d.Position, d.Charged, d.Cost, now); err != nil {
 				return err
 			}
-			if err := execOne(ctx, tx, addDrawn, d.Charged, d.Cost, d.LeaseID, d.Charged); err != nil {
-				return fmt.Errorf("lease %s: %w", d.LeaseID, err) // checkDraw saw it fit: a bug
-			}
+			l := leases[d.LeaseID]
+			l.drawn += d.Charged
+			l.charged += d.Charged
+			l.cost += d.Cost
 			if d.Receipt != nil && len(d.Receipt.Leaf) > 0 {
-				if err := queueLeaves(ctx, tx, now, []store.LogEntry{{RequestID: d.CallID, Leaf: d.Receipt.Leaf}}); err != nil {
-					return err
-				}
+				leaves = append(leaves, store.LogEntry{RequestID: d.CallID, Leaf: d.Receipt.Leaf})
+			}
+		}
+		// One update per lease and one log counter step per batch, not per
+		// draw: the batch's draws of a lease were judged against its running
+		// total above, so their sum fits as each did.
+		for id, l := range leases {
+			if l.charged == 0 && l.cost == 0 {
+				continue
+			}
+			if err := execOne(ctx, tx, addDrawn, l.charged, min(l.cost, store.MaxAmount), id, l.charged); err != nil {
+				return fmt.Errorf("lease %s: %w", id, err) // checkDraw saw it fit: a bug
+			}
+		}
+		if len(leaves) > 0 {
+			if err := queueLeaves(ctx, tx, now, leaves); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -104,10 +121,20 @@ func unsequenced(draws []store.LeaseDraw) int {
 	return n
 }
 
+// drawnLease is a lease as a batch of draws sees it: read once, then
+// charged in memory by each draw the batch writes, and updated in its row
+// once at the end of the batch.
+type drawnLease struct {
+	hold          store.Hold
+	drawn         int64 // hold.Drawn plus the batch's draws so far
+	charged, cost int64 // the batch's draws so far
+}
+
 // checkDraw decides a draw inside its batch's transaction, which no other
 // writer shares: true if it is to be written, false if it was written
 // before with the same arguments, ErrConflict or ErrNotFound if refused.
-func checkDraw(ctx context.Context, tx wtx, d store.LeaseDraw) (bool, error) {
+// leases holds the batch's leases read so far; checkDraw adds d's.
+func checkDraw(ctx context.Context, tx wtx, leases map[string]*drawnLease, d store.LeaseDraw) (bool, error) {
 	var lease string
 	var pos, charged, cost int64
 	err := tx.QueryRowContext(ctx, selectDraw, d.CallID).Scan(&lease, &pos, &charged, &cost)
@@ -119,18 +146,17 @@ func checkDraw(ctx context.Context, tx wtx, d store.LeaseDraw) (bool, error) {
 	case !errors.Is(err, sql.ErrNoRows):
 		return false, err
 	}
-	h, err := scanHold(tx.QueryRowContext(ctx, selectHold, d.LeaseID))
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, fmt.Errorf("lease %s: %w", d.LeaseID, store.ErrNotFound)
-	case err != nil:
+	l, err := batchLease(ctx, tx, leases, d.LeaseID)
+	if err != nil {
 		return false, err
+	}
+	switch h := l.hold; {
 	case !h.Lease:
 		return false, fmt.Errorf("hold %s is not a lease: %w", d.LeaseID, store.ErrConflict)
 	case h.State != store.HoldHeld:
 		return false, fmt.Errorf("lease %s is %s: %w", d.LeaseID, h.State, store.ErrConflict)
-	case d.Charged > h.Amount-h.Drawn:
-		return false, fmt.Errorf("lease %s has %d left, the draw is %d: %w", d.LeaseID, h.Amount-h.Drawn, d.Charged, store.ErrConflict)
+	case d.Charged > h.Amount-l.drawn:
+		return false, fmt.Errorf("lease %s has %d left, the draw is %d: %w", d.LeaseID, h.Amount-l.drawn, d.Charged, store.ErrConflict)
 	}
 	err = tx.QueryRowContext(ctx, takenPos, d.LeaseID, d.Position).Scan(new(int))
 	switch {
@@ -151,6 +177,25 @@ func checkDraw(ctx context.Context, tx wtx, d store.LeaseDraw) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// batchLease returns the lease id as the batch sees it, reading it the
+// first time the batch names it. A lease that does not exist is not kept:
+// every draw naming it is refused by its own read.
+func batchLease(ctx context.Context, tx wtx, leases map[string]*drawnLease, id string) (*drawnLease, error) {
+	if l, ok := leases[id]; ok {
+		return l, nil
+	}
+	h, err := scanHold(tx.QueryRowContext(ctx, selectHold, id))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, fmt.Errorf("lease %s: %w", id, store.ErrNotFound)
+	case err != nil:
+		return nil, err
+	}
+	l := &drawnLease{hold: h, drawn: h.Drawn}
+	leases[id] = l
+	return l, nil
 }
 
 // CloseLease implements store.Leases.

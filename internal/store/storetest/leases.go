@@ -187,11 +187,24 @@ func testLeaseRefusals(e *leaseEnv) {
 	if h := e.holdRecord("lease-2"); h.Drawn != 50_000 || h.DrawnCost != 60_000 {
 		e.t.Errorf("lease-2 = %+v, want drawn 50000 of 60000", h)
 	}
+	// Draws of one batch count against each other: each fits the lease
+	// alone, not both.
+	e.hold(leaseReq("lease-3", 300_000, nil))
+	errs = e.draw(
+		store.LeaseDraw{LeaseID: "lease-3", CallID: "part-1", Position: 1, Charged: 200_000, Cost: 200_000},
+		store.LeaseDraw{LeaseID: "lease-3", CallID: "part-2", Position: 2, Charged: 200_000, Cost: 200_000},
+		store.LeaseDraw{LeaseID: "lease-3", CallID: "rest", Position: 3, Charged: 100_000, Cost: 150_000},
+	)
+	e.wantResults("Draw of parts that fit alone", errs, nil, store.ErrConflict, nil)
+	if h := e.holdRecord("lease-3"); h.Drawn != 300_000 || h.DrawnCost != 350_000 {
+		e.t.Errorf("lease-3 = %+v, want drawn 300000 of 350000", h)
+	}
+	e.close("lease-3")
 	// A closed lease takes no more draws.
 	e.close("lease-2")
 	e.wantResults("Draw on a closed lease", e.draw(store.LeaseDraw{LeaseID: "lease-2", CallID: "late", Position: 2, Charged: 1, Cost: 1}), store.ErrConflict)
 	e.close("lease-1")
-	e.balances(dollar-550_000, 0)
+	e.balances(dollar-850_000, 0)
 }
 
 func testLeaseNotACallHold(e *leaseEnv) {
@@ -300,13 +313,19 @@ func testLeaseCostSaturates(e *leaseEnv) {
 		errs := e.draw(store.LeaseDraw{LeaseID: "lease-1", CallID: fmt.Sprintf("call-%d", i), Position: int64(i + 1), Charged: 100, Cost: store.MaxAmount})
 		e.wantResults("Draw", errs, nil)
 	}
-	if h := e.holdRecord("lease-1"); h.Drawn != 300 || h.DrawnCost != store.MaxAmount {
-		e.t.Errorf("lease = drawn %d cost %d, want 300 and MaxAmount", h.Drawn, h.DrawnCost)
+	// And within one batch.
+	errs := e.draw(
+		store.LeaseDraw{LeaseID: "lease-1", CallID: "batch-1", Position: 4, Charged: 100, Cost: store.MaxAmount},
+		store.LeaseDraw{LeaseID: "lease-1", CallID: "batch-2", Position: 5, Charged: 100, Cost: store.MaxAmount},
+	)
+	e.wantResults("Draw of a batch", errs, nil, nil)
+	if h := e.holdRecord("lease-1"); h.Drawn != 500 || h.DrawnCost != store.MaxAmount {
+		e.t.Errorf("lease = drawn %d cost %d, want 500 and MaxAmount", h.Drawn, h.DrawnCost)
 	}
-	if h, _ := e.close("lease-1"); h.Captured != 300 || h.Actual != store.MaxAmount {
+	if h, _ := e.close("lease-1"); h.Captured != 500 || h.Actual != store.MaxAmount {
 		e.t.Errorf("CloseLease() = %+v", h)
 	}
-	e.balances(dollar-300, 0)
+	e.balances(dollar-500, 0)
 }
 
 func testLeaseExpiry(e *leaseEnv) {

@@ -59,7 +59,7 @@ func buildCredits(cfg *config.Config, db backend, chain gateway.ChainReader, get
 		return nil, nil, nil, err
 	}
 	keys := credits.NewKeys(cs, log)
-	keys.CacheTTL = cfg.Credits.KeyCache
+	keys.CacheTTL = cfg.Credits.KeyCacheTTL()
 	account := credits.NewHandler(auth, cs, log)
 	account.KeyChanged = keys.Forget
 	c := &gateway.Credits{

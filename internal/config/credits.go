@@ -67,11 +67,13 @@ type Credits struct {
 	// whose maximum cost is larger gets a lease of its own size). Default
 	// one token (1 USDC).
 	LeaseMax string `yaml:"lease_max"`
-	// KeyCache, when set, keeps each API key a replica looked up for that
-	// long (at most 1s), so that a call costs no store read: a key revoked
-	// or changed through another replica then binds here within KeyCache
-	// (through this one, at once). Default 0: every call reads its key.
-	KeyCache time.Duration `yaml:"key_cache"`
+	// KeyCache keeps each API key a replica looked up for that long (at
+	// most 1s), so that a call costs no store read: a key revoked or
+	// changed through another replica binds here when the store tells of
+	// it, and within KeyCache at the latest (through this one, at once).
+	// A pointer, so that an explicit 0 (every call reads its key) is told
+	// from an absent key. Default DefaultKeyCache.
+	KeyCache *time.Duration `yaml:"key_cache"`
 }
 
 // Durability modes of Credits.Durability.
@@ -85,6 +87,10 @@ const (
 	DefaultHoldTTL       = 15 * time.Minute
 	DefaultConfirmations = 1
 	DefaultFlushInterval = 20 * time.Millisecond
+	// DefaultKeyCache is the longest a change to a key may take to bind on
+	// a replica that was not told of it: the one second within which a
+	// revocation must bind everywhere.
+	DefaultKeyCache = time.Second
 	DefaultLeaseWindow   = 5 * time.Second
 	// MaxConfirmations bounds Credits.Confirmations: a deeper wait belongs in
 	// the chain's finality, not in a buyer's retry.
@@ -113,6 +119,9 @@ func (c *Config) setCreditDefaults() {
 	}
 	if cr.LeaseWindow == 0 {
 		cr.LeaseWindow = DefaultLeaseWindow
+	}
+	if cr.KeyCache == nil {
+		cr.KeyCache = new(DefaultKeyCache)
 	}
 	if c.Network.Decimals > MaxDecimals {
 		return // Validate reports it; the defaults below would be huge
@@ -195,9 +204,18 @@ func (c *Config) validateCredits(p *problems) {
 	if _, err := cr.LeaseMaxAmount(); err != nil {
 		p.add("credits.lease_max", "%q: %v", truncate(cr.LeaseMax), err)
 	}
-	if cr.KeyCache < 0 || cr.KeyCache > time.Second {
-		p.add("credits.key_cache", "%s is not between 0 (every call reads its key) and 1s", cr.KeyCache)
+	if d := cr.KeyCacheTTL(); d < 0 || d > time.Second {
+		p.add("credits.key_cache", "%s is not between 0 (every call reads its key) and 1s", d)
 	}
+}
+
+// KeyCacheTTL returns KeyCache, 0 (no cache) when unset and defaults were
+// not applied.
+func (cr *Credits) KeyCacheTTL() time.Duration {
+	if cr.KeyCache == nil {
+		return 0
+	}
+	return *cr.KeyCache
 }
 
 // LeaseMaxAmount returns the validated LeaseMax in atomic units.

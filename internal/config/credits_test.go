@@ -25,7 +25,7 @@ func TestCreditsDefaults(t *testing.T) {
 	}
 	want := Credits{Enabled: true, ReceiptKeyEnv: "LLM4AGENTS_RECEIPT_KEY", TopUpMin: "10000", TopUpMax: "1000000000",
 		HoldTTL: DefaultHoldTTL, Confirmations: 1, Durability: DurabilityLeased, FlushInterval: DefaultFlushInterval,
-		LeaseWindow: DefaultLeaseWindow, LeaseMax: "1000000"}
+		LeaseWindow: DefaultLeaseWindow, LeaseMax: "1000000", KeyCache: new(DefaultKeyCache)}
 	if d := cmp.Diff(want, c.Credits); d != "" {
 		t.Errorf("credits (-want +got):\n%s", d)
 	}
@@ -66,13 +66,15 @@ func TestCreditsDefaults(t *testing.T) {
   flush_interval: 5ms
   lease_window: 2s
   lease_max: 5_000_000
+  key_cache: 0s
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = Credits{Enabled: true, ReceiptKeyEnv: "LLM4AGENTS_RECEIPT_KEY", ReceiptChainID: 84532, TopUpMin: "1_000_000",
 		TopUpMax: "250000000", HoldTTL: time.Hour, SignInOrigin: "https://llm.example.com/", Confirmations: 3,
-		Durability: DurabilityPerCall, FlushInterval: 5 * time.Millisecond, LeaseWindow: 2 * time.Second, LeaseMax: "5_000_000"}
+		Durability: DurabilityPerCall, FlushInterval: 5 * time.Millisecond, LeaseWindow: 2 * time.Second, LeaseMax: "5_000_000",
+		KeyCache: new(time.Duration(0))}
 	if d := cmp.Diff(want, c.Credits); d != "" {
 		t.Errorf("credits (-want +got):\n%s", d)
 	}
@@ -84,6 +86,9 @@ func TestCreditsDefaults(t *testing.T) {
 	}
 	if got := c.SignInOrigin(); got != "https://llm.example.com" {
 		t.Errorf("SignInOrigin = %q", got)
+	}
+	if got := c.Credits.KeyCacheTTL(); got != 0 {
+		t.Errorf("KeyCacheTTL with key_cache: 0s = %v, want 0 (off)", got)
 	}
 
 	// Round trip.

@@ -159,8 +159,10 @@ func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy
 	}
 }
 
-// benchCreditBackends are the credit backends, and the leased ones again
-// with credits.key_cache at its largest (1s): a call then makes no store read.
+// benchCreditBackends are the credit backends (whose tests read the key at
+// every call, key_cache 0), and the leased ones again with credits.key_cache
+// at its default and largest, 1s: a call then makes no store read. The
+// "-keycache" variants are what serve runs by default.
 var benchCreditBackends = append(append([]creditBackend(nil), creditBackends...),
 	creditBackend{name: "sqlite-leased-keycache", open: openCreditSQLite, leased: true, keyCache: time.Second},
 	creditBackend{name: "postgres-leased-keycache", open: openCreditPostgres, leased: true, keyCache: time.Second},

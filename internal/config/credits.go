@@ -90,8 +90,8 @@ const (
 	// DefaultKeyCache is the longest a change to a key may take to bind on
 	// a replica that was not told of it: the one second within which a
 	// revocation must bind everywhere.
-	DefaultKeyCache = time.Second
-	DefaultLeaseWindow   = 5 * time.Second
+	DefaultKeyCache    = time.Second
+	DefaultLeaseWindow = 5 * time.Second
 	// MaxConfirmations bounds Credits.Confirmations: a deeper wait belongs in
 	// the chain's finality, not in a buyer's retry.
 	MaxConfirmations = 1000

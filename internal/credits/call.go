@@ -355,9 +355,24 @@ func (call *Call) release(ctx context.Context) {
 	}
 }
 
+// newRequestID returns a call's id: the time in milliseconds in its first
+// 6 bytes, then 26 random ones (208 bits: unique and unguessable). The
+// time first keeps the ids a replica issues in one flush close together in
+// the stores' indexes keyed by request id (draws, receipts, log leaves), so
+// a batch writes a few pages at their right edge instead of one page per
+// row scattered over the whole index.
 func newRequestID() (string, error) {
+	return requestIDAt(time.Now())
+}
+
+func requestIDAt(t time.Time) (string, error) {
 	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	ms := uint64(t.UnixMilli())
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	if _, err := rand.Read(b[6:]); err != nil {
 		return "", fmt.Errorf("request id: %w", err)
 	}
 	return "0x" + hex.EncodeToString(b[:]), nil

@@ -282,3 +282,31 @@ func TestCallChargeAndRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestID: an id is 32 bytes, the time in milliseconds first, so ids
+// issued later sort after (the stores' indexes then take a flush's ids at
+// their right edge), and the rest random: two ids of one millisecond differ.
+func TestRequestID(t *testing.T) {
+	at := time.UnixMilli(1_764_806_400_123)
+	a, err := requestIDAt(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := requestIDAt(at)
+	later, _ := requestIDAt(at.Add(time.Millisecond))
+	if len(a) != 66 || !strings.HasPrefix(a, "0x") {
+		t.Fatalf("id %q is not 0x and 32 bytes of hex", a)
+	}
+	if want := fmt.Sprintf("0x%012x", at.UnixMilli()); !strings.HasPrefix(a, want) {
+		t.Errorf("id %q does not start with the time %s", a, want)
+	}
+	if a == b || a[14:] == b[14:] {
+		t.Errorf("two ids of one millisecond share their random part: %q, %q", a, b)
+	}
+	if later <= a || later <= b {
+		t.Errorf("an id a millisecond later (%q) does not sort after %q and %q", later, a, b)
+	}
+	if now, _ := newRequestID(); now <= a {
+		t.Errorf("an id issued now (%q) sorts before one of 2025 (%q)", now, a)
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"math/big"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -60,6 +61,9 @@ type Ledger struct {
 	st  store.Ledger
 	cfg Config
 	log *slog.Logger
+	// lostCalls sums the bounds the sweep reported for the leases it
+	// ended (see LostCalls).
+	lostCalls atomic.Int64
 }
 
 // New returns a Ledger on st. A nil log discards log output.
@@ -381,15 +385,26 @@ func (l *Ledger) KeyUsage(ctx context.Context, k Key) (_ store.KeyUsage, err err
 // returns how many it released. A hold expires only if the process that
 // took it died or lost track of it, so a sweep that released any logs a
 // warning with the count.
+//
+// A credit lease it ends had a replica that died (D28): the calls that
+// replica answered and had not written are free, the operator's loss. The
+// store bounds them for each lease by the positions the lease had issued
+// without a draw; each bound is logged and added to LostCalls here, by the
+// one process whose sweep ended the lease.
 func (l *Ledger) SweepExpired(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := l.st.ReleaseExpiredHolds(ctx, sweepBatch)
-		total += n
+		swept, err := l.st.ReleaseExpiredHolds(ctx, sweepBatch)
+		total += swept.Released
+		for _, lost := range swept.Lost {
+			l.lostCalls.Add(lost.Calls)
+			l.log.WarnContext(ctx, "credit lease ended by the sweep: calls its replica answered and never wrote are free (the operator's loss)",
+				"lease", lost.LeaseID, "key_id", lost.KeyID, "lost_calls_bound", lost.Calls)
+		}
 		if err != nil {
 			return total, fmt.Errorf("ledger: sweep expired holds: %w", err)
 		}
-		if n < sweepBatch {
+		if swept.Released < sweepBatch {
 			if total > 0 {
 				l.log.WarnContext(ctx, "released expired holds", "count", total)
 			}
@@ -397,6 +412,12 @@ func (l *Ledger) SweepExpired(ctx context.Context) (int, error) {
 		}
 	}
 }
+
+// LostCalls is the sum, since the process started, of the bounds of the
+// calls lost by the credit leases this process's sweep ended (see
+// store.LostCalls): an upper bound of the leased calls answered and never
+// billed because their replica died before writing them.
+func (l *Ledger) LostCalls() int64 { return l.lostCalls.Load() }
 
 // wrap prefixes a non-nil *errp with the package and the operation.
 func wrap(errp *error, format string, args ...any) {

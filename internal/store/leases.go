@@ -15,13 +15,22 @@ import (
 // draws, written in batches off the calls' path, and the lease's end:
 //
 //	Hold(HoldRequest{Lease: true, ...})    the lease: the slice moves user -> held
+//	Issue([]LeaseMark)                     the positions the replica may hand to calls, ahead of need
 //	Draw([]LeaseDraw)                      batches of calls' charges, with their receipts
 //	CloseLease(id)                         what was drawn is captured, the rest goes back to user
 //
 // A lease whose replica died is ended by ReleaseExpiredHolds at its TTL as
 // CloseLease would end it: the draws it recorded are captured, the rest
 // returns to the owner. Draws the replica had not written yet are lost:
-// those calls were free, the operator's loss, never billed later.
+// those calls were free, the operator's loss, never billed later. How many
+// they were is bounded by the lease's issued mark: a replica answers a call
+// at position p only once a mark of at least p is recorded, so the
+// positions up to the mark without a recorded draw hold every call it
+// answered and never wrote (with calls it released unbilled, or had not
+// answered, and the headroom it had not handed out yet). The sweep returns
+// that bound for each lease it ends (Swept.Lost); a lease closed by its
+// replica has none, as its replica handed out no position it did not
+// write.
 //
 // A lease is never captured or released as a call's hold is: Capture and
 // Release of a lease, and Draw on a hold that is not a lease, are
@@ -88,6 +97,49 @@ func ValidateDraws(draws []LeaseDraw) error {
 	return nil
 }
 
+// LeaseMark asks to raise a lease's issued mark to Mark.
+type LeaseMark struct {
+	LeaseID string
+	// Mark is the highest position the lease's replica may hand to a
+	// call, 1..MaxLeasePosition.
+	Mark int64
+}
+
+// ValidateMarks checks the arguments of Leases.Issue.
+func ValidateMarks(marks []LeaseMark) error {
+	if len(marks) == 0 || len(marks) > MaxDrawBatch {
+		return fmt.Errorf("%d marks, not 1..%d", len(marks), MaxDrawBatch)
+	}
+	for i, m := range marks {
+		switch {
+		case !ValidID(m.LeaseID):
+			return fmt.Errorf("mark %d: invalid lease id", i)
+		case m.Mark < 1 || m.Mark > MaxLeasePosition:
+			return fmt.Errorf("mark %d: %d is outside 1..%d", i, m.Mark, int64(MaxLeasePosition))
+		}
+	}
+	return nil
+}
+
+// Swept is what one ReleaseExpiredHolds call ended.
+type Swept struct {
+	// Released counts the holds and leases it ended.
+	Released int
+	// Lost are the leases it ended with positions issued and no draw
+	// recorded at them: each is ended once, by one sweep, so each bound is
+	// reported once across every process sharing the store.
+	Lost []LostCalls
+}
+
+// LostCalls bounds the calls an ended lease's replica answered and never
+// wrote: the positions up to its issued mark without a recorded draw. It is
+// an upper bound: a position issued may also have gone to a call released
+// unbilled, to one in flight when the replica died, or to none yet.
+type LostCalls struct {
+	LeaseID, KeyID string
+	Calls          int64
+}
+
 // Leases records what calls draw on credit leases.
 type Leases interface {
 	// Draw records draws in one atomic write and returns one error per draw,
@@ -108,6 +160,15 @@ type Leases interface {
 	// sweep ended it. ErrNotFound for no such hold, ErrConflict for a hold
 	// that is not a lease.
 	CloseLease(ctx context.Context, leaseID string) (Hold, Entry, error)
+	// Issue raises the issued marks of open leases, in one atomic write, and
+	// returns one error per mark, in order: nil when the lease's mark is
+	// now at least Mark (a mark is never lowered: a lower or equal one is
+	// a no-op, so a repeat is too); ErrNotFound when the lease does not
+	// exist; ErrConflict when the hold is not a lease or the lease is no
+	// longer open (closed, or ended by the sweep). A refused mark writes
+	// nothing and does not stop the others. The second result is an error
+	// of the write as a whole: then nothing was recorded.
+	Issue(ctx context.Context, marks []LeaseMark) ([]error, error)
 	// OpenLeases returns owner's balances and open leases in asset, read
 	// in one snapshot: what a balance shows as the owner's own (each
 	// lease's amount less its draws) rather than held, and a key's usage

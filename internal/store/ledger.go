@@ -175,6 +175,9 @@ type Hold struct {
 	// is captured, Captured is Drawn and Actual DrawnCost.
 	Lease            bool
 	Drawn, DrawnCost int64
+	// Issued is a lease's issued mark (see Leases.Issue): the highest
+	// position its replica may hand to a call. 0 for a call's hold.
+	Issued int64
 }
 
 // KeyLimits are the caps of the API key a hold is drawn through.
@@ -210,6 +213,11 @@ type HoldRequest struct {
 	// with Leases.Draw and it ends with Leases.CloseLease, never with
 	// Capture or Release. It is compared on a repeated ID.
 	Lease bool
+	// Issued is a lease's first issued mark (see Leases.Issue), placed
+	// with the lease so that its first calls need no other write:
+	// 0..MaxLeasePosition, and 0 for a call's hold. It is not compared on
+	// a repeated ID: the hold returned carries the mark as it stands.
+	Issued int64
 }
 
 // Limit names what refused a hold.
@@ -293,9 +301,11 @@ type Ledger interface {
 	Release(ctx context.Context, holdID string) (Hold, Entry, error)
 	// ReleaseExpiredHolds releases, as EntryExpire, up to limit (> 0) open
 	// holds whose ExpiresAt has come by the store's clock, soonest expired
-	// first, and returns how many it released. Call it periodically, and again
-	// at once while it returns limit.
-	ReleaseExpiredHolds(ctx context.Context, limit int) (int, error)
+	// first, and returns how many it released (an expired lease is ended
+	// as CloseLease ends it), with the calls each lease it ended may have
+	// lost (Swept.Lost). Call it periodically, and again at once while it
+	// returns limit. On an error it returns what it had ended before it.
+	ReleaseExpiredHolds(ctx context.Context, limit int) (Swept, error)
 	// HoldRecord returns the hold with id holdID, or ErrNotFound.
 	HoldRecord(ctx context.Context, holdID string) (Hold, error)
 	// Balance returns an account's balance in asset: 0 for an account that
@@ -426,6 +436,10 @@ func (r HoldRequest) Validate() error {
 		return fmt.Errorf("amount %d is outside 0..%d", r.Amount, MaxAmount)
 	case r.TTL <= 0 || r.TTL > MaxHoldTTL:
 		return fmt.Errorf("hold TTL %v is outside (0, %v]", r.TTL, MaxHoldTTL)
+	case r.Issued < 0 || r.Issued > MaxLeasePosition:
+		return fmt.Errorf("issued mark %d is outside 0..%d", r.Issued, int64(MaxLeasePosition))
+	case r.Issued != 0 && !r.Lease:
+		return errors.New("a call's hold has no issued mark")
 	case r.Key == nil:
 		return nil
 	case !ValidID(r.Key.ID):

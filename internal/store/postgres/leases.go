@@ -10,11 +10,12 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// Credit leases (store.Leases), in the tables of migration 0014. A lease is
-// a row of ledger_holds with lease = 1, placed by Hold like a call's hold;
-// its draws are rows of ledger_lease_draws. It ends through the ledger's
-// resolve statement (CloseLease, or the sweep), which reads drawn and
-// drawn_cost from the lease's row under its lock (ledger.go).
+// Credit leases (store.Leases), in the tables of migrations 0014 and 0018
+// (the issued mark). A lease is a row of ledger_holds with lease = 1,
+// placed by Hold like a call's hold; its draws are rows of
+// ledger_lease_draws. It ends through the ledger's resolve statement
+// (CloseLease, or the sweep), which reads drawn and drawn_cost from the
+// lease's row under its lock (ledger.go).
 //
 // # Draw
 //
@@ -379,6 +380,83 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// issueMarks raises the issued marks $2 of the leases $1, in one
+// statement. It locks the leases in one order, as lockLeases does, so it
+// never deadlocks with a batch of draws on them; what it then reads of
+// them (l) is their latest committed state, which the UPDATE keeps. It
+// returns, for each mark in order, whether its hold exists, is a lease and
+// is open: the mark was raised (or was already as high) if all three.
+const issueMarks = `WITH u AS MATERIALIZED (
+    SELECT lease, mark, ord FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(lease, mark, ord)),
+l AS MATERIALIZED (
+    SELECT hold_id, lease, state FROM ledger_holds
+    WHERE hold_id = ANY($1::text[])
+    ORDER BY hold_id COLLATE "C"
+    FOR UPDATE),
+up AS (
+    UPDATE ledger_holds h SET issued = GREATEST(h.issued, x.mark)
+    FROM (SELECT u.lease, max(u.mark) AS mark FROM u GROUP BY u.lease) AS x, l
+    WHERE h.hold_id = x.lease AND l.hold_id = x.lease AND l.lease = 1 AND l.state = 'held')
+SELECT l.hold_id IS NOT NULL, COALESCE(l.lease, 0), COALESCE(l.state, '')
+FROM u LEFT JOIN l ON l.hold_id = u.lease
+ORDER BY u.ord`
+
+// Issue implements store.Leases.
+func (db *DB) Issue(ctx context.Context, marks []store.LeaseMark) (_ []error, err error) {
+	defer store.Wrap(&err, "postgres", "issue %d marks", len(marks))
+	if err := store.ValidateMarks(marks); err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+
+	ids, values := make([]string, len(marks)), make([]int64, len(marks))
+	for i, m := range marks {
+		ids[i], values[i] = m.LeaseID, m.Mark
+	}
+	type leaseState struct {
+		found bool
+		lease int16
+		state string
+	}
+	for range ledgerAttempts {
+		rows, err := db.pool.Query(ctx, issueMarks, ids, values)
+		var states []leaseState
+		if err == nil {
+			states, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (leaseState, error) {
+				var s leaseState
+				err := row.Scan(&s.found, &s.lease, &s.state)
+				return s, err
+			})
+		}
+		switch {
+		case db.retry(ctx, err, "issue"):
+			continue
+		case err != nil:
+			return nil, db.mapErr(ctx, err)
+		case len(states) != len(marks):
+			return nil, fmt.Errorf("%d rows for %d marks", len(states), len(marks))
+		}
+		results := make([]error, len(marks))
+		for i, s := range states {
+			id := marks[i].LeaseID
+			switch {
+			case !s.found:
+				results[i] = fmt.Errorf("lease %s: %w", id, store.ErrNotFound)
+			case s.lease != 1:
+				results[i] = fmt.Errorf("hold %s is not a lease: %w", id, store.ErrConflict)
+			case s.state != string(store.HoldHeld):
+				results[i] = fmt.Errorf("lease %s is %s: %w", id, s.state, store.ErrConflict)
+			}
+		}
+		return results, nil
+	}
+	return nil, fmt.Errorf("no decision after %d attempts", ledgerAttempts)
 }
 
 // CloseLease implements store.Leases: the ledger's resolution of a lease,

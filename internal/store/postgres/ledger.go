@@ -220,7 +220,8 @@ func (db *DB) Credit(ctx context.Context, opID, owner, asset string, amount int6
 // holdStmt: $1 now, $2 hold id, $3 owner, $4 asset, $5 amount, $6 user
 // account, $7 held account, $8 key id (” for none), $9 key total cap, $10
 // key period in ms (0 for no period cap), $11 key period cap, $12 TTL in
-// ms, $13 args, $14 1 for a credit lease (store.HoldRequest.Lease), else 0.
+// ms, $13 args, $14 1 for a credit lease (store.HoldRequest.Lease), else 0,
+// $15 the lease's first issued mark (store.HoldRequest.Issued).
 // w.start is the cap window the hold counts against (0
 // without a period cap), aligned to the unix epoch as store.PeriodStart.
 const holdStmt = withNow + `,
@@ -287,9 +288,9 @@ p AS (
     FROM e, ub),
 h AS (
     INSERT INTO ledger_holds (hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms,
-        state, expires_at_ms, created_at_ms, seq, lease)
+        state, expires_at_ms, created_at_ms, seq, lease, issued)
     SELECT $2::text, $3::text, $4::text, $5::bigint, $8::text, $10::bigint, w.start,
-        'held', e.created_at_ms + $12::bigint, e.created_at_ms, e.seq, $14::smallint
+        'held', e.created_at_ms + $12::bigint, e.created_at_ms, e.seq, $14::smallint, $15::bigint
     FROM e, w
     RETURNING ` + holdColumns + `)
 SELECT d.verdict, d.ubal, d.kt_held, d.kt_spent, d.kp_held, d.kp_spent, w.start, prev.args, h.*
@@ -336,7 +337,7 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 		var hs holdScan
 		err := db.write(ctx, ledgerLine(r.Owner, r.Asset), &lineWrite{sql: holdStmt,
 			args: []any{now, r.ID, r.Owner, r.Asset, r.Amount, store.UserAccount(r.Owner), store.HeldAccount(r.Owner),
-				keyID, totalCap, periodMs, periodCap, store.CeilMillis(r.TTL), args, lease},
+				keyID, totalCap, periodMs, periodCap, store.CeilMillis(r.TTL), args, lease, r.Issued},
 			dest: hs.dest(&verdict, &userBal, &ktHeld, &ktSpent, &kpHeld, &kpSpent, &windowStart, &prevArgs)})
 		h, found := hs.hold()
 		switch {
@@ -455,6 +456,13 @@ const (
 // (hl), so a Draw that committed while this statement waited for the lock
 // is counted: Draw updates drawn under the same row lock.
 //
+// An expiry of a lease also returns the calls its replica may have lost
+// (store.LostCalls): its issued mark less its draws at positions up to it.
+// Those draws are counted in the statement's snapshot, taken before the
+// lock: a draw committed while it waited (only a live replica draws, and
+// its lease is past its TTL) is counted as lost too, which keeps the
+// bound an upper bound.
+//
 // The owner's balances are locked before the hold, as every write locks
 // them first: hs, the hold as the snapshot saw it, names them (a hold's
 // owner, asset, amount and key never change), and hl, the hold locked, says
@@ -478,12 +486,15 @@ wrong AS MATERIALIZED (
 x AS MATERIALIZED (
     SELECT CASE WHEN hl.lease = 1 AND hl.drawn_cost > 0 THEN 'capture' ELSE $3::text END AS kind,
         CASE WHEN hl.lease = 1 THEN hl.drawn_cost ELSE $4::bigint END AS actual,
-        CASE WHEN hl.lease = 1 THEN hl.drawn ELSE LEAST($4::bigint, hl.amount) END AS charged
+        CASE WHEN hl.lease = 1 THEN hl.drawn ELSE LEAST($4::bigint, hl.amount) END AS charged,
+        CASE WHEN $3::text = 'expire' AND hl.lease = 1 AND hl.issued > 0 THEN hl.issued -
+            (SELECT count(*) FROM ledger_lease_draws dr WHERE dr.lease_id = hl.hold_id AND dr.position <= hl.issued)
+            ELSE 0 END AS lost
     FROM hl),
 o AS MATERIALIZED (
     SELECT hl.owner, hl.asset, hl.amount, hl.key_id, hl.key_period_ms, hl.key_period_start_ms,
         'user:' || hl.owner AS user_account, 'held:' || hl.owner AS held_account,
-        x.kind, x.actual, x.charged,
+        x.kind, x.actual, x.charged, x.lost,
         CASE x.kind WHEN 'capture' THEN 'captured' WHEN 'release' THEN 'released' ELSE 'expired' END AS state
     FROM hl, x, n
     WHERE hl.state = 'held' AND ($3::text <> 'expire' OR hl.expires_at_ms <= n.ms)
@@ -548,7 +559,7 @@ hu AS (
     WHERE h.hold_id = $2::text)
 SELECT d.verdict, e.seq, e.created_at_ms,
     (SELECT balance FROM ub WHERE account LIKE 'user:%'), (SELECT balance FROM ub WHERE account LIKE 'held:%'),
-    o.kind, o.actual, o.charged,
+    o.kind, o.actual, o.charged, o.lost,
     hl.*
 FROM d LEFT JOIN e ON true LEFT JOIN o ON true LEFT JOIN hl ON true`
 
@@ -557,6 +568,9 @@ type resolution struct {
 	verdict string      // verdictOK, verdictAbsent, verdictKind or verdictSettled
 	hold    store.Hold  // as it stands after the statement
 	entry   store.Entry // the resolution's entry; set for verdictOK only
+	// lost is, for a lease it expired, the calls its replica may have lost
+	// (store.LostCalls); set for verdictOK only.
+	lost int64
 }
 
 // resolve ends the open hold holdID, if it is of the kind ends names
@@ -638,12 +652,12 @@ func (db *DB) holdOwner(ctx context.Context, holdID string) (owner, asset string
 func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset string, kind store.EntryKind, actual int64, ends string) (resolution, error) {
 	for range ledgerAttempts {
 		var verdict string
-		var seq, created, userAfter, heldAfter, actualOf, charged *int64
+		var seq, created, userAfter, heldAfter, actualOf, charged, lost *int64
 		var kindOf *string
 		var hs holdScan
 		err := db.write(ctx, ledgerLine(owner, asset), &lineWrite{sql: resolveStmt,
 			args: []any{now, holdID, kind, actual, ends},
-			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter, &kindOf, &actualOf, &charged)})
+			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter, &kindOf, &actualOf, &charged, &lost)})
 		h, found := hs.hold()
 		switch {
 		case db.retry(ctx, err, string(kind)):
@@ -691,7 +705,7 @@ func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset st
 			e.Postings = append(e.Postings, store.Posting{Account: store.AccountLoss, Delta: -loss})
 		}
 		sortPostings(e.Postings)
-		return resolution{verdict: verdict, hold: h, entry: e}, nil
+		return resolution{verdict: verdict, hold: h, entry: e, lost: deref(lost)}, nil
 	}
 	return resolution{}, fmt.Errorf("no decision after %d attempts", ledgerAttempts)
 }
@@ -774,27 +788,27 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 // another sweep, between the two is skipped, so it may return fewer than
 // limit while more remain. An expired lease with draws is captured for
 // them, as CloseLease would end it (see resolveStmt).
-func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err error) {
+func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ store.Swept, err error) {
 	defer store.Wrap(&err, "postgres", "release expired holds")
 	if err := store.CheckLimit(limit); err != nil {
-		return 0, err
+		return store.Swept{}, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
-		return 0, err
+		return store.Swept{}, err
 	}
 	defer cancel()
 
 	var nowMs int64
 	if err := db.pool.QueryRow(ctx, withNow+`SELECT ms FROM n`, db.nowArg()).Scan(&nowMs); err != nil {
-		return 0, db.mapErr(ctx, err)
+		return store.Swept{}, db.mapErr(ctx, err)
 	}
 	rows, err := db.pool.Query(ctx, `SELECT hold_id, owner, asset FROM ledger_holds
 WHERE state = 'held' AND expires_at_ms <= $1
 ORDER BY expires_at_ms, hold_id
 LIMIT $2`, nowMs, limit)
 	if err != nil {
-		return 0, db.mapErr(ctx, err)
+		return store.Swept{}, db.mapErr(ctx, err)
 	}
 	type expired struct{ id, owner, asset string }
 	holds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (expired, error) {
@@ -803,20 +817,24 @@ LIMIT $2`, nowMs, limit)
 		return x, err
 	})
 	if err != nil {
-		return 0, db.mapErr(ctx, err)
+		return store.Swept{}, db.mapErr(ctx, err)
 	}
-	n := 0
+	var swept store.Swept
 	for _, x := range holds {
 		res, err := db.resolveOf(ctx, &nowMs, x.id, x.owner, x.asset, store.EntryExpire, 0, endAny)
 		if err != nil {
-			return n, fmt.Errorf("hold %q: %w", x.id, err)
+			return swept, fmt.Errorf("hold %q: %w", x.id, err)
 		}
 		db.forgetHold(x.id)
-		if res.verdict == verdictOK {
-			n++
+		if res.verdict != verdictOK {
+			continue // ended by another
+		}
+		swept.Released++
+		if res.lost > 0 {
+			swept.Lost = append(swept.Lost, store.LostCalls{LeaseID: x.id, KeyID: res.hold.KeyID, Calls: res.lost})
 		}
 	}
-	return n, nil
+	return swept, nil
 }
 
 // sameArgs compares the arguments an operation id was applied with to a
@@ -1025,23 +1043,23 @@ LEFT JOIN ledger_key_periods p ON $4::bigint > 0 AND p.key_id = $2::text AND p.a
 }
 
 const holdColumns = `hold_id, owner, asset, amount, actual, key_id, key_period_ms, key_period_start_ms, state,
-    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq, lease, drawn, drawn_cost`
+    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq, lease, drawn, drawn_cost, issued`
 
 // holdScan receives one row of holdColumns, each of which may be NULL (an
 // outer join).
 type holdScan struct {
 	id, owner, asset, keyID, state                                                      *string
 	amount, actual, periodMs, periodStart, expires, created, seq, resolved, resolvedSeq *int64
-	lease, drawn, drawnCost                                                             *int64
+	lease, drawn, drawnCost, issued                                                     *int64
 }
 
 // dest returns the scan destinations of the values of first followed by
 // holdColumns.
 func (s *holdScan) dest(first ...any) []any {
-	dest := make([]any, 0, len(first)+17)
+	dest := make([]any, 0, len(first)+18)
 	dest = append(dest, first...)
 	return append(dest, &s.id, &s.owner, &s.asset, &s.amount, &s.actual, &s.keyID, &s.periodMs, &s.periodStart,
-		&s.state, &s.expires, &s.created, &s.seq, &s.resolved, &s.resolvedSeq, &s.lease, &s.drawn, &s.drawnCost)
+		&s.state, &s.expires, &s.created, &s.seq, &s.resolved, &s.resolvedSeq, &s.lease, &s.drawn, &s.drawnCost, &s.issued)
 }
 
 // scanHold reads one row of holdColumns after the values of first: found
@@ -1067,7 +1085,7 @@ func (s *holdScan) hold() (store.Hold, bool) {
 		ExpiresAt: time.UnixMilli(*s.expires).UTC(),
 		CreatedAt: time.UnixMilli(*s.created).UTC(),
 		Seq:       *s.seq, ResolvedSeq: *s.resolvedSeq,
-		Lease: *s.lease == 1, Drawn: *s.drawn, DrawnCost: *s.drawnCost,
+		Lease: *s.lease == 1, Drawn: *s.drawn, DrawnCost: *s.drawnCost, Issued: *s.issued,
 	}
 	if h.State == store.HoldCaptured {
 		h.Captured = store.CapturedOf(h)

@@ -585,11 +585,11 @@ func TestLedgerSharedKeys(t *testing.T) {
 	}
 	clk.Advance(2 * time.Minute)
 	for {
-		n, err := a.ReleaseExpiredHolds(ctx, 100)
+		swept, err := a.ReleaseExpiredHolds(ctx, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n < 100 {
+		if swept.Released < 100 {
 			break
 		}
 	}

@@ -10,11 +10,11 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// Credit leases (store.Leases), in the tables of migration 0014. A lease is
-// a row of ledger_holds with lease = 1; its draws are rows of
-// ledger_lease_draws, written by one write op per batch, each draw checked
-// before anything of it is written, so a refused draw leaves nothing and
-// the others stand.
+// Credit leases (store.Leases), in the tables of migrations 0014 and 0018
+// (the issued mark). A lease is a row of ledger_holds with lease = 1; its
+// draws are rows of ledger_lease_draws, written by one write op per batch,
+// each draw checked before anything of it is written, so a refused draw
+// leaves nothing and the others stand.
 
 const (
 	selectDraw = `SELECT lease_id, position, charged, cost FROM ledger_lease_draws WHERE call_id = ?`
@@ -24,11 +24,19 @@ VALUES (?, ?, ?, ?, ?, ?)`
 	// drawn_cost saturates at store.MaxAmount (see store.Hold.DrawnCost).
 	addDrawn = `UPDATE ledger_holds SET drawn = drawn + ?, drawn_cost = MIN(drawn_cost + ?, 1000000000000000)
 WHERE hold_id = ? AND lease = 1 AND state = 'held' AND drawn <= amount - ?`
+	// raiseIssued never lowers a mark: marks may be written out of order.
+	raiseIssued = `UPDATE ledger_holds SET issued = MAX(issued, ?) WHERE hold_id = ? AND lease = 1 AND state = 'held'`
+	// countIssuedDraws counts a lease's draws at positions up to its mark
+	// (UNIQUE (lease_id, position) makes it an index range).
+	countIssuedDraws = `SELECT count(*) FROM ledger_lease_draws WHERE lease_id = ? AND position <= ?`
 )
 
-// leaseStatements are the statements of a batch of draws, which the writer
-// prepares (its other statements are the ledger's and the receipts').
-func leaseStatements() []string { return []string{selectDraw, takenPos, insertDraw, addDrawn} }
+// leaseStatements are the statements of a batch of draws, of marks and of
+// the sweep's count, which the writer prepares (its other statements are
+// the ledger's and the receipts').
+func leaseStatements() []string {
+	return []string{selectDraw, takenPos, insertDraw, addDrawn, raiseIssued, countIssuedDraws}
+}
 
 // Draw implements store.Leases.
 func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err error) {
@@ -196,6 +204,55 @@ func batchLease(ctx context.Context, tx wtx, leases map[string]*drawnLease, id s
 	l := &drawnLease{hold: h, drawn: h.Drawn}
 	leases[id] = l
 	return l, nil
+}
+
+// Issue implements store.Leases, in one write op.
+func (db *DB) Issue(ctx context.Context, marks []store.LeaseMark) (_ []error, err error) {
+	defer store.Wrap(&err, "sqlite", "issue %d marks", len(marks))
+	if err := store.ValidateMarks(marks); err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := db.gate.Op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+
+	var results []error
+	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		tx := db.wtx(sqlTx)
+		results = make([]error, len(marks))
+		for i, m := range marks {
+			res, err := tx.ExecContext(ctx, raiseIssued, m.Mark, m.LeaseID)
+			if err != nil {
+				return err
+			}
+			raised, err := oneRow(res)
+			if err != nil {
+				return err
+			}
+			if raised {
+				continue
+			}
+			// Not raised: say why, from the row as it stands.
+			h, err := scanHold(tx.QueryRowContext(ctx, selectHold, m.LeaseID))
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				results[i] = fmt.Errorf("lease %s: %w", m.LeaseID, store.ErrNotFound)
+			case err != nil:
+				return err
+			case !h.Lease:
+				results[i] = fmt.Errorf("hold %s is not a lease: %w", m.LeaseID, store.ErrConflict)
+			default:
+				results[i] = fmt.Errorf("lease %s is %s: %w", m.LeaseID, h.State, store.ErrConflict)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return results, nil
 }
 
 // CloseLease implements store.Leases.

@@ -59,11 +59,11 @@ WHERE key_id = ? AND asset = ?`
 WHERE key_id = ? AND asset = ? AND period_ms = ? AND period_start_ms = ?`
 
 	holdColumns = `hold_id, owner, asset, amount, actual, key_id, key_period_ms, key_period_start_ms, state,
-    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq, lease, drawn, drawn_cost`
+    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq, lease, drawn, drawn_cost, issued`
 	selectHold = `SELECT ` + holdColumns + ` FROM ledger_holds WHERE hold_id = ?`
 	insertHold = `INSERT INTO ledger_holds (
-    hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms, state, expires_at_ms, created_at_ms, seq, lease)
-VALUES (?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?, ?)
+    hold_id, owner, asset, amount, key_id, key_period_ms, key_period_start_ms, state, expires_at_ms, created_at_ms, seq, lease, issued)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?)
 RETURNING ` + holdColumns
 	resolveHold = `UPDATE ledger_holds
 SET state = ?, actual = ?, resolved_at_ms = ?, resolved_seq = ?
@@ -234,7 +234,7 @@ func (db *DB) hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 			return err
 		}
 		h, err = scanHold(tx.QueryRowContext(ctx, insertHold,
-			r.ID, r.Owner, r.Asset, r.Amount, keyID, periodMs, periodStart, now+ttlMs, e.CreatedAt.UnixMilli(), e.Seq, boolInt(r.Lease)))
+			r.ID, r.Owner, r.Asset, r.Amount, keyID, periodMs, periodStart, now+ttlMs, e.CreatedAt.UnixMilli(), e.Seq, boolInt(r.Lease), r.Issued))
 		return err
 	})
 	if err != nil {
@@ -369,21 +369,21 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 // ReleaseExpiredHolds implements store.Ledger. limit bounds the work of one
 // write op, which shares its batch's transaction and deadline with other
 // writes: keep it in the hundreds.
-func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err error) {
+func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ store.Swept, err error) {
 	defer store.Wrap(&err, "sqlite", "release expired holds")
 	if err := store.CheckLimit(limit); err != nil {
-		return 0, err
+		return store.Swept{}, err
 	}
 	ctx, cancel, err := db.gate.Op(ctx)
 	if err != nil {
-		return 0, err
+		return store.Swept{}, err
 	}
 	defer cancel()
 
-	var n int
+	var swept store.Swept
 	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
 		tx := db.wtx(sqlTx)
-		n = 0
+		swept = store.Swept{}
 		ids, err := expiredHolds(ctx, tx, db.nowMs(), limit)
 		if err != nil {
 			return err
@@ -393,17 +393,39 @@ func (db *DB) ReleaseExpiredHolds(ctx context.Context, limit int) (_ int, err er
 			if err != nil {
 				return err
 			}
+			lost, err := lostCalls(ctx, tx, cur)
+			if err != nil {
+				return err
+			}
 			if _, _, err := db.expire(ctx, tx, cur); err != nil {
 				return err
 			}
-			n++
+			swept.Released++
+			if lost > 0 {
+				swept.Lost = append(swept.Lost, store.LostCalls{LeaseID: cur.ID, KeyID: cur.KeyID, Calls: lost})
+			}
 		}
 		return nil
 	})
 	if err != nil {
+		return store.Swept{}, err
+	}
+	return swept, nil
+}
+
+// lostCalls is, for the open lease h about to be ended by the sweep, the
+// positions up to its issued mark without a recorded draw (see
+// store.LostCalls); 0 for a call's hold. It is read in the sweep's write,
+// which no other writer shares, so no draw lands between it and the end.
+func lostCalls(ctx context.Context, tx wtx, h store.Hold) (int64, error) {
+	if !h.Lease || h.Issued == 0 {
+		return 0, nil
+	}
+	var drawn int64
+	if err := tx.QueryRowContext(ctx, countIssuedDraws, h.ID, h.Issued).Scan(&drawn); err != nil {
 		return 0, err
 	}
-	return n, nil
+	return h.Issued - drawn, nil
 }
 
 func expiredHolds(ctx context.Context, tx wtx, now int64, limit int) ([]string, error) {
@@ -740,7 +762,7 @@ func scanHold(row interface{ Scan(...any) error }) (store.Hold, error) {
 	var state string
 	var periodMs, periodStart, expires, created, resolved, lease int64
 	err := row.Scan(&h.ID, &h.Owner, &h.Asset, &h.Amount, &h.Actual, &h.KeyID, &periodMs, &periodStart, &state,
-		&expires, &created, &h.Seq, &resolved, &h.ResolvedSeq, &lease, &h.Drawn, &h.DrawnCost)
+		&expires, &created, &h.Seq, &resolved, &h.ResolvedSeq, &lease, &h.Drawn, &h.DrawnCost, &h.Issued)
 	if err != nil {
 		return store.Hold{}, err
 	}

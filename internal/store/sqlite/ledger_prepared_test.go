@@ -55,9 +55,9 @@ func TestLedgerStatementsPrepared(t *testing.T) {
 		}},
 		{"expire", func() error {
 			clk = clk.Add(time.Hour)
-			n, err := db.ReleaseExpiredHolds(ctx, 10)
-			if err == nil && n != 1 {
-				t.Errorf("ReleaseExpiredHolds() = %d, want 1", n)
+			swept, err := db.ReleaseExpiredHolds(ctx, 10)
+			if err == nil && swept.Released != 1 {
+				t.Errorf("ReleaseExpiredHolds() = %+v, want 1 released", swept)
 			}
 			return err
 		}},

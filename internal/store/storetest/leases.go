@@ -48,6 +48,10 @@ func RunLeases(t *testing.T, open OpenLeases) {
 		{"OpenLeases", testLeaseOpenLeases},
 		{"InvalidArguments", testLeaseInvalid},
 		{"Race/Draws", testLeaseRaceDraws},
+		{"Issue", testLeaseIssue},
+		{"IssueInvalid", testLeaseIssueInvalid},
+		{"LostCalls", testLeaseLostCalls},
+		{"Race/IssueAndDraw", testLeaseRaceIssue},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -480,4 +484,251 @@ func testLeaseRaceDraws(e *leaseEnv) {
 	}
 	e.close("lease-1")
 	e.balances(dollar-drawn, 0)
+}
+
+func (e *leaseEnv) issue(marks ...store.LeaseMark) []error {
+	e.t.Helper()
+	errs, err := e.la.Issue(e.ctx, marks)
+	if err != nil {
+		e.t.Fatalf("Issue(%d marks): %v", len(marks), err)
+	}
+	if len(errs) != len(marks) {
+		e.t.Fatalf("Issue(%d marks) returned %d results", len(marks), len(errs))
+	}
+	return errs
+}
+
+func (e *leaseEnv) wantIssued(id string, want int64) {
+	e.t.Helper()
+	if h := e.holdRecord(id); h.Issued != want {
+		e.t.Errorf("lease %s issued = %d, want %d", id, h.Issued, want)
+	}
+}
+
+func testLeaseIssue(e *leaseEnv) {
+	e.credit("c1", alice, usdc, dollar)
+	r := leaseReq("lease-1", 500_000, nil)
+	r.Issued = 8
+	if h := e.hold(r); h.Issued != 8 {
+		e.t.Errorf("Hold(lease, issued 8) = %+v, want issued 8", h)
+	}
+	e.hold(leaseReq("lease-2", 100_000, nil))
+	e.wantIssued("lease-2", 0)
+	// A repeated Hold does not compare the mark: it returns the lease as
+	// it stands.
+	r.Issued = 3
+	if h := e.hold(r); h.Issued != 8 {
+		e.t.Errorf("Hold(lease) again = issued %d, want 8 as it stands", h.Issued)
+	}
+	e.hold(holdReq("call-hold", alice, 1000))
+
+	// Raised, never lowered: a lower or equal mark and a repeat are no-ops.
+	for _, step := range []struct {
+		mark, want int64
+	}{{20, 20}, {20, 20}, {12, 20}, {21, 21}, {store.MaxLeasePosition, store.MaxLeasePosition}, {5, store.MaxLeasePosition}} {
+		e.wantResults(fmt.Sprintf("Issue(%d)", step.mark), e.issue(store.LeaseMark{LeaseID: "lease-2", Mark: step.mark}), nil)
+		e.wantIssued("lease-2", step.want)
+	}
+	// One batch: each mark stands or is refused alone, and two marks of one
+	// lease leave the higher.
+	e.close("lease-2")
+	errs := e.issue(
+		store.LeaseMark{LeaseID: "lease-1", Mark: 40},
+		store.LeaseMark{LeaseID: "lease-2", Mark: store.MaxLeasePosition}, // closed
+		store.LeaseMark{LeaseID: "no-such-lease", Mark: 1},
+		store.LeaseMark{LeaseID: "call-hold", Mark: 1},
+		store.LeaseMark{LeaseID: "lease-1", Mark: 30},
+	)
+	e.wantResults("Issue of a batch", errs, nil, store.ErrConflict, store.ErrNotFound, store.ErrConflict, nil)
+	e.wantIssued("lease-1", 40)
+	e.wantIssued("call-hold", 0)
+	// A closed lease keeps the mark it had: a late mark changes nothing.
+	e.wantIssued("lease-2", store.MaxLeasePosition)
+	e.close("lease-1")
+	e.wantResults("Issue on a closed lease", e.issue(store.LeaseMark{LeaseID: "lease-1", Mark: 41}), store.ErrConflict)
+	e.wantIssued("lease-1", 40)
+	e.release("call-hold")
+}
+
+func testLeaseIssueInvalid(e *leaseEnv) {
+	e.credit("c1", alice, usdc, dollar)
+	e.hold(leaseReq("lease-1", 500_000, nil))
+	many := make([]store.LeaseMark, store.MaxDrawBatch+1)
+	for i := range many {
+		many[i] = store.LeaseMark{LeaseID: "lease-1", Mark: int64(i + 1)}
+	}
+	for _, tc := range []struct {
+		name  string
+		marks []store.LeaseMark
+	}{
+		{"none", nil},
+		{"too many", many},
+		{"bad lease id", []store.LeaseMark{{LeaseID: "a b", Mark: 1}}},
+		{"mark 0", []store.LeaseMark{{LeaseID: "lease-1", Mark: 0}}},
+		{"negative mark", []store.LeaseMark{{LeaseID: "lease-1", Mark: -5}}},
+		{"mark too big", []store.LeaseMark{{LeaseID: "lease-1", Mark: store.MaxLeasePosition + 1}}},
+		{"huge mark", []store.LeaseMark{{LeaseID: "lease-1", Mark: 1 << 62}}},
+		{"one bad of two", []store.LeaseMark{{LeaseID: "lease-1", Mark: 9}, {LeaseID: "lease-1", Mark: -1}}},
+	} {
+		_, err := e.la.Issue(e.ctx, tc.marks)
+		noSentinel(e.t, "Issue("+tc.name+")", err)
+	}
+	e.wantIssued("lease-1", 0)
+	for _, tc := range []struct {
+		name   string
+		issued int64
+		lease  bool
+	}{
+		{"negative", -1, true},
+		{"too big", store.MaxLeasePosition + 1, true},
+		{"on a call's hold", 1, false},
+	} {
+		r := leaseReq("lease-2", 1000, nil)
+		r.Issued, r.Lease = tc.issued, tc.lease
+		_, err := e.la.Hold(e.ctx, r)
+		noSentinel(e.t, "Hold(issued "+tc.name+")", err)
+	}
+	if _, err := e.lb.HoldRecord(e.ctx, "lease-2"); !errors.Is(err, store.ErrNotFound) {
+		e.t.Errorf("HoldRecord(lease-2) = %v, want ErrNotFound: every hold was invalid", err)
+	}
+	e.close("lease-1")
+}
+
+// testLeaseLostCalls: the sweep ending a lease reports the positions up to
+// its issued mark without a draw, once; a lease closed by its replica, one
+// with no mark, and one whose every issued position drew report nothing.
+func testLeaseLostCalls(e *leaseEnv) {
+	e.credit("c1", alice, usdc, dollar)
+	key := &store.KeyLimits{ID: "sk-1", TotalCap: store.NoCap, PeriodCap: store.NoCap}
+	lease := func(id string, issued int64) {
+		r := leaseReq(id, 100_000, key)
+		r.TTL, r.Issued = time.Minute, issued
+		e.hold(r)
+	}
+	draws := func(id string, positions ...int64) {
+		e.t.Helper()
+		var ds []store.LeaseDraw
+		for _, p := range positions {
+			ds = append(ds, store.LeaseDraw{LeaseID: id, CallID: fmt.Sprintf("%s/%d", id, p), Position: p, Charged: 100, Cost: 100})
+		}
+		for i, err := range e.draw(ds...) {
+			if err != nil {
+				e.t.Fatalf("draw %d on %s: %v", i, id, err)
+			}
+		}
+	}
+	lease("dead", 8)
+	e.wantResults("Issue", e.issue(store.LeaseMark{LeaseID: "dead", Mark: 10}), nil)
+	draws("dead", 1, 2, 3, 5, 8, 9) // 10 issued, 6 drawn: 4 lost at most
+	lease("closed", 10)
+	draws("closed", 1, 2)
+	lease("unmarked", 0) // placed before marks were kept: no bound
+	draws("unmarked", 1)
+	lease("all-drawn", 3)
+	draws("all-drawn", 1, 2, 3)
+	lease("beyond", 4) // a draw past the mark leaves the mark's positions
+	draws("beyond", 1, 6)
+	e.close("closed")
+	if h := e.holdRecord("closed"); h.Issued != 10 || h.State != store.HoldCaptured {
+		e.t.Errorf("closed lease = %+v", h)
+	}
+
+	e.clock.Advance(time.Minute)
+	swept := e.sweepLost(e.b, 10)
+	if swept.Released != 4 {
+		e.t.Errorf("sweep released %d, want 4 (dead, unmarked, all-drawn, beyond)", swept.Released)
+	}
+	got := map[string]store.LostCalls{}
+	for _, l := range swept.Lost {
+		got[l.LeaseID] = l
+	}
+	want := map[string]store.LostCalls{
+		"dead":   {LeaseID: "dead", KeyID: "sk-1", Calls: 4},
+		"beyond": {LeaseID: "beyond", KeyID: "sk-1", Calls: 3},
+	}
+	if len(got) != len(want) || len(swept.Lost) != len(want) {
+		e.t.Errorf("sweep lost = %+v, want %+v", swept.Lost, want)
+	}
+	for id, w := range want {
+		if got[id] != w {
+			e.t.Errorf("sweep lost of %s = %+v, want %+v", id, got[id], w)
+		}
+	}
+	if h := e.holdRecord("dead"); h.State != store.HoldCaptured || h.Captured != 600 {
+		e.t.Errorf("swept dead lease = %+v, want its 6 draws captured", h)
+	}
+	// Ended once: the next sweep, on either handle, reports nothing.
+	for _, h := range []store.Ledger{e.a, e.b} {
+		if again := e.sweepLost(h, 10); again.Released != 0 || len(again.Lost) != 0 {
+			e.t.Errorf("sweep again = %+v, want nothing", again)
+		}
+	}
+	// Closing a swept lease returns the sweep's end and counts nothing.
+	if h, _ := e.close("dead"); h.State != store.HoldCaptured {
+		e.t.Errorf("CloseLease(dead) after the sweep = %+v", h)
+	}
+}
+
+// testLeaseRaceIssue races marks from one handle against draws and a
+// close from the other on the same leases: no deadlock, marks never go
+// down, and a lease once closed takes no mark.
+func testLeaseRaceIssue(e *leaseEnv) {
+	const leases, rounds = 4, 40
+	e.credit("c1", alice, usdc, dollar)
+	ids := make([]string, leases)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("lease-%d", i)
+		e.hold(leaseReq(ids[i], 100_000, nil))
+	}
+	errc := make(chan error, 2*rounds+1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for r := range rounds {
+			// Each mark batch names the leases in another order.
+			marks := make([]store.LeaseMark, leases)
+			for i := range marks {
+				marks[i] = store.LeaseMark{LeaseID: ids[(i+r)%leases], Mark: int64(r + 1)}
+			}
+			results, err := e.la.Issue(e.ctx, marks)
+			if err != nil {
+				errc <- fmt.Errorf("Issue: %w", err)
+				return
+			}
+			for i, rerr := range results {
+				if rerr != nil && (marks[i].LeaseID != ids[0] || !errors.Is(rerr, store.ErrConflict)) {
+					errc <- fmt.Errorf("Issue(%s) = %w", marks[i].LeaseID, rerr)
+				}
+			}
+		}
+	})
+	wg.Go(func() {
+		for r := range rounds {
+			draws := make([]store.LeaseDraw, leases)
+			for i := range draws {
+				id := ids[leases-1-(i+r)%leases]
+				draws[i] = store.LeaseDraw{LeaseID: id, CallID: fmt.Sprintf("%s/%d", id, r+1), Position: int64(r + 1), Charged: 1, Cost: 1}
+			}
+			if _, err := e.lb.Draw(e.ctx, draws); err != nil {
+				errc <- fmt.Errorf("Draw: %w", err)
+				return
+			}
+			if r == rounds/2 {
+				if _, _, err := e.lb.CloseLease(e.ctx, ids[0]); err != nil {
+					errc <- fmt.Errorf("CloseLease: %w", err)
+				}
+			}
+		}
+	})
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		e.t.Error(err)
+	}
+	for _, id := range ids[1:] {
+		e.wantIssued(id, rounds)
+		e.close(id)
+	}
+	if h := e.holdRecord(ids[0]); h.Issued > rounds || h.State != store.HoldCaptured {
+		e.t.Errorf("lease closed during the race = %+v", h)
+	}
 }

@@ -832,11 +832,16 @@ func testLedgerReleaseIdempotent(e *ledgerEnv) {
 
 func (e *ledgerEnv) sweep(h store.Ledger, limit int) int {
 	e.t.Helper()
-	n, err := h.ReleaseExpiredHolds(e.ctx, limit)
+	return e.sweepLost(h, limit).Released
+}
+
+func (e *ledgerEnv) sweepLost(h store.Ledger, limit int) store.Swept {
+	e.t.Helper()
+	swept, err := h.ReleaseExpiredHolds(e.ctx, limit)
 	if err != nil {
 		e.t.Fatalf("ReleaseExpiredHolds(%d): %v", limit, err)
 	}
-	return n
+	return swept
 }
 
 func testLedgerExpiry(e *ledgerEnv) {

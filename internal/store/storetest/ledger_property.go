@@ -711,11 +711,11 @@ func testLedgerPropertySeed(t *testing.T, open OpenLedger, seed uint64) {
 // checks every invariant as of now.
 func (m *ledgerModel) sweepAndCheck(ctx context.Context, l store.Ledger, now time.Time) []error {
 	for {
-		n, err := l.ReleaseExpiredHolds(ctx, 5)
+		swept, err := l.ReleaseExpiredHolds(ctx, 5)
 		if err != nil {
 			return []error{fmt.Errorf("ReleaseExpiredHolds: %w", err)}
 		}
-		if n < 5 {
+		if swept.Released < 5 {
 			break
 		}
 	}

@@ -1,0 +1,1 @@
+ALTER TABLE ledger_holds DROP COLUMN issued;

@@ -1,0 +1,11 @@
+-- The issued mark of a credit lease (store.Leases.Issue, docs/DESIGN.md D28):
+-- the highest position its replica may hand to a call. A replica answers a
+-- call at position p only once issued >= p is committed, and raises the mark
+-- ahead of need, off the calls' path. When the sweep ends a lease whose
+-- replica died, issued less the draws recorded at positions up to it bounds
+-- the calls that replica answered and never wrote: the operator's loss,
+-- counted once, by the process whose sweep ended the lease.
+--
+-- 0 for a call's hold, and for a lease placed before this column: no bound
+-- is known for it.
+ALTER TABLE ledger_holds ADD COLUMN issued BIGINT NOT NULL DEFAULT 0 CHECK (issued >= 0);

@@ -109,7 +109,7 @@ func watchKeys(w keyWatcher, keys *credits.Keys, log *slog.Logger) (stop func())
 			log.Warn("key changes no longer watched; cached keys bind within their TTL", "err", err)
 		}
 	}()
-	log.Info("key changes watched: a key changed elsewhere leaves the key cache when the store tells of it", "key_cache", keys.CacheTTL)
+	log.Info("key changes watched: a key changed elsewhere leaves the key cache when the store tells of it", "key_cache", keys.CacheTTL.String())
 	return func() {
 		cancel()
 		<-done

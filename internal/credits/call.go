@@ -274,11 +274,14 @@ func admitOutcome(err error) string {
 
 // Charge ends call charged for u: its cost, capped at its hold (D16). Given
 // the charge, receiptOf returns the receipt to keep (nil for none): a leased
-// call's is queued with its draw, another's stored once charged. receiptOf
-// is not called when the capture fails: the answer then goes out unbilled,
-// and the hold stays until the sweep releases it to the buyer. That is the
-// operator's loss, never the buyer's: nothing is billed later.
-func (call *Call) Charge(ctx context.Context, u chat.Usage, receiptOf func(ledger.Charge) *store.StoredReceipt) {
+// call's is queued with its draw, another's stored with its capture or
+// once charged. It reports whether the call was charged (for a leased
+// call: its draw queued). When the capture fails the answer goes out
+// unbilled, and the hold stays until the sweep releases it to the buyer.
+// That is the operator's loss, never the buyer's: nothing is billed later.
+// receiptOf may run inside the capture's store write, which can still fail
+// after it returned: what it computed counts only when Charge reports true.
+func (call *Call) Charge(ctx context.Context, u chat.Usage, receiptOf func(ledger.Charge) *store.StoredReceipt) (charged bool) {
 	c := call.calls
 	u.PromptTokens, u.CompletionTokens = max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
 	outcome := "charged"
@@ -292,20 +295,21 @@ func (call *Call) Charge(ctx context.Context, u chat.Usage, receiptOf func(ledge
 	if call.ticket != nil {
 		ch := c.cfg.Leases.Charge(call.ticket, u, call.Quote.Price, kept)
 		c.countCharge(ch, outcome)
-		return
+		return true
 	}
 	// The answer was produced and is being delivered: the capture must not
 	// depend on the client staying.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
+	if c.cfg.Receipts != nil && c.cfg.Ledger.KeepsReceipts() {
+		return call.chargeKeeping(ctx, u, kept, &outcome)
+	}
 	start := c.now()
 	ch, err := c.cfg.Ledger.Charge(ctx, call.ID, u, call.Quote.Price)
 	c.cfg.Metrics.LedgerLatency("capture", c.now().Sub(start))
 	if err != nil {
-		c.cfg.Metrics.Credit("unbilled")
-		c.cfg.Log.Error("credit capture failed; the hold stays until the sweep releases it",
-			"request_id", call.ID, "key_id", call.Key.ID, "err", err)
-		return
+		call.unbilled(err)
+		return false
 	}
 	if rec := kept(ch); rec != nil && c.cfg.Receipts != nil {
 		start := c.now()
@@ -319,6 +323,33 @@ func (call *Call) Charge(ctx context.Context, u chat.Usage, receiptOf func(ledge
 		}
 	}
 	c.countCharge(ch, outcome)
+	return true
+}
+
+// chargeKeeping is Charge's capture and receipt in one store write (the
+// ledger's ChargeKeeping): one durable write after the answer, not two.
+func (call *Call) chargeKeeping(ctx context.Context, u chat.Usage, receiptOf func(ledger.Charge) *store.StoredReceipt, outcome *string) bool {
+	c := call.calls
+	start := c.now()
+	ch, kept, err := c.cfg.Ledger.ChargeKeeping(ctx, call.ID, u, call.Quote.Price, receiptOf)
+	c.cfg.Metrics.LedgerLatency("capture", c.now().Sub(start))
+	if err != nil {
+		call.unbilled(err)
+		return false
+	}
+	if !kept {
+		*outcome = "charged_no_receipt"
+	}
+	c.countCharge(ch, *outcome)
+	return true
+}
+
+// unbilled counts and logs a capture that failed: the call was answered
+// and is free, the operator's loss.
+func (call *Call) unbilled(err error) {
+	call.calls.cfg.Metrics.Credit("unbilled")
+	call.calls.cfg.Log.Error("credit capture failed; the hold stays until the sweep releases it",
+		"request_id", call.ID, "key_id", call.Key.ID, "err", err)
 }
 
 func (c *Calls) countCharge(ch ledger.Charge, outcome string) {

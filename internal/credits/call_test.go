@@ -310,3 +310,70 @@ func TestRequestID(t *testing.T) {
 		t.Errorf("an id issued now (%q) sorts before one of 2025 (%q)", now, a)
 	}
 }
+
+// failingCapturer is a store whose capture with a receipt fails after it
+// asked for the receipt, as a write whose commit fails does.
+type failingCapturer struct{ *sqlite.DB }
+
+func (f failingCapturer) CaptureWithReceipt(ctx context.Context, id string, actual int64,
+	receiptOf func(store.Hold, store.Entry) *store.StoredReceipt) (store.CaptureResult, error) {
+	receiptOf(store.Hold{ID: id, Captured: actual}, store.Entry{Seq: 99})
+	return store.CaptureResult{}, errors.New("commit: disk I/O error")
+}
+
+// TestCallChargeKeeping: with a store that keeps the receipt in the
+// capture's write, a charge whose write fails after the receipt was made
+// reports no charge (the caller drops what receiptOf computed) and is
+// counted unbilled, and one whose receipt the store refuses stands.
+func TestCallChargeKeeping(t *testing.T) {
+	f := newCallsFixture(t, 10_000)
+	secret, k := storeKey(t, f.db, owner, nil)
+	receiptOf := func(id string, env string) func(ledger.Charge) *store.StoredReceipt {
+		return func(ch ledger.Charge) *store.StoredReceipt {
+			return &store.StoredReceipt{RequestID: id, Owner: owner, KeyID: k.ID, Seq: ch.Seq, Envelope: []byte(env)}
+		}
+	}
+	admit := func(calls *Calls) *Call {
+		t.Helper()
+		call, err := calls.Admit(t.Context(), Request{Secret: secret, Model: "m", Remedy: "lower max_tokens", Quote: quoteOf(100, 50)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return call
+	}
+	if !f.ledger.KeepsReceipts() {
+		t.Fatal("a ledger on SQLite does not keep receipts with its captures")
+	}
+
+	// The receipt's id already holds another receipt: the charge stands.
+	call := admit(f.calls)
+	if err := f.db.PutReceipt(t.Context(), store.StoredReceipt{RequestID: call.ID, Owner: owner, Envelope: []byte(`{"other":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if !call.Charge(t.Context(), chat.Usage{PromptTokens: 100, CompletionTokens: 20}, receiptOf(call.ID, `{"r":1}`)) {
+		t.Fatal("Charge with a refused receipt reported no charge")
+	}
+	if avail, held := f.balance(t); avail != 10_000-140 || held != 0 {
+		t.Fatalf("after the charge: available %d, held %d; want 140 charged", avail, held)
+	}
+	if got := f.metrics.count("charged_no_receipt"); got != 1 {
+		t.Errorf("charged_no_receipt counted %d times, want 1", got)
+	}
+
+	// The write fails after receiptOf ran: no charge, the hold stays.
+	failing, err := ledger.New(failingCapturer{f.db}, ledger.Config{Asset: ledger.AssetID("eip155:84532", common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e"))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := NewCalls(CallsConfig{Keys: NewKeys(f.db, nil), Ledger: failing, Receipts: f.db, Metrics: f.metrics, Log: (&logBuffer{}).logger()})
+	call = admit(calls)
+	if call.Charge(t.Context(), chat.Usage{PromptTokens: 100, CompletionTokens: 20}, receiptOf(call.ID, `{"r":2}`)) {
+		t.Fatal("Charge whose write failed reported a charge")
+	}
+	if avail, held := f.balance(t); avail != 10_000-140-200 || held != 200 {
+		t.Fatalf("after a failed charge: available %d, held %d; want the hold left for the sweep", avail, held)
+	}
+	if got := f.metrics.count("unbilled"); got != 1 {
+		t.Errorf("unbilled counted %d times, want 1", got)
+	}
+}

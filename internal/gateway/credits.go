@@ -294,9 +294,12 @@ func (s *Server) creditComplete(w http.ResponseWriter, r *http.Request, wi wire,
 // receipt (D18), and returns what to annotate the answer with: without a
 // charge, only the request id.
 func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usage) creditOutcome {
-	out := creditOutcome{info: creditInfo{RequestID: call.ID}}
 	u.PromptTokens, u.CompletionTokens = max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
-	call.Charge(ctx, u, func(ch ledger.Charge) *store.StoredReceipt {
+	// The charge's outcome is built in a copy: the closure may run inside a
+	// store write that still fails, and then the answer says no charge.
+	var out creditOutcome
+	charged := call.Charge(ctx, u, func(ch ledger.Charge) *store.StoredReceipt {
+		out = creditOutcome{info: creditInfo{RequestID: call.ID}}
 		out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
 		out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
 		out.info.Usage = &u
@@ -315,6 +318,12 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 		}
 		return &rec
 	})
+	if !charged {
+		return creditOutcome{info: creditInfo{RequestID: call.ID}}
+	}
+	if out.info.RequestID == "" { // charged, and receiptOf never ran
+		out.info.RequestID = call.ID
+	}
 	return out
 }
 

@@ -1098,9 +1098,24 @@ func (f *faultyLedger) Capture(ctx context.Context, id string, actual int64) (st
 	return f.Ledger.Capture(ctx, id, actual)
 }
 
+// faultyCapturer fails a capture with its receipt after the receipt was
+// made, as a write whose commit fails does.
+type faultyCapturer struct{ store.Ledger }
+
+func (f faultyCapturer) CaptureWithReceipt(ctx context.Context, id string, _ int64,
+	receiptOf func(store.Hold, store.Entry) *store.StoredReceipt) (store.CaptureResult, error) {
+	h, err := f.HoldRecord(ctx, id)
+	if err != nil {
+		return store.CaptureResult{}, err
+	}
+	receiptOf(h, store.Entry{Seq: 1})
+	return store.CaptureResult{}, errors.New("disk I/O error")
+}
+
 // TestCreditStoreFaults: a store failing at the hold calls no upstream (fail
 // closed); one failing at the capture serves the answer unbilled, its hold
-// left to the sweep.
+// left to the sweep, with no receipt even when one was signed inside the
+// capture's failed write.
 func TestCreditStoreFaults(t *testing.T) {
 	eachCreditBackend(t, func(t *testing.T, b creditBackend) {
 		t.Run("hold", func(t *testing.T) {
@@ -1121,29 +1136,46 @@ func TestCreditStoreFaults(t *testing.T) {
 				t.Errorf("%d upstream calls with the store down", n)
 			}
 		})
-		t.Run("capture", func(t *testing.T) {
-			if b.leased {
-				t.Skip("a leased call writes no capture on its path; a failing draw write is ledger's TestLeasesStoreDown")
-			}
-			e := newCreditEnv(t, creditOpts{backend: b, wrap: func(l store.Ledger) store.Ledger {
+		for _, tc := range []struct {
+			name string
+			wrap func(store.Ledger) store.Ledger
+		}{
+			{"capture", func(l store.Ledger) store.Ledger {
 				return &faultyLedger{Ledger: l, captureErr: errors.New("disk I/O error")}
-			}})
-			e.topUp(t, alice, 1_000_000)
-			secret, _ := e.newKey(t, alice, nil)
-			resp := e.chat(t, secret, chatBody)
-			body := readAll(t, resp)
-			if resp.StatusCode != http.StatusOK || resp.Header.Get(receipt.Header) != "" {
-				t.Fatalf("status %d, receipt %q: %s", resp.StatusCode, resp.Header.Get(receipt.Header), body)
-			}
-			h, err := e.db.HoldRecord(t.Context(), resp.Header.Get(gateway.HeaderRequestID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if h.State != store.HoldHeld || h.Captured != 0 {
-				t.Errorf("hold %+v, want it open for the sweep", h)
-			}
-		})
+			}},
+			{"capture with its receipt", func(l store.Ledger) store.Ledger { return faultyCapturer{l} }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if b.leased {
+					t.Skip("a leased call writes no capture on its path; a failing draw write is ledger's TestLeasesStoreDown")
+				}
+				testCaptureFault(t, newCreditEnv(t, creditOpts{backend: b, wrap: tc.wrap}))
+			})
+		}
 	})
+}
+
+// testCaptureFault: a credit call whose capture fails is answered unbilled,
+// its hold left to the sweep, and its answer names no charge and carries
+// no receipt.
+func testCaptureFault(t *testing.T, e *creditEnv) {
+	e.topUp(t, alice, 1_000_000)
+	secret, _ := e.newKey(t, alice, nil)
+	resp := e.chat(t, secret, chatBody)
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(receipt.Header) != "" {
+		t.Fatalf("status %d, receipt %q: %s", resp.StatusCode, resp.Header.Get(receipt.Header), body)
+	}
+	h, err := e.db.HoldRecord(t.Context(), resp.Header.Get(gateway.HeaderRequestID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.State != store.HoldHeld || h.Captured != 0 {
+		t.Errorf("hold %+v, want it open for the sweep", h)
+	}
+	if strings.Contains(string(body), `"charged"`) {
+		t.Errorf("the answer of an unbilled call names a charge: %s", body)
+	}
 }
 
 // TestCreditUpstreamFails: an upstream failure releases the hold.

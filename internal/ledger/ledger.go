@@ -278,23 +278,32 @@ func charge(h store.Hold, e store.Entry) Charge {
 // is store.ErrConflict, as is charging a released or expired hold.
 func (l *Ledger) Charge(ctx context.Context, holdID string, u chat.Usage, p pricing.Price) (_ Charge, err error) {
 	defer wrap(&err, "charge %s", holdID)
-	cost := pricing.Cost(u, p)
-	actual, err := amount("cost", cost)
-	if err != nil {
-		// Beyond any hold: all of it is loss; record as much as the store
-		// takes rather than leave the hold open.
-		l.log.WarnContext(ctx, "call cost above the ledger's bound; recording the bound", "hold", holdID, "cost", cost.String())
-		actual = store.MaxAmount
-	}
-	h, e, err := l.st.Capture(ctx, holdID, actual)
+	h, e, err := l.st.Capture(ctx, holdID, l.actual(ctx, holdID, u, p))
 	if err != nil {
 		return Charge{}, err
 	}
+	l.warnLoss(ctx, h)
+	return charge(h, e), nil
+}
+
+// actual is what a capture records for usage u at price p: its cost, or
+// the ledger's bound for a cost beyond it (all of it loss: recording as
+// much as the store takes rather than leave the hold open).
+func (l *Ledger) actual(ctx context.Context, holdID string, u chat.Usage, p pricing.Price) int64 {
+	cost := pricing.Cost(u, p)
+	actual, err := amount("cost", cost)
+	if err != nil {
+		l.log.WarnContext(ctx, "call cost above the ledger's bound; recording the bound", "hold", holdID, "cost", cost.String())
+		return store.MaxAmount
+	}
+	return actual
+}
+
+func (l *Ledger) warnLoss(ctx context.Context, h store.Hold) {
 	if h.Loss > 0 {
 		l.log.WarnContext(ctx, "call cost more than its hold; the rest is the operator's loss",
-			"hold", holdID, "held", h.Amount, "cost", h.Actual, "loss", h.Loss)
+			"hold", h.ID, "held", h.Amount, "cost", h.Actual, "loss", h.Loss)
 	}
-	return charge(h, e), nil
 }
 
 // Release ends the call held by holdID with nothing charged: nothing was

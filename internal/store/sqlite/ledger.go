@@ -298,31 +298,35 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 	var h store.Hold
 	var e store.Entry
 	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
-		tx := db.wtx(sqlTx)
-		cur, err := scanHold(tx.QueryRowContext(ctx, selectHold, holdID))
-		if err != nil {
-			return err
-		}
-		switch {
-		case cur.Lease:
-			return fmt.Errorf("hold is a lease: %w", store.ErrConflict)
-		case cur.State == store.HoldHeld:
-			h, e, err = db.resolve(ctx, tx, cur, store.EntryCapture, actual, min(actual, cur.Amount))
-			return err
-		case cur.State == store.HoldCaptured && cur.Actual == actual:
-			h = cur
-			e, err = loadEntry(ctx, tx, cur.ResolvedSeq)
-			return err
-		case cur.State == store.HoldCaptured:
-			return fmt.Errorf("hold was captured for %d, not %d: %w", cur.Actual, actual, store.ErrConflict)
-		default:
-			return fmt.Errorf("hold is %s: %w", cur.State, store.ErrConflict)
-		}
+		var err error
+		h, e, err = capture(ctx, db, db.wtx(sqlTx), holdID, actual)
+		return err
 	})
 	if err != nil {
 		return store.Hold{}, store.Entry{}, err
 	}
 	return h, e, nil
+}
+
+// capture is Capture's op, inside a write batch.
+func capture(ctx context.Context, db *DB, tx wtx, holdID string, actual int64) (store.Hold, store.Entry, error) {
+	cur, err := scanHold(tx.QueryRowContext(ctx, selectHold, holdID))
+	if err != nil {
+		return store.Hold{}, store.Entry{}, err
+	}
+	switch {
+	case cur.Lease:
+		return store.Hold{}, store.Entry{}, fmt.Errorf("hold is a lease: %w", store.ErrConflict)
+	case cur.State == store.HoldHeld:
+		return db.resolve(ctx, tx, cur, store.EntryCapture, actual, min(actual, cur.Amount))
+	case cur.State == store.HoldCaptured && cur.Actual == actual:
+		e, err := loadEntry(ctx, tx, cur.ResolvedSeq)
+		return cur, e, err
+	case cur.State == store.HoldCaptured:
+		return store.Hold{}, store.Entry{}, fmt.Errorf("hold was captured for %d, not %d: %w", cur.Actual, actual, store.ErrConflict)
+	default:
+		return store.Hold{}, store.Entry{}, fmt.Errorf("hold is %s: %w", cur.State, store.ErrConflict)
+	}
 }
 
 // Release implements store.Ledger.

@@ -64,6 +64,15 @@ func TestCreditMetrics(t *testing.T) {
 			if got := m[`llm4agents_credit_leases_total{event="opened"}`]; got != 1 {
 				t.Errorf("leases opened = %v, want 1", got)
 			}
+			// The lease was placed with its first issued mark: no call
+			// waited for one.
+			if got, ok := m[`llm4agents_credit_lease_issue_waits_total{outcome="waited"}`]; !ok || got != 0 {
+				t.Errorf("calls that waited for an issued mark = %v (exported: %v), want 0", got, ok)
+			}
+		}
+		// No lease ended by the sweep: nothing lost.
+		if got, ok := m[`llm4agents_credit_lost_calls_bound_total`]; !ok || got != 0 {
+			t.Errorf("lost calls bound = %v (exported: %v), want 0", got, ok)
 		}
 		for op, want := range timings {
 			if got := m[`llm4agents_credit_ledger_duration_seconds_count{op="`+op+`"}`]; got != want {

@@ -157,8 +157,8 @@ func (c creditMetrics) LedgerLatency(op string, d time.Duration) { c.m.ledgerLat
 // leaseCollector exports a replica's credit lease counters (D28), read
 // from the leases at each scrape.
 type leaseCollector struct {
-	ls                         *ledger.Leases
-	leases, draws, flushErrors *prometheus.Desc
+	ls                                     *ledger.Leases
+	leases, draws, flushErrors, issueWaits *prometheus.Desc
 }
 
 func newLeaseCollector(ls *ledger.Leases) *leaseCollector {
@@ -172,6 +172,10 @@ func newLeaseCollector(ls *ledger.Leases) *leaseCollector {
 				"the lease had ended: a free call, the operator's loss).", []string{"outcome"}, nil),
 		flushErrors: prometheus.NewDesc("llm4agents_credit_draw_flush_errors_total",
 			"Batches of draws the store failed to write; they are retried at the next flush.", nil, nil),
+		issueWaits: prometheus.NewDesc("llm4agents_credit_lease_issue_waits_total",
+			"Leased calls that found their lease's issued mark (the positions the store has recorded as handed out, written ahead "+
+				"of the calls every flush) reached and waited on their path for it to be raised: waited (every such call), refused "+
+				"(of those, refused with 503 because the store could not raise it in time; never answered unaccounted).", []string{"outcome"}, nil),
 	}
 }
 
@@ -179,6 +183,7 @@ func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.leases
 	ch <- c.draws
 	ch <- c.flushErrors
+	ch <- c.issueWaits
 }
 
 func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
@@ -189,4 +194,29 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.draws, prometheus.CounterValue, float64(n.Drawn), "written")
 	ch <- prometheus.MustNewConstMetric(c.draws, prometheus.CounterValue, float64(n.Unbilled), "unbilled")
 	ch <- prometheus.MustNewConstMetric(c.flushErrors, prometheus.CounterValue, float64(n.FlushErrors))
+	ch <- prometheus.MustNewConstMetric(c.issueWaits, prometheus.CounterValue, float64(n.IssueWaits), "waited")
+	ch <- prometheus.MustNewConstMetric(c.issueWaits, prometheus.CounterValue, float64(n.IssueRefused), "refused")
+}
+
+// lostCallsCollector exports the bound of the leased calls lost by the
+// replicas whose leases this process's sweep ended (D28), read from the
+// ledger at each scrape. Any replica with credits sweeps, leased or not,
+// so each lease ended is counted once, by the one that ended it.
+type lostCallsCollector struct {
+	l    *ledger.Ledger
+	desc *prometheus.Desc
+}
+
+func newLostCallsCollector(l *ledger.Ledger) *lostCallsCollector {
+	return &lostCallsCollector{l: l, desc: prometheus.NewDesc("llm4agents_credit_lost_calls_bound_total",
+		"An upper bound of the leased calls answered and never billed because their replica died before writing them (the operator's "+
+			"loss), counted when this process's sweep ends the dead replica's lease: the positions the lease had issued without a "+
+			"recorded draw. It also counts calls in flight or released when the replica died, and the positions issued ahead of "+
+			"its calls (at most 1024 per lease it held open). Each lease is counted once across replicas; see the log for each.", nil, nil)}
+}
+
+func (c *lostCallsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *lostCallsCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.l.LostCalls()))
 }

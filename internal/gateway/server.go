@@ -274,6 +274,9 @@ func New(cfg Config, fac Facilitator, payments store.Payments, log *slog.Logger)
 	if cfg.Credits != nil && cfg.Credits.Leases != nil {
 		s.metrics.reg.MustRegister(newLeaseCollector(cfg.Credits.Leases))
 	}
+	if cfg.Credits != nil && cfg.Credits.Ledger != nil {
+		s.metrics.reg.MustRegister(newLostCallsCollector(cfg.Credits.Ledger))
+	}
 	networks := append([]PaymentNetwork{{
 		Network: cfg.Network, Asset: cfg.Asset, AssetName: cfg.AssetName, AssetVersion: cfg.AssetVersion,
 		PayTo: cfg.PayTo, Facilitator: fac, Upto: cfg.Upto,

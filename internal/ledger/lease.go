@@ -33,12 +33,22 @@ import (
 // operator's loss. Nothing is charged twice, and the buyer is never charged
 // more than the receipts it holds say. The rest of a dead replica's lease
 // returns to the buyer when the lease's TTL ends it.
+//
+// And that loss is counted. A lease hands a call a position only up to its
+// issued mark as the store has it (store.Leases.Issue): every flush raises
+// the marks of the leases admitting calls to what they handed out plus
+// about two flush intervals of their calls, so calls do not wait for it,
+// and a call that finds its lease's mark reached waits for it to be raised
+// or is refused, never answered unaccounted. When the sweep ends a dead
+// replica's lease, the positions issued without a draw bound the calls it
+// answered and never wrote (Ledger.SweepExpired counts them).
 
 // LeaseStore is what leases need of the store.
 type LeaseStore interface {
 	Hold(ctx context.Context, r store.HoldRequest) (store.Hold, error)
 	Balance(ctx context.Context, account, asset string) (int64, error)
 	Draw(ctx context.Context, draws []store.LeaseDraw) ([]error, error)
+	Issue(ctx context.Context, marks []store.LeaseMark) ([]error, error)
 	CloseLease(ctx context.Context, leaseID string) (store.Hold, store.Entry, error)
 	OpenLeases(ctx context.Context, owner, asset string) (store.LeaseBook, error)
 }
@@ -48,8 +58,14 @@ const (
 	DefaultFlushInterval = 20 * time.Millisecond
 	DefaultFlushBatch    = 256
 	DefaultLeaseWindow   = 5 * time.Second
-	// leaseStoreTimeout bounds each store call of the lease machinery.
+	// leaseStoreTimeout bounds each store call of the lease machinery, and
+	// the wait of a call for its lease's mark.
 	leaseStoreTimeout = 5 * time.Second
+	// A lease is issued ahead of its calls by about two flush intervals of
+	// them, at least minHeadroom and at most maxHeadroom positions: what
+	// the sweep may count as lost beyond the calls really lost is at most
+	// that.
+	minHeadroom, maxHeadroom = 8, 1024
 )
 
 // ErrBacklog refuses a call while the draws not yet written reach the
@@ -59,6 +75,11 @@ var ErrBacklog = errors.New("ledger: credit draws are not being written; the que
 
 // ErrLeasesClosed refuses a call once the replica is shutting down.
 var ErrLeasesClosed = errors.New("ledger: credit leases are closed")
+
+// ErrNotIssued refuses a call whose lease's issued mark could not be raised
+// to its position in time: the store is down or slow, and a call answered
+// now could not be accounted for if this replica died.
+var ErrNotIssued = errors.New("ledger: the credit lease's next positions could not be issued")
 
 // LeaseConfig configures Leases.
 type LeaseConfig struct {
@@ -110,9 +131,17 @@ type Leases struct {
 	opening int // leases being opened
 	seq     uint64
 	closed  bool
-	wake    chan struct{}
-	done    chan struct{} // closed when Run returns
-	prefix  string
+	// One write of issued marks runs at a time (issuing). issueSeq counts
+	// the writes started, issueDone names the last one ended and issueErr
+	// is its error; issuedCh is closed, and replaced, as each ends.
+	issuing   bool
+	issueSeq  uint64
+	issueDone uint64
+	issueErr  error
+	issuedCh  chan struct{}
+	wake      chan struct{}
+	done      chan struct{} // closed when Run returns
+	prefix    string
 }
 
 // LeaseCounts are what leases did, for metrics.
@@ -122,6 +151,12 @@ type LeaseCounts struct {
 	// Unbilled counts draws the store refused (their lease had ended):
 	// calls that were free, the operator's loss.
 	Unbilled int64
+	// Issues and IssueErrors count the writes of issued marks and those
+	// that failed. IssueWaits counts calls that waited on their path for
+	// their lease's mark to be raised (none while the marks written every
+	// flush keep ahead of the calls), and IssueRefused those of them
+	// refused with ErrNotIssued.
+	Issues, IssueErrors, IssueWaits, IssueRefused int64
 }
 
 // LeaseStats keeps LeaseCounts, safe for concurrent use.
@@ -150,9 +185,11 @@ type keyLeases struct {
 	opening chan struct{} // non-nil while a lease is being opened; closed when done
 	retired []*lease
 	// spend is the maximum cost admitted in the current rate window,
-	// rate the last full window's: a lease is sized on it.
-	spend, rate int64
-	windowAt    time.Time
+	// rate the last full window's: a lease is sized on it. calls and
+	// callRate are the same in calls: a lease's headroom is sized on them.
+	spend, rate     int64
+	calls, callRate int64
+	windowAt        time.Time
 	// balance is the owner's spendable balance after this key's latest
 	// lease was placed: the receipts' balanceAfter.
 	balance int64
@@ -166,6 +203,8 @@ type lease struct {
 	limits  store.KeyLimits
 	until   time.Time // admits calls before it
 	next    int64     // the next position
+	issued  int64     // the issued mark as the store has it: positions up to it may be handed out
+	ended   bool      // the store refused its mark: it ended (the sweep), it admits no call
 	drawn   int64     // charged to calls answered, written or not
 	held    int64     // maximum cost of the calls in flight
 	unwrit  int       // draws queued, not yet written
@@ -262,7 +301,7 @@ func (l *Ledger) NewLeases(st LeaseStore, cfg LeaseConfig, now func() time.Time)
 	}
 	return &Leases{
 		l: l, st: st, asset: l.cfg.Asset, cfg: cfg, log: l.log.With("component", "leases"), now: now,
-		keys: map[string]*keyLeases{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		keys: map[string]*keyLeases{}, wake: make(chan struct{}, 1), done: make(chan struct{}), issuedCh: make(chan struct{}),
 		prefix: fmt.Sprintf("lease-%s-%x-", cfg.Replica, salt),
 	}, nil
 }
@@ -275,8 +314,10 @@ func (ls *Leases) Stats() *LeaseStats { return &ls.stats }
 
 // Reserve admits c against a lease of its key, opening one if the key has
 // none with room. A refusal is an *store.InsufficientError (with the call's
-// maximum cost as Requested), ErrBacklog, ErrLeasesClosed, or a store
-// error. c.Key is required: leases are per key.
+// maximum cost as Requested), ErrBacklog, ErrLeasesClosed, ErrNotIssued
+// (its lease's mark could not be raised to its position within
+// leaseStoreTimeout), or a store error. c.Key is required: leases are per
+// key.
 func (ls *Leases) Reserve(ctx context.Context, c Call) (*Ticket, error) {
 	if c.Key == nil {
 		return nil, errors.New("ledger: leases: a leased call needs a key")
@@ -293,23 +334,81 @@ func (ls *Leases) Reserve(ctx context.Context, c Call) (*Ticket, error) {
 	if err != nil {
 		return nil, err
 	}
-	for {
-		t, wait, err := ls.admit(o, *limits, n)
-		if t != nil || err != nil {
-			return t, err
+	// A call that must wait for its lease's mark waits at most
+	// leaseStoreTimeout in all, from its first wait.
+	var issueBy time.Time
+	var issueTimer *time.Timer
+	var since uint64
+	defer func() {
+		if issueTimer != nil {
+			issueTimer.Stop()
 		}
-		if wait != nil {
+	}()
+	for {
+		a, err := ls.admit(o, *limits, n)
+		if a.ticket != nil || err != nil {
+			return a.ticket, err
+		}
+		if a.issue || a.issueWait {
+			if issueTimer == nil {
+				ls.stats.add(func(s *LeaseCounts) { s.IssueWaits++ })
+				issueBy, since = time.Now().Add(leaseStoreTimeout), a.since
+				issueTimer = time.NewTimer(leaseStoreTimeout)
+			} else if a.issueWait {
+				if err := ls.issueFailedSince(since); err != nil {
+					// A write of marks that started after this call
+					// needed one failed: the store cannot be reached.
+					return nil, ls.refuseUnissued(err)
+				}
+			}
+		}
+		switch {
+		case a.issue:
+			ictx, cancel := context.WithDeadline(ctx, issueBy)
+			err := ls.issue(ictx)
+			cancel()
+			if err != nil {
+				return nil, ls.refuseUnissued(err)
+			}
+		case a.wait != nil:
+			var timeout <-chan time.Time
+			if issueTimer != nil {
+				timeout = issueTimer.C
+			}
 			select {
-			case <-wait:
-				continue
+			case <-a.wait:
+			case <-timeout:
+				return nil, ls.refuseUnissued(context.DeadlineExceeded)
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
-		}
-		if err := ls.open(ctx, o, *limits, n, false); err != nil {
-			return nil, err
+		default:
+			if err := ls.open(ctx, o, *limits, n, false); err != nil {
+				return nil, err
+			}
 		}
 	}
+}
+
+func (ls *Leases) refuseUnissued(err error) error {
+	ls.stats.add(func(s *LeaseCounts) { s.IssueRefused++ })
+	return fmt.Errorf("%w: %w", ErrNotIssued, err)
+}
+
+// admission is what admit decided: a ticket, or what the caller is to do
+// before asking again.
+type admission struct {
+	ticket *Ticket
+	// wait is closed when a lease being opened is placed (or failed), or
+	// when a write of issued marks ends.
+	wait <-chan struct{}
+	// open: the caller opens a lease for the key (admit marked the key as
+	// opening). issue: the caller writes the issued marks (admit marked
+	// the write as running). issueWait: the wait is for a write of marks.
+	open, issue, issueWait bool
+	// since is, with issue or issueWait, how many writes of marks had
+	// started: one started after it includes this call's need.
+	since uint64
 }
 
 // rateWindow is the window of the spend rate a lease is sized on: a lease
@@ -319,17 +418,19 @@ const rateWindow = time.Second
 // admit takes n from the key's current lease, switching to the lease opened
 // ahead of need when the current one is spent or past its window. Without
 // a lease with room it returns a channel to wait on while another call
-// opens one, or neither: then the caller opens one (admit marked the key as
-// opening). Taking from a lease that is running low starts the opening of
-// the next in the background.
-func (ls *Leases) admit(owner string, limits store.KeyLimits, n int64) (*Ticket, <-chan struct{}, error) {
+// opens one, or asks the caller to open one (admit marked the key as
+// opening). A lease whose issued mark is below its next position admits no
+// call: admit returns a channel to wait on while marks are written, or asks
+// the caller to write them. Taking from a lease that is running low starts
+// the opening of the next in the background.
+func (ls *Leases) admit(owner string, limits store.KeyLimits, n int64) (admission, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.closed {
-		return nil, nil, ErrLeasesClosed
+		return admission{}, ErrLeasesClosed
 	}
 	if ls.pending >= ls.cfg.MaxPending {
-		return nil, nil, ErrBacklog
+		return admission{}, ErrBacklog
 	}
 	now := ls.now()
 	kl := ls.keys[limits.ID]
@@ -339,12 +440,13 @@ func (ls *Leases) admit(owner string, limits store.KeyLimits, n int64) (*Ticket,
 	}
 	if since := now.Sub(kl.windowAt); since >= rateWindow {
 		kl.rate, kl.spend, kl.windowAt = kl.spend, 0, now
+		kl.callRate, kl.calls = kl.calls, 0
 		if since >= 2*rateWindow {
-			kl.rate = 0 // idle for a whole window
+			kl.rate, kl.callRate = 0, 0 // idle for a whole window
 		}
 	}
 	usable := func(l *lease) bool {
-		return l != nil && now.Before(l.until) && l.limits == limits && l.next <= store.MaxLeasePosition
+		return l != nil && !l.ended && now.Before(l.until) && l.limits == limits && l.next <= store.MaxLeasePosition
 	}
 	if kl.cur != nil && (!usable(kl.cur) || kl.cur.room() < n) {
 		ls.retire(kl, kl.cur)
@@ -360,9 +462,19 @@ func (ls *Leases) admit(owner string, limits store.KeyLimits, n int64) (*Ticket,
 			ls.retire(kl, kl.cur)
 		}
 	}
+	if l := kl.cur; l != nil && l.next > l.issued {
+		// The position is not issued yet: no call is answered that the
+		// store could not account for if this replica died.
+		if ls.issuing {
+			return admission{wait: ls.issuedCh, issueWait: true, since: ls.issueSeq}, nil
+		}
+		ls.issuing = true
+		return admission{issue: true, since: ls.issueSeq}, nil
+	}
 	if l := kl.cur; l != nil {
 		l.held += n
 		kl.spend += n
+		kl.calls++
 		ls.pending++
 		t := &Ticket{lease: l, key: limits.ID, pos: l.next, max: n}
 		l.next++
@@ -376,14 +488,135 @@ func (ls *Leases) admit(owner string, limits store.KeyLimits, n int64) (*Ticket,
 				}
 			}()
 		}
-		return t, nil, nil
+		return admission{ticket: t}, nil
 	}
 	if kl.opening != nil {
-		return nil, kl.opening, nil
+		return admission{wait: kl.opening}, nil
 	}
 	kl.opening = make(chan struct{})
 	ls.opening++
-	return nil, nil, nil
+	return admission{open: true}, nil
+}
+
+// headroom is how far ahead of its calls a lease of kl is issued: about two
+// flush intervals of the key's calls at its observed rate, so that the
+// marks written every flush keep ahead of them, within [minHeadroom,
+// maxHeadroom].
+func (ls *Leases) headroom(kl *keyLeases) int64 {
+	perWindow := min(max(kl.callRate, kl.calls), maxHeadroom*int64(rateWindow/time.Millisecond))
+	h := (perWindow*2*int64(ls.cfg.FlushInterval) + int64(rateWindow) - 1) / int64(rateWindow)
+	return min(max(h, minHeadroom), maxHeadroom)
+}
+
+// issue writes the issued marks of the leases admitting calls whose marks
+// are short of their next positions plus headroom, in one store write. The
+// caller marked the write as running (issuing); issue clears it and wakes
+// the calls waiting for it. A lease whose mark the store refuses has ended
+// (the sweep ended it): it is retired and admits no more calls.
+func (ls *Leases) issue(ctx context.Context) error {
+	ls.mu.Lock()
+	ls.issueSeq++
+	seq := ls.issueSeq
+	marks, leases := ls.marksDue()
+	ls.mu.Unlock()
+
+	var results []error
+	var err error
+	if len(marks) > 0 {
+		// Bounded by ctx's deadline if it has one (a call's wait), and
+		// never cut short by its cancellation: calls may wait on this write.
+		deadline := time.Now().Add(leaseStoreTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		results, err = ls.st.Issue(wctx, marks)
+		cancel()
+		ls.stats.add(func(s *LeaseCounts) {
+			s.Issues++
+			if err != nil {
+				s.IssueErrors++
+			}
+		})
+	}
+
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if err == nil {
+		for i, l := range leases {
+			if results[i] == nil {
+				l.issued = max(l.issued, marks[i].Mark)
+				continue
+			}
+			ls.log.Warn("credit lease's mark refused by the store: it ended; retired", "lease", l.id, "err", results[i])
+			l.ended = true
+			if kl := ls.keys[l.limits.ID]; kl != nil {
+				if kl.next == l {
+					kl.next = nil
+				}
+				ls.retire(kl, l)
+			}
+		}
+	} else {
+		err = fmt.Errorf("ledger: issue credit lease positions: %w", err)
+	}
+	ls.issueDone, ls.issueErr = seq, err
+	ls.issuing = false
+	close(ls.issuedCh)
+	ls.issuedCh = make(chan struct{})
+	return err
+}
+
+// marksDue returns the marks to write: each lease admitting calls (the
+// current and next of each key, within its window) whose mark is short of
+// its next position plus headroom, up to one write's worth. Called with
+// ls.mu held.
+func (ls *Leases) marksDue() ([]store.LeaseMark, []*lease) {
+	var marks []store.LeaseMark
+	var leases []*lease
+	now := ls.now()
+	for _, kl := range ls.keys {
+		h := ls.headroom(kl)
+		for _, l := range []*lease{kl.cur, kl.next} {
+			if l == nil || l.ended || l.retired || !now.Before(l.until) {
+				continue
+			}
+			if mark := min(l.next-1+h, store.MaxLeasePosition); mark > l.issued {
+				marks = append(marks, store.LeaseMark{LeaseID: l.id, Mark: mark})
+				leases = append(leases, l)
+			}
+			if len(marks) == store.MaxDrawBatch {
+				return marks, leases // the rest at the next flush
+			}
+		}
+	}
+	return marks, leases
+}
+
+// issueAhead writes the issued marks due, unless a write of them is
+// running: the next flush writes what it left.
+func (ls *Leases) issueAhead(ctx context.Context) {
+	ls.mu.Lock()
+	if ls.issuing || ls.closed {
+		ls.mu.Unlock()
+		return
+	}
+	ls.issuing = true
+	ls.mu.Unlock()
+	if err := ls.issue(ctx); err != nil {
+		ls.log.Error("write credit lease marks; retrying at the next flush", "err", err)
+	}
+}
+
+// issueFailedSince returns the error of the last write of marks if it
+// failed and started after since.
+func (ls *Leases) issueFailedSince(since uint64) error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.issueDone > since && ls.issueErr != nil {
+		return ls.issueErr
+	}
+	return nil
 }
 
 // open places a new lease for the key, sized on its spend rate and at least
@@ -395,11 +628,14 @@ func (ls *Leases) open(ctx context.Context, owner string, limits store.KeyLimits
 	size := min(max(2*n, kl.rate, kl.spend), max(n, ls.cfg.MaxSize))
 	ls.seq++
 	id := ls.prefix + strconv.FormatUint(ls.seq, 10)
+	// The lease is placed with its first mark: its first calls need no
+	// other write.
+	issued := ls.headroom(kl)
 	ls.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStoreTimeout)
 	defer cancel()
-	req := store.HoldRequest{ID: id, Owner: owner, Asset: ls.asset, Amount: size, TTL: ls.cfg.TTL, Key: &limits, Lease: true}
+	req := store.HoldRequest{ID: id, Owner: owner, Asset: ls.asset, Amount: size, TTL: ls.cfg.TTL, Key: &limits, Lease: true, Issued: issued}
 	h, err := ls.st.Hold(ctx, req)
 	if ie, ok := errors.AsType[*store.InsufficientError](err); ok && ie.Available >= n && size > n {
 		// Near a cap or the balance: take a fair share of what remains,
@@ -428,7 +664,7 @@ func (ls *Leases) open(ctx context.Context, owner string, limits store.KeyLimits
 		return fmt.Errorf("ledger: open lease for key %s: %w", limits.ID, err)
 	}
 	ls.stats.add(func(s *LeaseCounts) { s.Opened++ })
-	l := &lease{id: h.ID, seq: h.Seq, size: h.Amount, limits: limits, until: ls.now().Add(ls.cfg.Window), next: 1}
+	l := &lease{id: h.ID, seq: h.Seq, size: h.Amount, limits: limits, until: ls.now().Add(ls.cfg.Window), next: 1, issued: h.Issued}
 	if !h.KeyPeriodStart.IsZero() {
 		// A lease counts against the period it was placed in: it admits
 		// no call of the next one.
@@ -558,12 +794,14 @@ func (ls *Leases) Run(ctx context.Context) {
 	}
 }
 
-// Flush writes the queued draws, a batch per store write, and reports
+// Flush raises the issued marks of the leases admitting calls ahead of
+// them, then writes the queued draws, a batch per store write, and reports
 // whether the queue is empty. A failed write keeps its batch at the head of
 // the queue for the next flush.
 func (ls *Leases) Flush(ctx context.Context) bool {
 	ls.flushMu.Lock()
 	defer ls.flushMu.Unlock()
+	ls.issueAhead(ctx)
 	for {
 		ls.mu.Lock()
 		n := min(len(ls.queue), ls.cfg.FlushBatch)
@@ -762,6 +1000,9 @@ func (ls *Leases) Close(ctx context.Context) error {
 	for {
 		ls.mu.Lock()
 		inFlight := ls.pending - len(ls.queue) + ls.opening
+		if ls.issuing {
+			inFlight++ // a call writing marks: it is refused, or admitted, soon
+		}
 		ls.mu.Unlock()
 		if inFlight == 0 {
 			break

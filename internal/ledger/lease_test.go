@@ -273,9 +273,17 @@ func (f *faultyStore) Draw(ctx context.Context, d []store.LeaseDraw) ([]error, e
 	return f.LeaseStore.Draw(ctx, d)
 }
 
+func (f *faultyStore) Issue(ctx context.Context, m []store.LeaseMark) ([]error, error) {
+	if f.down.Load() {
+		return nil, errDown
+	}
+	return f.LeaseStore.Issue(ctx, m)
+}
+
 // TestLeasesStoreDown: with the store down, calls go on from the lease in
-// memory until it is spent or the queue of unwritten draws is full, then
-// fail closed; once the store is back every draw is written.
+// memory until it is spent, the queue of unwritten draws is full or the
+// lease's issued positions are used, then fail closed; once the store is
+// back every draw is written.
 func TestLeasesStoreDown(t *testing.T) {
 	l, db, clk := newLedger(t)
 	topUp(t, l, "t1", 1_000_000)

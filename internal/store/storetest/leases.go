@@ -691,7 +691,7 @@ func testLeaseRaceIssue(e *leaseEnv) {
 			}
 			results, err := e.la.Issue(e.ctx, marks)
 			if err != nil {
-				errc <- fmt.Errorf("Issue: %w", err)
+				errc <- fmt.Errorf("issue: %w", err)
 				return
 			}
 			for i, rerr := range results {
@@ -709,7 +709,7 @@ func testLeaseRaceIssue(e *leaseEnv) {
 				draws[i] = store.LeaseDraw{LeaseID: id, CallID: fmt.Sprintf("%s/%d", id, r+1), Position: int64(r + 1), Charged: 1, Cost: 1}
 			}
 			if _, err := e.lb.Draw(e.ctx, draws); err != nil {
-				errc <- fmt.Errorf("Draw: %w", err)
+				errc <- fmt.Errorf("draw: %w", err)
 				return
 			}
 			if r == rounds/2 {

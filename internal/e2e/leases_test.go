@@ -129,7 +129,8 @@ func TestLeasedReplicaKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.SweepExpired(ctx); err != nil {
+	ended, err := l.SweepExpired(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -164,6 +165,15 @@ func TestLeasedReplicaKilled(t *testing.T) {
 	}
 	if written == 0 {
 		t.Error("no charge was written: the test proves nothing")
+	}
+	// The sweep counted the loss from the dead replica's leases alone: at
+	// least every call lost, at most those plus the calls in flight (one
+	// per worker) and the positions each lease was issued ahead (1,024 at
+	// most).
+	bound := l.LostCalls()
+	t.Logf("the sweep ended %d leases and bounds the lost calls by %d", ended, bound)
+	if bound < lost || bound > lost+8+1024*int64(ended) {
+		t.Errorf("lost calls bound = %d, want within [%d, %d + 8 in flight + 1024 per lease ended (%d)]", bound, lost, lost, ended)
 	}
 	u, err := st.KeyUsage(ctx, keyID, asset, 0)
 	if err != nil {

@@ -61,11 +61,16 @@ const (
 	// leaseStoreTimeout bounds each store call of the lease machinery, and
 	// the wait of a call for its lease's mark.
 	leaseStoreTimeout = 5 * time.Second
-	// A lease is issued ahead of its calls by about two flush intervals of
-	// them, at least minHeadroom and at most maxHeadroom positions: what
-	// the sweep may count as lost beyond the calls really lost is at most
-	// that.
-	minHeadroom, maxHeadroom = 8, 1024
+	// A lease is issued ahead of its calls by about headroomFlushes flush
+	// intervals of them at the last second's rate, at least minHeadroom and
+	// at most maxHeadroom positions: what the sweep may count as lost
+	// beyond the calls really lost is at most that. Its marks are raised
+	// once half of it is handed out: one store write per four flush
+	// intervals of steady traffic, with room for a burst of several times
+	// the rate while the write runs (on PostgreSQL it waits for the row
+	// lock of the lease's draws being written).
+	minHeadroom, maxHeadroom = 32, 1024
+	headroomFlushes          = 8
 )
 
 // ErrBacklog refuses a call while the draws not yet written reach the
@@ -478,6 +483,13 @@ func (ls *Leases) admit(owner string, limits store.KeyLimits, n int64) (admissio
 		ls.pending++
 		t := &Ticket{lease: l, key: limits.ID, pos: l.next, max: n}
 		l.next++
+		// Issued ahead of need: once half the headroom is handed out, the
+		// marks are raised in the background, so that a burst faster than
+		// the last second's rate does not wait for the next flush's write.
+		if !ls.issuing && !ls.closed && l.issued-l.next+1 < ls.headroom(kl)/2 {
+			ls.issuing = true
+			go ls.issueBehind()
+		}
 		low := l.room() < l.size/2 || now.After(l.until.Add(-ls.cfg.Window/2))
 		if low && kl.next == nil && kl.opening == nil {
 			kl.opening = make(chan struct{})
@@ -498,13 +510,12 @@ func (ls *Leases) admit(owner string, limits store.KeyLimits, n int64) (admissio
 	return admission{open: true}, nil
 }
 
-// headroom is how far ahead of its calls a lease of kl is issued: about two
-// flush intervals of the key's calls at its observed rate, so that the
-// marks written every flush keep ahead of them, within [minHeadroom,
-// maxHeadroom].
+// headroom is how far ahead of its calls a lease of kl is issued:
+// headroomFlushes flush intervals of the key's calls at its observed rate,
+// within [minHeadroom, maxHeadroom].
 func (ls *Leases) headroom(kl *keyLeases) int64 {
 	perWindow := min(max(kl.callRate, kl.calls), maxHeadroom*int64(rateWindow/time.Millisecond))
-	h := (perWindow*2*int64(ls.cfg.FlushInterval) + int64(rateWindow) - 1) / int64(rateWindow)
+	h := (perWindow*headroomFlushes*int64(ls.cfg.FlushInterval) + int64(rateWindow) - 1) / int64(rateWindow)
 	return min(max(h, minHeadroom), maxHeadroom)
 }
 
@@ -605,6 +616,15 @@ func (ls *Leases) issueAhead(ctx context.Context) {
 	ls.mu.Unlock()
 	if err := ls.issue(ctx); err != nil {
 		ls.log.Error("write credit lease marks; retrying at the next flush", "err", err)
+	}
+}
+
+// issueBehind writes the issued marks due for a call that marked the write
+// as running (admit, ahead of need). A failure is retried by the next
+// flush, or by the call that reaches the mark.
+func (ls *Leases) issueBehind() {
+	if err := ls.issue(context.Background()); err != nil {
+		ls.log.Debug("write credit lease marks ahead of need", "err", err)
 	}
 }
 

@@ -136,7 +136,7 @@ func TestLeasesIssueGuard(t *testing.T) {
 
 			ms.failIssue.Store(true)
 			var served int
-			for i := range 20 {
+			for i := range 2 * ledger.MinHeadroom {
 				start := time.Now()
 				tk, err := ls.Reserve(t.Context(), call(fmt.Sprintf("c%d", i), key))
 				if err != nil {
@@ -152,8 +152,8 @@ func TestLeasesIssueGuard(t *testing.T) {
 				served++
 				ls.Charge(tk, chat.Usage{PromptTokens: 10, CompletionTokens: 10}, mini, nil)
 			}
-			if served != 8 {
-				t.Errorf("served %d calls with marks refused, want the lease's first mark, 8", served)
+			if served != ledger.MinHeadroom {
+				t.Errorf("served %d calls with marks refused, want the lease's first mark, %d", served, ledger.MinHeadroom)
 			}
 			if n := ls.Stats().Snapshot(); n.IssueWaits != 1 || n.IssueRefused != 1 || n.IssueErrors == 0 {
 				t.Errorf("stats = %+v, want one call waited and refused, and a failed write", n)
@@ -302,9 +302,9 @@ func TestLeasesReplicaDiesLostCalls(t *testing.T) {
 					// Each lease the replica held open (the one its calls
 					// drew on, and the next, opened ahead of need) was
 					// issued ahead of its calls by the headroom of a key
-					// this slow: the floor, 8.
+					// this slow: the floor.
 					leases := int64(ms.leases())
-					if lo, hi := int64(tc.unwritten), int64(tc.unwritten)+8*leases; lost < lo || lost > hi {
+					if lo, hi := int64(tc.unwritten), int64(tc.unwritten)+ledger.MinHeadroom*leases; lost < lo || lost > hi {
 						t.Errorf("LostCalls() = %d, want within [%d, %d]: %d calls answered and not written, %d leases", lost, lo, hi, tc.unwritten, leases)
 					}
 					// Counted once: a second sweep finds nothing more.

@@ -35,11 +35,12 @@ import (
 // returns to the buyer when the lease's TTL ends it.
 //
 // And that loss is counted. A lease hands a call a position only up to its
-// issued mark as the store has it (store.Leases.Issue): every flush raises
+// issued mark as the store has it (store.Leases.Issue): every flush, and a
+// background write once a lease has handed out half its headroom, raise
 // the marks of the leases admitting calls to what they handed out plus
-// about two flush intervals of their calls, so calls do not wait for it,
-// and a call that finds its lease's mark reached waits for it to be raised
-// or is refused, never answered unaccounted. When the sweep ends a dead
+// the headroom (headroomFlushes flush intervals of their calls), so calls
+// seldom wait for it; a call that finds its lease's mark reached waits for
+// it to be raised or is refused, never answered unaccounted. When the sweep ends a dead
 // replica's lease, the positions issued without a draw bound the calls it
 // answered and never wrote (Ledger.SweepExpired counts them).
 

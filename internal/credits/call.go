@@ -41,7 +41,9 @@ type CallsConfig struct {
 	// call in the store before its answer.
 	Leases *ledger.Leases
 	// Receipts keeps the receipt of a call charged in the store; nil keeps
-	// none. A leased call's receipt is written with its draw instead.
+	// none. A leased call's receipt is written with its draw instead, and a
+	// per-call one with its capture when the ledger's store can
+	// (Ledger.KeepsReceipts): Receipts must then be that same store.
 	Receipts store.Receipts
 	// Display formats an amount of atomic units for a buyer's message.
 	Display func(*big.Int) string

@@ -58,9 +58,10 @@ type Credits struct {
 	// FlushInterval is the longest a leased call's charge waits to be
 	// written (a batch of 256 is written at once). Default 20ms.
 	FlushInterval time.Duration `yaml:"flush_interval"`
-	// LeaseWindow is how long a lease admits calls: the time a lowered cap
-	// or a revoked key's lease may still serve calls on this replica, and
-	// the staleness of a receipt's balanceAfter. Default 5s.
+	// LeaseWindow is how long a lease admits calls, and the staleness of a
+	// receipt's balanceAfter. A lowered cap or a revoked key retires the
+	// lease at the next call that reads the changed key (KeyCache), not at
+	// the window's end. Default 5s.
 	LeaseWindow time.Duration `yaml:"lease_window"`
 	// LeaseMax bounds one lease, in atomic units written as prices are:
 	// a lease holds about a second of its key's spend, at most this (a call

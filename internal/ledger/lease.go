@@ -580,26 +580,25 @@ func (ls *Leases) issue(ctx context.Context) error {
 }
 
 // marksDue returns the marks to write: each lease admitting calls (the
-// current and next of each key, within its window) whose mark is short of
-// its next position plus headroom, up to one write's worth. Called with
-// ls.mu held.
+// current of each key, within its window; the next keeps its first mark
+// until it takes calls) whose mark is short of its next position plus
+// headroom, up to one write's worth. Called with ls.mu held.
 func (ls *Leases) marksDue() ([]store.LeaseMark, []*lease) {
 	var marks []store.LeaseMark
 	var leases []*lease
 	now := ls.now()
 	for _, kl := range ls.keys {
 		h := ls.headroom(kl)
-		for _, l := range []*lease{kl.cur, kl.next} {
-			if l == nil || l.ended || l.retired || !now.Before(l.until) {
-				continue
-			}
-			if mark := min(l.next-1+h, store.MaxLeasePosition); mark > l.issued {
-				marks = append(marks, store.LeaseMark{LeaseID: l.id, Mark: mark})
-				leases = append(leases, l)
-			}
-			if len(marks) == store.MaxDrawBatch {
-				return marks, leases // the rest at the next flush
-			}
+		l := kl.cur
+		if l == nil || l.ended || l.retired || !now.Before(l.until) {
+			continue
+		}
+		if mark := min(l.next-1+h, store.MaxLeasePosition); mark > l.issued {
+			marks = append(marks, store.LeaseMark{LeaseID: l.id, Mark: mark})
+			leases = append(leases, l)
+		}
+		if len(marks) == store.MaxDrawBatch {
+			return marks, leases // the rest at the next flush
 		}
 	}
 	return marks, leases
@@ -650,8 +649,13 @@ func (ls *Leases) open(ctx context.Context, owner string, limits store.KeyLimits
 	ls.seq++
 	id := ls.prefix + strconv.FormatUint(ls.seq, 10)
 	// The lease is placed with its first mark: its first calls need no
-	// other write.
+	// other write. One opened ahead of need gets the floor only, raised
+	// once it takes calls: until then its headroom would only loosen the
+	// sweep's bound if this replica died.
 	issued := ls.headroom(kl)
+	if ahead {
+		issued = minHeadroom
+	}
 	ls.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStoreTimeout)

@@ -298,13 +298,16 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	// The charge's outcome is built in a copy: the closure may run inside a
 	// store write that still fails, and then the answer says no charge.
 	var out creditOutcome
+	logCharge := func() {}
 	charged := call.Charge(ctx, u, func(ch ledger.Charge) *store.StoredReceipt {
 		out = creditOutcome{info: creditInfo{RequestID: call.ID}}
 		out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
 		out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
 		out.info.Usage = &u
-		s.log.Debug("credit call charged", "request_id", call.ID, "key_id", call.Key.ID, "model", call.q.model.ID,
-			"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq, "ref", ch.Ref)
+		logCharge = func() {
+			s.log.Debug("credit call charged", "request_id", call.ID, "key_id", call.Key.ID, "model", call.q.model.ID,
+				"charged", ch.Charged.String(), "loss", ch.Loss.String(), "seq", ch.Seq, "ref", ch.Ref)
+		}
 		env, r, err := s.creditReceipt(call, u, ch)
 		if err != nil {
 			s.log.Error("credit call charged without a receipt", "request_id", call.ID, "err", err)
@@ -321,6 +324,7 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	if !charged {
 		return creditOutcome{info: creditInfo{RequestID: call.ID}}
 	}
+	logCharge()
 	if out.info.RequestID == "" { // charged, and receiptOf never ran
 		out.info.RequestID = call.ID
 	}

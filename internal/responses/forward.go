@@ -230,24 +230,12 @@ func pricedItem(at string, raw json.RawMessage) (chatMessage, error) {
 // pricedMessage counts a message item: its text parts as text, its images
 // as chat counts images, a refusal as text; files are refused.
 func pricedMessage(at, role string, content json.RawMessage) (chatMessage, error) {
-	switch role {
-	case "user", "assistant", "system", "developer":
-	default:
-		return chatMessage{}, refuse(at+".role", "%q is not user, assistant, system or developer", clip(role))
-	}
-	if role == "developer" {
-		role = "system"
-	}
-	c := bytes.TrimSpace(content)
+	role, text, c, err := messageHead(at, role, content)
 	switch {
-	case len(c) == 0 || string(c) == "null":
-		return chatMessage{}, refuse(at+".content", "is required")
-	case c[0] == '"':
-		var s string
-		if err := json.Unmarshal(c, &s); err != nil {
-			return chatMessage{}, refuse(at+".content", "is not a valid string")
-		}
-		return chatMessage{Role: role, Content: s}, nil
+	case err != nil:
+		return chatMessage{}, err
+	case text != nil:
+		return chatMessage{Role: role, Content: *text}, nil
 	}
 	var parts []struct {
 		Type     string  `json:"type"`

@@ -354,26 +354,41 @@ func messages(input json.RawMessage, instructions *string) ([]chatMessage, error
 	return out, nil
 }
 
-// message translates a message item.
-func message(at string, it item) (chatMessage, error) {
-	role := it.Role
+// messageHead checks what every message item has, for the translation
+// and for the pricing of a passed-through request alike: its chat role
+// (developer becomes system, the chat role every OpenAI-compatible server
+// knows), and its content, as the text when it is a string, else trimmed,
+// for the caller to decode as parts.
+func messageHead(at, role string, content json.RawMessage) (chatRole string, text *string, parts json.RawMessage, err error) {
 	switch role {
 	case "user", "assistant", "system":
 	case "developer":
-		role = "system" // the chat role every OpenAI-compatible server knows
+		role = "system"
 	default:
-		return chatMessage{}, refuse(at+".role", "%q is not user, assistant, system or developer", clip(it.Role))
+		return "", nil, nil, refuse(at+".role", "%q is not user, assistant, system or developer", clip(role))
 	}
-	c := bytes.TrimSpace(it.Content)
+	c := bytes.TrimSpace(content)
 	switch {
 	case len(c) == 0 || string(c) == "null":
-		return chatMessage{}, refuse(at+".content", "is required")
+		return "", nil, nil, refuse(at+".content", "is required")
 	case c[0] == '"':
 		var s string
 		if err := json.Unmarshal(c, &s); err != nil {
-			return chatMessage{}, refuse(at+".content", "is not a valid string")
+			return "", nil, nil, refuse(at+".content", "is not a valid string")
 		}
-		return chatMessage{Role: role, Content: s}, nil
+		return role, &s, nil, nil
+	}
+	return role, nil, c, nil
+}
+
+// message translates a message item.
+func message(at string, it item) (chatMessage, error) {
+	role, text, c, err := messageHead(at, it.Role, it.Content)
+	switch {
+	case err != nil:
+		return chatMessage{}, err
+	case text != nil:
+		return chatMessage{Role: role, Content: *text}, nil
 	}
 	var parts []struct {
 		Type     string          `json:"type"`

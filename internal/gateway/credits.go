@@ -297,10 +297,10 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 	u.PromptTokens, u.CompletionTokens = max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
 	// The charge's outcome is built in a copy: the closure may run inside a
 	// store write that still fails, and then the answer says no charge.
-	var out creditOutcome
-	logCharge := func() {}
+	none := creditOutcome{info: creditInfo{RequestID: call.ID}}
+	out, logCharge := none, func() {}
 	charged := call.Charge(ctx, u, func(ch ledger.Charge) *store.StoredReceipt {
-		out = creditOutcome{info: creditInfo{RequestID: call.ID}}
+		out = none
 		out.info.Charged, out.info.ChargedDisplay = ch.Charged.String(), s.display(ch.Charged)
 		out.info.Balance, out.info.BalanceDisplay = ch.BalanceAfter.String(), s.display(ch.BalanceAfter)
 		out.info.Usage = &u
@@ -322,12 +322,9 @@ func (s *Server) captureCredit(ctx context.Context, call *creditCall, u chat.Usa
 		return &rec
 	})
 	if !charged {
-		return creditOutcome{info: creditInfo{RequestID: call.ID}}
+		return none
 	}
 	logCharge()
-	if out.info.RequestID == "" { // charged, and receiptOf never ran
-		out.info.RequestID = call.ID
-	}
 	return out
 }
 

@@ -64,10 +64,7 @@ func keepReceiptIn(ctx context.Context, tx wtx, now int64, r store.StoredReceipt
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT receipt"); err != nil {
 		return nil, err
 	}
-	err = insertReceipt(ctx, tx, now, r)
-	if err == nil && len(r.Leaf) > 0 {
-		err = queueLeaves(ctx, tx, now, []store.LogEntry{{RequestID: r.RequestID, Leaf: r.Leaf}})
-	}
+	err = putReceipt(ctx, tx, now, r)
 	if err == nil {
 		_, err = tx.ExecContext(ctx, "RELEASE receipt")
 		return nil, err

@@ -51,16 +51,20 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 	defer cancel()
 
 	err = db.write(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
-		tx, now := db.wtx(sqlTx), db.nowMs()
-		if err := insertReceipt(ctx, tx, now, r); err != nil || len(r.Leaf) == 0 {
-			return err
-		}
-		// Queued whether the receipt was new or a replay: a replay of a put
-		// whose leaf is queued changes nothing, and one whose receipt was
-		// kept without a leaf queues it now, as AppendLog would.
-		return queueLeaves(ctx, tx, now, []store.LogEntry{{RequestID: r.RequestID, Leaf: r.Leaf}})
+		return putReceipt(ctx, db.wtx(sqlTx), db.nowMs(), r)
 	})
 	return mapErr(ctx, err)
+}
+
+// putReceipt is PutReceipt's op, inside a write batch.
+func putReceipt(ctx context.Context, tx wtx, now int64, r store.StoredReceipt) error {
+	if err := insertReceipt(ctx, tx, now, r); err != nil || len(r.Leaf) == 0 {
+		return err
+	}
+	// Queued whether the receipt was new or a replay: a replay of a put
+	// whose leaf is queued changes nothing, and one whose receipt was kept
+	// without a leaf queues it now, as AppendLog would.
+	return queueLeaves(ctx, tx, now, []store.LogEntry{{RequestID: r.RequestID, Leaf: r.Leaf}})
 }
 
 // insertReceipt stores r unless its request id is taken, inside the op of

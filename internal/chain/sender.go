@@ -30,6 +30,8 @@ const (
 	defaultPollInterval     = 250 * time.Millisecond
 	defaultGasMarginPercent = 20
 	maxGasMarginPercent     = 100
+	defaultGasLimit         = 300_000
+	maxGasLimit             = 1 << 23 // with the margin, within the cap on one transaction's gas, 2^24 (EIP-7825)
 	defaultRPCTimeout       = 10 * time.Second
 
 	// firstRecheck is when, after it starts, Wait first looks for a receipt
@@ -66,6 +68,17 @@ type SenderConfig struct {
 	// chain with blocks, half of it is the mean delay between a transaction's
 	// block and its Wait returning. Default 250ms.
 	PollInterval time.Duration
+	// GasLimit is how much gas a call may take in its simulation (eth_call
+	// on the latest block) for Send to skip the node's gas estimate, which
+	// runs the call several times (geth and anvil search for the lowest limit
+	// that passes) and was most of a settle's cost on the node. A call that
+	// passes goes out with GasMarginPercent over this limit, as it would over
+	// an estimate; the account pays for the gas used, not the limit. A call
+	// that fails at this limit is estimated as before: one that needs more
+	// gas still goes out, under its estimate, and one that reverts fails with
+	// the estimate's error, nothing broadcast. Default 300,000; at least
+	// 21,000 and at most 2^23.
+	GasLimit uint64
 	// GasMarginPercent is added to the node's gas estimate, since state can change
 	// between estimate and inclusion. Default 20, at most 100.
 	GasMarginPercent uint64
@@ -198,6 +211,12 @@ func NewSender(backend Backend, key *ecdsa.PrivateKey, chainID *big.Int, cfg Sen
 	if cfg.GasMarginPercent > maxGasMarginPercent {
 		return nil, fmt.Errorf("new sender: gas margin %d%%, want at most %d", cfg.GasMarginPercent, maxGasMarginPercent)
 	}
+	if cfg.GasLimit == 0 {
+		cfg.GasLimit = defaultGasLimit
+	}
+	if cfg.GasLimit < params.TxGas || cfg.GasLimit > maxGasLimit {
+		return nil, fmt.Errorf("new sender: gas limit %d, want %d to %d", cfg.GasLimit, params.TxGas, maxGasLimit)
+	}
 	if cfg.ReplaceAfter <= 0 {
 		cfg.ReplaceAfter = defaultReplaceAfter
 	}
@@ -249,8 +268,8 @@ func (s *Sender) Balance(ctx context.Context) (*big.Int, error) {
 }
 
 // Send signs a call of to with data (and no value) under the account's next
-// nonce, broadcasts it and returns without waiting for it to be mined. The gas
-// limit is the node's estimate plus GasMarginPercent, so a call that would
+// nonce, broadcasts it and returns without waiting for it to be mined. The call
+// is run on the node first (see SenderConfig.GasLimit), so a call that would
 // revert fails here and nothing is broadcast.
 //
 // Concurrent Sends broadcast concurrently. If the node refuses the transaction,
@@ -269,7 +288,7 @@ func (s *Sender) Send(ctx context.Context, to common.Address, data []byte) (*typ
 // nonce is freed and SendRecorded returns a nil transaction with the error.
 func (s *Sender) SendRecorded(ctx context.Context, to common.Address, data []byte, before BeforeBroadcast) (*types.Transaction, error) {
 	data = bytes.Clone(data)
-	gas, err := s.estimateGas(ctx, to, data)
+	gas, err := s.gasFor(ctx, to, data)
 	if err != nil {
 		return nil, fmt.Errorf("send tx: %w", err)
 	}
@@ -1025,6 +1044,24 @@ func (s *Sender) market(ctx context.Context) (tip, baseFee *big.Int, err error) 
 		return nil, nil, fmt.Errorf("latest block %v has no base fee: not an EIP-1559 chain", head.Number)
 	}
 	return tip, head.BaseFee, nil
+}
+
+// gasFor returns the gas limit of a call of to with data: GasLimit plus the
+// margin if the call succeeds at GasLimit, else the node's estimate plus the
+// margin. The estimate also answers
+// for a call that reverts, so its error reads the same either way. When the
+// node did not answer the first call, it is not asked again.
+func (s *Sender) gasFor(ctx context.Context, to common.Address, data []byte) (uint64, error) {
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	_, err := s.backend.CallContract(callCtx, ethereum.CallMsg{From: s.addr, To: &to, Gas: s.cfg.GasLimit, Data: data}, nil)
+	cancel()
+	switch {
+	case err == nil:
+		return s.cfg.GasLimit * (100 + s.cfg.GasMarginPercent) / 100, nil
+	case !nodeAnswered(err):
+		return 0, fmt.Errorf("simulate call: %w", err)
+	}
+	return s.estimateGas(ctx, to, data)
 }
 
 func (s *Sender) estimateGas(ctx context.Context, to common.Address, data []byte) (uint64, error) {

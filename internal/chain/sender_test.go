@@ -664,6 +664,8 @@ func TestNewSenderValidates(t *testing.T) {
 		{"bump below 10%", backend, key, big.NewInt(1), func(c *SenderConfig) { c.FeeBumpPercent = 9.9 }},
 		{"negative bump", backend, key, big.NewInt(1), func(c *SenderConfig) { c.FeeBumpPercent = -20 }},
 		{"huge gas margin", backend, key, big.NewInt(1), func(c *SenderConfig) { c.GasMarginPercent = 500 }},
+		{"gas limit below a transfer's", backend, key, big.NewInt(1), func(c *SenderConfig) { c.GasLimit = params.TxGas - 1 }},
+		{"gas limit above a transaction's cap", backend, key, big.NewInt(1), func(c *SenderConfig) { c.GasLimit = 1<<23 + 1 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -66,6 +66,10 @@ func (n *clockNode) EstimateGas(context.Context, ethereum.CallMsg) (uint64, erro
 	return params.TxGas, nil
 }
 
+func (n *clockNode) CallContract(context.Context, ethereum.CallMsg, *big.Int) ([]byte, error) {
+	return nil, nil
+}
+
 func (n *clockNode) SendTransaction(_ context.Context, tx *types.Transaction) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()

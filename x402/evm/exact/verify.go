@@ -226,9 +226,9 @@ func (v *Verifier) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.
 }
 
 // VerifyForSettle finishes, for a payment that passed Check, what Verify does
-// except the simulation, for a caller about to send the transfer: gas
-// estimation simulates it anyway, and a revert there is diagnosed with
-// Simulate. It still reads authorizationState, so an authorization already used
+// except the simulation, for a caller about to send the transfer: the
+// sender runs it on the node before sending it anyway (chain.Sender), and a
+// revert there is diagnosed with Simulate. It still reads authorizationState, so an authorization already used
 // on chain is refused before anything is sent. recovered is
 // Check's second result; vd is completed in place.
 func (v *Verifier) VerifyForSettle(ctx context.Context, vd *Verified, recovered bool) error {
@@ -258,8 +258,8 @@ func (v *Verifier) verifySignature(ctx context.Context, vd *Verified, recovered 
 	sig := vd.Payload.Signature
 	inner, wrapped, werr := unwrap6492(sig)
 	// A payer seen without code moments ago is not asked again (codecache):
-	// the simulation or gas estimation that follows every verification runs
-	// the token's own signature check. A counterfactual wallet's signature
+	// the simulation that follows every verification, or the sender's run of
+	// the transfer, runs the token's own signature check. A counterfactual wallet's signature
 	// is always judged on fresh code: its wallet may just have been deployed.
 	var code []byte
 	var err error

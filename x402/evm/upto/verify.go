@@ -243,10 +243,10 @@ func (v *Verifier) VerifySettle(ctx context.Context, p *x402.PaymentPayload, req
 // VerifyForSettle finishes, for a payment that passed CheckSettle, what
 // VerifySettle does except the simulation, for a caller about to send the
 // settle: the asset deployed and the signature, which also fixes the bytes
-// the settle carries. Nothing else is read: gas estimation simulates the
-// settle against the chain as it is, so a permit already used (or revoked,
-// or short of allowance) reverts there before anything is sent, and a caller
-// diagnoses that revert with Simulate. recovered is CheckSettle's second
+// the settle carries. Nothing else is read: the sender runs the settle
+// against the chain as it is before sending it (chain.Sender), so a permit
+// already used (or revoked, or short of allowance) reverts there before
+// anything is sent, and a caller diagnoses that revert with Simulate. recovered is CheckSettle's second
 // result; vd is completed in place.
 func (v *Verifier) VerifyForSettle(ctx context.Context, vd *Verified, recovered bool) error {
 	if err := v.checkDeployed(ctx, vd.Asset, x402.ReasonAssetNotDeployed, vd.Payer()); err != nil {
@@ -269,8 +269,9 @@ func (v *Verifier) finish(ctx context.Context, vd *Verified, recovered bool) err
 // will: by EIP-1271 when the owner has code (a contract wallet, or an EOA
 // delegated under EIP-7702), by ecrecover otherwise. ERC-6492 wrappers of
 // wallets not yet deployed are not unwrapped, so they fail here. A payer seen
-// without code moments ago is not asked again (codecache): the simulation or
-// gas estimation that follows every verification runs Permit2's own check.
+// without code moments ago is not asked again (codecache): the simulation
+// that follows every verification, or the sender's run of the settle, runs
+// Permit2's own check.
 func (v *Verifier) verifySignature(ctx context.Context, vd *Verified, recovered bool) error {
 	a := &vd.Payload.Authorization
 	payer := a.From.Hex()

@@ -651,81 +651,63 @@ func (db *DB) holdOwner(ctx context.Context, holdID string) (owner, asset string
 // resolveOf is resolve for a hold of owner in asset.
 func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset string, kind store.EntryKind, actual int64, ends string) (resolution, error) {
 	for range ledgerAttempts {
-		var rs resolveScan
+		var verdict string
+		var seq, created, userAfter, heldAfter, actualOf, charged, lost *int64
+		var kindOf *string
+		var hs holdScan
 		err := db.write(ctx, ledgerLine(owner, asset), &lineWrite{sql: resolveStmt,
-			args: []any{now, holdID, kind, actual, ends}, dest: rs.dest()})
+			args: []any{now, holdID, kind, actual, ends},
+			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter, &kindOf, &actualOf, &charged, &lost)})
+		h, found := hs.hold()
 		switch {
 		case db.retry(ctx, err, string(kind)):
 			continue
 		case err != nil:
 			return resolution{}, db.mapErr(ctx, err)
 		}
-		res, again, err := rs.resolution()
-		if again {
-			continue
+		switch verdict {
+		case verdictAbsent:
+			return resolution{verdict: verdict}, nil
+		case verdictKind, verdictSettled:
+			return resolution{verdict: verdict, hold: h}, nil
+		case verdictMissing:
+			// Hold created every row; nothing deletes them.
+			return resolution{}, errors.New("the balance or key rows of an open hold are missing")
+		case verdictOK:
+			if !found || seq == nil || kindOf == nil {
+				// Only resolve writes 'resolve' entries, under the hold's
+				// lock, after checking that it is open: this cannot happen.
+				continue
+			}
+		default:
+			return resolution{}, fmt.Errorf("unexpected verdict %q", verdict)
 		}
-		return res, err
+		// What the statement decided: for a lease, its draws rather than
+		// the kind and actual asked.
+		ended := store.EntryKind(*kindOf)
+		refund, loss := h.Amount-*charged, *actualOf-*charged
+		h.State, h.Actual = entryState[ended], *actualOf
+		if h.State == store.HoldCaptured {
+			h.Captured, h.Loss = *charged, loss
+		}
+		h.ResolvedAt, h.ResolvedSeq = time.UnixMilli(*created).UTC(), *seq
+		e := store.Entry{Seq: *seq, OpID: holdID, Kind: ended, Asset: h.Asset, Owner: h.Owner, HoldID: holdID,
+			Postings: []store.Posting{
+				{Account: store.HeldAccount(h.Owner), Delta: -h.Amount, BalanceAfter: *heldAfter},
+				{Account: store.UserAccount(h.Owner), Delta: refund, BalanceAfter: *userAfter},
+			},
+			CreatedAt: h.ResolvedAt,
+		}
+		if h.Actual > 0 {
+			e.Postings = append(e.Postings, store.Posting{Account: store.AccountRevenue, Delta: h.Actual})
+		}
+		if loss > 0 {
+			e.Postings = append(e.Postings, store.Posting{Account: store.AccountLoss, Delta: -loss})
+		}
+		sortPostings(e.Postings)
+		return resolution{verdict: verdict, hold: h, entry: e, lost: deref(lost)}, nil
 	}
 	return resolution{}, fmt.Errorf("no decision after %d attempts", ledgerAttempts)
-}
-
-// resolveScan is a row of resolveStmt.
-type resolveScan struct {
-	verdict                                                   string
-	seq, created, userAfter, heldAfter, actual, charged, lost *int64
-	kind                                                      *string
-	hs                                                        holdScan
-}
-
-func (rs *resolveScan) dest() []any {
-	return rs.hs.dest(&rs.verdict, &rs.seq, &rs.created, &rs.userAfter, &rs.heldAfter, &rs.kind, &rs.actual, &rs.charged, &rs.lost)
-}
-
-// resolution reads what the statement decided; again is true when the
-// statement must run again.
-func (rs *resolveScan) resolution() (_ resolution, again bool, _ error) {
-	h, found := rs.hs.hold()
-	switch rs.verdict {
-	case verdictAbsent:
-		return resolution{verdict: rs.verdict}, false, nil
-	case verdictKind, verdictSettled:
-		return resolution{verdict: rs.verdict, hold: h}, false, nil
-	case verdictMissing:
-		// Hold created every row; nothing deletes them.
-		return resolution{}, false, errors.New("the balance or key rows of an open hold are missing")
-	case verdictOK:
-		if !found || rs.seq == nil || rs.kind == nil {
-			// Only resolve writes 'resolve' entries, under the hold's
-			// lock, after checking that it is open: this cannot happen.
-			return resolution{}, true, nil
-		}
-	default:
-		return resolution{}, false, fmt.Errorf("unexpected verdict %q", rs.verdict)
-	}
-	// What the statement decided: for a lease, its draws rather than
-	// the kind and actual asked.
-	ended := store.EntryKind(*rs.kind)
-	refund, loss := h.Amount-*rs.charged, *rs.actual-*rs.charged
-	h.State, h.Actual = entryState[ended], *rs.actual
-	if h.State == store.HoldCaptured {
-		h.Captured, h.Loss = *rs.charged, loss
-	}
-	h.ResolvedAt, h.ResolvedSeq = time.UnixMilli(*rs.created).UTC(), *rs.seq
-	e := store.Entry{Seq: *rs.seq, OpID: h.ID, Kind: ended, Asset: h.Asset, Owner: h.Owner, HoldID: h.ID,
-		Postings: []store.Posting{
-			{Account: store.HeldAccount(h.Owner), Delta: -h.Amount, BalanceAfter: *rs.heldAfter},
-			{Account: store.UserAccount(h.Owner), Delta: refund, BalanceAfter: *rs.userAfter},
-		},
-		CreatedAt: h.ResolvedAt,
-	}
-	if h.Actual > 0 {
-		e.Postings = append(e.Postings, store.Posting{Account: store.AccountRevenue, Delta: h.Actual})
-	}
-	if loss > 0 {
-		e.Postings = append(e.Postings, store.Posting{Account: store.AccountLoss, Delta: -loss})
-	}
-	sortPostings(e.Postings)
-	return resolution{verdict: rs.verdict, hold: h, entry: e, lost: deref(rs.lost)}, false, nil
 }
 
 // entryState is the state a resolution entry of each kind leaves its hold in.
@@ -746,16 +728,9 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 	defer cancel()
 
 	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryCapture, actual, endCalls)
-	if err != nil {
-		return store.Hold{}, store.Entry{}, err
-	}
-	return db.captured(ctx, res, actual)
-}
-
-// captured returns what a capture for actual that resolved as res did: the
-// capture, or the earlier one for the same actual that a repeat finds.
-func (db *DB) captured(ctx context.Context, res resolution, actual int64) (store.Hold, store.Entry, error) {
 	switch {
+	case err != nil:
+		return store.Hold{}, store.Entry{}, err
 	case res.verdict == verdictOK:
 		return res.hold, res.entry, nil
 	case res.verdict == verdictAbsent:

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llm4agents/llm4agents/internal/credits"
+	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/upstream"
@@ -110,6 +111,7 @@ func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy
 				creditLoad(b, hc, p, 2*creditClients, creditClients) // warm pools, tokenizer, statements
 			}
 			timed.take()
+			waits := issueWaits(credit.leases)
 			var lat [2][]time.Duration
 			var wall, wall16 [2]time.Duration
 			var n16 [2]int
@@ -151,6 +153,12 @@ func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy
 			b.ReportMetric(us(percentile(holds, 0.99)), "hold-p99-us")
 			b.ReportMetric(us(percentile(captures, 0.50)), "capture-p50-us")
 			b.ReportMetric(us(percentile(captures, 0.99)), "capture-p99-us")
+			if credit.leases != nil {
+				// Calls that waited on their path for their lease's issued
+				// mark to be written (DESIGN D28, "Counting the loss").
+				waited := issueWaits(credit.leases) - waits
+				b.ReportMetric(100*float64(waited)/float64(len(lat[1])+n16[1]), "issue-waits-%")
+			}
 			b.ReportMetric(0, "ns/op")
 			b.Logf("%s, %d clients, %d requests per path: p50 %s / %s, p99 %s / %s (proxy / credit); added %s at p50, %s at p99; at %d clients %.0f / %.0f req/s",
 				be.name, creditClients, len(lat[1]), p50[0], p50[1], p99[0], p99[1], p50[1]-p50[0], p99[1]-p99[0],
@@ -196,6 +204,15 @@ type creditBenchPath struct {
 	url    string
 	bearer string
 	body   string
+	leases *ledger.Leases // the gateway's, when leased; nil otherwise
+}
+
+// issueWaits is how many calls of ls waited for an issued mark; 0 for nil.
+func issueWaits(ls *ledger.Leases) int64 {
+	if ls == nil {
+		return 0
+	}
+	return ls.Stats().Snapshot().IssueWaits
 }
 
 // fixedEmbeddings is the fixed upstream's answer to an embeddings call of
@@ -260,7 +277,7 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 	if _, ok := db.(store.ReceiptCapturer); ok {
 		ls = timedCapturer{timed} // a per-call charge keeps its receipt in its capture's write
 	}
-	srv, led, _, _ := newCreditGateway(b, db, ls, prov, rl, log, be)
+	srv, led, _, leases := newCreditGateway(b, db, ls, prov, rl, log, be)
 	if _, err := led.TopUp(b.Context(), "bench-topup", alice, big.NewInt(creditFunds)); err != nil {
 		b.Fatal(err)
 	}
@@ -272,7 +289,7 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 		TotalCap: store.NoCap, PeriodCap: store.NoCap}); err != nil {
 		b.Fatal(err)
 	}
-	p := creditBenchPath{url: srv.URL + "/v1/chat/completions", bearer: secret}
+	p := creditBenchPath{url: srv.URL + "/v1/chat/completions", bearer: secret, leases: leases}
 	// One call end to end, so a broken path fails here and not as a latency.
 	status, body, hdr := creditDo(b.Context(), hc, p)
 	if status != http.StatusOK || hdr.Get(receipt.Header) == "" {

@@ -10,8 +10,9 @@ import (
 	"github.com/llm4agents/llm4agents/internal/store"
 )
 
-// Credit leases (store.Leases), in the tables of migrations 0014 and 0018
-// (the issued mark). A lease is a row of ledger_holds with lease = 1,
+// Credit leases (store.Leases), in the tables of migrations 0014, 0018 and
+// 0019 (the issued mark, in a row of its own while the lease is open; see
+// issueMarks). A lease is a row of ledger_holds with lease = 1,
 // placed by Hold like a call's hold; its draws are rows of
 // ledger_lease_draws. It ends through the ledger's resolve statement
 // (CloseLease, or the sweep), which reads drawn and drawn_cost from the
@@ -383,24 +384,27 @@ func nonNil[T any](s []T) []T {
 }
 
 // issueMarks raises the issued marks $2 of the leases $1, in one
-// statement. It locks the leases in one order, as lockLeases does, so it
-// never deadlocks with a batch of draws on them; what it then reads of
-// them (l) is their latest committed state, which the UPDATE keeps. It
-// returns, for each mark in order, whether its hold exists, is a lease and
-// is open: the mark was raised (or was already as high) if all three.
+// statement, in their rows of ledger_lease_marks (migration 0019), which
+// exist while the leases are open. It locks those rows alone, in one order,
+// so it never waits for a batch of draws, which locks the leases' rows of
+// ledger_holds until its commit, and never deadlocks with another Issue. A
+// lease the statement that ends it has locked is waited for: its row is
+// then gone, and the mark is reported not raised. It returns, for each mark
+// in order, whether its mark row exists (the lease is open) and, when not,
+// the hold's lease flag and state, read without a lock, to say why.
 const issueMarks = `WITH u AS MATERIALIZED (
     SELECT lease, mark, ord FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(lease, mark, ord)),
 l AS MATERIALIZED (
-    SELECT hold_id, lease, state FROM ledger_holds
-    WHERE hold_id = ANY($1::text[])
-    ORDER BY hold_id COLLATE "C"
+    SELECT lease_id FROM ledger_lease_marks
+    WHERE lease_id = ANY($1::text[])
+    ORDER BY lease_id COLLATE "C"
     FOR UPDATE),
 up AS (
-    UPDATE ledger_holds h SET issued = GREATEST(h.issued, x.mark)
+    UPDATE ledger_lease_marks m SET issued = GREATEST(m.issued, x.mark)
     FROM (SELECT u.lease, max(u.mark) AS mark FROM u GROUP BY u.lease) AS x, l
-    WHERE h.hold_id = x.lease AND l.hold_id = x.lease AND l.lease = 1 AND l.state = 'held')
-SELECT l.hold_id IS NOT NULL, COALESCE(l.lease, 0), COALESCE(l.state, '')
-FROM u LEFT JOIN l ON l.hold_id = u.lease
+    WHERE m.lease_id = x.lease AND l.lease_id = x.lease)
+SELECT l.lease_id IS NOT NULL, h.hold_id IS NOT NULL, COALESCE(h.lease, 0), COALESCE(h.state, '')
+FROM u LEFT JOIN l ON l.lease_id = u.lease LEFT JOIN ledger_holds h ON h.hold_id = u.lease
 ORDER BY u.ord`
 
 // Issue implements store.Leases.
@@ -420,9 +424,9 @@ func (db *DB) Issue(ctx context.Context, marks []store.LeaseMark) (_ []error, er
 		ids[i], values[i] = m.LeaseID, m.Mark
 	}
 	type leaseState struct {
-		found bool
-		lease int16
-		state string
+		open, found bool
+		lease       int16
+		state       string
 	}
 	for range ledgerAttempts {
 		rows, err := db.pool.Query(ctx, issueMarks, ids, values)
@@ -430,7 +434,7 @@ func (db *DB) Issue(ctx context.Context, marks []store.LeaseMark) (_ []error, er
 		if err == nil {
 			states, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (leaseState, error) {
 				var s leaseState
-				err := row.Scan(&s.found, &s.lease, &s.state)
+				err := row.Scan(&s.open, &s.found, &s.lease, &s.state)
 				return s, err
 			})
 		}
@@ -446,12 +450,15 @@ func (db *DB) Issue(ctx context.Context, marks []store.LeaseMark) (_ []error, er
 		for i, s := range states {
 			id := marks[i].LeaseID
 			switch {
+			case s.open:
 			case !s.found:
 				results[i] = fmt.Errorf("lease %s: %w", id, store.ErrNotFound)
 			case s.lease != 1:
 				results[i] = fmt.Errorf("hold %s is not a lease: %w", id, store.ErrConflict)
 			case s.state != string(store.HoldHeld):
 				results[i] = fmt.Errorf("lease %s is %s: %w", id, s.state, store.ErrConflict)
+			default: // ended while this statement waited for its mark
+				results[i] = fmt.Errorf("lease %s has ended: %w", id, store.ErrConflict)
 			}
 		}
 		return results, nil

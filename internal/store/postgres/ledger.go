@@ -292,7 +292,10 @@ h AS (
     SELECT $2::text, $3::text, $4::text, $5::bigint, $8::text, $10::bigint, w.start,
         'held', e.created_at_ms + $12::bigint, e.created_at_ms, e.seq, $14::smallint, $15::bigint
     FROM e, w
-    RETURNING ` + holdColumns + `)
+    RETURNING ` + holdColumns + `),
+mk AS (
+    INSERT INTO ledger_lease_marks (lease_id, issued)
+    SELECT h.hold_id, $15::bigint FROM h WHERE $14::smallint = 1)
 SELECT d.verdict, d.ubal, d.kt_held, d.kt_spent, d.kp_held, d.kp_spent, w.start, prev.args, h.*
 FROM d CROSS JOIN w LEFT JOIN prev ON true LEFT JOIN h ON true`
 
@@ -458,6 +461,12 @@ const (
 //
 // An expiry of a lease also returns the calls its replica may have lost
 // (store.LostCalls): its issued mark less its draws at positions up to it.
+// The mark is read from its row in ledger_lease_marks, locked (mk) after
+// the hold, so an Issue that committed while this statement waited is
+// counted, and one that comes after finds no row (deleted here, mkd, once
+// the lease ends) and reports the lease closed; the final mark is written
+// back to the hold's row. mkd names mk so that mk has read the row before
+// it goes: a CTE runs when first read, and x may not read it.
 // Those draws are counted in the statement's snapshot, taken before the
 // lock: a draw committed while it waited (only a live replica draws, and
 // its lease is past its TTL) is counted as lost too, which keeps the
@@ -480,6 +489,10 @@ hl AS MATERIALIZED (
     SELECT ` + holdColumns + ` FROM ledger_holds, (SELECT count(*) FROM bal) AS after_bal
     WHERE hold_id = $2::text
     FOR UPDATE OF ledger_holds),
+mk AS MATERIALIZED (
+    SELECT m.issued FROM ledger_lease_marks m, (SELECT count(*) FROM hl) AS after_hl
+    WHERE m.lease_id = $2::text
+    FOR UPDATE OF m),
 wrong AS MATERIALIZED (
     SELECT 1 FROM hl
     WHERE $5::text <> 'any' AND hl.lease <> CASE WHEN $5::text = 'lease' THEN 1 ELSE 0 END),
@@ -487,10 +500,10 @@ x AS MATERIALIZED (
     SELECT CASE WHEN hl.lease = 1 AND hl.drawn_cost > 0 THEN 'capture' ELSE $3::text END AS kind,
         CASE WHEN hl.lease = 1 THEN hl.drawn_cost ELSE $4::bigint END AS actual,
         CASE WHEN hl.lease = 1 THEN hl.drawn ELSE LEAST($4::bigint, hl.amount) END AS charged,
-        CASE WHEN $3::text = 'expire' AND hl.lease = 1 AND hl.issued > 0 THEN hl.issued -
-            (SELECT count(*) FROM ledger_lease_draws dr WHERE dr.lease_id = hl.hold_id AND dr.position <= hl.issued)
+        CASE WHEN $3::text = 'expire' AND hl.lease = 1 AND m.issued > 0 THEN m.issued -
+            (SELECT count(*) FROM ledger_lease_draws dr WHERE dr.lease_id = hl.hold_id AND dr.position <= m.issued)
             ELSE 0 END AS lost
-    FROM hl),
+    FROM hl, (SELECT COALESCE((SELECT issued FROM mk), (SELECT issued FROM hl)) AS issued) AS m),
 o AS MATERIALIZED (
     SELECT hl.owner, hl.asset, hl.amount, hl.key_id, hl.key_period_ms, hl.key_period_start_ms,
         'user:' || hl.owner AS user_account, 'held:' || hl.owner AS held_account,
@@ -554,9 +567,13 @@ p AS (
     UNION ALL
     SELECT e.seq, 'loss', o.asset, o.charged - o.actual, 0 FROM e, o WHERE o.actual > o.charged),
 hu AS (
-    UPDATE ledger_holds h SET state = o.state, actual = o.actual, resolved_at_ms = e.created_at_ms, resolved_seq = e.seq
+    UPDATE ledger_holds h SET state = o.state, actual = o.actual, resolved_at_ms = e.created_at_ms, resolved_seq = e.seq,
+        issued = COALESCE((SELECT issued FROM mk), h.issued)
     FROM e, o
-    WHERE h.hold_id = $2::text)
+    WHERE h.hold_id = $2::text),
+mkd AS (
+    DELETE FROM ledger_lease_marks
+    WHERE lease_id = $2::text AND EXISTS (SELECT 1 FROM e) AND EXISTS (SELECT 1 FROM mk))
 SELECT d.verdict, e.seq, e.created_at_ms,
     (SELECT balance FROM ub WHERE account LIKE 'user:%'), (SELECT balance FROM ub WHERE account LIKE 'held:%'),
     o.kind, o.actual, o.charged, o.lost,
@@ -1042,8 +1059,11 @@ LEFT JOIN ledger_key_periods p ON $4::bigint > 0 AND p.key_id = $2::text AND p.a
 	return u, nil
 }
 
+// holdColumns are a hold's columns; an open lease's issued mark is read from
+// its row in ledger_lease_marks (migration 0019).
 const holdColumns = `hold_id, owner, asset, amount, actual, key_id, key_period_ms, key_period_start_ms, state,
-    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq, lease, drawn, drawn_cost, issued`
+    expires_at_ms, created_at_ms, seq, resolved_at_ms, resolved_seq, lease, drawn, drawn_cost,
+    COALESCE((SELECT m.issued FROM ledger_lease_marks m WHERE m.lease_id = hold_id), issued) AS issued`
 
 // holdScan receives one row of holdColumns, each of which may be NULL (an
 // outer join).

@@ -47,7 +47,8 @@ type dialectExtra struct {
 	up, down string // run after the shared up, before the shared down
 }
 
-// extras draws fences, ledger seqs and the receipt log's queue order from a
+// extras move the marks of open leases into their table (19), and draw
+// fences, ledger seqs and the receipt log's queue order from a
 // SEQUENCE per table instead of the shared migrations' one-row counter
 // tables (which stay, unused): nextval never blocks and is never rolled
 // back, so concurrent claims, ledger operations and receipts do not queue
@@ -61,6 +62,13 @@ var extras = map[int]dialectExtra{
 	2:  {name: "payments", up: "CREATE SEQUENCE payment_fence_seq AS BIGINT;", down: "DROP SEQUENCE payment_fence_seq;"},
 	4:  {name: "ledger", up: "CREATE SEQUENCE ledger_entry_seq AS BIGINT;", down: "DROP SEQUENCE ledger_entry_seq;"},
 	12: {name: "receipt_log", up: "CREATE SEQUENCE log_entry_seq AS BIGINT;", down: "DROP SEQUENCE log_entry_seq;"},
+	// The marks of the leases open when the table is made move into it,
+	// and back when it goes.
+	19: {
+		name: "lease_marks",
+		up:   "INSERT INTO ledger_lease_marks (lease_id, issued) SELECT hold_id, issued FROM ledger_holds WHERE lease = 1 AND state = 'held';",
+		down: "UPDATE ledger_holds h SET issued = m.issued FROM ledger_lease_marks m WHERE h.hold_id = m.lease_id;",
+	},
 }
 
 // dialectMigration is a shared migration as PostgreSQL runs it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"time"
 
@@ -24,6 +25,16 @@ type Balances interface {
 	// Balance returns owner's balance of the token asset on network (a CAIP-2
 	// id such as "eip155:8453"), in atomic units.
 	Balance(ctx context.Context, network string, asset, owner common.Address) (*big.Int, error)
+}
+
+// Permit2Allowances is a Balances that also reads what Permit2 may move of
+// a payer's token (the token's ERC-20 allowance to Permit2), so that a
+// Transport passes over an upto option the wallet has not approved Permit2
+// for, for the next option (an exact one, say), instead of signing a permit
+// the server refuses. NodeBalances is one. Errors are as Balance's: an
+// allowance that cannot be read refuses nothing.
+type Permit2Allowances interface {
+	Permit2Allowance(ctx context.Context, network string, asset, owner common.Address) (*big.Int, error)
 }
 
 // ErrBalanceUnknown is wrapped by a Balances that cannot read the network it
@@ -127,7 +138,7 @@ func (t *Transport) funded(ctx context.Context, c *call, b Balances, req x402.Pa
 		log.InfoContext(ctx, "balance read returned no value; trying the option")
 		return verdict{}, true
 	case amount.Cmp(bal) <= 0:
-		return verdict{}, true
+		return t.approved(ctx, log, b, req, asset, amount)
 	}
 	what := "amount"
 	if req.Scheme == upto.Scheme {
@@ -137,4 +148,56 @@ func (t *Transport) funded(ctx context.Context, c *call, b Balances, req x402.Pa
 	return refuse(RefusedBalance, "the payer holds %s of the asset, less than the %s %s", bal, what, amount), false
 }
 
-var _ Balances = (*NodeBalances)(nil)
+// approved says whether the payer's allowance to Permit2 covers an upto
+// option's maximum, when b reads allowances (Permit2Allowances); any other
+// option, or an allowance that cannot be read, passes.
+func (t *Transport) approved(ctx context.Context, log *slog.Logger, b Balances, req x402.PaymentRequirements, asset common.Address, maximum *big.Int) (verdict, bool) {
+	pa, ok := b.(Permit2Allowances)
+	if !ok || req.Scheme != upto.Scheme {
+		return verdict{}, true
+	}
+	rctx, cancel := context.WithTimeout(ctx, balanceTimeout)
+	defer cancel()
+	allowance, err := pa.Permit2Allowance(rctx, req.Network, asset, t.Signer.Address())
+	switch {
+	case err != nil:
+		log.InfoContext(ctx, "Permit2 allowance not read; trying the option", "error", err.Error())
+		return verdict{}, true
+	case allowance == nil || maximum.Cmp(allowance) <= 0:
+		return verdict{}, true
+	}
+	log.InfoContext(ctx, "option passed over: the Permit2 allowance does not cover it", "allowance", allowance.String())
+	return refuse(RefusedPermit2Allowance,
+		"the payer's Permit2 allowance of the asset is %s, less than the maximum %s (approve Permit2 once: llm4agents wallet approve-permit2)",
+		allowance, maximum), false
+}
+
+// Permit2Allowance returns what Permit2 may move of owner's token asset,
+// or ErrBalanceUnknown when network is not b's chain.
+func (b *NodeBalances) Permit2Allowance(ctx context.Context, network string, asset, owner common.Address) (*big.Int, error) {
+	if id, err := exact.ChainID(network); err != nil || id.Cmp(b.chainID) != 0 {
+		return nil, fmt.Errorf("%w: %s is not %s", ErrBalanceUnknown, network, b.Network())
+	}
+	// allowance(owner, Permit2): the selector, then the two addresses
+	// left-padded to 32 bytes.
+	data := make([]byte, 4+64)
+	copy(data, allowanceSelector)
+	copy(data[4+12:], owner.Bytes())
+	copy(data[4+32+12:], upto.Permit2Address.Bytes())
+	out, err := b.node.CallContract(ctx, ethereum.CallMsg{To: &asset, Data: data}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("Permit2 allowance of %s in %s on %s: %w", owner.Hex(), asset.Hex(), network, err)
+	}
+	if len(out) != 32 {
+		return nil, fmt.Errorf("Permit2 allowance of %s in %s on %s: %d bytes returned, want 32", owner.Hex(), asset.Hex(), network, len(out))
+	}
+	return new(big.Int).SetBytes(out), nil
+}
+
+// allowanceSelector is ERC-20's allowance(address,address).
+var allowanceSelector = []byte{0xdd, 0x62, 0xed, 0x3e}
+
+var (
+	_ Balances          = (*NodeBalances)(nil)
+	_ Permit2Allowances = (*NodeBalances)(nil)
+)

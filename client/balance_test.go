@@ -37,6 +37,9 @@ type ledgerBook struct {
 type balanceRow struct {
 	bal int64
 	err error
+	// permit2 is the payer's allowance to Permit2; nil: the book cannot
+	// read it (ErrBalanceUnknown).
+	permit2 *int64
 }
 
 func newLedgerBook(rows map[string]balanceRow) *ledgerBook {
@@ -71,6 +74,24 @@ func (b *ledgerBook) Balance(_ context.Context, network string, asset, owner com
 		return nil, r.err
 	}
 	return big.NewInt(r.bal), nil
+}
+
+// Permit2Allowance makes the book a client.Permit2Allowances; its reads
+// are recorded as "<asset>:permit2".
+func (b *ledgerBook) Permit2Allowance(_ context.Context, network string, asset, owner common.Address) (*big.Int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	name := "token"
+	if asset == common.HexToAddress(otherToken) {
+		name = "other"
+	}
+	b.reads = append(b.reads, name+":permit2")
+	b.owner = append(b.owner, owner)
+	r, ok := b.rows[asset]
+	if !ok || r.permit2 == nil {
+		return nil, fmt.Errorf("%w: no allowance for %s on %s", client.ErrBalanceUnknown, asset.Hex(), network)
+	}
+	return big.NewInt(*r.permit2), nil
 }
 
 func (b *ledgerBook) set(name string, r balanceRow) {
@@ -177,7 +198,35 @@ func TestTransportBalances(t *testing.T) {
 			name:     "upto funded at its maximum is preferred",
 			accepts:  []x402.PaymentRequirements{offer(price / 2), uptoOffer(price)},
 			balances: map[string]balanceRow{"token": {bal: price}},
-			wantPaid: []int{1}, wantSpent: price, wantReads: []string{"token"},
+			// The allowance cannot be read: upto is tried.
+			wantPaid: []int{1}, wantSpent: price, wantReads: []string{"token", "token:permit2"},
+		},
+		{
+			name:     "upto approved for exactly its maximum is paid",
+			accepts:  []x402.PaymentRequirements{offer(price / 2), uptoOffer(price)},
+			balances: map[string]balanceRow{"token": {bal: price, permit2: ptr(int64(price))}},
+			wantPaid: []int{1}, wantSpent: price, wantReads: []string{"token", "token:permit2"},
+		},
+		{
+			name:     "upto without a Permit2 approval: exact is paid instead",
+			accepts:  []x402.PaymentRequirements{offer(price / 2), uptoOffer(price)},
+			balances: map[string]balanceRow{"token": {bal: price, permit2: ptr(int64(0))}},
+			wantPaid: []int{0}, wantSpent: price / 2, wantReads: []string{"token", "token:permit2", "token"},
+		},
+		{
+			name:         "upto alone, its maximum above the Permit2 allowance",
+			accepts:      []x402.PaymentRequirements{uptoOffer(price)},
+			balances:     map[string]balanceRow{"token": {bal: 2 * price, permit2: ptr(int64(price - 1))}},
+			wantReads:    []string{"token", "token:permit2"},
+			wantRefusals: []client.RefusalError{client.RefusedPermit2Allowance},
+			wantLabels: []string{"the payer's Permit2 allowance of the asset is 9999, less than the maximum 10000" +
+				" (approve Permit2 once: llm4agents wallet approve-permit2)"},
+		},
+		{
+			name:     "exact is never judged by the Permit2 allowance",
+			accepts:  []x402.PaymentRequirements{offer(price)},
+			balances: map[string]balanceRow{"token": {bal: price, permit2: ptr(int64(0))}},
+			wantPaid: []int{0}, wantSpent: price, wantReads: []string{"token"},
 		},
 		{
 			name:         "upto alone, unfunded at its maximum",
@@ -454,4 +503,47 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestNodeBalancesPermit2Allowance reads the ERC-20 allowance to Permit2
+// from the simulated chain: the maximum once approved, 0 before; another
+// network is ErrBalanceUnknown, an asset without code a failure.
+func TestNodeBalancesPermit2Allowance(t *testing.T) {
+	chain := testchain.NewSimulated(t)
+	chain.ApprovePermit2(t, 1)
+	b := client.NewNodeBalances(chain.Client, chain.ChainID)
+	maxUint256 := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
+	tests := []struct {
+		name        string
+		network     string
+		asset       common.Address
+		owner       common.Address
+		want        *big.Int
+		wantUnknown bool
+		wantFailure bool
+	}{
+		{name: "approved", network: "eip155:1337", asset: chain.Token, owner: testchain.DevAddress(1), want: maxUint256},
+		{name: "never approved", network: "eip155:1337", asset: chain.Token, owner: testchain.DevAddress(2), want: new(big.Int)},
+		{name: "another chain", network: "eip155:8453", asset: chain.Token, owner: testchain.DevAddress(1), wantUnknown: true},
+		{name: "no contract at the asset", network: "eip155:1337", asset: testchain.DevAddress(3), owner: testchain.DevAddress(1), wantFailure: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := b.Permit2Allowance(t.Context(), tc.network, tc.asset, tc.owner)
+			switch {
+			case tc.wantUnknown:
+				if !errors.Is(err, client.ErrBalanceUnknown) {
+					t.Fatalf("Permit2Allowance = %v, %v; want ErrBalanceUnknown", got, err)
+				}
+			case tc.wantFailure:
+				if err == nil || errors.Is(err, client.ErrBalanceUnknown) {
+					t.Fatalf("Permit2Allowance = %v, %v; want an error other than ErrBalanceUnknown", got, err)
+				}
+			case err != nil || got.Cmp(tc.want) != 0:
+				t.Fatalf("Permit2Allowance = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
 }

@@ -156,6 +156,11 @@ const (
 	// read it, is less than the amount (an upto option's maximum). Checked
 	// after every other check, and only for an option that passed them.
 	RefusedBalance RefusalError = "balance"
+	// RefusedPermit2Allowance: an upto option whose maximum the payer's
+	// ERC-20 allowance to Permit2, as Policy.Balances read it (when it is a
+	// Permit2Allowances), does not cover: the server would refuse the
+	// permit (permit2_allowance_required). Checked after the balance.
+	RefusedPermit2Allowance RefusalError = "permit2_allowance"
 )
 
 // Option is one entry of a 402's accepts, with the verdict of the policy on it.

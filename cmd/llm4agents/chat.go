@@ -71,7 +71,7 @@ func parseChatFlags(args []string, e env) (*chatFlags, error) {
 	fs.BoolVar(&f.verbose, "v", false, "log what the payment client does (never a key or a payment header)")
 	fs.StringVar(&f.apiKeyFile, "api-key-file", "", "pay from prepaid credits with the sk-l4a- API key in this file (or set "+apiKeyEnv+
 		") instead of per turn with the wallet; each turn's signed receipt is verified; the key's caps bound the spending, not --budget")
-	fs.StringVar(&f.rpc, "rpc", "", "JSON-RPC URL of a chain the offers may use: before each payment the wallet's balance there is read, and an offer on that chain it cannot cover is passed over for the next one (offers on other chains are tried unread)")
+	fs.StringVar(&f.rpc, "rpc", "", "JSON-RPC URL of a chain the offers may use: before each payment the wallet's balance there is read, and an offer on that chain it cannot cover (an upto one: its maximum, and the wallet's Permit2 approval) is passed over for the next one (offers on other chains are tried unread)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ func parsePayFlags(args []string, e env, stdin io.Reader) (*payFlags, error) {
 	fs.IntVar(&f.repeat, "repeat", 1, "send the request this many times, paying each within one budget, with progress on stderr")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "limit on each request, its payment and its body")
 	fs.BoolVar(&f.verbose, "v", false, "log what the payment client does (never a key or a payment header)")
-	fs.StringVar(&f.rpc, "rpc", "", "JSON-RPC URL of a chain the 402 may offer: the wallet's balance of each offered token there is read before signing, and an offer it cannot cover is passed over for the next one (refused: balance); with --dry-run it also reads whether the wallet has approved Permit2 for an upto option (reads only; signs nothing)")
+	fs.StringVar(&f.rpc, "rpc", "", "JSON-RPC URL of a chain the 402 may offer: the wallet's balance of each offered token there is read before signing, and an offer it cannot cover is passed over for the next one (refused: balance), as is an upto offer the wallet's Permit2 approval does not cover (refused: permit2_allowance); with --dry-run it also reads whether the wallet has approved Permit2 for an upto option (reads only; signs nothing)")
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {

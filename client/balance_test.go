@@ -204,19 +204,19 @@ func TestTransportBalances(t *testing.T) {
 		{
 			name:     "upto approved for exactly its maximum is paid",
 			accepts:  []x402.PaymentRequirements{offer(price / 2), uptoOffer(price)},
-			balances: map[string]balanceRow{"token": {bal: price, permit2: ptr(int64(price))}},
+			balances: map[string]balanceRow{"token": {bal: price, permit2: new(int64(price))}},
 			wantPaid: []int{1}, wantSpent: price, wantReads: []string{"token", "token:permit2"},
 		},
 		{
 			name:     "upto without a Permit2 approval: exact is paid instead",
 			accepts:  []x402.PaymentRequirements{offer(price / 2), uptoOffer(price)},
-			balances: map[string]balanceRow{"token": {bal: price, permit2: ptr(int64(0))}},
+			balances: map[string]balanceRow{"token": {bal: price, permit2: new(int64(0))}},
 			wantPaid: []int{0}, wantSpent: price / 2, wantReads: []string{"token", "token:permit2", "token"},
 		},
 		{
 			name:         "upto alone, its maximum above the Permit2 allowance",
 			accepts:      []x402.PaymentRequirements{uptoOffer(price)},
-			balances:     map[string]balanceRow{"token": {bal: 2 * price, permit2: ptr(int64(price - 1))}},
+			balances:     map[string]balanceRow{"token": {bal: 2 * price, permit2: new(int64(price - 1))}},
 			wantReads:    []string{"token", "token:permit2"},
 			wantRefusals: []client.RefusalError{client.RefusedPermit2Allowance},
 			wantLabels: []string{"the payer's Permit2 allowance of the asset is 9999, less than the maximum 10000" +
@@ -225,7 +225,7 @@ func TestTransportBalances(t *testing.T) {
 		{
 			name:     "exact is never judged by the Permit2 allowance",
 			accepts:  []x402.PaymentRequirements{offer(price)},
-			balances: map[string]balanceRow{"token": {bal: price, permit2: ptr(int64(0))}},
+			balances: map[string]balanceRow{"token": {bal: price, permit2: new(int64(0))}},
 			wantPaid: []int{0}, wantSpent: price, wantReads: []string{"token"},
 		},
 		{
@@ -504,8 +504,6 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestNodeBalancesPermit2Allowance reads the ERC-20 allowance to Permit2
 // from the simulated chain: the maximum once approved, 0 before; another

@@ -1048,9 +1048,9 @@ func (s *Sender) market(ctx context.Context) (tip, baseFee *big.Int, err error) 
 
 // gasFor returns the gas limit of a call of to with data: GasLimit plus the
 // margin if the call succeeds at GasLimit, else the node's estimate plus the
-// margin. The estimate also answers
-// for a call that reverts, so its error reads the same either way. When the
-// node did not answer the first call, it is not asked again.
+// margin. The estimate also answers for a call that reverts, so its error
+// reads as it always did. When the node did not answer the first call, it
+// is not asked again.
 func (s *Sender) gasFor(ctx context.Context, to common.Address, data []byte) (uint64, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
 	_, err := s.backend.CallContract(callCtx, ethereum.CallMsg{From: s.addr, To: &to, Gas: s.cfg.GasLimit, Data: data}, nil)

@@ -304,14 +304,28 @@ func (s *Simulated) DeployReceiptLogAnchor(tb testing.TB) (common.Address, *cont
 	return addr, anchor
 }
 
-// BalanceOf returns the token balance of addr at the latest block.
+// BalanceOf returns the token balance of addr at the newest canonical
+// block. That may be one past "latest": geth makes a new head's block
+// canonical, and its receipts visible, a moment before it moves latest to
+// it, so a caller that has just seen a receipt could otherwise read the
+// balance from before that block.
 func (s *Simulated) BalanceOf(tb testing.TB, addr common.Address) *big.Int {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), simulatedTimeout)
 	defer cancel()
-	bal, err := s.TokenContract.BalanceOf(&bind.CallOpts{Context: ctx}, addr)
+	n, err := s.Client.BlockNumber(ctx)
 	if err != nil {
-		tb.Fatalf("token balance of %s: %v", addr, err)
+		tb.Fatalf("block number: %v", err)
+	}
+	for {
+		if h, err := s.Client.HeaderByNumber(ctx, new(big.Int).SetUint64(n+1)); err != nil || h == nil {
+			break
+		}
+		n++
+	}
+	bal, err := s.TokenContract.BalanceOf(&bind.CallOpts{Context: ctx, BlockNumber: new(big.Int).SetUint64(n)}, addr)
+	if err != nil {
+		tb.Fatalf("token balance of %s at block %d: %v", addr, n, err)
 	}
 	return bal
 }

@@ -178,24 +178,12 @@ func (b *NodeBalances) Permit2Allowance(ctx context.Context, network string, ass
 	if id, err := exact.ChainID(network); err != nil || id.Cmp(b.chainID) != 0 {
 		return nil, fmt.Errorf("%w: %s is not %s", ErrBalanceUnknown, network, b.Network())
 	}
-	// allowance(owner, Permit2): the selector, then the two addresses
-	// left-padded to 32 bytes.
-	data := make([]byte, 4+64)
-	copy(data, allowanceSelector)
-	copy(data[4+12:], owner.Bytes())
-	copy(data[4+32+12:], upto.Permit2Address.Bytes())
-	out, err := b.node.CallContract(ctx, ethereum.CallMsg{To: &asset, Data: data}, nil)
+	allowance, err := upto.Permit2Allowance(ctx, b.node, asset, owner)
 	if err != nil {
 		return nil, fmt.Errorf("Permit2 allowance of %s in %s on %s: %w", owner.Hex(), asset.Hex(), network, err)
 	}
-	if len(out) != 32 {
-		return nil, fmt.Errorf("Permit2 allowance of %s in %s on %s: %d bytes returned, want 32", owner.Hex(), asset.Hex(), network, len(out))
-	}
-	return new(big.Int).SetBytes(out), nil
+	return allowance, nil
 }
-
-// allowanceSelector is ERC-20's allowance(address,address).
-var allowanceSelector = []byte{0xdd, 0x62, 0xed, 0x3e}
 
 var (
 	_ Balances          = (*NodeBalances)(nil)

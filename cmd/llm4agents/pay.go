@@ -945,7 +945,7 @@ func checkApproval(ctx context.Context, f *payFlags, e env, req x402.PaymentRequ
 	case got.Cmp(want) != 0:
 		return cannot(fmt.Sprintf("the --rpc node is chain %s, the offer is on %s", got, req.Network))
 	}
-	allowance, err := permit2Allowance(ctx, ec, common.HexToAddress(req.Asset), owner)
+	allowance, err := upto.Permit2Allowance(ctx, ec, common.HexToAddress(req.Asset), owner)
 	if err != nil {
 		return cannot(fmt.Sprintf("allowance: %v", redactURL(err, f.rpc)))
 	}

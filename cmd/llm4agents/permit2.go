@@ -234,7 +234,7 @@ func approvePermit2(ctx context.Context, ec *ethclient.Client, key *ecdsa.Privat
 	if r.Status != types.ReceiptStatusSuccessful {
 		return fmt.Errorf("transaction %s reverted; the allowance is unchanged", tx.Hash().Hex())
 	}
-	now, err := erc20Uint(ctx, ec, f.asset, "allowance", owner, upto.Permit2Address)
+	now, err := upto.Permit2Allowance(ctx, ec, f.asset, owner)
 	if err != nil {
 		return fmt.Errorf("read the allowance after transaction %s: %w", tx.Hash().Hex(), err)
 	}
@@ -274,7 +274,7 @@ func readToken(ctx context.Context, ec *ethclient.Client, token, owner common.Ad
 		return nil, fmt.Errorf("no contract at %s on chain %s; check --asset and --rpc", token.Hex(), chainID)
 	}
 	st := &tokenState{chainID: chainID}
-	if st.allowance, err = erc20Uint(ctx, ec, token, "allowance", owner, upto.Permit2Address); err != nil {
+	if st.allowance, err = upto.Permit2Allowance(ctx, ec, token, owner); err != nil {
 		return nil, fmt.Errorf("allowance of Permit2 on %s: %w", token.Hex(), err)
 	}
 	if st.balance, err = erc20Uint(ctx, ec, token, "balanceOf", owner); err != nil {
@@ -290,11 +290,6 @@ func readToken(ctx context.Context, ec *ethclient.Client, token, owner common.Ad
 		st.symbol, _ = out[0].(string)
 	}
 	return st, nil
-}
-
-// permit2Allowance reads what Permit2 may move of owner's token.
-func permit2Allowance(ctx context.Context, c ethereum.ContractCaller, token, owner common.Address) (*big.Int, error) {
-	return erc20Uint(ctx, c, token, "allowance", owner, upto.Permit2Address)
 }
 
 func erc20Uint(ctx context.Context, c ethereum.ContractCaller, token common.Address, method string, args ...any) (*big.Int, error) {

@@ -226,11 +226,11 @@ func (v *Verifier) Verify(ctx context.Context, p *x402.PaymentPayload, req x402.
 }
 
 // VerifyForSettle finishes, for a payment that passed Check, what Verify does
-// except the simulation, for a caller about to send the transfer: the
-// sender runs it on the node before sending it anyway (chain.Sender), and a
-// revert there is diagnosed with Simulate. It still reads authorizationState, so an authorization already used
-// on chain is refused before anything is sent. recovered is
-// Check's second result; vd is completed in place.
+// except the simulation, for a caller about to send the transfer: the sender
+// runs it on the node before sending it anyway (chain.Sender), and a revert
+// there is diagnosed with Simulate. It still reads authorizationState, so an
+// authorization already used on chain is refused before anything is sent.
+// recovered is Check's second result; vd is completed in place.
 func (v *Verifier) VerifyForSettle(ctx context.Context, vd *Verified, recovered bool) error {
 	if err := v.verifySignature(ctx, vd, recovered); err != nil {
 		return err
@@ -259,8 +259,9 @@ func (v *Verifier) verifySignature(ctx context.Context, vd *Verified, recovered 
 	inner, wrapped, werr := unwrap6492(sig)
 	// A payer seen without code moments ago is not asked again (codecache):
 	// the simulation that follows every verification, or the sender's run of
-	// the transfer, runs the token's own signature check. A counterfactual wallet's signature
-	// is always judged on fresh code: its wallet may just have been deployed.
+	// the transfer, runs the token's own signature check. A counterfactual
+	// wallet's signature is always judged on fresh code: its wallet may just
+	// have been deployed.
 	var code []byte
 	var err error
 	if wrapped || werr != nil {

@@ -388,7 +388,7 @@ func (v *Verifier) diagnose(ctx context.Context, vd *Verified, revert string) er
 	if err == nil && bal.Cmp(need) < 0 {
 		return fail(x402.ReasonPermit2InsufficientBalance, payer, "balance %s is less than %s", bal, need)
 	}
-	allowance, err := v.callUint(ctx, vd.Asset, "allowance", a.From, Permit2Address)
+	allowance, err := Permit2Allowance(ctx, v.Chain, vd.Asset, a.From)
 	if err != nil && !skippable(err) {
 		return fmt.Errorf("diagnose: %w", err)
 	}
@@ -409,6 +409,12 @@ func (v *Verifier) diagnose(ctx context.Context, vd *Verified, revert string) er
 // integer.
 func (v *Verifier) callUint(ctx context.Context, to common.Address, method string, args ...any) (*big.Int, error) {
 	return callUint(ctx, v.Chain, to, method, args...)
+}
+
+// Permit2Allowance returns what Permit2 may move of owner's token: the
+// token's ERC-20 allowance to Permit2, which every upto payment spends.
+func Permit2Allowance(ctx context.Context, c ethereum.ContractCaller, token, owner common.Address) (*big.Int, error) {
+	return callUint(ctx, c, token, "allowance", owner, Permit2Address)
 }
 
 func callUint(ctx context.Context, c ethereum.ContractCaller, to common.Address, method string, args ...any) (*big.Int, error) {

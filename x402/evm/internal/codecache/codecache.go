@@ -5,8 +5,8 @@
 // Only "no code" is remembered, and only where a stale answer is safe: the
 // verifiers use the payer's code to choose between ecrecover and EIP-1271,
 // and every verification is followed by a simulation (eth_call, or the
-// sender's run before it sends) of the transfer itself, in which the token or Permit2 runs its
-// own check against the chain as it is. An account that gained code within
+// sender's run before it sends) of the transfer itself, in which the token
+// or Permit2 runs its own check against the chain as it is. An account that gained code within
 // the window (an EIP-7702 delegation, a wallet deployed at a counterfactual
 // address) can so only be refused, never paid for on a check that no longer
 // holds; a refusal lasts at most TTL.

@@ -57,14 +57,18 @@ func assetOf(name string) common.Address {
 	return common.HexToAddress(token)
 }
 
+// nameOf is assetOf's inverse: "other" for otherToken, else "token".
+func nameOf(asset common.Address) string {
+	if asset == common.HexToAddress(otherToken) {
+		return "other"
+	}
+	return "token"
+}
+
 func (b *ledgerBook) Balance(_ context.Context, network string, asset, owner common.Address) (*big.Int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	name := "token"
-	if asset == common.HexToAddress(otherToken) {
-		name = "other"
-	}
-	b.reads = append(b.reads, name)
+	b.reads = append(b.reads, nameOf(asset))
 	b.owner = append(b.owner, owner)
 	r, ok := b.rows[asset]
 	switch {
@@ -81,11 +85,7 @@ func (b *ledgerBook) Balance(_ context.Context, network string, asset, owner com
 func (b *ledgerBook) Permit2Allowance(_ context.Context, network string, asset, owner common.Address) (*big.Int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	name := "token"
-	if asset == common.HexToAddress(otherToken) {
-		name = "other"
-	}
-	b.reads = append(b.reads, name+":permit2")
+	b.reads = append(b.reads, nameOf(asset)+":permit2")
 	b.owner = append(b.owner, owner)
 	r, ok := b.rows[asset]
 	if !ok || r.permit2 == nil {

@@ -238,17 +238,18 @@ func benchPaidCalls(b *testing.B, scheme string) {
 		p50 := t.latencies[len(t.latencies)/2]
 		b.ReportMetric(float64(p50.Microseconds())/1000, name+"-p50-ms")
 		b.Logf("%s: %d calls, %d failed, %d charged without an answer, %.1f paid calls/s, p50 %s", name, t.calls, t.failed, t.unanswered, rate[i], p50)
-		// Where our time goes: p50 of each step the gateway waits for.
+		// Where our time goes: p50 of each step the gateway waits for, and its
+		// slowest, which shows a stall.
 		var steps []string
 		for _, step := range slices.Sorted(maps.Keys(t.steps)) {
 			d := t.steps[step]
 			slices.Sort(d)
 			m := d[len(d)/2]
 			b.ReportMetric(float64(m.Microseconds())/1000, name+"-"+step+"-p50-ms")
-			steps = append(steps, fmt.Sprintf("%s %s", step, m.Round(10*time.Microsecond)))
+			steps = append(steps, fmt.Sprintf("%s %s (max %s)", step, m.Round(10*time.Microsecond), d[len(d)-1].Round(time.Millisecond)))
 		}
 		if len(steps) > 0 {
-			b.Logf("%s: p50 of the gateway's steps: %s", name, strings.Join(steps, ", "))
+			b.Logf("%s: p50 (and max) of the gateway's steps: %s", name, strings.Join(steps, ", "))
 		}
 		if t.firstErr != nil {
 			b.Logf("%s: first failure: %v", name, t.firstErr)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/ethclient"
@@ -704,5 +705,105 @@ func TestSendConcurrentResync(t *testing.T) {
 	waitAll(t, s, nil, txs)
 	if n, err := a.Client.NonceAt(ctx, s.Address(), nil); err != nil || n != burst+foreign {
 		t.Errorf("account nonce = %d, %v; want %d", n, err, burst+foreign)
+	}
+}
+
+// TestWaitUnshelvesHeldTransaction is anvil's automine holding the account's
+// next transaction without mining it or counting it in the pending nonce (a
+// transaction that arrived while the block with the nonce below was being
+// mined): the proxy keeps the bytes it shelves from anvil and calls them
+// already known. Only a new version under the nonce gets such a transaction
+// looked at again; one the node counts pending is only waiting for a block.
+func TestWaitUnshelvesHeldTransaction(t *testing.T) {
+	tests := []struct {
+		name       string
+		shelveAll  bool // every version, not only the first: the node's pending nonce lags its pool
+		counted    bool // the node counts the shelved transaction in the pending nonce
+		wantMined  bool
+		wantHashes int // versions broadcast under the nonce
+	}{
+		{name: "held and not counted", wantMined: true, wantHashes: 2},
+		{name: "counted pending", counted: true, wantHashes: 1},
+		{name: "every version held", shelveAll: true, wantHashes: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := testchain.StartAnvil(t)
+			var mu sync.Mutex
+			shelved := map[common.Hash]*types.Transaction{}
+			var hashes []common.Hash // distinct versions broadcast, in order
+			node := newProxyNode(t, a, map[string]fakeMethod{
+				"eth_sendRawTransaction": func(f *fakeNode, params []json.RawMessage) (any, error) {
+					tx, err := decodeRawTx(params)
+					if err != nil {
+						return nil, err
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if shelved[tx.Hash()] != nil {
+						return nil, errors.New("already known")
+					}
+					hashes = append(hashes, tx.Hash())
+					if len(hashes) == 1 || tc.shelveAll {
+						shelved[tx.Hash()] = tx
+						return tx.Hash(), nil
+					}
+					return f.forward("eth_sendRawTransaction", params)
+				},
+				"eth_getTransactionByHash": func(f *fakeNode, params []json.RawMessage) (any, error) {
+					var h common.Hash
+					if len(params) != 1 || json.Unmarshal(params[0], &h) != nil {
+						return nil, errors.New("invalid params")
+					}
+					mu.Lock()
+					tx := shelved[h]
+					mu.Unlock()
+					if tx == nil {
+						return f.forward("eth_getTransactionByHash", params)
+					}
+					return tx, nil // no block: pending
+				},
+				"eth_getTransactionCount": func(f *fakeNode, params []json.RawMessage) (any, error) {
+					if tc.counted && len(params) == 2 && string(params[1]) == `"pending"` {
+						mu.Lock()
+						defer mu.Unlock()
+						return hexutil.Uint64(len(shelved)), nil
+					}
+					return f.forward("eth_getTransactionCount", params)
+				},
+			})
+			s, logs := newTestSender(t, node.dial(t), 0, testConfig()) // nudges after 100 ms, replaces after 30 s
+			ctx := testContext(t, 30*time.Second)
+
+			tx, err := s.Send(ctx, payee, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			r, err := s.Wait(wait, tx)
+			mu.Lock()
+			if len(hashes) != tc.wantHashes {
+				t.Errorf("%d versions broadcast under nonce %d, want %d", len(hashes), tx.Nonce(), tc.wantHashes)
+			}
+			last := hashes[len(hashes)-1]
+			mu.Unlock()
+			if !tc.wantMined {
+				var perr *PendingError
+				if !errors.As(err, &perr) || perr.Hash != last {
+					t.Fatalf("Wait = %v, %v; want pending on %s", r, err, last)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Wait: %v", err)
+			}
+			if r.TxHash != last || r.TxHash == tx.Hash() {
+				t.Errorf("mined %s, want the replacement %s of %s", r.TxHash, last, tx.Hash())
+			}
+			if !strings.Contains(logs.String(), "without counting it pending") {
+				t.Errorf("logs lack the replacement's reason:\n%s", logs)
+			}
+		})
 	}
 }

@@ -168,6 +168,9 @@ type flight struct {
 	touched time.Time            // guarded by Sender.mu; last broadcast or check by repair
 	capped  bool                 // guarded by Sender.mu; logged that MaxFeePerGas stops replacement
 	nudged  time.Time            // guarded by Sender.mu; last time repair re-sent the same bytes
+	// unshelved is set once repair replaced the flight because the node held
+	// it without counting it pending (unshelve).
+	unshelved bool // guarded by Sender.mu
 	// sending is set while the first broadcast is under way: repair leaves the
 	// flight alone, since its owner frees the nonce if the node refuses it.
 	sending bool // guarded by Sender.mu
@@ -734,6 +737,7 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	var due []*flight
+	var head *flight
 	var nudge *types.Transaction
 	for n, f := range s.flights {
 		if n >= mined && n <= upTo && !f.sending && now.Sub(f.touched) >= s.cfg.ReplaceAfter {
@@ -745,7 +749,7 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 		// one comes; the same bytes again are harmless anywhere else.
 		if n == mined && !f.sending && now.Sub(f.touched) >= nudgeAfter(s.cfg) && now.Sub(f.nudged) >= nudgeAfter(s.cfg) {
 			f.nudged = now
-			nudge = f.txs[len(f.txs)-1]
+			head, nudge = f, f.txs[len(f.txs)-1]
 		}
 	}
 	s.mu.Unlock()
@@ -754,7 +758,11 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 		case err == nil:
 			// The node took the bytes as new: it had dropped them.
 			s.log.Warn("transaction dropped by the node, re-broadcasting", "nonce", nudge.Nonce(), "hash", nudge.Hash())
-		case !isAlreadyKnown(err):
+		case isAlreadyKnown(err):
+			if err := s.unshelve(ctx, head); err != nil {
+				return err
+			}
+		default:
 			s.log.Debug("nudge transaction", "nonce", nudge.Nonce(), "err", err)
 		}
 	}
@@ -786,6 +794,39 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 		}
 	}
 	return nil
+}
+
+// unshelve replaces f, the account's next transaction, which the node says
+// it already has, if the node does not count it in the account's pending
+// nonce: it then holds it as not executable, though no nonce is missing below
+// it, and will not mine it as it is. Anvil's automine can leave a transaction
+// so when it arrives while a block with the nonce below is being mined (its
+// pool judges it against the nonce before that block and never looks again),
+// and every later transaction of the account then waits behind it; a new
+// version under the nonce is judged afresh. It replaces a flight at most once
+// this way, so a node whose pending nonce lags its pool costs one fee bump,
+// not one per poll; ReplaceAfter still applies after that.
+func (s *Sender) unshelve(ctx context.Context, f *flight) error {
+	s.mu.Lock()
+	done := f.unshelved
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	pending, err := s.pendingNonce(ctx)
+	if err != nil {
+		return fmt.Errorf("nonce %d held by the node: %w", f.nonce, err)
+	}
+	if pending > f.nonce {
+		return nil // the node counts it: pending, waiting for a block
+	}
+	s.mu.Lock()
+	f.unshelved = true
+	f.touched = s.cfg.Now()
+	s.mu.Unlock()
+	s.log.Warn("the node holds the account's next transaction without counting it pending; replacing it",
+		"nonce", f.nonce, "pending_nonce", pending)
+	return s.replace(ctx, f)
 }
 
 // fillGaps sends a gap filler, a 0-value transfer to the account itself at

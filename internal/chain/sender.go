@@ -759,8 +759,13 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 			// The node took the bytes as new: it had dropped them.
 			s.log.Warn("transaction dropped by the node, re-broadcasting", "nonce", nudge.Nonce(), "hash", nudge.Hash())
 		case isAlreadyKnown(err):
-			if err := s.unshelve(ctx, head); err != nil {
+			replaced, err := s.unshelve(ctx, head)
+			if err != nil {
 				return err
+			}
+			if replaced {
+				// Not again below, if it was due as well.
+				due = slices.DeleteFunc(due, func(f *flight) bool { return f == head })
 			}
 		default:
 			s.log.Debug("nudge transaction", "nonce", nudge.Nonce(), "err", err)
@@ -805,20 +810,21 @@ func (s *Sender) repair(ctx context.Context, mined, upTo uint64) error {
 // and every later transaction of the account then waits behind it; a new
 // version under the nonce is judged afresh. It replaces a flight at most once
 // this way, so a node whose pending nonce lags its pool costs one fee bump,
-// not one per poll; ReplaceAfter still applies after that.
-func (s *Sender) unshelve(ctx context.Context, f *flight) error {
+// not one per poll; ReplaceAfter still applies after that. It reports whether
+// it replaced f.
+func (s *Sender) unshelve(ctx context.Context, f *flight) (replaced bool, _ error) {
 	s.mu.Lock()
 	done := f.unshelved
 	s.mu.Unlock()
 	if done {
-		return nil
+		return false, nil
 	}
 	pending, err := s.pendingNonce(ctx)
 	if err != nil {
-		return fmt.Errorf("nonce %d held by the node: %w", f.nonce, err)
+		return false, fmt.Errorf("nonce %d held by the node: %w", f.nonce, err)
 	}
 	if pending > f.nonce {
-		return nil // the node counts it: pending, waiting for a block
+		return false, nil // the node counts it: pending, waiting for a block
 	}
 	s.mu.Lock()
 	f.unshelved = true
@@ -826,7 +832,7 @@ func (s *Sender) unshelve(ctx context.Context, f *flight) error {
 	s.mu.Unlock()
 	s.log.Warn("the node holds the account's next transaction without counting it pending; replacing it",
 		"nonce", f.nonce, "pending_nonce", pending)
-	return s.replace(ctx, f)
+	return true, s.replace(ctx, f)
 }
 
 // fillGaps sends a gap filler, a 0-value transfer to the account itself at

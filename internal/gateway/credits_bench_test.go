@@ -168,12 +168,15 @@ func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy
 }
 
 // benchCreditBackends are the credit backends (whose tests read the key at
-// every call, key_cache 0), and the leased ones again with credits.key_cache
-// at its default and largest, 1s: a call then makes no store read. The
-// "-keycache" variants are what serve runs by default.
+// every call, key_cache 0), and each again with credits.key_cache at its
+// default and largest, 1s, so that a call makes no key read. The "-keycache"
+// variants are what serve runs by default: "-leased-keycache" with the
+// default durability, "-keycache" alone with durability per_call.
 var benchCreditBackends = append(append([]creditBackend(nil), creditBackends...),
 	creditBackend{name: "sqlite-leased-keycache", open: openCreditSQLite, leased: true, keyCache: time.Second},
 	creditBackend{name: "postgres-leased-keycache", open: openCreditPostgres, leased: true, keyCache: time.Second},
+	creditBackend{name: "sqlite-keycache", open: openCreditSQLite, keyCache: time.Second},
+	creditBackend{name: "postgres-keycache", open: openCreditPostgres, keyCache: time.Second},
 )
 
 // throughputClients is the concurrency of BenchmarkCreditPath's throughput

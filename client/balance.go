@@ -66,11 +66,20 @@ func NewNodeBalances(node ethereum.ContractCaller, chainID *big.Int) *NodeBalanc
 // Network is the CAIP-2 id of the chain b reads, such as "eip155:8453".
 func (b *NodeBalances) Network() string { return "eip155:" + b.chainID.String() }
 
+// reads returns nil if network is b's chain, and otherwise ErrBalanceUnknown
+// naming both.
+func (b *NodeBalances) reads(network string) error {
+	if id, err := exact.ChainID(network); err != nil || id.Cmp(b.chainID) != 0 {
+		return fmt.Errorf("%w: %s is not %s", ErrBalanceUnknown, network, b.Network())
+	}
+	return nil
+}
+
 // Balance returns owner's balance of the token asset, or ErrBalanceUnknown
 // when network is not b's chain.
 func (b *NodeBalances) Balance(ctx context.Context, network string, asset, owner common.Address) (*big.Int, error) {
-	if id, err := exact.ChainID(network); err != nil || id.Cmp(b.chainID) != 0 {
-		return nil, fmt.Errorf("%w: %s is not %s", ErrBalanceUnknown, network, b.Network())
+	if err := b.reads(network); err != nil {
+		return nil, err
 	}
 	bal, err := exact.BalanceOf(ctx, b.node, asset, owner)
 	if err != nil {
@@ -175,8 +184,8 @@ func (t *Transport) approved(ctx context.Context, log *slog.Logger, b Balances, 
 // Permit2Allowance returns what Permit2 may move of owner's token asset,
 // or ErrBalanceUnknown when network is not b's chain.
 func (b *NodeBalances) Permit2Allowance(ctx context.Context, network string, asset, owner common.Address) (*big.Int, error) {
-	if id, err := exact.ChainID(network); err != nil || id.Cmp(b.chainID) != 0 {
-		return nil, fmt.Errorf("%w: %s is not %s", ErrBalanceUnknown, network, b.Network())
+	if err := b.reads(network); err != nil {
+		return nil, err
 	}
 	allowance, err := upto.Permit2Allowance(ctx, b.node, asset, owner)
 	if err != nil {

@@ -18,9 +18,12 @@ import (
 
 const (
 	selectDraw = `SELECT lease_id, position, charged, cost FROM ledger_lease_draws WHERE call_id = ?`
-	takenPos   = `SELECT 1 FROM ledger_lease_draws WHERE lease_id = ? AND position = ?`
+	// insertDraw inserts nothing over a row of the same call or position:
+	// drawOne then reads which.
 	insertDraw = `INSERT INTO ledger_lease_draws (call_id, lease_id, position, charged, cost, created_at_ms)
-VALUES (?, ?, ?, ?, ?, ?)`
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING`
+	deleteDraw = `DELETE FROM ledger_lease_draws WHERE call_id = ?`
 	// drawn_cost saturates at store.MaxAmount (see store.Hold.DrawnCost).
 	addDrawn = `UPDATE ledger_holds SET drawn = drawn + ?, drawn_cost = MIN(drawn_cost + ?, 1000000000000000)
 WHERE hold_id = ? AND lease = 1 AND state = 'held' AND drawn <= amount - ?`
@@ -35,7 +38,7 @@ WHERE hold_id = ? AND lease = 1 AND state = 'held' AND drawn <= amount - ?`
 // the sweep's count, which the writer prepares (its other statements are
 // the ledger's and the receipts').
 func leaseStatements() []string {
-	return []string{selectDraw, takenPos, insertDraw, addDrawn, raiseIssued, countIssuedDraws}
+	return []string{selectDraw, insertDraw, addDrawn, raiseIssued, countIssuedDraws}
 }
 
 // Draw implements store.Leases.
@@ -63,7 +66,7 @@ func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err
 		leases := make(map[string]*drawnLease)
 		var leaves []store.LogEntry
 		for i, d := range draws {
-			ok, err := checkDraw(ctx, tx, leases, d)
+			written, err := drawOne(ctx, tx, now, leases, seqs, d)
 			if err != nil {
 				if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 					return err
@@ -71,20 +74,8 @@ func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err
 				results[i] = err
 				continue
 			}
-			if !ok {
+			if !written {
 				continue // a replay: recorded before, receipt and all
-			}
-			if d.Receipt != nil {
-				if err := insertReceiptFrom(ctx, tx, now, *d.Receipt, seqs); err != nil {
-					if !errors.Is(err, store.ErrConflict) {
-						return err
-					}
-					results[i] = fmt.Errorf("receipt: %w", err)
-					continue
-				}
-			}
-			if _, err := tx.ExecContext(ctx, insertDraw, d.CallID, d.LeaseID, d.Position, d.Charged, d.Cost, now); err != nil {
-				return err
 			}
 			l := leases[d.LeaseID]
 			l.drawn += d.Charged
@@ -102,7 +93,7 @@ func (db *DB) Draw(ctx context.Context, draws []store.LeaseDraw) (_ []error, err
 				continue
 			}
 			if err := execOne(ctx, tx, addDrawn, l.charged, min(l.cost, store.MaxAmount), id, l.charged); err != nil {
-				return fmt.Errorf("lease %s: %w", id, err) // checkDraw saw it fit: a bug
+				return fmt.Errorf("lease %s: %w", id, err) // drawOne saw it fit: a bug
 			}
 		}
 		if len(leaves) > 0 {
@@ -138,11 +129,66 @@ type drawnLease struct {
 	charged, cost int64 // the batch's draws so far
 }
 
-// checkDraw decides a draw inside its batch's transaction, which no other
-// writer shares: true if it is to be written, false if it was written
-// before with the same arguments, ErrConflict or ErrNotFound if refused.
-// leases holds the batch's leases read so far; checkDraw adds d's.
-func checkDraw(ctx context.Context, tx wtx, leases map[string]*drawnLease, d store.LeaseDraw) (bool, error) {
+// drawOne writes d, with its receipt, inside its batch's transaction, which
+// no other writer shares: true if written, false if d was written before
+// with the same arguments (a replay), ErrConflict or ErrNotFound if refused.
+// A refused draw leaves nothing written. leases holds the batch's leases read
+// so far; drawOne adds d's.
+//
+// A draw is almost always new, on a lease that covers it, so it is inserted
+// at once: only a lease that refuses it, or an insert that meets a row
+// already there (the call's own, or another call's at the position), reads
+// the call's row to tell a replay from a conflict. Reading it first for
+// every draw cost two index reads per call on the single writer.
+func drawOne(ctx context.Context, tx wtx, now int64, leases map[string]*drawnLease, seqs *seqBlock, d store.LeaseDraw) (bool, error) {
+	l, err := batchLease(ctx, tx, leases, d.LeaseID)
+	if err == nil {
+		err = l.refuses(d)
+	}
+	if err != nil {
+		return replayOr(ctx, tx, d, err)
+	}
+	res, err := tx.ExecContext(ctx, insertDraw, d.CallID, d.LeaseID, d.Position, d.Charged, d.Cost, now)
+	if err != nil {
+		return false, err
+	}
+	if inserted, err := oneRow(res); err != nil || !inserted {
+		if err != nil {
+			return false, err
+		}
+		return replayOr(ctx, tx, d, fmt.Errorf("position %d of lease %s is taken: %w", d.Position, d.LeaseID, store.ErrConflict))
+	}
+	// d's row is in: whatever refuses d from here takes it out again.
+	refusal, err := drawReceipt(ctx, tx, now, seqs, d)
+	if err != nil || refusal == nil {
+		return err == nil, err
+	}
+	if err := execOne(ctx, tx, deleteDraw, d.CallID); err != nil {
+		return false, fmt.Errorf("undo the draw of call %s: %w", d.CallID, err)
+	}
+	return false, refusal
+}
+
+// refuses says why l, as the batch sees it, cannot pay d; nil if it can.
+func (l *drawnLease) refuses(d store.LeaseDraw) error {
+	switch h := l.hold; {
+	case !h.Lease:
+		return fmt.Errorf("hold %s is not a lease: %w", d.LeaseID, store.ErrConflict)
+	case h.State != store.HoldHeld:
+		return fmt.Errorf("lease %s is %s: %w", d.LeaseID, h.State, store.ErrConflict)
+	case d.Charged > h.Amount-l.drawn:
+		return fmt.Errorf("lease %s has %d left, the draw is %d: %w", d.LeaseID, h.Amount-l.drawn, d.Charged, store.ErrConflict)
+	}
+	return nil
+}
+
+// replayOr returns false if d's call drew before with the same arguments (a
+// replay, answered as it was, whatever the lease's state now), a conflict if
+// it drew with others, and else refusal: why d cannot be written.
+func replayOr(ctx context.Context, tx wtx, d store.LeaseDraw, refusal error) (bool, error) {
+	if !errors.Is(refusal, store.ErrConflict) && !errors.Is(refusal, store.ErrNotFound) {
+		return false, refusal // not a verdict: the batch fails
+	}
 	var lease string
 	var pos, charged, cost int64
 	err := tx.QueryRowContext(ctx, selectDraw, d.CallID).Scan(&lease, &pos, &charged, &cost)
@@ -154,37 +200,34 @@ func checkDraw(ctx context.Context, tx wtx, leases map[string]*drawnLease, d sto
 	case !errors.Is(err, sql.ErrNoRows):
 		return false, err
 	}
-	l, err := batchLease(ctx, tx, leases, d.LeaseID)
-	if err != nil {
-		return false, err
+	return false, refusal
+}
+
+// drawReceipt writes the receipt of a draw just written, if it has one: a
+// non-nil refusal (a conflict) if the call's id already names another
+// receipt or another log leaf, with nothing of the receipt written.
+func drawReceipt(ctx context.Context, tx wtx, now int64, seqs *seqBlock, d store.LeaseDraw) (refusal, _ error) {
+	if d.Receipt == nil {
+		return nil, nil
 	}
-	switch h := l.hold; {
-	case !h.Lease:
-		return false, fmt.Errorf("hold %s is not a lease: %w", d.LeaseID, store.ErrConflict)
-	case h.State != store.HoldHeld:
-		return false, fmt.Errorf("lease %s is %s: %w", d.LeaseID, h.State, store.ErrConflict)
-	case d.Charged > h.Amount-l.drawn:
-		return false, fmt.Errorf("lease %s has %d left, the draw is %d: %w", d.LeaseID, h.Amount-l.drawn, d.Charged, store.ErrConflict)
-	}
-	err = tx.QueryRowContext(ctx, takenPos, d.LeaseID, d.Position).Scan(new(int))
-	switch {
-	case err == nil:
-		return false, fmt.Errorf("position %d of lease %s is taken: %w", d.Position, d.LeaseID, store.ErrConflict)
-	case !errors.Is(err, sql.ErrNoRows):
-		return false, err
-	}
-	if d.Receipt != nil && len(d.Receipt.Leaf) > 0 {
-		// Judged here, before anything is written: a conflict found by
+	if len(d.Receipt.Leaf) > 0 {
+		// Judged here, before the leaf is queued: a conflict found by
 		// queueLeaves would fail the whole batch.
 		cur, err := scanLogEntry(tx.QueryRowContext(ctx, selectLogEntry, d.CallID))
 		switch {
 		case err == nil && !bytes.Equal(cur.Leaf, d.Receipt.Leaf):
-			return false, fmt.Errorf("call %s has another leaf queued: %w", d.CallID, store.ErrConflict)
+			return fmt.Errorf("call %s has another leaf queued: %w", d.CallID, store.ErrConflict), nil
 		case err != nil && !errors.Is(err, sql.ErrNoRows):
-			return false, err
+			return nil, err
 		}
 	}
-	return true, nil
+	if err := insertReceiptFrom(ctx, tx, now, *d.Receipt, seqs); err != nil {
+		if !errors.Is(err, store.ErrConflict) {
+			return nil, err
+		}
+		return fmt.Errorf("receipt: %w", err), nil
+	}
+	return nil, nil
 }
 
 // batchLease returns the lease id as the batch sees it, reading it the

@@ -155,6 +155,9 @@ func testLeaseDrawAndClose(e *leaseEnv) {
 	if h2.State != h.State || h2.ResolvedSeq != h.ResolvedSeq || en2.Seq != en.Seq {
 		e.t.Errorf("CloseLease() again = %+v, %+v; want the first close", h2, en2)
 	}
+	// A replay is answered as it was, even once its lease has ended.
+	e.wantResults("Draw again after the close", e.draw(store.LeaseDraw{LeaseID: "lease-1", CallID: "call-2", Position: 2, Charged: 200_000, Cost: 300_000}), nil)
+	e.wantResults("Draw again after the close, other arguments", e.draw(store.LeaseDraw{LeaseID: "lease-1", CallID: "call-2", Position: 2, Charged: 1, Cost: 1}), store.ErrConflict)
 }
 
 func testLeaseCloseUndrawn(e *leaseEnv) {
@@ -269,6 +272,11 @@ func testLeaseReceipts(e *leaseEnv) {
 	if h := e.holdRecord("lease-1"); h.Drawn != 1000 {
 		e.t.Errorf("drawn = %d, want 1000", h.Drawn)
 	}
+	// Nothing of the refused draws stands: their positions are free.
+	e.wantResults("Draw at the refused positions", e.draw(
+		store.LeaseDraw{LeaseID: "lease-1", CallID: "next-2", Position: 2, Charged: 1000, Cost: 1000, Receipt: leaseReceipt("next-2", `{"r":4}`)},
+		store.LeaseDraw{LeaseID: "lease-1", CallID: "next-3", Position: 3, Charged: 1000, Cost: 1000},
+	), nil, nil)
 	e.close("lease-1")
 }
 
@@ -305,6 +313,9 @@ func testLeaseLeafConflict(e *leaseEnv) {
 	if h := e.holdRecord("lease-1"); h.Drawn != 20 {
 		e.t.Errorf("drawn = %d, want 20", h.Drawn)
 	}
+	// Nothing of the refused draw stands: its position is free.
+	e.wantResults("Draw at the refused position", e.draw(
+		store.LeaseDraw{LeaseID: "lease-1", CallID: "call-4", Position: 2, Charged: 10, Cost: 10, Receipt: withLeaf("call-4")}), nil)
 	e.close("lease-1")
 }
 

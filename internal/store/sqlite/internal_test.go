@@ -37,6 +37,7 @@ func TestPragmas(t *testing.T) {
 		{pragma: "busy_timeout", rw: "5000", ro: "5000"},
 		{pragma: "foreign_keys", rw: "1", ro: "1"},
 		{pragma: "synchronous", rw: "2", skipOnRO: true}, // 2 = FULL
+		{pragma: "temp_store", rw: "2", skipOnRO: true},  // 2 = MEMORY
 		{pragma: "query_only", rw: "0", ro: "1"},
 	}
 	for _, tc := range tests {

@@ -31,8 +31,17 @@ const (
 // before it applies any). The writer connection takes the write lock at BEGIN
 // (_txlock=immediate), so a read-modify-write transaction never has to upgrade
 // a read snapshot another connection has meanwhile made stale.
+//
+// The writer keeps its temporary files in memory (temp_store=MEMORY): every
+// op of a batch runs in a savepoint, and SQLite saves the first change of
+// each page inside a savepoint to a statement journal, which otherwise is a
+// temporary file: two more write calls per page changed, more than the WAL
+// itself took in the per-call credit benchmark (strace: 229,000 pwrites
+// before, 95,000 after). The statement journal only undoes a savepoint
+// inside an open transaction, so a crash loses nothing it kept; its memory
+// is at most the pages one batch changes, freed at the batch's end.
 var (
-	writerParams = fmt.Sprintf("_txlock=immediate&_busy_timeout=%d&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1", busyTimeoutMs)
+	writerParams = fmt.Sprintf("_txlock=immediate&_busy_timeout=%d&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1&_pragma=temp_store(MEMORY)", busyTimeoutMs)
 	readerParams = fmt.Sprintf("_busy_timeout=%d&_foreign_keys=1&_query_only=1", busyTimeoutMs)
 )
 

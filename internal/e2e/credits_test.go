@@ -286,7 +286,7 @@ func fundedKey(t *testing.T, st *postgres.DB, asset string) (secret, id string) 
 
 // fundedKeyWith is fundedKey with the account's funds and the key's total
 // cap given, and the key changed by mods before it is stored.
-func fundedKeyWith(t *testing.T, st *postgres.DB, asset string, funds, capAmount int64, mods ...func(*store.APIKey)) (secret, id string) {
+func fundedKeyWith(t *testing.T, st keyLedger, asset string, funds, capAmount int64, mods ...func(*store.APIKey)) (secret, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
 	defer cancel()
@@ -314,6 +314,12 @@ func fundedKeyWith(t *testing.T, st *postgres.DB, asset string, funds, capAmount
 		t.Fatalf("create the key: %v", err)
 	}
 	return secret, id
+}
+
+// keyLedger is what fundedKeyWith needs of a store: its ledger and its keys.
+type keyLedger interface {
+	store.Ledger
+	CreateKey(ctx context.Context, k store.APIKey) (store.APIKey, error)
 }
 
 func openPostgres(t *testing.T, dsn string) *postgres.DB {

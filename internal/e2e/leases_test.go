@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/proctest"
 	"github.com/llm4agents/llm4agents/internal/store"
+	"github.com/llm4agents/llm4agents/internal/store/postgres"
+	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/store/storetest"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
@@ -45,19 +48,56 @@ type leasedCall struct {
 	charged int64
 }
 
+// killStore is the store of the replicas in TestLeasedReplicaKilled, as
+// the test reads it: the ledger, keys and receipts, and a clock it can move.
+type killStore interface {
+	keyLedger
+	Receipt(ctx context.Context, requestID string) (store.StoredReceipt, error)
+	// setNow sets the clock the store judges holds by.
+	setNow(now func() time.Time)
+}
+
+type killPostgres struct{ *postgres.DB }
+
+func (s killPostgres) setNow(now func() time.Time) { s.Now = now }
+
+type killSQLite struct{ *sqlite.DB }
+
+func (s killSQLite) setNow(now func() time.Time) { s.Now = now }
+
 // TestLeasedReplicaKilled kills a replica with -9 under credit traffic
-// (credits.durability: leased, on PostgreSQL): the calls whose charges
-// were lost all answered in the last flush interval before the kill (plus
-// lostWindow's slack), no charge is recorded twice, the dead replica's
-// leases end at their TTL with what they recorded captured and the rest
-// returned, and the books keep every ledger invariant.
+// (credits.durability: leased), on PostgreSQL and on SQLite (two processes
+// on one file): the calls whose charges were lost all answered in the last
+// flush interval before the kill (plus lostWindow's slack), no charge is
+// recorded twice, the dead replica's leases end at their TTL with what they
+// recorded captured and the rest returned, and the books keep every ledger
+// invariant.
 func TestLeasedReplicaKilled(t *testing.T) {
 	skipShort(t)
 	bin := proctest.BuildBinary(t)
+	for _, v := range []struct {
+		name string
+		open func(t *testing.T) (dsn string, st killStore)
+	}{
+		{"postgres", func(t *testing.T) (string, killStore) {
+			dsn := freshPostgres(t)
+			return dsn, killPostgres{openPostgres(t, dsn)}
+		}},
+		{"sqlite", func(t *testing.T) (string, killStore) {
+			path := filepath.Join(t.TempDir(), "llm4agents.db")
+			return "sqlite://" + path, killSQLite{openSQLite(t, path)}
+		}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			dsn, st := v.open(t)
+			testLeasedReplicaKilled(t, bin, dsn, st)
+		})
+	}
+}
+
+func testLeasedReplicaKilled(t *testing.T, bin, dsn string, st killStore) {
 	c := startChain(t)
 	up := upstreamtest.NewServer(t, upstreamtest.Config{})
-	dsn := freshPostgres(t)
-	st := openPostgres(t, dsn)
 	asset := ledger.AssetID(network, c.token)
 	// Funds for far more calls than the test makes: the balance never binds.
 	secret, keyID := fundedKeyWith(t, st, asset, 1000*keyCap, 1000*keyCap)
@@ -124,7 +164,7 @@ func TestLeasedReplicaKilled(t *testing.T) {
 
 	// The dead replica's leases end at their TTL: run the sweep as if it
 	// had come.
-	st.Now = func() time.Time { return time.Now().Add(3 * time.Hour) }
+	st.setNow(func() time.Time { return time.Now().Add(3 * time.Hour) })
 	l, err := ledger.New(st, ledger.Config{Asset: asset}, discard())
 	if err != nil {
 		t.Fatal(err)
@@ -229,4 +269,18 @@ func startCreditReplicas(t *testing.T, bin, cfg string, n int) []*proctest.Proce
 		})
 	}
 	return replicas
+}
+
+// openSQLite opens the SQLite store at path, as another process would, and
+// closes it when the test ends.
+func openSQLite(t *testing.T, path string) *sqlite.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
+	defer cancel()
+	st, err := sqlite.Open(ctx, path, discard())
+	if err != nil {
+		t.Fatalf("open SQLite: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }

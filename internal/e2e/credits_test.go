@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/llm4agents/llm4agents/internal/proctest"
 	"github.com/llm4agents/llm4agents/internal/store"
 	"github.com/llm4agents/llm4agents/internal/store/postgres"
+	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 )
@@ -45,7 +48,8 @@ const (
 )
 
 // TestCreditsCapAcrossReplicas checks a key's cap with real processes: three
-// replicas on one PostgreSQL database take 200 concurrent credit-paid calls
+// replicas on one store (a PostgreSQL database, or a SQLite file the three
+// processes share) take 200 concurrent credit-paid calls
 // through one API key whose total cap is $1.00; the key never spends more
 // than $1.00 in total, and every refused call makes no upstream call. The
 // reservation is one conditional write in the shared store, so no replica
@@ -56,17 +60,25 @@ const (
 // it, and this run proves the default build ignores it.
 func TestCreditsCapAcrossReplicas(t *testing.T) {
 	skipShort(t)
+	bin := proctest.BuildBinary(t)
 	for _, durability := range []string{"leased", "per_call"} {
-		t.Run(durability, func(t *testing.T) { testCreditsCap(t, durability) })
+		t.Run(durability, func(t *testing.T) {
+			for _, cs := range creditStores {
+				t.Run(cs.name, func(t *testing.T) {
+					dsn, st := cs.open(t)
+					testCreditsCap(t, bin, durability, dsn, st)
+				})
+			}
+		})
 	}
 }
 
 // testCreditsCap is TestCreditsCapAcrossReplicas with credits.durability
 // set: leased (every replica charges against leases in memory; the store
 // checks every lease against the cap) or per_call.
-func testCreditsCap(t *testing.T, durability string) {
+func testCreditsCap(t *testing.T, bin, durability, dsn string, st creditStore) {
 	trials := envInt(t, "LLM4AGENTS_CAP_TRIALS", 3)
-	runs := runCapTrials(t, proctest.BuildBinary(t), durability, trials)
+	runs := runCapTrials(t, bin, durability, dsn, st, trials)
 	var over, answered, spent int64
 	for i, r := range runs {
 		if r.spent > keyCap {
@@ -78,8 +90,8 @@ func testCreditsCap(t *testing.T, durability string) {
 			checkCapRun(t, r)
 		}
 	}
-	t.Logf("SUMMARY %s: %d trials of %d calls on %d replicas, %d over the cap, %d calls answered, the most spent in a trial %d of %d",
-		durability, trials, capRequests, numReplicas, over, answered, spent, keyCap)
+	t.Logf("SUMMARY %s on %s: %d trials of %d calls on %d replicas, %d over the cap, %d calls answered, the most spent in a trial %d of %d",
+		durability, path.Base(t.Name()), trials, capRequests, numReplicas, over, answered, spent, keyCap)
 	r := runs[0]
 	t.Logf("default build, %s, first trial: %s", durability, r)
 	checkCapRun(t, r)
@@ -108,10 +120,16 @@ func checkCapRun(t *testing.T, r capRun) {
 // overspend the cap. If this test fails, the cap test above proves nothing.
 func TestCreditsCapControlReadThenWrite(t *testing.T) {
 	skipShort(t)
-	r := runCapTest(t, proctest.BuildBinary(t, readThenWriteTag), "per_call")
-	t.Logf("read-then-write build: %s", r)
-	if r.spent <= keyCap {
-		t.Errorf("the key spent %d atomic units, within its cap of %d: the control shows no overspend", r.spent, keyCap)
+	bin := proctest.BuildBinary(t, readThenWriteTag)
+	for _, cs := range creditStores {
+		t.Run(cs.name, func(t *testing.T) {
+			dsn, st := cs.open(t)
+			r := runCapTrials(t, bin, "per_call", dsn, st, 1)[0]
+			t.Logf("read-then-write build: %s", r)
+			if r.spent <= keyCap {
+				t.Errorf("the key spent %d atomic units, within its cap of %d: the control shows no overspend", r.spent, keyCap)
+			}
+		})
 	}
 }
 
@@ -128,25 +146,16 @@ func (r capRun) String() string {
 		r.answered, r.refused, r.other, r.upstreamCalls, r.spent, keyCap)
 }
 
-// runCapTest starts three replicas of bin with credits.durability set and
-// runs one cap trial on them; runCapTrials runs several.
-func runCapTest(t *testing.T, bin, durability string) capRun {
-	t.Helper()
-	return runCapTrials(t, bin, durability, 1)[0]
-}
-
-// runCapTrials starts three replicas of bin on one fresh PostgreSQL
-// database and runs trials trials on them, each with a key of its own
+// runCapTrials starts three replicas of bin on the fresh store at dsn (st,
+// as the test reads it) and runs trials trials on them, each with a key of its own
 // (total cap keyCap) taking capRequests concurrent calls spread over the
 // replicas. A trial ends once every lease of its key is closed (the leases
 // of the test config admit for 200ms), so its spent is the ledger's final
 // word. The last trial stops the replicas first, as an operator would.
-func runCapTrials(t *testing.T, bin, durability string, trials int) []capRun {
+func runCapTrials(t *testing.T, bin, durability, dsn string, st keyLedger, trials int) []capRun {
 	t.Helper()
 	c := startChain(t)
 	up := upstreamtest.NewServer(t, upstreamtest.Config{})
-	dsn := freshPostgres(t)
-	st := openPostgres(t, dsn)
 	asset := ledger.AssetID(network, c.token)
 	secret, keyID := fundedKey(t, st, asset)
 
@@ -233,7 +242,7 @@ func capTrial(t *testing.T, hc *http.Client, urls []string, up *upstreamtest.Ser
 // newCapKey funds the account of a trial of its own (an owner may hold at
 // most store.MaxKeysPerOwner keys) with accountFunds and creates a key on it
 // with the cap keyCap.
-func newCapKey(t *testing.T, st *postgres.DB, asset string, trial int) (secret, id string) {
+func newCapKey(t *testing.T, st keyLedger, asset string, trial int) (secret, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
 	defer cancel()
@@ -279,7 +288,7 @@ func receiptKeyEnv() string {
 // fundedKey credits the buyer's account with accountFunds and creates an API
 // key with a total cap of keyCap on it, straight in the store: the test is
 // about the reservation, and top-ups and sign-in have tests of their own.
-func fundedKey(t *testing.T, st *postgres.DB, asset string) (secret, id string) {
+func fundedKey(t *testing.T, st keyLedger, asset string) (secret, id string) {
 	t.Helper()
 	return fundedKeyWith(t, st, asset, accountFunds, keyCap)
 }
@@ -320,6 +329,53 @@ func fundedKeyWith(t *testing.T, st keyLedger, asset string, funds, capAmount in
 type keyLedger interface {
 	store.Ledger
 	CreateKey(ctx context.Context, k store.APIKey) (store.APIKey, error)
+}
+
+// creditStore is a store the credit replicas share, as the tests read and
+// write it beside them: the ledger, keys and receipts, and the clock it
+// judges holds by.
+type creditStore interface {
+	keyLedger
+	Receipt(ctx context.Context, requestID string) (store.StoredReceipt, error)
+	setNow(now func() time.Time)
+}
+
+type creditPostgres struct{ *postgres.DB }
+
+func (s creditPostgres) setNow(now func() time.Time) { s.Now = now }
+
+type creditSQLite struct{ *sqlite.DB }
+
+func (s creditSQLite) setNow(now func() time.Time) { s.Now = now }
+
+// creditStores are the stores that hold a credit ledger, each opened fresh
+// for a test: its DSN for the replicas' config, and the test's own handle.
+var creditStores = []struct {
+	name string
+	open func(t *testing.T) (dsn string, st creditStore)
+}{
+	{"postgres", func(t *testing.T) (string, creditStore) {
+		dsn := freshPostgres(t)
+		return dsn, creditPostgres{openPostgres(t, dsn)}
+	}},
+	{"sqlite", func(t *testing.T) (string, creditStore) {
+		file := filepath.Join(t.TempDir(), "llm4agents.db")
+		return "sqlite://" + file, creditSQLite{openSQLite(t, file)}
+	}},
+}
+
+// openSQLite opens the SQLite store in file, as another process would, and
+// closes it when the test ends.
+func openSQLite(t *testing.T, file string) *sqlite.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
+	defer cancel()
+	st, err := sqlite.Open(ctx, file, discard())
+	if err != nil {
+		t.Fatalf("open SQLite: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
 
 func openPostgres(t *testing.T, dsn string) *postgres.DB {

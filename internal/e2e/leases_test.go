@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +15,6 @@ import (
 	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/proctest"
 	"github.com/llm4agents/llm4agents/internal/store"
-	"github.com/llm4agents/llm4agents/internal/store/postgres"
-	"github.com/llm4agents/llm4agents/internal/store/sqlite"
 	"github.com/llm4agents/llm4agents/internal/store/storetest"
 	"github.com/llm4agents/llm4agents/internal/testchain"
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
@@ -48,25 +45,8 @@ type leasedCall struct {
 	charged int64
 }
 
-// killStore is the store of the replicas in TestLeasedReplicaKilled, as
-// the test reads it: the ledger, keys and receipts, and a clock it can move.
-type killStore interface {
-	keyLedger
-	Receipt(ctx context.Context, requestID string) (store.StoredReceipt, error)
-	// setNow sets the clock the store judges holds by.
-	setNow(now func() time.Time)
-}
-
-type killPostgres struct{ *postgres.DB }
-
-func (s killPostgres) setNow(now func() time.Time) { s.Now = now }
-
-type killSQLite struct{ *sqlite.DB }
-
-func (s killSQLite) setNow(now func() time.Time) { s.Now = now }
-
 // TestLeasedReplicaKilled kills a replica with -9 under credit traffic
-// (credits.durability: leased), on PostgreSQL and on SQLite (two processes
+// (credits.durability: leased), on each credit store (SQLite: two processes
 // on one file): the calls whose charges were lost all answered in the last
 // flush interval before the kill (plus lostWindow's slack), no charge is
 // recorded twice, the dead replica's leases end at their TTL with what they
@@ -75,27 +55,15 @@ func (s killSQLite) setNow(now func() time.Time) { s.Now = now }
 func TestLeasedReplicaKilled(t *testing.T) {
 	skipShort(t)
 	bin := proctest.BuildBinary(t)
-	for _, v := range []struct {
-		name string
-		open func(t *testing.T) (dsn string, st killStore)
-	}{
-		{"postgres", func(t *testing.T) (string, killStore) {
-			dsn := freshPostgres(t)
-			return dsn, killPostgres{openPostgres(t, dsn)}
-		}},
-		{"sqlite", func(t *testing.T) (string, killStore) {
-			path := filepath.Join(t.TempDir(), "llm4agents.db")
-			return "sqlite://" + path, killSQLite{openSQLite(t, path)}
-		}},
-	} {
-		t.Run(v.name, func(t *testing.T) {
-			dsn, st := v.open(t)
+	for _, cs := range creditStores {
+		t.Run(cs.name, func(t *testing.T) {
+			dsn, st := cs.open(t)
 			testLeasedReplicaKilled(t, bin, dsn, st)
 		})
 	}
 }
 
-func testLeasedReplicaKilled(t *testing.T, bin, dsn string, st killStore) {
+func testLeasedReplicaKilled(t *testing.T, bin, dsn string, st creditStore) {
 	c := startChain(t)
 	up := upstreamtest.NewServer(t, upstreamtest.Config{})
 	asset := ledger.AssetID(network, c.token)
@@ -269,18 +237,4 @@ func startCreditReplicas(t *testing.T, bin, cfg string, n int) []*proctest.Proce
 		})
 	}
 	return replicas
-}
-
-// openSQLite opens the SQLite store at path, as another process would, and
-// closes it when the test ends.
-func openSQLite(t *testing.T, path string) *sqlite.DB {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
-	defer cancel()
-	st, err := sqlite.Open(ctx, path, discard())
-	if err != nil {
-		t.Fatalf("open SQLite: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
 }

@@ -15,18 +15,25 @@ import (
 	"github.com/llm4agents/llm4agents/internal/upstream/upstreamtest"
 )
 
-// TestRateLimitAcrossReplicas: three replicas on one PostgreSQL database
-// serve one API key limited to 20 requests per minute. 60 concurrent calls
-// spread over the three get exactly 20 answers, not 60 (three replicas
-// each allowing the rate), and 40 refusals with Retry-After that reach no
-// upstream.
+// TestRateLimitAcrossReplicas: three replicas on one store (a PostgreSQL
+// database, or a SQLite file the three processes share) serve one API key
+// limited to 20 requests per minute. 60 concurrent calls spread over the
+// three get exactly 20 answers, not 60 (three replicas each allowing the
+// rate), and 40 refusals with Retry-After that reach no upstream.
 func TestRateLimitAcrossReplicas(t *testing.T) {
 	skipShort(t)
 	bin := proctest.BuildBinary(t)
+	for _, cs := range creditStores {
+		t.Run(cs.name, func(t *testing.T) {
+			dsn, st := cs.open(t)
+			testRateLimitAcrossReplicas(t, bin, dsn, st)
+		})
+	}
+}
+
+func testRateLimitAcrossReplicas(t *testing.T, bin, dsn string, st creditStore) {
 	c := startChain(t)
 	up := upstreamtest.NewServer(t, upstreamtest.Config{})
-	dsn := freshPostgres(t)
-	st := openPostgres(t, dsn)
 	const perMinute = 20
 	limited, _ := fundedKeyWith(t, st, ledger.AssetID(network, c.token), accountFunds, store.NoCap,
 		func(k *store.APIKey) { k.RatePerMinute = perMinute })

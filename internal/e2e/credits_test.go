@@ -337,6 +337,7 @@ type keyLedger interface {
 type creditStore interface {
 	keyLedger
 	Receipt(ctx context.Context, requestID string) (store.StoredReceipt, error)
+	RevokeKey(ctx context.Context, owner, id string) (store.APIKey, error)
 	setNow(now func() time.Time)
 }
 

@@ -6,7 +6,6 @@ import (
 	"math/big"
 	"net/http"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -360,35 +359,17 @@ var creditStores = []struct {
 		return dsn, creditPostgres{openPostgres(t, dsn)}
 	}},
 	{"sqlite", func(t *testing.T) (string, creditStore) {
-		file := filepath.Join(t.TempDir(), "llm4agents.db")
-		return "sqlite://" + file, creditSQLite{openSQLite(t, file)}
+		dsn := freshSQLite(t)
+		// Opened as another process would open the replicas' file.
+		return dsn, creditSQLite{openClosed(t, "SQLite", func(ctx context.Context) (*sqlite.DB, error) {
+			return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite://"), discard())
+		})}
 	}},
-}
-
-// openSQLite opens the SQLite store in file, as another process would, and
-// closes it when the test ends.
-func openSQLite(t *testing.T, file string) *sqlite.DB {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
-	defer cancel()
-	st, err := sqlite.Open(ctx, file, discard())
-	if err != nil {
-		t.Fatalf("open SQLite: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
 }
 
 func openPostgres(t *testing.T, dsn string) *postgres.DB {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
-	defer cancel()
-	st, err := postgres.Open(ctx, dsn, discard())
-	if err != nil {
-		t.Fatalf("open PostgreSQL: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
+	return openClosed(t, "PostgreSQL", func(ctx context.Context) (*postgres.DB, error) { return postgres.Open(ctx, dsn, discard()) })
 }
 
 // creditCall sends one credit-paid chat completion with the API key.

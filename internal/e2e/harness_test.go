@@ -262,10 +262,8 @@ type storeVariant struct {
 
 var storeVariants = []storeVariant{
 	{
-		name: "sqlite",
-		fresh: func(t *testing.T) string {
-			return "sqlite://" + filepath.Join(t.TempDir(), "llm4agents.db")
-		},
+		name:  "sqlite",
+		fresh: freshSQLite,
 		open: func(ctx context.Context, dsn string) (records, error) {
 			return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite://"), discard())
 		},
@@ -288,6 +286,12 @@ var storeVariants = []storeVariant{
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// freshSQLite returns the DSN of a new database file in the test's
+// temporary directory.
+func freshSQLite(t *testing.T) string {
+	return "sqlite://" + filepath.Join(t.TempDir(), "llm4agents.db")
+}
+
 // freshPostgres returns the DSN of a schema of its own on the test server,
 // dropped when the test ends.
 func freshPostgres(t *testing.T) string {
@@ -306,14 +310,22 @@ func freshRedis(t *testing.T) string {
 // ends.
 func openRecords(t *testing.T, v storeVariant, dsn string) records {
 	t.Helper()
+	return openClosed(t, "the "+v.name+" store", func(ctx context.Context) (records, error) { return v.open(ctx, dsn) })
+}
+
+// openClosed opens a store (what names it in a failure) with open, bounded
+// by chainTimeout, fails the test if it cannot, and closes it when the test
+// ends.
+func openClosed[S io.Closer](t *testing.T, what string, open func(context.Context) (S, error)) S {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), chainTimeout)
 	defer cancel()
-	r, err := v.open(ctx, dsn)
+	st, err := open(ctx)
 	if err != nil {
-		t.Fatalf("open the %s store: %v", v.name, err)
+		t.Fatalf("open %s: %v", what, err)
 	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
 
 // buyer signs authorizations for the one offer every paid request of the

@@ -152,16 +152,20 @@ func drawOne(ctx context.Context, tx wtx, now int64, leases map[string]*drawnLea
 	if err != nil {
 		return false, err
 	}
-	if inserted, err := oneRow(res); err != nil || !inserted {
-		if err != nil {
-			return false, err
-		}
+	inserted, err := oneRow(res)
+	if err != nil {
+		return false, err
+	}
+	if !inserted {
 		return replayOr(ctx, tx, d, fmt.Errorf("position %d of lease %s is taken: %w", d.Position, d.LeaseID, store.ErrConflict))
 	}
 	// d's row is in: whatever refuses d from here takes it out again.
 	refusal, err := drawReceipt(ctx, tx, now, seqs, d)
-	if err != nil || refusal == nil {
-		return err == nil, err
+	switch {
+	case err != nil:
+		return false, err
+	case refusal == nil:
+		return true, nil
 	}
 	if err := execOne(ctx, tx, deleteDraw, d.CallID); err != nil {
 		return false, fmt.Errorf("undo the draw of call %s: %w", d.CallID, err)

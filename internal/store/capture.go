@@ -17,9 +17,8 @@ type CaptureResult struct {
 
 // ReceiptCapturer is a Ledger that keeps a call's receipt in the write of
 // its capture, so that a per-call charge costs one durable write after the
-// answer instead of two. Stores whose ledger writes are single statements
-// (PostgreSQL's lines) do not offer it: the receipt depends on the capture's
-// entry, known only inside the write.
+// answer instead of two. The receipt depends on the capture's entry, known
+// only inside the write.
 type ReceiptCapturer interface {
 	// CaptureWithReceipt is Capture and, in the same atomic write, PutReceipt
 	// of the receipt receiptOf returns for the capture's hold and entry (nil:

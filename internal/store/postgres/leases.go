@@ -479,7 +479,7 @@ func (db *DB) CloseLease(ctx context.Context, leaseID string) (_ store.Hold, _ s
 	}
 	defer cancel()
 
-	res, err := db.resolve(ctx, db.nowArg(), leaseID, store.EntryRelease, 0, endLeases)
+	res, err := db.resolve(ctx, db.nowArg(), leaseID, store.EntryRelease, 0, endLeases, nil)
 	switch {
 	case err != nil:
 		return store.Hold{}, store.Entry{}, err

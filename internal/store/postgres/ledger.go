@@ -588,6 +588,9 @@ type resolution struct {
 	// lost is, for a lease it expired, the calls its replica may have lost
 	// (store.LostCalls); set for verdictOK only.
 	lost int64
+	// followed is whether the statement that resolve's follow returned
+	// (if any) committed with the resolution (lineWrite.followed).
+	followed bool
 }
 
 // resolve ends the open hold holdID, if it is of the kind ends names
@@ -595,8 +598,11 @@ type resolution struct {
 // or expire): a call's hold billing min(actual, amount) and recording the
 // rest of actual as loss (release and expire pass 0), a lease for its draws
 // (see resolveStmt). An expiry applies only to a hold past its ExpiresAt by
-// the time now.
-func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store.EntryKind, actual int64, ends string) (resolution, error) {
+// the time now. follow, when not nil, is given a resolution with
+// verdictOK inside the write, and may return a statement to commit with it
+// (see lineWrite.then).
+func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store.EntryKind, actual int64, ends string,
+	follow func(resolution) *lineWrite) (resolution, error) {
 	l, ok := db.heldLine(holdID)
 	if !ok {
 		var err error
@@ -608,7 +614,7 @@ func (db *DB) resolve(ctx context.Context, now *int64, holdID string, kind store
 			return resolution{}, err
 		}
 	}
-	res, err := db.resolveOf(ctx, now, holdID, l.owner, l.asset, kind, actual, ends)
+	res, err := db.resolveOf(ctx, now, holdID, l.owner, l.asset, kind, actual, ends, follow)
 	// A hold of the other kind is still open, to be ended by its own
 	// operation: its line stays remembered for that.
 	if err == nil && ok && res.verdict != verdictKind {
@@ -666,65 +672,93 @@ func (db *DB) holdOwner(ctx context.Context, holdID string) (owner, asset string
 }
 
 // resolveOf is resolve for a hold of owner in asset.
-func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset string, kind store.EntryKind, actual int64, ends string) (resolution, error) {
+func (db *DB) resolveOf(ctx context.Context, now *int64, holdID, owner, asset string, kind store.EntryKind, actual int64, ends string,
+	follow func(resolution) *lineWrite) (resolution, error) {
 	for range ledgerAttempts {
-		var verdict string
-		var seq, created, userAfter, heldAfter, actualOf, charged, lost *int64
-		var kindOf *string
-		var hs holdScan
-		err := db.write(ctx, ledgerLine(owner, asset), &lineWrite{sql: resolveStmt,
-			args: []any{now, holdID, kind, actual, ends},
-			dest: hs.dest(&verdict, &seq, &created, &userAfter, &heldAfter, &kindOf, &actualOf, &charged, &lost)})
-		h, found := hs.hold()
+		var row resolveRow
+		w := &lineWrite{sql: resolveStmt, args: []any{now, holdID, kind, actual, ends}, dest: row.dest()}
+		if follow != nil {
+			w.then = func() *lineWrite {
+				if res, again, err := row.resolution(); err == nil && !again && res.verdict == verdictOK {
+					return follow(res)
+				}
+				return nil
+			}
+		}
+		err := db.write(ctx, ledgerLine(owner, asset), w)
 		switch {
 		case db.retry(ctx, err, string(kind)):
 			continue
 		case err != nil:
 			return resolution{}, db.mapErr(ctx, err)
 		}
-		switch verdict {
-		case verdictAbsent:
-			return resolution{verdict: verdict}, nil
-		case verdictKind, verdictSettled:
-			return resolution{verdict: verdict, hold: h}, nil
-		case verdictMissing:
-			// Hold created every row; nothing deletes them.
-			return resolution{}, errors.New("the balance or key rows of an open hold are missing")
-		case verdictOK:
-			if !found || seq == nil || kindOf == nil {
-				// Only resolve writes 'resolve' entries, under the hold's
-				// lock, after checking that it is open: this cannot happen.
-				continue
-			}
-		default:
-			return resolution{}, fmt.Errorf("unexpected verdict %q", verdict)
+		res, again, err := row.resolution()
+		if again {
+			continue
 		}
-		// What the statement decided: for a lease, its draws rather than
-		// the kind and actual asked.
-		ended := store.EntryKind(*kindOf)
-		refund, loss := h.Amount-*charged, *actualOf-*charged
-		h.State, h.Actual = entryState[ended], *actualOf
-		if h.State == store.HoldCaptured {
-			h.Captured, h.Loss = *charged, loss
-		}
-		h.ResolvedAt, h.ResolvedSeq = time.UnixMilli(*created).UTC(), *seq
-		e := store.Entry{Seq: *seq, OpID: holdID, Kind: ended, Asset: h.Asset, Owner: h.Owner, HoldID: holdID,
-			Postings: []store.Posting{
-				{Account: store.HeldAccount(h.Owner), Delta: -h.Amount, BalanceAfter: *heldAfter},
-				{Account: store.UserAccount(h.Owner), Delta: refund, BalanceAfter: *userAfter},
-			},
-			CreatedAt: h.ResolvedAt,
-		}
-		if h.Actual > 0 {
-			e.Postings = append(e.Postings, store.Posting{Account: store.AccountRevenue, Delta: h.Actual})
-		}
-		if loss > 0 {
-			e.Postings = append(e.Postings, store.Posting{Account: store.AccountLoss, Delta: -loss})
-		}
-		sortPostings(e.Postings)
-		return resolution{verdict: verdict, hold: h, entry: e, lost: deref(lost)}, nil
+		res.followed = w.followed
+		return res, err
 	}
 	return resolution{}, fmt.Errorf("no decision after %d attempts", ledgerAttempts)
+}
+
+// resolveRow receives the row of resolveStmt.
+type resolveRow struct {
+	verdict                                                     string
+	seq, created, userAfter, heldAfter, actualOf, charged, lost *int64
+	kindOf                                                      *string
+	hs                                                          holdScan
+}
+
+func (r *resolveRow) dest() []any {
+	return r.hs.dest(&r.verdict, &r.seq, &r.created, &r.userAfter, &r.heldAfter, &r.kindOf, &r.actualOf, &r.charged, &r.lost)
+}
+
+// resolution is what the row says resolveStmt did, or again when the
+// statement is to run again.
+func (r *resolveRow) resolution() (_ resolution, again bool, _ error) {
+	h, found := r.hs.hold()
+	switch r.verdict {
+	case verdictAbsent:
+		return resolution{verdict: r.verdict}, false, nil
+	case verdictKind, verdictSettled:
+		return resolution{verdict: r.verdict, hold: h}, false, nil
+	case verdictMissing:
+		// Hold created every row; nothing deletes them.
+		return resolution{}, false, errors.New("the balance or key rows of an open hold are missing")
+	case verdictOK:
+		if !found || r.seq == nil || r.kindOf == nil {
+			// Only resolve writes 'resolve' entries, under the hold's
+			// lock, after checking that it is open: this cannot happen.
+			return resolution{}, true, nil
+		}
+	default:
+		return resolution{}, false, fmt.Errorf("unexpected verdict %q", r.verdict)
+	}
+	// What the statement decided: for a lease, its draws rather than
+	// the kind and actual asked.
+	ended := store.EntryKind(*r.kindOf)
+	refund, loss := h.Amount-*r.charged, *r.actualOf-*r.charged
+	h.State, h.Actual = entryState[ended], *r.actualOf
+	if h.State == store.HoldCaptured {
+		h.Captured, h.Loss = *r.charged, loss
+	}
+	h.ResolvedAt, h.ResolvedSeq = time.UnixMilli(*r.created).UTC(), *r.seq
+	e := store.Entry{Seq: *r.seq, OpID: h.ID, Kind: ended, Asset: h.Asset, Owner: h.Owner, HoldID: h.ID,
+		Postings: []store.Posting{
+			{Account: store.HeldAccount(h.Owner), Delta: -h.Amount, BalanceAfter: *r.heldAfter},
+			{Account: store.UserAccount(h.Owner), Delta: refund, BalanceAfter: *r.userAfter},
+		},
+		CreatedAt: h.ResolvedAt,
+	}
+	if h.Actual > 0 {
+		e.Postings = append(e.Postings, store.Posting{Account: store.AccountRevenue, Delta: h.Actual})
+	}
+	if loss > 0 {
+		e.Postings = append(e.Postings, store.Posting{Account: store.AccountLoss, Delta: -loss})
+	}
+	sortPostings(e.Postings)
+	return resolution{verdict: r.verdict, hold: h, entry: e, lost: deref(r.lost)}, false, nil
 }
 
 // entryState is the state a resolution entry of each kind leaves its hold in.
@@ -744,15 +778,22 @@ func (db *DB) Capture(ctx context.Context, holdID string, actual int64) (_ store
 	}
 	defer cancel()
 
-	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryCapture, actual, endCalls)
-	switch {
-	case err != nil:
+	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryCapture, actual, endCalls, nil)
+	if err != nil {
 		return store.Hold{}, store.Entry{}, err
-	case res.verdict == verdictOK:
+	}
+	return db.captured(ctx, res, actual)
+}
+
+// captured is Capture's outcome for the resolution res of a capture for
+// actual.
+func (db *DB) captured(ctx context.Context, res resolution, actual int64) (store.Hold, store.Entry, error) {
+	switch res.verdict {
+	case verdictOK:
 		return res.hold, res.entry, nil
-	case res.verdict == verdictAbsent:
+	case verdictAbsent:
 		return store.Hold{}, store.Entry{}, store.ErrNotFound
-	case res.verdict == verdictKind:
+	case verdictKind:
 		return store.Hold{}, store.Entry{}, fmt.Errorf("hold is a lease: %w", store.ErrConflict)
 	}
 	switch h := res.hold; {
@@ -778,7 +819,7 @@ func (db *DB) Release(ctx context.Context, holdID string) (_ store.Hold, _ store
 	}
 	defer cancel()
 
-	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryRelease, 0, endCalls)
+	res, err := db.resolve(ctx, db.nowArg(), holdID, store.EntryRelease, 0, endCalls, nil)
 	switch {
 	case err != nil:
 		return store.Hold{}, store.Entry{}, err
@@ -838,7 +879,7 @@ LIMIT $2`, nowMs, limit)
 	}
 	var swept store.Swept
 	for _, x := range holds {
-		res, err := db.resolveOf(ctx, &nowMs, x.id, x.owner, x.asset, store.EntryExpire, 0, endAny)
+		res, err := db.resolveOf(ctx, &nowMs, x.id, x.owner, x.asset, store.EntryExpire, 0, endAny, nil)
 		if err != nil {
 			return swept, fmt.Errorf("hold %q: %w", x.id, err)
 		}

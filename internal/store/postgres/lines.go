@@ -73,8 +73,19 @@ type lineWrite struct {
 	// never deadlock. The ledger leaves it empty: every write of a ledger
 	// line locks its owner's balance first.
 	order string
+	// then, when set, is called once the statement's row is scanned, with
+	// no error, inside the batch's transaction: it returns a statement to
+	// run after the batch's statements in that transaction (nil for none),
+	// such as the receipt of a capture, which depends on the capture's
+	// entry. It may run again for another attempt of the write, and what it
+	// computed counts only when followed is set.
+	then func() *lineWrite
 
 	err error // the outcome, set by send
+	// followed is set by send when then ran and the transaction it ran in
+	// committed, with the statement it returned. A write sent again on its
+	// own, after its batch failed, runs without its then.
+	followed bool
 }
 
 // write runs w on the line called name (see package lines): a write
@@ -98,44 +109,134 @@ func (db *DB) write(ctx context.Context, name string, w *lineWrite) error {
 // connection lost, a deadline passed mid-batch) leaves the outcome unknown
 // and is every write's error, as it is a lone statement's: running a claim
 // again then would find its own live lease and report it lost.
+//
+// A batch with a write that has a then runs in an explicit transaction
+// instead (sendTx): one more round trip, and no more commits.
 func (db *DB) send(ctx context.Context, batch []*lineWrite) {
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultTimeout)
 	defer cancel()
+	ordered := batch
 	if len(batch) > 1 {
-		ordered := slices.Clone(batch)
+		ordered = slices.Clone(batch)
 		slices.SortStableFunc(ordered, func(a, b *lineWrite) int { return cmp.Compare(a.order, b.order) })
-		b := &pgx.Batch{}
-		for _, w := range ordered {
-			b.Queue(w.sql, w.args...)
-		}
-		br := db.pool.SendBatch(ctx, b)
-		var err error
-		for _, w := range ordered {
-			if err != nil {
-				break
-			}
-			w.err = br.QueryRow().Scan(w.dest...)
-			if !errors.Is(w.err, pgx.ErrNoRows) {
-				err, w.err = w.err, nil
-			}
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		switch {
-		case err == nil:
-			return
-		case !rolledBack(err):
-			for _, w := range batch {
-				w.err = err
-			}
-			return
-		}
-		db.log.DebugContext(ctx, "batch failed, running its writes one by one", "writes", len(batch), "error", scrub(err.Error(), db.secret))
 	}
+	var err error
+	switch {
+	case slices.ContainsFunc(batch, func(w *lineWrite) bool { return w.then != nil }):
+		err = db.sendTx(ctx, ordered)
+	case len(batch) > 1:
+		err = db.pipeline(ctx, db.pool, ordered, nil, nil)
+	default:
+		w := batch[0]
+		w.err = db.pool.QueryRow(ctx, w.sql, w.args...).Scan(w.dest...)
+		return
+	}
+	switch {
+	case err == nil:
+		return
+	case !rolledBack(err):
+		for _, w := range batch {
+			w.err = err
+		}
+		return
+	}
+	db.log.DebugContext(ctx, "batch failed, running its writes one by one", "writes", len(batch), "error", scrub(err.Error(), db.secret))
 	for _, w := range batch {
 		w.err = db.pool.QueryRow(ctx, w.sql, w.args...).Scan(w.dest...)
 	}
+}
+
+// pipeline sends, with one Sync, the statement before (if not empty), the
+// writes' statements, and the statement after (if not empty), and scans
+// the writes' rows. It returns the first error that is not a write's own
+// pgx.ErrNoRows: the writes after it did not run.
+func (db *DB) pipeline(ctx context.Context, q batchSender, ws []*lineWrite, before, after []string) error {
+	b := &pgx.Batch{}
+	for _, sql := range before {
+		b.Queue(sql)
+	}
+	for _, w := range ws {
+		b.Queue(w.sql, w.args...)
+	}
+	for _, sql := range after {
+		b.Queue(sql)
+	}
+	br := q.SendBatch(ctx, b)
+	err := func() error {
+		for range before {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		for _, w := range ws {
+			w.err = br.QueryRow().Scan(w.dest...)
+			if !errors.Is(w.err, pgx.ErrNoRows) {
+				err := w.err
+				w.err = nil
+				if err != nil {
+					return err
+				}
+			}
+		}
+		for range after {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// batchSender sends a pgx batch: the pool, or one of its connections.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// sendTx runs batch (ordered) in one explicit transaction on one
+// connection: BEGIN and the writes' statements in one pipeline; then, in a
+// second, the statements the writes' thens return, and COMMIT. A failure
+// leaves the transaction rolled back, and the connection idle or closed.
+func (db *DB) sendTx(ctx context.Context, batch []*lineWrite) error {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			// A pipeline failed inside the transaction: end it here,
+			// else the pool closes the connection.
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+		conn.Release()
+	}()
+	if err := db.pipeline(ctx, conn, batch, []string{"BEGIN"}, nil); err != nil {
+		return err
+	}
+	ran := map[*lineWrite]*lineWrite{} // a write whose then ran: its follow-up, or nil
+	var next []*lineWrite
+	for _, w := range batch {
+		if w.then == nil || w.err != nil {
+			continue
+		}
+		f := w.then()
+		ran[w] = f
+		if f != nil {
+			next = append(next, f)
+		}
+	}
+	if err := db.pipeline(ctx, conn, next, nil, []string{"COMMIT"}); err != nil {
+		return err
+	}
+	for w, f := range ran {
+		// A follow-up answers one row: without one it wrote nothing, and
+		// its write is left as if sent on its own.
+		w.followed = f == nil || f.err == nil
+	}
+	return nil
 }
 
 // claimRow is the row of a claim statement for key in table, sent on key's

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +28,10 @@ type OpenCapture func(t *testing.T, now func() time.Time) (a, b CaptureStore)
 // under the capture's entry; a refused capture calls receiptOf never and
 // keeps nothing; a receipt refused (taken id, queued leaf of another, or
 // invalid) is rolled back alone, its leaf and row included, and the capture
-// stands; a repeated capture keeps the receipt the first one kept.
+// stands; a repeated capture keeps the receipt the first one kept; and
+// captures of one owner at once, which a store may batch into one write,
+// each keep their own receipt, one refused among them taking none of the
+// others with it.
 func RunCaptureWithReceipt(t *testing.T, open OpenCapture) {
 	tests := []struct {
 		name string
@@ -39,6 +44,7 @@ func RunCaptureWithReceipt(t *testing.T, open OpenCapture) {
 		{"ReceiptTaken", testCaptureReceiptTaken},
 		{"LeafConflict", testCaptureLeafConflict},
 		{"ReceiptInvalid", testCaptureReceiptInvalid},
+		{"Concurrent", testCaptureConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -212,4 +218,71 @@ func testCaptureReceiptInvalid(e *captureEnv) {
 	}
 	e.noReceipt("call-1")
 	e.balances(dollar-70_000, 0)
+}
+
+// testCaptureConcurrent captures calls of one owner at once, so that the
+// store may batch them, with a receipt (and a leaf, where the store keeps a
+// log) each; one call's id holds another receipt already.
+func testCaptureConcurrent(e *captureEnv) {
+	const calls, taken, cost = 24, "call-7", 10_000
+	_, withLeaves := e.ca.(logAppender)
+	e.credit("c1", alice, usdc, dollar)
+	for i := range calls {
+		e.hold(holdReq(fmt.Sprintf("call-%d", i), alice, 30_000))
+	}
+	if err := e.ca.PutReceipt(e.ctx, store.StoredReceipt{RequestID: taken, Owner: alice, Envelope: []byte(`{"x402":1}`)}); err != nil {
+		e.t.Fatal(err)
+	}
+	results := make([]store.CaptureResult, calls)
+	errs := make([]error, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			id := fmt.Sprintf("call-%d", i)
+			results[i], errs[i] = e.ca.CaptureWithReceipt(e.ctx, id, cost, func(h store.Hold, en store.Entry) *store.StoredReceipt {
+				r := &store.StoredReceipt{RequestID: id, Owner: h.Owner, KeyID: "sk-1", Seq: en.Seq, Envelope: []byte(`{"call":"` + id + `"}`)}
+				if withLeaves {
+					r.Leaf = []byte("leaf of " + id)
+				}
+				return r
+			})
+		})
+	}
+	wg.Wait()
+	for i, res := range results {
+		id := fmt.Sprintf("call-%d", i)
+		if errs[i] != nil {
+			e.t.Errorf("CaptureWithReceipt(%s): %v", id, errs[i])
+			continue
+		}
+		if res.Hold.State != store.HoldCaptured || res.Hold.Captured != cost {
+			e.t.Errorf("capture of %s = %+v", id, res.Hold)
+		}
+		got, err := e.cb.Receipt(e.ctx, id)
+		if id == taken {
+			if !errors.Is(res.ReceiptErr, store.ErrConflict) || res.Receipt != nil || string(got.Envelope) != `{"x402":1}` {
+				e.t.Errorf("capture of %s over a kept receipt = %+v, kept %s; want ErrConflict and the first kept", id, res, got.Envelope)
+			}
+			continue
+		}
+		if res.ReceiptErr != nil || res.Receipt == nil {
+			e.t.Errorf("capture of %s = %+v; want its receipt kept", id, res)
+		}
+		if err != nil || got.Seq != res.Entry.Seq || string(got.Envelope) != `{"call":"`+id+`"}` {
+			e.t.Errorf("Receipt(%s) = %+v, %v; want its own at seq %d", id, got, err, res.Entry.Seq)
+		}
+	}
+	if withLeaves {
+		// A leaf queued under an id refuses another: every kept receipt's
+		// leaf is queued, and the refused one's is not.
+		la := e.ca.(logAppender)
+		for i := range calls {
+			id := fmt.Sprintf("call-%d", i)
+			err := la.AppendLog(e.ctx, []store.LogEntry{{RequestID: id, Leaf: []byte("another leaf")}})
+			if queued := errors.Is(err, store.ErrConflict); queued != (id != taken) {
+				e.t.Errorf("AppendLog(%s, another leaf) = %v; want ErrConflict only for a kept receipt's id", id, err)
+			}
+		}
+	}
+	e.balances(dollar-calls*cost, 0)
 }

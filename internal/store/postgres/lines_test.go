@@ -201,3 +201,79 @@ func TestRolledBack(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowedBatch checks a batch with a then (sendTx): the follow-up
+// commits with the batch, and followed is set; when a statement of either
+// pipeline fails, nothing of the batch stays (its writes then run one by
+// one, each once, without their thens) and followed stays false.
+func TestFollowedBatch(t *testing.T) {
+	ctx := t.Context()
+	_, dsn := freshSchema(t)
+	db := open(t, dsn, nil, nil)
+	insert := func(id string) *lineWrite {
+		return &lineWrite{sql: `INSERT INTO receipts (request_id, owner, key_id, seq, envelope, created_at_ms)
+VALUES ($1, 'o', '', 1, '\x7b7d', 0) RETURNING request_id`, args: []any{id}, dest: []any{new(string)}}
+	}
+	fails := func() *lineWrite {
+		return &lineWrite{sql: `SELECT 1 / (SELECT count(*) FROM receipts WHERE false)`, dest: []any{new(int64)}}
+	}
+	followedBy := func(w, f *lineWrite) *lineWrite {
+		w.then = func() *lineWrite { return f }
+		return w
+	}
+	tests := []struct {
+		name  string
+		batch func() []*lineWrite
+		// kept are the request ids the batch leaves in receipts;
+		// followed whether its first write's follow-up committed with it.
+		kept     []string
+		followed bool
+	}{
+		{"both pipelines pass", func() []*lineWrite {
+			return []*lineWrite{followedBy(insert("a1"), insert("a1-then")), insert("a2")}
+		}, []string{"a1", "a1-then", "a2"}, true},
+		{"a statement of the first fails", func() []*lineWrite {
+			return []*lineWrite{followedBy(insert("b1"), insert("b1-then")), fails()}
+		}, []string{"b1"}, false},
+		{"a follow-up fails", func() []*lineWrite {
+			return []*lineWrite{followedBy(insert("c1"), fails()), insert("c2")}
+		}, []string{"c1", "c2"}, false},
+		{"a lone write with a follow-up", func() []*lineWrite {
+			return []*lineWrite{followedBy(insert("d1"), insert("d1-then"))}
+		}, []string{"d1", "d1-then"}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			batch := tc.batch()
+			prefix := tc.kept[0][:1]
+			db.send(ctx, batch)
+			if batch[0].err != nil || batch[0].followed != tc.followed {
+				t.Errorf("first write: err %v, followed %t; want nil, %t", batch[0].err, batch[0].followed, tc.followed)
+			}
+			for _, w := range batch[1:] {
+				if failing := strings.Contains(w.sql, "/"); failing != (w.err != nil) {
+					t.Errorf("write %q: err %v", w.sql, w.err)
+				}
+			}
+			var kept []string
+			rows, err := db.pool.Query(ctx, `SELECT request_id FROM receipts WHERE request_id LIKE $1 || '%' ORDER BY request_id`, prefix)
+			if err == nil {
+				kept, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil || fmt.Sprint(kept) != fmt.Sprint(tc.kept) {
+				t.Errorf("receipts left = %v, %v; want %v", kept, err, tc.kept)
+			}
+			// A failed transaction was ended on its connection: every
+			// connection of the pool is idle and answers.
+			if n := db.pool.Stat().AcquiredConns(); n != 0 {
+				t.Errorf("%d connections still acquired", n)
+			}
+			for range db.pool.Stat().TotalConns() + 1 {
+				var one int
+				if err := db.pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+					t.Fatalf("a connection after the batch: %v", err)
+				}
+			}
+		})
+	}
+}

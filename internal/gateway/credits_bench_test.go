@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/llm4agents/llm4agents/internal/credits"
 	"github.com/llm4agents/llm4agents/internal/ledger"
 	"github.com/llm4agents/llm4agents/internal/receiptlog"
@@ -75,7 +77,26 @@ func BenchmarkCreditPath(b *testing.B) {
 		b.ReportMetric(float64(len(lat))/wall.Seconds(), "req/s")
 		b.ReportMetric(0, "ns/op") // a round's duration says nothing
 	})
-	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p })
+	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p }, benchCreditBackends, 1)
+}
+
+// BenchmarkCreditAccounts is BenchmarkCreditPath with durability per_call
+// and each client on an account (and key) of its own, so that no call's
+// writes queue behind another's on its account's line: what per_call adds
+// when the calls of the moment are of different buyers.
+//
+//	go test -run '^$' -bench CreditAccounts -benchtime=5x ./internal/gateway/
+func BenchmarkCreditAccounts(b *testing.B) {
+	up := newFixedUpstream(b)
+	hc := benchHTTPClient(b)
+	proxy := creditBenchPath{url: newBareProxy(b, up.URL) + "/v1/chat/completions"}
+	var perCall []creditBackend
+	for _, be := range benchCreditBackends {
+		if !be.leased && be.keyCache > 0 {
+			perCall = append(perCall, be)
+		}
+	}
+	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p }, perCall, throughputClients)
 }
 
 // embedBody is an embeddings request of two inputs.
@@ -95,16 +116,18 @@ func BenchmarkCreditEmbeddings(b *testing.B) {
 		return p
 	}
 	proxy := embed(creditBenchPath{url: newBareProxy(b, up.URL) + "/v1/chat/completions"})
-	benchCreditVsProxy(b, up.URL, hc, proxy, embed)
+	benchCreditVsProxy(b, up.URL, hc, proxy, embed, benchCreditBackends, 1)
 }
 
-// benchCreditVsProxy runs, for each credit backend, rounds of the credit
-// path (a key's call, reshaped by reshape from the chat path) and of proxy,
-// taking turns, and reports what the credit path adds (BenchmarkCreditPath).
-func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy creditBenchPath, reshape func(creditBenchPath) creditBenchPath) {
-	for _, be := range benchCreditBackends {
+// benchCreditVsProxy runs, for each of backends, rounds of the credit path
+// (a key's call, reshaped by reshape from the chat path; its clients on
+// that many accounts) and of proxy, taking turns, and reports what the
+// credit path adds (BenchmarkCreditPath).
+func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy creditBenchPath, reshape func(creditBenchPath) creditBenchPath,
+	backends []creditBackend, accounts int) {
+	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {
-			credit, timed := newCreditBenchPath(b, be, upstreamURL, hc, false)
+			credit, timed := newCreditBenchPath(b, be, upstreamURL, hc, false, accounts)
 			credit = reshape(credit)
 			paths := []creditBenchPath{proxy, credit}
 			for _, p := range paths {
@@ -205,12 +228,14 @@ func newBareProxy(b *testing.B, upstreamURL string) string {
 }
 
 // creditBenchPath is one way to send a body (chatBody when empty): to url,
-// with bearer as the API key when set.
+// with bearer as the API key when set; or, when bearers is set, client i
+// of a load with bearers[i % len(bearers)], the key of an account of its own.
 type creditBenchPath struct {
-	url    string
-	bearer string
-	body   string
-	leases *ledger.Leases // the gateway's, when leased; nil otherwise
+	url     string
+	bearer  string
+	bearers []string
+	body    string
+	leases  *ledger.Leases // the gateway's, when leased; nil otherwise
 }
 
 // issueWaits is how many calls of ls waited for an issued mark; 0 for nil.
@@ -256,10 +281,11 @@ func benchHTTPClient(b *testing.B) *http.Client {
 }
 
 // newCreditBenchPath starts a credit gateway on a fresh store of be in front
-// of the upstream at upstreamURL, funds an account, creates a key on it
-// without caps or rate limit, checks one call end to end, and returns the
-// path that calls it with that key, and the timer of its ledger writes.
-func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *http.Client, withReceiptLog bool) (creditBenchPath, *timedLedger) {
+// of the upstream at upstreamURL, funds accounts (at least one) and creates
+// a key on each without caps or rate limit, checks one call end to end, and
+// returns the path that calls it with those keys, and the timer of its
+// ledger writes.
+func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *http.Client, withReceiptLog bool, accounts int) (creditBenchPath, *timedLedger) {
 	b.Helper()
 	log := discard()
 	db := be.open(b, log)
@@ -284,18 +310,29 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 		ls = timedCapturer{timed} // a per-call charge keeps its receipt in its capture's write
 	}
 	srv, led, _, leases := newCreditGateway(b, db, ls, prov, rl, log, be)
-	if _, err := led.TopUp(b.Context(), "bench-topup", alice, big.NewInt(creditFunds)); err != nil {
-		b.Fatal(err)
+	p := creditBenchPath{url: srv.URL + "/v1/chat/completions", leases: leases}
+	for i := range max(accounts, 1) {
+		payer := alice
+		if i > 0 {
+			payer = common.BigToAddress(big.NewInt(int64(i)))
+		}
+		if _, err := led.TopUp(b.Context(), fmt.Sprintf("bench-topup-%d", i), payer, big.NewInt(creditFunds)); err != nil {
+			b.Fatal(err)
+		}
+		secret, id, err := credits.NewKey()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.CreateKey(b.Context(), store.APIKey{ID: id, Hash: credits.HashSecret(secret), Owner: ownerOf(payer),
+			TotalCap: store.NoCap, PeriodCap: store.NoCap}); err != nil {
+			b.Fatal(err)
+		}
+		p.bearers = append(p.bearers, secret)
 	}
-	secret, id, err := credits.NewKey()
-	if err != nil {
-		b.Fatal(err)
+	p.bearer = p.bearers[0]
+	if len(p.bearers) == 1 {
+		p.bearers = nil
 	}
-	if _, err := db.CreateKey(b.Context(), store.APIKey{ID: id, Hash: credits.HashSecret(secret), Owner: ownerOf(alice),
-		TotalCap: store.NoCap, PeriodCap: store.NoCap}); err != nil {
-		b.Fatal(err)
-	}
-	p := creditBenchPath{url: srv.URL + "/v1/chat/completions", bearer: secret, leases: leases}
 	// One call end to end, so a broken path fails here and not as a latency.
 	status, body, hdr := creditDo(b.Context(), hc, p)
 	if status != http.StatusOK || hdr.Get(receipt.Header) == "" {
@@ -316,7 +353,11 @@ func creditLoad(b *testing.B, hc *http.Client, p creditBenchPath, n, clients int
 	var firstErr string
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range clients {
+	for c := range clients {
+		pc := p
+		if len(p.bearers) > 0 {
+			pc.bearer = p.bearers[c%len(p.bearers)]
+		}
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
@@ -324,7 +365,7 @@ func creditLoad(b *testing.B, hc *http.Client, p creditBenchPath, n, clients int
 					return
 				}
 				t0 := time.Now()
-				status, body, _ := creditDo(context.Background(), hc, p)
+				status, body, _ := creditDo(context.Background(), hc, pc)
 				lat[i] = time.Since(t0)
 				if status != http.StatusOK {
 					failed.Add(1)
@@ -428,8 +469,8 @@ func BenchmarkReceiptLogAdded(b *testing.B) {
 	hc := benchHTTPClient(b)
 	for _, be := range creditBackends {
 		b.Run(be.name, func(b *testing.B) {
-			without, _ := newCreditBenchPath(b, be, up.URL, hc, false)
-			with, _ := newCreditBenchPath(b, be, up.URL, hc, true)
+			without, _ := newCreditBenchPath(b, be, up.URL, hc, false, 1)
+			with, _ := newCreditBenchPath(b, be, up.URL, hc, true, 1)
 			paths := []creditBenchPath{without, with}
 			for _, p := range paths {
 				creditLoad(b, hc, p, 2*creditClients, creditClients)

@@ -40,7 +40,7 @@ func checkNames(data []byte, t reflect.Type) error {
 }
 
 func checkNamesShape(data []byte, sh *shape) error {
-	if sh == nil {
+	if sh == nil || onlyExactNames(data, sh) {
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -55,12 +55,120 @@ func checkNamesShape(data []byte, sh *shape) error {
 	return nil
 }
 
+// onlyExactNames reports, without decoding data, that no member name in it
+// can match a field of sh only case-insensitively, so that the walk, which
+// costs hundreds of allocations per header, can be skipped. It reads every
+// string of data (members and values alike) as its raw bytes: when data is
+// ASCII and has no \u escape, a string that folds to a field name is
+// spelled with letters alone, so its bytes are its value, and they fold as
+// ASCII (no long s, no Kelvin sign). It holds when no string folds to a
+// field name of sh without being one of them exactly. false only means:
+// walk.
+func onlyExactNames(data []byte, sh *shape) bool {
+	names := sh.names()
+	if names == nil {
+		return false
+	}
+	var buf [maxFieldName]byte
+	for i := 0; i < len(data); i++ {
+		if data[i] >= 0x80 {
+			return false
+		}
+		if data[i] != '"' {
+			continue
+		}
+		j := i + 1
+		for ; j < len(data) && data[j] != '"'; j++ {
+			switch {
+			case data[j] >= 0x80:
+				return false
+			case data[j] == '\\':
+				if j+1 < len(data) && data[j+1] == 'u' {
+					return false
+				}
+				j++ // the escaped byte, a quote among them
+			}
+		}
+		str := data[i+1 : min(j, len(data))]
+		i = j
+		if len(str) > len(buf) {
+			continue // longer than any field name
+		}
+		folded := buf[:len(str)]
+		for k, c := range str {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			folded[k] = c
+		}
+		exact, ok := names[string(folded)]
+		if !ok {
+			continue
+		}
+		found := false
+		for _, e := range exact {
+			found = found || string(str) == e
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// maxFieldName bounds the length of a field name onlyExactNames looks for;
+// a shape with a longer one is always walked.
+const maxFieldName = 64
+
 // shape is what a Go type expects of a JSON value: an object with these
 // fields, a map of values of one shape, or an array of them.
 type shape struct {
 	fields map[string]*shape // a struct: its JSON field names
 	elem   *shape            // a map's values or a slice's elements
 	isMap  bool
+
+	namesOnce sync.Once
+	folded    map[string][]string // see names
+}
+
+// names returns every field name of sh and of the shapes within it, by
+// their ASCII-lowercased form; nil when one of them is not ASCII or is
+// longer than maxFieldName, which onlyExactNames cannot look for (it then
+// walks every document).
+func (sh *shape) names() map[string][]string {
+	sh.namesOnce.Do(func() {
+		folded := map[string][]string{}
+		seen := map[*shape]bool{}
+		ok := true
+		var visit func(*shape)
+		visit = func(s *shape) {
+			if s == nil || seen[s] {
+				return
+			}
+			seen[s] = true
+			for name, f := range s.fields {
+				ok = ok && isASCII(name) && len(name) <= maxFieldName
+				k := strings.ToLower(name)
+				folded[k] = append(folded[k], name)
+				visit(f)
+			}
+			visit(s.elem)
+		}
+		visit(sh)
+		if ok {
+			sh.folded = folded
+		}
+	})
+	return sh.folded
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // shapes caches shapeFor by type.

@@ -43,16 +43,18 @@ func checkNamesShape(data []byte, sh *shape) error {
 	if sh == nil || onlyExactNames(data, sh) {
 		return nil
 	}
+	if err := walkNames(data, sh); errors.Is(err, errFieldName) {
+		return err
+	}
+	// Not JSON: encoding/json reports that with its own words next.
+	return nil
+}
+
+// walkNames walks the JSON document data along sh.
+func walkNames(data []byte, sh *shape) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	if err := walk(dec, sh); err != nil {
-		if errors.Is(err, errFieldName) {
-			return err
-		}
-		// Not JSON: encoding/json reports that with its own words next.
-		return nil
-	}
-	return nil
+	return walk(dec, sh)
 }
 
 // onlyExactNames reports, without decoding data, that no member name in it

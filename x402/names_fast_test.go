@@ -1,18 +1,9 @@
 package x402
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"testing"
 )
-
-// walkNames is checkNamesShape without its fast path: the walk alone.
-func walkNames(data []byte, sh *shape) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	return walk(dec, sh)
-}
 
 // TestOnlyExactNames checks the walk's fast path on documents it must send
 // to the walk (a case twin of a field name, spelled plainly, with an

@@ -228,8 +228,8 @@ func newBareProxy(b *testing.B, upstreamURL string) string {
 }
 
 // creditBenchPath is one way to send a body (chatBody when empty): to url,
-// with bearer as the API key when set; or, when bearers is set, client i
-// of a load with bearers[i % len(bearers)], the key of an account of its own.
+// with bearer as the API key when set; in a load, when bearers is set,
+// client i uses bearers[i % len(bearers)], the key of an account of its own.
 type creditBenchPath struct {
 	url     string
 	bearer  string
@@ -330,9 +330,6 @@ func newCreditBenchPath(b *testing.B, be creditBackend, upstreamURL string, hc *
 		p.bearers = append(p.bearers, secret)
 	}
 	p.bearer = p.bearers[0]
-	if len(p.bearers) == 1 {
-		p.bearers = nil
-	}
 	// One call end to end, so a broken path fails here and not as a latency.
 	status, body, hdr := creditDo(b.Context(), hc, p)
 	if status != http.StatusOK || hdr.Get(receipt.Header) == "" {

@@ -67,20 +67,6 @@ func (db *DB) CaptureWithReceipt(ctx context.Context, holdID string, actual int6
 	return out, nil
 }
 
-// keepReceipt inserts a new receipt ($2..$6 at $1, nowExpr), and queues
-// its leaf ($7) when there is one, in one statement that returns its
-// request id. It has no ON CONFLICT: a receipt or leaf already there fails
-// it, and the transaction it is in.
-const keepReceipt = withNow + `, r AS (
-    INSERT INTO receipts (` + receiptColumns + `)
-    SELECT $2, $3, $4, ` + drawnSeq + `, $6, n.ms FROM n
-    RETURNING request_id),
-l AS (
-    INSERT INTO log_entries (request_id, leaf, seq, queued_at_ms)
-    SELECT r.request_id, $7, nextval('log_entry_seq'), n.ms FROM n, r
-    WHERE $7::bytea IS NOT NULL)
-SELECT request_id FROM r`
-
 // receiptWrite is the statement that keeps r, new, at now: a follow-up of
 // its capture's write.
 func receiptWrite(now *int64, r store.StoredReceipt) *lineWrite {

@@ -18,24 +18,29 @@ import (
 // second statement sees the row a concurrent put committed while the
 // insert waited for it, which a read inside the insert's statement (its
 // snapshot taken before) would not.
-// A put with a leaf first tries putWithLeaf, one statement that keeps a new
+// A put with a leaf first tries keepReceipt, one statement that keeps a new
 // receipt and queues its new leaf; when either exists it fails whole, and
 // the put is done again in a transaction that also queues the leaf
 // (receiptlog.go) and rolls the receipt back when the leaf conflicts.
 
 const receiptColumns = `request_id, owner, key_id, seq, envelope, created_at_ms`
 
-// putWithLeaf keeps a receipt ($2..$6 at $1, nowExpr) and queues its leaf
-// ($7), both new, in one statement: the common put with a leaf in one round
-// trip, where the transaction takes four, which halved the puts a second
-// with a leaf. Neither insert has ON CONFLICT: an id already kept or queued
-// is a unique violation that rolls the whole statement back.
-const putWithLeaf = withNow + `, r AS (
+// keepReceipt keeps a new receipt ($2..$6 at $1, nowExpr) and queues its
+// leaf ($7) when there is one, in one statement that returns the request
+// id: the common put in one round trip, where the transaction takes four,
+// which halved the puts a second with a leaf; and a per-call capture's
+// receipt in its batch (CaptureWithReceipt). Neither insert has ON
+// CONFLICT: an id already kept or queued is a unique violation that rolls
+// the whole statement back, and the transaction it is in.
+const keepReceipt = withNow + `, r AS (
     INSERT INTO receipts (` + receiptColumns + `)
     SELECT $2, $3, $4, ` + drawnSeq + `, $6, n.ms FROM n
-    RETURNING request_id)
-INSERT INTO log_entries (request_id, leaf, seq, queued_at_ms)
-SELECT r.request_id, $7, nextval('log_entry_seq'), n.ms FROM n, r`
+    RETURNING request_id),
+l AS (
+    INSERT INTO log_entries (request_id, leaf, seq, queued_at_ms)
+    SELECT r.request_id, $7, nextval('log_entry_seq'), n.ms FROM n, r
+    WHERE $7::bytea IS NOT NULL)
+SELECT request_id FROM r`
 
 // drawnSeq is a put's seq: $5, or a new one from the ledger's sequence
 // when $5 is 0 (a receipt with no ledger entry, store.StoredReceipt.Seq).
@@ -60,7 +65,7 @@ func (db *DB) PutReceipt(ctx context.Context, r store.StoredReceipt) (err error)
 	if len(r.Leaf) == 0 {
 		return db.mapOpErr(ctx, insertReceipt(ctx, db.pool, now, r))
 	}
-	_, err = db.pool.Exec(ctx, putWithLeaf, now, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, r.Leaf)
+	_, err = db.pool.Exec(ctx, keepReceipt, now, r.RequestID, r.Owner, r.KeyID, r.Seq, r.Envelope, r.Leaf)
 	if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != uniqueViolation {
 		return db.mapErr(ctx, err)
 	}

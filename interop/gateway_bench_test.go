@@ -274,6 +274,15 @@ func benchPaidCalls(b *testing.B, scheme string) {
 // to the end of the last, which stays near 0 once memory is steady.
 // Target: <= 100 MB.
 //
+// VmRSS is the process's own memory (RssAnon) plus the pages of files it
+// maps that are resident (RssFile), mostly the binary's. How many of those a
+// process has depends on the kernel as well as on the code it runs: a kernel
+// that keeps the binary in the page cache in large folios maps a whole folio
+// (up to 2 MB) on the first touch of any page of it. So the highest RssAnon
+// sampled (peak-anon) and RssFile at the end (file) are reported too, and
+// file-pmd, what of the file pages the kernel mapped in 2 MB units
+// (FilePmdMapped of /proc/<pid>/smaps_rollup).
+//
 //	go test -run '^$' -bench GatewayRSS -benchtime=4x -count=1 ./interop/
 func BenchmarkGatewayRSS(b *testing.B) {
 	requireTools(b)
@@ -291,15 +300,19 @@ func BenchmarkGatewayRSS(b *testing.B) {
 	}
 	idle := gw.status(b)["VmRSS"]
 
-	var peak atomic.Int64
+	var peak, peakAnon atomic.Int64
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Go(func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if kb, ok := readProcStatus(gw.pid)["VmRSS"]; ok && kb > peak.Load() {
+			st := readProcStatus(gw.pid)
+			if kb, ok := st["VmRSS"]; ok && kb > peak.Load() {
 				peak.Store(kb)
+			}
+			if kb, ok := st["RssAnon"]; ok && kb > peakAnon.Load() {
+				peakAnon.Store(kb)
 			}
 			select {
 			case <-stop:
@@ -344,6 +357,10 @@ func BenchmarkGatewayRSS(b *testing.B) {
 	b.ReportMetric(mb(peak.Load()), "peak-rss-MB")
 	b.ReportMetric(mb(end["VmHWM"]), "hwm-MB")
 	b.ReportMetric(mb(end["VmRSS"]), "end-rss-MB")
+	b.ReportMetric(mb(peakAnon.Load()), "peak-anon-MB")
+	b.ReportMetric(mb(end["RssFile"]), "file-MB")
+	filePmd := readSmapsRollup(gw.pid)["FilePmdMapped"]
+	b.ReportMetric(mb(filePmd), "file-pmd-MB")
 	if n := len(roundEnd); n >= 2 {
 		b.ReportMetric(float64(roundEnd[n-1]-roundEnd[0])*1024/1000/float64((n-1)*rssCalls), "growth-KB/call")
 	}
@@ -354,8 +371,9 @@ func BenchmarkGatewayRSS(b *testing.B) {
 	for i, kb := range roundEnd {
 		ends[i] = fmt.Sprintf("%.1f", mb(kb))
 	}
-	b.Logf("%d paid calls (%d failed) from %d clients in %s: VmRSS %.1f MB started, %.1f MB after one call, %.1f MB peak sampled, VmHWM %.1f MB; at the end of each round of %d: %s MB",
-		total, failed, clients, elapsed.Round(time.Millisecond), mb(started), mb(idle), mb(peak.Load()), mb(end["VmHWM"]), rssCalls, strings.Join(ends, ", "))
+	b.Logf("%d paid calls (%d failed) from %d clients in %s: VmRSS %.1f MB started, %.1f MB after one call, %.1f MB peak sampled, VmHWM %.1f MB; at the end of each round of %d: %s MB; RssAnon peak %.1f MB, RssFile at the end %.1f MB (%.1f MB of it mapped in 2 MB units)",
+		total, failed, clients, elapsed.Round(time.Millisecond), mb(started), mb(idle), mb(peak.Load()), mb(end["VmHWM"]), rssCalls, strings.Join(ends, ", "),
+		mb(peakAnon.Load()), mb(end["RssFile"]), mb(filePmd))
 	if firstErr != nil {
 		b.Logf("first failure: %v", firstErr)
 	}
@@ -592,9 +610,21 @@ func startBenchGateway(tb testing.TB, c *testChain, upstreamURL string, sale ben
 	return srv.URL, timings
 }
 
-// buildBenchBinary builds cmd/llm4agents into a temporary directory.
+// benchBinaryEnv names a built llm4agents binary for the benchmarks that run
+// one to use instead of building this tree's: how an older build is measured
+// side by side with this one, on the same machine and kernel.
+const benchBinaryEnv = "LLM4AGENTS_BENCH_BINARY"
+
+// buildBenchBinary builds cmd/llm4agents into a temporary directory, or
+// returns the binary benchBinaryEnv names.
 func buildBenchBinary(tb testing.TB) string {
 	tb.Helper()
+	if bin := os.Getenv(benchBinaryEnv); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			tb.Fatalf("%s: %v", benchBinaryEnv, err)
+		}
+		return bin
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		tb.Skipf("go not on PATH: %v", err)
@@ -729,7 +759,19 @@ func (g *benchProcess) status(tb testing.TB) map[string]int64 {
 
 // readProcStatus parses the "Name:  N kB" lines of /proc/pid/status.
 func readProcStatus(pid int) map[string]int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return readProcKB(fmt.Sprintf("/proc/%d/status", pid))
+}
+
+// readSmapsRollup is readProcStatus for /proc/<pid>/smaps_rollup: the
+// process's mappings summed, in kB by field.
+func readSmapsRollup(pid int) map[string]int64 {
+	return readProcKB(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+}
+
+// readProcKB reads a /proc file of "Field: N kB" lines into a map, in kB by
+// field; nil if it cannot be read.
+func readProcKB(path string) map[string]int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}

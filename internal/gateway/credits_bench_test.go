@@ -77,7 +77,7 @@ func BenchmarkCreditPath(b *testing.B) {
 		b.ReportMetric(float64(len(lat))/wall.Seconds(), "req/s")
 		b.ReportMetric(0, "ns/op") // a round's duration says nothing
 	})
-	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p }, benchCreditBackends, 1)
+	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p }, benchCreditBackends, 1, creditClients)
 }
 
 // BenchmarkCreditAccounts is BenchmarkCreditPath with durability per_call
@@ -90,13 +90,32 @@ func BenchmarkCreditAccounts(b *testing.B) {
 	up := newFixedUpstream(b)
 	hc := benchHTTPClient(b)
 	proxy := creditBenchPath{url: newBareProxy(b, up.URL) + "/v1/chat/completions"}
+	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p }, perCallBackends(), throughputClients, creditClients)
+}
+
+// BenchmarkCreditOneClient is BenchmarkCreditPath with durability per_call
+// and one client in its latency rounds, so that no call waits for another's
+// writes: what per_call adds to the call of a lone buyer, the two writes'
+// own latency.
+//
+//	go test -run '^$' -bench CreditOneClient -benchtime=5x ./internal/gateway/
+func BenchmarkCreditOneClient(b *testing.B) {
+	up := newFixedUpstream(b)
+	hc := benchHTTPClient(b)
+	proxy := creditBenchPath{url: newBareProxy(b, up.URL) + "/v1/chat/completions"}
+	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p }, perCallBackends(), 1, 1)
+}
+
+// perCallBackends are the backends of benchCreditBackends with durability
+// per_call and the key cache on, as serve runs per_call by default.
+func perCallBackends() []creditBackend {
 	var perCall []creditBackend
 	for _, be := range benchCreditBackends {
 		if !be.leased && be.keyCache > 0 {
 			perCall = append(perCall, be)
 		}
 	}
-	benchCreditVsProxy(b, up.URL, hc, proxy, func(p creditBenchPath) creditBenchPath { return p }, perCall, throughputClients)
+	return perCall
 }
 
 // embedBody is an embeddings request of two inputs.
@@ -116,36 +135,37 @@ func BenchmarkCreditEmbeddings(b *testing.B) {
 		return p
 	}
 	proxy := embed(creditBenchPath{url: newBareProxy(b, up.URL) + "/v1/chat/completions"})
-	benchCreditVsProxy(b, up.URL, hc, proxy, embed, benchCreditBackends, 1)
+	benchCreditVsProxy(b, up.URL, hc, proxy, embed, benchCreditBackends, 1, creditClients)
 }
 
 // benchCreditVsProxy runs, for each of backends, rounds of the credit path
 // (a key's call, reshaped by reshape from the chat path; its clients on
-// that many accounts) and of proxy, taking turns, and reports what the
-// credit path adds (BenchmarkCreditPath).
+// that many accounts) and of proxy, taking turns, at clients concurrent
+// clients and then at throughputClients, and reports what the credit path
+// adds (BenchmarkCreditPath).
 func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy creditBenchPath, reshape func(creditBenchPath) creditBenchPath,
-	backends []creditBackend, accounts int) {
+	backends []creditBackend, accounts, clients int) {
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {
 			credit, timed := newCreditBenchPath(b, be, upstreamURL, hc, false, accounts)
 			credit = reshape(credit)
 			paths := []creditBenchPath{proxy, credit}
 			for _, p := range paths {
-				creditLoad(b, hc, p, 2*creditClients, creditClients) // warm pools, tokenizer, statements
+				creditLoad(b, hc, p, 2*clients, clients) // warm pools, tokenizer, statements
 			}
 			timed.take()
 			waits := issueWaits(credit.leases)
 			var lat [2][]time.Duration
 			var wall, wall16 [2]time.Duration
 			var n16 [2]int
-			var holds, captures []time.Duration // at creditClients
+			var holds, captures []time.Duration // at clients
 			b.ResetTimer()
 			for round := range b.N {
 				// Rotate who goes first, so neither path always runs right
 				// after the other's checkpoint or GC.
 				for k := range paths {
 					i := (k + round) % len(paths)
-					l, w := creditLoad(b, hc, paths[i], latencyRequests, creditClients)
+					l, w := creditLoad(b, hc, paths[i], latencyRequests, clients)
 					lat[i] = append(lat[i], l...)
 					wall[i] += w
 				}
@@ -173,7 +193,7 @@ func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy
 			b.ReportMetric(float64(len(lat[1]))/wall[1].Seconds(), "req/s")
 			rate16 := [2]float64{float64(n16[0]) / wall16[0].Seconds(), float64(n16[1]) / wall16[1].Seconds()}
 			b.ReportMetric(rate16[1]/rate16[0], "x-proxy-16")
-			// Where the credit path's time goes at creditClients: the
+			// Where the credit path's time goes at clients: the
 			// ledger writes, as the gateway waited for them.
 			b.ReportMetric(us(percentile(holds, 0.50)), "hold-p50-us")
 			b.ReportMetric(us(percentile(holds, 0.99)), "hold-p99-us")
@@ -187,7 +207,7 @@ func benchCreditVsProxy(b *testing.B, upstreamURL string, hc *http.Client, proxy
 			}
 			b.ReportMetric(0, "ns/op")
 			b.Logf("%s, %d clients, %d requests per path: p50 %s / %s, p99 %s / %s (proxy / credit); added %s at p50, %s at p99; at %d clients %.0f / %.0f req/s",
-				be.name, creditClients, len(lat[1]), p50[0], p50[1], p99[0], p99[1], p50[1]-p50[0], p99[1]-p99[0],
+				be.name, clients, len(lat[1]), p50[0], p50[1], p99[0], p99[1], p50[1]-p50[0], p99[1]-p99[0],
 				throughputClients, rate16[0], rate16[1])
 		})
 	}

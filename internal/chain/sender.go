@@ -601,6 +601,11 @@ func (s *Sender) WaitRecorded(ctx context.Context, tx *types.Transaction, before
 		}
 		switch {
 		case r != nil:
+			// A mined nonce puts the account's past it: what poll would
+			// prune after asking the node, pruned without asking, since a
+			// node that mines at once answers the first look and is never
+			// polled.
+			s.prune(f.nonce + 1)
 			return r, nil
 		case err != nil && ctx.Err() == nil: // keep the node's error, not the one ctx caused
 			lastErr = err

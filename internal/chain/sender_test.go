@@ -154,10 +154,15 @@ func TestSendConcurrent(t *testing.T) {
 			receipts := waitAll(t, s, miner, txs)
 			var got []uint64
 			for i, r := range receipts {
-				if r.TxHash != txs[i].Hash() {
-					t.Errorf("receipt %d is for %s, want %s", i, r.TxHash, txs[i].Hash())
+				// A receipt may be for a replacement of the transaction sent:
+				// with automine, anvil can hold a transaction that arrived
+				// while the block below it was mined as not executable, and
+				// Wait then replaces it (Sender.unshelve). It is for its nonce.
+				n := minedNonce(t, a.Client, r)
+				if n != txs[i].Nonce() {
+					t.Errorf("receipt %d is for %s at nonce %d, want nonce %d", i, r.TxHash, n, txs[i].Nonce())
 				}
-				got = append(got, minedNonce(t, a.Client, r))
+				got = append(got, n)
 			}
 			slices.Sort(got)
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -641,6 +646,33 @@ func TestSenderSimulated(t *testing.T) {
 	}
 	if tenThousand := new(big.Int).Mul(big.NewInt(10_000), big.NewInt(params.Ether)); bal.Cmp(tenThousand) >= 0 {
 		t.Errorf("balance %s after paying gas, want less than %s", bal, tenThousand)
+	}
+}
+
+// TestWaitForgetsSettled checks that the Sender forgets what it sent once
+// it is keepSettled nonces below what was mined, also when every Wait finds
+// its receipt at the first look (an automining node), and so never polls
+// the account's nonce: a long-running gateway on such a chain must not keep
+// every transaction it ever sent.
+func TestWaitForgetsSettled(t *testing.T) {
+	a := testchain.StartAnvil(t)
+	s, _ := newTestSender(t, a.Client, 0, testConfig())
+	ctx := testContext(t, 120*time.Second)
+	const n = keepSettled + 64
+	for i := range n {
+		tx, err := s.Send(ctx, payee, nil)
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if _, err := s.Wait(ctx, tx); err != nil {
+			t.Fatalf("wait %d: %v", i, err)
+		}
+	}
+	s.mu.Lock()
+	kept := len(s.flights)
+	s.mu.Unlock()
+	if kept > keepSettled+1 {
+		t.Errorf("after %d transactions mined, the Sender remembers %d, want at most %d", n, kept, keepSettled+1)
 	}
 }
 

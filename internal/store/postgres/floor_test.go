@@ -53,23 +53,29 @@ INSERT INTO floor_row VALUES (1, 0)`); err != nil {
 	}
 	key := &store.KeyLimits{ID: "k1", TotalCap: store.NoCap, PeriodCap: store.MaxAmount, Period: 24 * time.Hour}
 	var ids atomic.Int64
-	ledger := func(ctx context.Context) error {
+	// hold places a new call's hold, as a per_call call does first.
+	hold := func(ctx context.Context) (string, error) {
 		id := fmt.Sprintf("call-%d", ids.Add(1))
-		if _, err := db.Hold(ctx, store.HoldRequest{ID: id, Owner: testOwner, Asset: testAsset, Amount: 30_000, TTL: time.Minute, Key: key}); err != nil {
+		_, err := db.Hold(ctx, store.HoldRequest{ID: id, Owner: testOwner, Asset: testAsset, Amount: 30_000, TTL: time.Minute, Key: key})
+		return id, err
+	}
+	ledger := func(ctx context.Context) error {
+		id, err := hold(ctx)
+		if err != nil {
 			return err
 		}
-		_, err := db.CaptureWithReceipt(ctx, id, 12_345, func(h store.Hold, e store.Entry) *store.StoredReceipt {
+		_, err = db.CaptureWithReceipt(ctx, id, 12_345, func(h store.Hold, e store.Entry) *store.StoredReceipt {
 			return &store.StoredReceipt{RequestID: id, Owner: h.Owner, KeyID: key.ID, Seq: e.Seq,
 				Envelope: []byte(`{"receipt":{},"signature":"0x"}`), Leaf: []byte(id)}
 		})
 		return err
 	}
 	noReceipt := func(ctx context.Context) error {
-		id := fmt.Sprintf("call-%d", ids.Add(1))
-		if _, err := db.Hold(ctx, store.HoldRequest{ID: id, Owner: testOwner, Asset: testAsset, Amount: 30_000, TTL: time.Minute, Key: key}); err != nil {
+		id, err := hold(ctx)
+		if err != nil {
 			return err
 		}
-		_, _, err := db.Capture(ctx, id, 12_345)
+		_, _, err = db.Capture(ctx, id, 12_345)
 		return err
 	}
 	const bump = `UPDATE floor_row SET n = n + 1 WHERE id = 1 RETURNING n`
